@@ -1,0 +1,555 @@
+"""Capture files: CSV with unit-carrying column names (+ a YAML metadata sidecar), and `.npz`.
+
+CSV: a header row of channel names (`time_s` first on write), one row per sample, floats in
+shortest round-trip form (`repr`), encoder counts as integers; the metadata goes to
+`<file>.meta.yaml` beside it. Native: `.npz` with one array per channel plus `meta_json`, a JSON
+string {"format_version": 1, "meta": {...}}; read without pickle.
+
+Every problem with a file raises CaptureError naming the file, the line (CSV) and the column.
+What is written is checked by the same rules as what is read, so every saved capture loads back.
+All writes are atomic (agent.atomic).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import json
+import math
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from agent.atomic import atomic_write_bytes, atomic_write_text, atomic_writer
+from agent.capture import CHANNEL_UNITS, Array, Capture, CaptureMeta
+from agent.encoder import MAX_BITS, MIN_BITS, counts_per_turn, unwrap_counts
+from agent.errors import CaptureError
+
+StrPath = str | os.PathLike[str]
+
+NPZ_FORMAT_VERSION = 1
+SIDECAR_SUFFIX = ".meta.yaml"
+COUNT_CHANNELS = ("motor_counts", "link_counts")
+# Channels a motor speed can be taken from (agent.capture.motor_speed_rad_s).
+MOTOR_CHANNELS = ("motor_speed_rad_s", "motor_speed_rps", "motor_pos_rad", "motor_counts")
+ACCEPTED_COLUMNS = ("time_s", *CHANNEL_UNITS)
+
+_STR_FIELDS = ("machine", "joint", "cycle", "started_at")
+_POSITIVE_FIELDS = ("gear_ratio", "sample_rate_hz")
+
+# (source shown in the message, place within it) for sample i, e.g. ("cap.csv:57", "column x").
+Locate = Callable[[int, str], tuple[str, str]]
+
+
+def sidecar_path(path: StrPath) -> Path:
+    """Where the metadata of a CSV capture lives: `<path>.meta.yaml`."""
+    return Path(os.fspath(path) + SIDECAR_SUFFIX)
+
+
+# ---------------------------------------------------------------------------------- metadata
+
+
+def _plain(value: Any, source: str) -> Any:
+    """A JSON- and YAML-safe copy of the `extra` metadata (numpy scalars become numbers)."""
+
+    def default(o: Any) -> Any:
+        if isinstance(o, np.generic):
+            return o.item()
+        if isinstance(o, dt.date):  # YAML reads an unquoted timestamp as a datetime
+            return o.isoformat()
+        raise TypeError(f"{type(o).__name__} values cannot be stored")
+
+    try:
+        return json.loads(json.dumps(value, allow_nan=False, default=default))
+    except (TypeError, ValueError, RecursionError) as e:
+        raise CaptureError(source, f"field extra: {e}") from None
+
+
+def _check_meta(
+    meta: CaptureMeta, source: str, lines: Mapping[str, int] | None = None
+) -> CaptureMeta:
+    """A copy of `meta` with plain, checked values; errors name the field (and its line)."""
+
+    def fail(name: str, problem: str) -> CaptureError:
+        line = (lines or {}).get(name)
+        return CaptureError(f"{source}:{line}" if line else source, f"field {name}: {problem}")
+
+    out: dict[str, Any] = {}
+    for f in fields(CaptureMeta):
+        value = getattr(meta, f.name)
+        if f.name in _STR_FIELDS:
+            if isinstance(value, dt.date):
+                value = value.isoformat()
+            elif isinstance(value, int) and not isinstance(value, bool):
+                value = str(value)  # a YAML `joint: 3` means the joint named "3"
+            elif value is None:
+                value = ""
+            if not isinstance(value, str):
+                raise fail(f.name, f"expected a string (quote it in YAML), got {value!r}")
+        elif f.name == "encoder_bits":
+            if value is not None:
+                try:
+                    counts_per_turn(value)
+                except ValueError:
+                    raise fail(
+                        f.name, f"expected an integer {MIN_BITS}..{MAX_BITS}, got {value!r}"
+                    ) from None
+                value = int(value)
+        elif f.name == "extra":
+            if not isinstance(value, Mapping):
+                raise fail(f.name, f"expected a mapping, got {value!r}")
+            value = _plain(dict(value), source)
+        elif value is not None:  # the float fields
+            if isinstance(value, bool) or not isinstance(
+                value, int | float | np.integer | np.floating
+            ):
+                raise fail(f.name, f"expected a number, got {value!r}")
+            try:
+                value = float(value)
+            except OverflowError:
+                value = math.inf
+            if not math.isfinite(value):
+                raise fail(f.name, f"expected a finite number, got {value!r}")
+            if f.name in _POSITIVE_FIELDS and value <= 0:
+                raise fail(f.name, f"must be positive, got {value!r}")
+        out[f.name] = value
+    return CaptureMeta(**out)
+
+
+def _meta_from_mapping(
+    raw: Any, source: str, lines: Mapping[str, int] | None = None
+) -> CaptureMeta:
+    if raw is None:
+        return CaptureMeta()
+    if not isinstance(raw, Mapping):
+        raise CaptureError(source, "metadata must be a mapping of field: value")
+    known = [f.name for f in fields(CaptureMeta)]
+    for key in raw:
+        if key not in known:
+            line = (lines or {}).get(str(key))
+            raise CaptureError(
+                f"{source}:{line}" if line else source,
+                f"unknown metadata field {key!r}; expected one of {', '.join(known)}",
+            )
+    extra = raw.get("extra")
+    values = {k: v for k, v in raw.items() if k != "extra"}
+    meta = CaptureMeta(**values, extra=extra if extra is not None else {})
+    return _check_meta(meta, source, lines)
+
+
+def _merge_meta(base: CaptureMeta, override: CaptureMeta | None) -> CaptureMeta:
+    """`base` with every field `override` sets (None, "" and an empty extra set nothing)."""
+    if override is None:
+        return base
+    changes: dict[str, Any] = {}
+    for f in fields(CaptureMeta):
+        value = getattr(override, f.name)
+        if value is None or (isinstance(value, str) and value == ""):
+            continue
+        if f.name == "extra":
+            if value:
+                changes["extra"] = {**base.extra, **value}
+            continue
+        changes[f.name] = value
+    return replace(base, **changes)
+
+
+def _read_sidecar(path: Path) -> CaptureMeta:
+    source = os.fspath(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise CaptureError(source, f"not UTF-8 text (byte {e.start})") from None
+    except OSError as e:
+        raise CaptureError(source, f"cannot read: {e.strerror or e}") from None
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        raw = yaml.safe_load(text)
+    except Exception as e:
+        # PyYAML raises ValueError, AttributeError or RecursionError as well as YAMLError on
+        # some malformed input (a timestamp with month 13, deep nesting).
+        mark = getattr(e, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(e, "problem", None) or str(e) or type(e).__name__
+        raise CaptureError(where, f"invalid YAML: {problem}") from None
+    lines: dict[str, int] = {}
+    if isinstance(node, yaml.MappingNode):
+        for key_node, _ in node.value:
+            lines[str(key_node.value)] = key_node.start_mark.line + 1
+    return _meta_from_mapping(raw, source, lines)
+
+
+# ---------------------------------------------------------------------------------- content
+
+
+def _at_sample(source: str) -> Locate:
+    return lambda i, name: (source, f"channel {name} sample {i}")
+
+
+def _at_line(source: str, line_nos: Sequence[int]) -> Locate:
+    return lambda i, name: (f"{source}:{line_nos[i]}", f"column {name}")
+
+
+def _check_time(time_s: Array, locate: Locate) -> None:
+    dt_s = np.diff(time_s)
+    bad = np.flatnonzero(~(dt_s > 0))
+    if bad.size:
+        i = int(bad[0]) + 1
+        src, place = locate(i, "time_s")
+        prev_src, _ = locate(i - 1, "time_s")
+        raise CaptureError(
+            src,
+            f"{place}: time {float(time_s[i])!r} s is not after the previous sample's "
+            f"{float(time_s[i - 1])!r} s ({prev_src}); time must increase strictly",
+        )
+
+
+def _check_counts(name: str, values: np.ndarray, bits: int, locate: Locate) -> np.ndarray:
+    """The counts as int64, each a whole number in 0..2**bits - 1."""
+    cpt = counts_per_turn(bits)
+    if values.dtype.kind == "f":
+        bad = np.flatnonzero(values != np.floor(values))
+        if bad.size:
+            src, place = locate(int(bad[0]), name)
+            value = values[bad[0]].item()
+            raise CaptureError(src, f"{place}: {value!r} is not a whole number of counts")
+    bad = np.flatnonzero((values < 0) | (values >= cpt))
+    if bad.size:
+        src, place = locate(int(bad[0]), name)
+        raise CaptureError(
+            src,
+            f"{place}: {values[bad[0]].item()!r} counts is outside 0..{cpt - 1} "
+            f"for a {bits}-bit encoder",
+        )
+    return values.astype(np.int64)
+
+
+def _check_content(
+    source: str,
+    time_s: Array,
+    channels: Mapping[str, np.ndarray],
+    meta: CaptureMeta,
+    locate: Locate,
+) -> dict[str, np.ndarray]:
+    """The rules beyond Capture's own: counts need a bit width, a motor channel is required."""
+    if not any(name in channels for name in MOTOR_CHANNELS):
+        raise CaptureError(source, f"no motor channel: need one of {', '.join(MOTOR_CHANNELS)}")
+    _check_time(time_s, locate)
+    out = dict(channels)
+    for name in COUNT_CHANNELS:
+        if name in out:
+            if meta.encoder_bits is None:
+                raise CaptureError(
+                    source,
+                    f"{name} needs the encoder bit width: give encoder_bits in the metadata "
+                    "(sidecar or --encoder-bits)",
+                )
+            out[name] = _check_counts(name, out[name], meta.encoder_bits, locate)
+    return out
+
+
+def capture_with_positions(capture: Capture) -> Capture:
+    """The capture plus motor_pos_rad / link_pos_rad unwrapped from its encoder counts.
+
+    The counts are kept; a position channel the capture already has is left as it is.
+    """
+    new: dict[str, np.ndarray] = {}
+    for counts_name, pos_name in zip(
+        COUNT_CHANNELS, ("motor_pos_rad", "link_pos_rad"), strict=True
+    ):
+        if counts_name not in capture.channels or pos_name in capture.channels:
+            continue
+        bits = capture.meta.encoder_bits
+        if bits is None:
+            raise CaptureError(capture.source, f"{counts_name} given without the encoder bit width")
+        try:
+            new[pos_name] = unwrap_counts(capture.channels[counts_name], bits)
+        except ValueError as e:
+            raise CaptureError(capture.source, f"{counts_name}: {e}") from None
+    if not new:
+        return capture
+    return Capture(capture.time_s, {**capture.channels, **new}, capture.meta, capture.source)
+
+
+# ---------------------------------------------------------------------------------- CSV
+
+
+def write_csv(capture: Capture, path: StrPath) -> None:
+    """Write `capture` as CSV (time_s first) and its metadata to the `.meta.yaml` sidecar."""
+    source = os.fspath(path)
+    meta = _check_meta(capture.meta, source)
+    channels = _check_content(source, capture.time_s, capture.channels, meta, _at_sample(source))
+    names = ["time_s", *channels]
+    columns: list[list[str]] = []
+    for name in names:
+        values = capture.time_s if name == "time_s" else channels[name]
+        if name in COUNT_CHANNELS:
+            columns.append(list(map(str, values.tolist())))
+        else:
+            # repr is the shortest text that reads back to the identical float.
+            columns.append(list(map(repr, np.asarray(values, dtype=np.float64).tolist())))
+    text = ",".join(names) + "\n" + "\n".join(map(",".join, zip(*columns, strict=True))) + "\n"
+    sidecar = f"# metadata of {Path(source).name} (agent.capture_io)\n" + yaml.safe_dump(
+        meta.to_dict(), sort_keys=False, allow_unicode=True
+    )
+    # Both texts are complete before either file is touched. Two renames cannot be one atomic
+    # step, so if the second fails the first is undone: rows and metadata stay a pair.
+    side = sidecar_path(path)
+    old_side: bytes | None = None
+    restorable = True
+    try:
+        old_side = side.read_bytes()
+    except FileNotFoundError:
+        pass
+    except OSError:
+        restorable = False
+    atomic_write_text(side, sidecar)
+    try:
+        atomic_write_text(path, text)
+    except BaseException:
+        if restorable:
+            with contextlib.suppress(OSError):
+                if old_side is None:
+                    side.unlink()
+                else:
+                    atomic_write_bytes(side, old_side)
+        raise
+
+
+def _column_name(field_text: str) -> str:
+    name = field_text.strip()
+    if len(name) >= 2 and name[0] == name[-1] == '"':
+        name = name[1:-1].strip()  # some exporters quote every header field
+    return name
+
+
+def _is_number(text: str) -> bool:
+    # As strict as numpy's loadtxt (the fast path): no "1_000", no non-ASCII digits.
+    if "_" in text or not text.isascii():
+        return False
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_header(names: list[str], src: str) -> None:
+    if all(_is_number(n) for n in names):
+        raise CaptureError(
+            src,
+            f"no header row: this line holds numbers; the first line must name the "
+            f"columns ({', '.join(ACCEPTED_COLUMNS)})",
+        )
+    seen: dict[str, int] = {}
+    for j, name in enumerate(names, start=1):
+        if not name:
+            raise CaptureError(src, f"column {j} has no name")
+        if name not in ACCEPTED_COLUMNS:
+            hint = " (the separator is a comma)" if ";" in name or "\t" in name else ""
+            raise CaptureError(
+                src,
+                f"unknown column {name[:60]!r}{hint}; accepted columns: "
+                f"{', '.join(ACCEPTED_COLUMNS)}",
+            )
+        if name in seen:
+            raise CaptureError(src, f"column {name} appears twice (columns {seen[name]} and {j})")
+        seen[name] = j
+    if "time_s" not in seen:
+        raise CaptureError(src, "no time_s column: every capture needs its time base in seconds")
+
+
+def _parse_rows(source: str, body: list[str], line_nos: list[int], names: list[str]) -> Array:
+    """The table, or CaptureError at the first bad row or field (the slow, exact pass)."""
+    width = len(names)
+    values: list[float] = []
+    for row, line in enumerate(body):
+        fields_text = line.split(",")
+        if len(fields_text) != width:
+            raise CaptureError(
+                f"{source}:{line_nos[row]}",
+                f"row has {len(fields_text)} fields, the header has {width}",
+            )
+        for name, text in zip(names, fields_text, strict=True):
+            if not _is_number(text):
+                text = text.strip()
+                problem = "empty value" if not text else f"{text[:40]!r} is not a number"
+                raise CaptureError(f"{source}:{line_nos[row]}", f"column {name}: {problem}")
+            values.append(float(text))
+    return np.array(values, dtype=np.float64).reshape(len(body), width)
+
+
+def _fast_table(rows_text: str, shape: tuple[int, int]) -> Array | None:
+    """numpy's C parser on the data rows, or None when it cannot vouch for the result."""
+    if "\r" in rows_text:
+        return None  # a bare CR is a line break to loadtxt but not to the line numbering
+    try:
+        table = np.loadtxt(
+            io.StringIO(rows_text), delimiter=",", comments=None, dtype=np.float64, ndmin=2
+        )
+    except Exception:
+        # Any complaint (bad number, ragged row, blank-looking line) goes to the exact pass,
+        # which names the line; loadtxt's own exception types are not part of its contract.
+        return None
+    return table if table.shape == shape else None
+
+
+def read_csv(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
+    """Read a CSV capture; metadata from the sidecar, then each field `meta` sets on top."""
+    source = os.fspath(path)
+    side = sidecar_path(path)
+    base = _read_sidecar(side) if side.is_file() else CaptureMeta()
+    merged = _check_meta(_merge_meta(base, meta), source)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise CaptureError(source, f"cannot read: {e.strerror or e}") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        bad_line = data.count(b"\n", 0, e.start) + 1
+        raise CaptureError(f"{source}:{bad_line}", "not UTF-8 text") from None
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n")
+    if not text.strip():
+        raise CaptureError(source, "the file is empty")
+    lines = text.split("\n")
+    head = next(i for i, line in enumerate(lines) if line.strip())
+    header_src = f"{source}:{head + 1}"
+    names = [_column_name(f) for f in lines[head].split(",")]
+    _check_header(names, header_src)
+
+    # Blank lines (a trailing one above all) are skipped; line_nos maps rows to file lines.
+    line_nos = [i + 1 for i in range(head + 1, len(lines)) if lines[i].strip()]
+    if len(line_nos) < 2:
+        raise CaptureError(source, f"needs at least two samples, found {len(line_nos)}")
+    table = _fast_table("\n".join(lines[head + 1 :]), (len(line_nos), len(names)))
+    if table is None:
+        body = [lines[n - 1] for n in line_nos]
+        table = _parse_rows(source, body, line_nos, names)
+    finite = np.isfinite(table)
+    if not finite.all():
+        row, col = (int(k) for k in np.argwhere(~finite)[0])
+        value = lines[line_nos[row] - 1].split(",")[col].strip()
+        raise CaptureError(
+            f"{source}:{line_nos[row]}", f"column {names[col]}: {value[:40]!r} is not finite"
+        )
+    time_s = table[:, names.index("time_s")]
+    channels = {name: table[:, j] for j, name in enumerate(names) if name != "time_s"}
+    channels = _check_content(header_src, time_s, channels, merged, _at_line(source, line_nos))
+    return Capture(time_s, channels, merged, source)
+
+
+# ---------------------------------------------------------------------------------- npz
+
+
+def write_npz(capture: Capture, path: StrPath) -> None:
+    """Write `capture` as `.npz`: one array per channel, `time_s`, and `meta_json`."""
+    source = os.fspath(path)
+    meta = _check_meta(capture.meta, source)
+    channels = _check_content(source, capture.time_s, capture.channels, meta, _at_sample(source))
+    meta_json = json.dumps(
+        {"format_version": NPZ_FORMAT_VERSION, "meta": meta.to_dict()},
+        allow_nan=False,
+        ensure_ascii=False,
+    )
+    arrays: dict[str, np.ndarray] = {"time_s": np.asarray(capture.time_s, dtype=np.float64)}
+    for name, values in channels.items():
+        arrays[name] = values if name in COUNT_CHANNELS else values.astype(np.float64)
+    arrays["meta_json"] = np.array(meta_json)
+    with atomic_writer(path, "wb") as f:
+        np.savez_compressed(f, allow_pickle=False, **arrays)
+
+
+def _npz_entries(path: StrPath, source: str) -> dict[str, np.ndarray]:
+    try:
+        fh = open(path, "rb")  # noqa: SIM115 - closed below, after the archive is read
+    except OSError as e:
+        raise CaptureError(source, f"cannot read: {e.strerror or e}") from None
+    with fh:
+        try:
+            loaded = np.load(fh, allow_pickle=False)
+            if not isinstance(loaded, np.lib.npyio.NpzFile):
+                raise CaptureError(source, "not an .npz archive (a single .npy array?)")
+            with loaded:
+                return {name: loaded[name] for name in loaded.files}
+        except CaptureError:
+            raise
+        except Exception as e:
+            # zipfile, zlib, struct and numpy's format reader each raise their own types on a
+            # damaged archive; all of them mean the same thing here.
+            raise CaptureError(
+                source, f"corrupt or truncated .npz archive ({type(e).__name__}: {e})"
+            ) from None
+
+
+def _npz_meta(entry: np.ndarray, source: str) -> CaptureMeta:
+    where = f"{source} (meta_json)"
+    if entry.ndim != 0 or entry.dtype.kind != "U":
+        raise CaptureError(source, "meta_json must be a single string")
+    try:
+        doc = json.loads(str(entry[()]))
+    except ValueError as e:
+        raise CaptureError(where, f"invalid JSON: {e}") from None
+    if not isinstance(doc, dict) or "format_version" not in doc or "meta" not in doc:
+        raise CaptureError(where, "expected an object with format_version and meta")
+    version = doc["format_version"]
+    if version != NPZ_FORMAT_VERSION or isinstance(version, bool):
+        raise CaptureError(
+            where, f"format_version {version!r} is not one this reader knows ({NPZ_FORMAT_VERSION})"
+        )
+    return _meta_from_mapping(doc["meta"], where)
+
+
+def read_npz(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
+    """Read an `.npz` capture written by write_npz; each field `meta` sets overrides the file's."""
+    source = os.fspath(path)
+    entries = _npz_entries(path, source)
+    for required in ("meta_json", "time_s"):
+        if required not in entries:
+            raise CaptureError(source, f"the archive has no {required} entry")
+    merged = _check_meta(_merge_meta(_npz_meta(entries.pop("meta_json"), source), meta), source)
+    time_s = entries.pop("time_s")
+    # Capture checks names, shapes, number types and finiteness; the rest is checked after.
+    first = Capture(time_s, entries, merged, source)
+    channels = _check_content(source, first.time_s, first.channels, merged, _at_sample(source))
+    for name, values in channels.items():
+        if name not in COUNT_CHANNELS:
+            channels[name] = values.astype(np.float64)
+    return Capture(first.time_s, channels, merged, source)
+
+
+# ---------------------------------------------------------------------------------- dispatch
+
+_FORMATS = (".csv", ".npz")
+
+
+def _suffix(path: StrPath) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix not in _FORMATS:
+        raise CaptureError(
+            os.fspath(path),
+            f"unknown capture format {suffix or '(no suffix)'!r}; expected one of "
+            f"{', '.join(_FORMATS)}",
+        )
+    return suffix
+
+
+def load_capture(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
+    """Read a `.csv` or `.npz` capture; fields `meta` sets override the file's metadata."""
+    if _suffix(path) == ".csv":
+        return read_csv(path, meta)
+    return read_npz(path, meta)
+
+
+def save_capture(capture: Capture, path: StrPath) -> None:
+    """Write `capture` as `.csv` (+ sidecar) or `.npz`, atomically, by the path's suffix."""
+    if _suffix(path) == ".csv":
+        write_csv(capture, path)
+    else:
+        write_npz(capture, path)

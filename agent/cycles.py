@@ -1,0 +1,157 @@
+"""Test-cycle definitions and the safety interlocks around every motion.
+
+Nothing moves unless every interlock of the controller's config holds right before motion; while
+the cycle runs they are watched every control period, and any surprise (a violated interlock, a
+status read that fails or hangs, the cycle overrunning its time) stops the motion through the
+driver and aborts the cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from dataclasses import dataclass
+
+from agent.capture import Capture
+from agent.config import ControllerSettings, InterlockSettings, JointSettings
+from agent.errors import CycleAborted, DriverError, InterlockError
+from drivers.base import BacklashCycle, ControllerMode, ControllerStatus, Driver
+
+log = logging.getLogger(__name__)
+
+# Modes in which motion may start / may continue.
+_START_MODES = {ControllerMode.STOPPED}
+_RUN_MODES = {ControllerMode.STOPPED, ControllerMode.TEST_CYCLE}
+
+
+def backlash_cycle(controller: ControllerSettings, joint: JointSettings) -> BacklashCycle:
+    c = joint.backlash_cycle
+    speed_rad_s = 2.0 * math.pi * c.motor_speed_rps
+    load_turn_s = 2.0 * math.pi * joint.gear_ratio / speed_rad_s
+    return BacklashCycle(
+        controller=controller.name,
+        joint=joint.name,
+        joint_index=joint.index,
+        motor_speed_rad_s=speed_rad_s,
+        gear_ratio=joint.gear_ratio,
+        duration_s=c.load_turns * load_turn_s,
+        settle_s=c.settle_s,
+        sample_rate_hz=c.sample_rate_hz,
+        encoder_bits=joint.encoder_bits,
+        test_pose_rad=joint.test_pose_rad,
+    )
+
+
+def interlock_violations(
+    status: ControllerStatus,
+    rules: InterlockSettings,
+    joint: JointSettings | None,
+    *,
+    running: bool = False,
+) -> list[str]:
+    """Every interlock that does not hold, as a sentence; empty means motion may go on.
+
+    Before motion (running=False) the joint must also stand at its test pose; during motion the
+    pose changes by design and is not checked.
+    """
+    problems: list[str] = []
+    allowed = _RUN_MODES if running else _START_MODES
+    if status.mode in (ControllerMode.MANUAL, ControllerMode.FAULT, ControllerMode.DISCONNECTED):
+        problems.append(f"controller is in {status.mode.value} mode")
+    elif rules.require_production_stop and status.mode not in allowed:
+        problems.append(f"controller is in {status.mode.value} mode, not stopped for production")
+    if rules.require_permission and not status.permission:
+        problems.append("permission signal is off")
+    if rules.require_no_alarm and status.alarms:
+        problems.append("active alarm: " + ", ".join(status.alarms))
+    if rules.require_full_override and not math.isclose(status.speed_override, 1.0, abs_tol=1e-3):
+        problems.append(f"speed override is {100 * status.speed_override:.0f} %, not 100 %")
+    if not running and joint is not None:
+        pos = status.joint_positions_rad.get(joint.name)
+        if pos is None:
+            problems.append(f"position of joint {joint.name} is unknown")
+        elif abs(pos - joint.test_pose_rad) > rules.pose_tolerance_rad:
+            problems.append(
+                f"joint {joint.name} stands at {pos:.4f} rad, test pose is "
+                f"{joint.test_pose_rad:.4f} +- {rules.pose_tolerance_rad:g} rad"
+            )
+    return problems
+
+
+@dataclass(frozen=True)
+class CycleLimits:
+    status_timeout_s: float = 2.0  # a status read slower than this is a surprise
+    overrun_factor: float = 3.0  # the cycle may take this many times its nominal length
+    overrun_margin_s: float = 10.0
+
+
+async def run_guarded_cycle(
+    driver: Driver,
+    cycle: BacklashCycle,
+    rules: InterlockSettings,
+    joint: JointSettings,
+    limits: CycleLimits | None = None,
+) -> Capture:
+    """Check, run and watch one cycle. Raises InterlockError (nothing moved) or CycleAborted."""
+    limits = limits or CycleLimits()
+    try:
+        status = await asyncio.wait_for(driver.read_status(), limits.status_timeout_s)
+    except (TimeoutError, DriverError) as exc:
+        raise InterlockError(f"cannot read controller status: {exc or 'timeout'}") from exc
+    problems = interlock_violations(status, rules, joint)
+    if problems:
+        raise InterlockError("; ".join(problems))
+
+    nominal_s = cycle.settle_s + cycle.duration_s
+    deadline = asyncio.get_running_loop().time() + (
+        nominal_s * limits.overrun_factor + limits.overrun_margin_s
+    )
+    task = asyncio.create_task(
+        driver.run_cycle(cycle), name=f"cycle {cycle.controller}/{cycle.joint}"
+    )
+    reason: str | None = None
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=driver.control_period_s)
+            if task.done():
+                break
+            if asyncio.get_running_loop().time() > deadline:
+                reason = f"cycle overran {nominal_s * limits.overrun_factor:.1f} s"
+                break
+            try:
+                status = await asyncio.wait_for(driver.read_status(), limits.status_timeout_s)
+            except (TimeoutError, DriverError) as exc:
+                reason = f"controller status lost during motion: {exc or 'timeout'}"
+                break
+            problems = interlock_violations(status, rules, joint, running=True)
+            if problems:
+                reason = "; ".join(problems)
+                break
+    except asyncio.CancelledError:
+        reason = "agent shutting down"
+        await _stop_and_cancel(driver, task, reason)
+        raise
+    if reason is not None:
+        await _stop_and_cancel(driver, task, reason)
+        raise CycleAborted(f"{cycle.controller}/{cycle.joint}: {reason}")
+    try:
+        return task.result()
+    except CycleAborted:
+        raise
+    except Exception as exc:
+        await _stop_and_cancel(driver, task, str(exc))
+        raise CycleAborted(f"{cycle.controller}/{cycle.joint}: {exc}") from exc
+
+
+async def _stop_and_cancel(driver: Driver, task: asyncio.Task[Capture], reason: str) -> None:
+    log.warning("event=cycle_abort reason=%r", reason)
+    try:
+        await asyncio.wait_for(driver.stop_motion(), 2.0)
+    except Exception as exc:  # the stop must be attempted; a failure is logged loudly
+        log.error("event=stop_motion_failed error=%r", str(exc))
+    task.cancel()
+    # The cycle's own outcome (cancelled, or the error that made us stop) no longer matters.
+    with contextlib.suppress(BaseException):
+        await task

@@ -1,0 +1,58 @@
+"""Typed errors, each mapped to a sysexits-style exit code by the CLI."""
+
+from __future__ import annotations
+
+# sysexits.h: what the CLI returns for each kind of failure.
+EX_OK = 0
+EX_USAGE = 64
+EX_DATAERR = 65
+EX_SOFTWARE = 70
+EX_IOERR = 74
+EX_CONFIG = 78
+
+
+class AgentError(Exception):
+    """Base of every error the agent raises on purpose."""
+
+    exit_code = EX_SOFTWARE
+
+
+class ConfigError(AgentError):
+    """The configuration file is invalid; the message lists every mistake with file:line."""
+
+    exit_code = EX_CONFIG
+
+
+class CaptureError(AgentError):
+    """A capture (file or stream) cannot be used: the message names the source and the problem."""
+
+    exit_code = EX_DATAERR
+
+    def __init__(self, source: str, problem: str) -> None:
+        super().__init__(f"{source}: {problem}")
+        self.source = source
+        self.problem = problem
+
+
+class EstimationError(AgentError):
+    """An estimator was given data it cannot fit (too short, constant, wrong period...)."""
+
+    exit_code = EX_DATAERR
+
+
+class DriverError(AgentError):
+    """The controller could not be reached or answered something unexpected."""
+
+    exit_code = EX_IOERR
+
+
+class InterlockError(AgentError):
+    """A safety interlock does not hold: no motion was started (or motion was stopped)."""
+
+    exit_code = EX_SOFTWARE
+
+
+class CycleAborted(AgentError):
+    """A running test cycle was aborted and the motion stopped; the capture is not used."""
+
+    exit_code = EX_SOFTWARE

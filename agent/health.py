@@ -1,0 +1,318 @@
+"""Health verdicts from thresholds, and trends with the time left until each threshold.
+
+A value exactly at a limit takes the worse status. The trend is a Theil-Sen line (robust to the
+odd bad fit in the history) of the indicator against time in days; its confidence interval on the
+slope gives the interval of the forecast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from agent.config import ThresholdSettings
+from agent.errors import ConfigError
+from agent.estimation.results import BacklashResult
+from agent.store import TrendPoint
+
+SECONDS_PER_DAY = 86_400.0
+
+
+class Status(StrEnum):
+    OK = "ok"
+    WATCH = "watch"
+    ALERT = "alert"
+    UNKNOWN = "unknown"
+
+    @property
+    def severity(self) -> int:
+        """Order for 'worst of': UNKNOWN sits between OK and WATCH (it needs a look, not a fix)."""
+        return _SEVERITY[self]
+
+
+_SEVERITY = {Status.OK: 0, Status.UNKNOWN: 1, Status.WATCH: 2, Status.ALERT: 3}
+
+
+def worst(statuses: Sequence[Status]) -> Status:
+    """The most severe status; OK for none."""
+    return max(statuses, key=lambda s: s.severity, default=Status.OK)
+
+
+@dataclass(frozen=True)
+class Indicator:
+    """How an indicator is shown to people: SI value * scale, in `display_unit`."""
+
+    name: str
+    label: str
+    unit: str  # SI unit of the stored value
+    display_unit: str
+    scale: float
+
+    def format(self, value: float | None, digits: int = 3) -> str:
+        if value is None or not math.isfinite(value):
+            return "n/a"
+        return f"{value * self.scale:.{digits}g} {self.display_unit}"
+
+
+INDICATORS: dict[str, Indicator] = {
+    "backlash_rad": Indicator("backlash_rad", "backlash", "rad", "mrad", 1e3),
+    "amplitude_rad_s": Indicator("amplitude_rad_s", "amplitude A", "rad/s", "rad/s", 1.0),
+}
+
+
+def indicator_info(name: str) -> Indicator:
+    """Display facts of an indicator; unknown names are shown in SI as they are."""
+    return INDICATORS.get(name, Indicator(name, name, "", "", 1.0))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: Status
+    indicator: str
+    value: float | None
+    limit: float | None  # the limit the status was judged against (crossed, or next above)
+    reason: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "indicator": self.indicator,
+            "value": self.value,
+            "limit": self.limit,
+            "reason": self.reason,
+        }
+
+
+def assess(
+    value: float | None,
+    watch: float | None,
+    alert: float | None,
+    indicator: str = "value",
+) -> Verdict:
+    """Status of one value against a watch and an alert limit (either may be missing)."""
+    info = indicator_info(indicator)
+    if watch is not None and alert is not None and not watch < alert:
+        raise ConfigError(
+            f"thresholds for {indicator}: the watch limit ({watch}) must be below the alert "
+            f"limit ({alert})"
+        )
+    if value is None or not math.isfinite(value):
+        return Verdict(Status.UNKNOWN, indicator, None, None, f"no valid {info.label} value")
+    if watch is None and alert is None:
+        return Verdict(
+            Status.UNKNOWN, indicator, value, None,
+            f"{info.label} {info.format(value)}: no limits configured",
+        )
+    shown = f"{info.label} {info.format(value)}"
+    if alert is not None and value >= alert:
+        return Verdict(Status.ALERT, indicator, value, alert,
+                       f"{shown} at or above the alert limit {info.format(alert)}")
+    if watch is not None and value >= watch:
+        return Verdict(Status.WATCH, indicator, value, watch,
+                       f"{shown} at or above the watch limit {info.format(watch)}")
+    below = watch if watch is not None else alert
+    which = "watch" if watch is not None else "alert"
+    return Verdict(Status.OK, indicator, value, below,
+                   f"{shown} below the {which} limit {info.format(below)}")
+
+
+def assess_backlash(result: BacklashResult | None, thresholds: ThresholdSettings) -> Verdict:
+    """Backlash against the backlash limits when calibrated, else |A| against amplitude limits."""
+    if result is None:
+        return Verdict(Status.UNKNOWN, "backlash_rad", None, None, "no estimate for this cycle")
+    if result.backlash_rad is not None:
+        if thresholds.backlash_watch_rad is None and thresholds.backlash_alert_rad is None:
+            verdict = Verdict(
+                Status.UNKNOWN, "backlash_rad", result.backlash_rad, None,
+                f"backlash {INDICATORS['backlash_rad'].format(result.backlash_rad)}: calibrated "
+                "but no backlash_watch_rad / backlash_alert_rad configured",
+            )
+        else:
+            verdict = assess(result.backlash_rad, thresholds.backlash_watch_rad,
+                             thresholds.backlash_alert_rad, "backlash_rad")
+    elif thresholds.amplitude_watch_rad_s is None and thresholds.amplitude_alert_rad_s is None:
+        why = ("backlash limits need a calibration"
+               if thresholds.backlash_watch_rad is not None
+               or thresholds.backlash_alert_rad is not None else "no limits configured")
+        amp = INDICATORS["amplitude_rad_s"].format(result.amplitude_rad_s)
+        verdict = Verdict(
+            Status.UNKNOWN, "amplitude_rad_s", result.amplitude_rad_s, None,
+            f"amplitude A {amp}: not calibrated, {why}, and no amplitude_watch_rad_s / "
+            "amplitude_alert_rad_s configured",
+        )
+    else:
+        verdict = assess(result.amplitude_rad_s, thresholds.amplitude_watch_rad_s,
+                         thresholds.amplitude_alert_rad_s, "amplitude_rad_s")
+    if not result.converged:
+        verdict = Verdict(verdict.status, verdict.indicator, verdict.value, verdict.limit,
+                          f"{verdict.reason} (fit did not converge: {result.stop_reason})")
+    return verdict
+
+
+# -- trends ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """Days from the last point until the trend line reaches `limit` (0 when already there).
+
+    days_low/days_high come from the slope's interval; days_high is None when that interval
+    reaches zero or below (the limit may never be reached).
+    """
+
+    limit_name: str
+    limit: float
+    days: float
+    days_low: float
+    days_high: float | None
+
+    @property
+    def reached(self) -> bool:
+        return self.days == 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "limit_name": self.limit_name,
+            "limit": self.limit,
+            "days": self.days,
+            "days_low": self.days_low,
+            "days_high": self.days_high,
+            "reached": self.reached,
+        }
+
+    def describe(self) -> str:
+        if self.reached:
+            return f"{self.limit_name} limit already reached by the trend"
+        high = "never" if self.days_high is None else f"{self.days_high:.3g}"
+        return (f"{self.limit_name} limit in {self.days:.3g} days "
+                f"(interval {self.days_low:.3g} to {high} days)")
+
+
+@dataclass(frozen=True)
+class Trend:
+    indicator: str
+    n_points: int
+    first_time_iso: str
+    last_time_iso: str
+    span_days: float
+    slope_per_day: float  # indicator units (SI) per day
+    slope_low_per_day: float
+    slope_high_per_day: float
+    confidence: float
+    intercept: float  # line value at the first point's time
+    level_now: float  # line value at the last point's time
+    forecast_watch: Forecast | None
+    forecast_alert: Forecast | None
+
+    def line_at(self, days: float) -> float:
+        """The trend line at `days` after the first point."""
+        return self.intercept + self.slope_per_day * days
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "indicator": self.indicator,
+            "n_points": self.n_points,
+            "first_time": self.first_time_iso,
+            "last_time": self.last_time_iso,
+            "span_days": self.span_days,
+            "slope_per_day": self.slope_per_day,
+            "slope_low_per_day": self.slope_low_per_day,
+            "slope_high_per_day": self.slope_high_per_day,
+            "confidence": self.confidence,
+            "intercept": self.intercept,
+            "level_now": self.level_now,
+            "forecast_watch": _maybe_dict(self.forecast_watch),
+            "forecast_alert": _maybe_dict(self.forecast_alert),
+        }
+
+    def describe(self) -> str:
+        info = indicator_info(self.indicator)
+        per_day = self.slope_per_day * info.scale
+        parts = [f"trend {per_day:+.3g} {info.display_unit}/day over {self.n_points} points "
+                 f"({self.span_days:.3g} days)"]
+        for fc in (self.forecast_watch, self.forecast_alert):
+            if fc is not None:
+                parts.append(fc.describe())
+        if self.forecast_watch is None and self.forecast_alert is None:
+            parts.append("no limit crossing forecast (slope not positive or no limits)")
+        return "; ".join(parts)
+
+
+def _maybe_dict(forecast: Forecast | None) -> dict[str, Any] | None:
+    return None if forecast is None else forecast.to_dict()
+
+
+def days_since(points: Sequence[TrendPoint]) -> np.ndarray:
+    """Times of the points in days after the first one."""
+    if not points:
+        return np.zeros(0)
+    t0 = _parse_time(points[0].time_iso)
+    return np.array([(_parse_time(p.time_iso) - t0).total_seconds() / SECONDS_PER_DAY
+                     for p in points])
+
+
+def trend(
+    points: Sequence[TrendPoint],
+    watch: float | None = None,
+    alert: float | None = None,
+    indicator: str = "value",
+    confidence: float = 0.95,
+) -> Trend | None:
+    """Theil-Sen trend of a history; None with < 3 finite points or no spread in time."""
+    finite = sorted((p for p in points if math.isfinite(p.value)),
+                    key=lambda p: _parse_time(p.time_iso))
+    if len(finite) < 3:
+        return None
+    x = days_since(finite)
+    y = np.array([p.value for p in finite])
+    if np.ptp(x) <= 0.0:
+        return None
+    slope, intercept, low, high = (float(v) for v in stats.theilslopes(y, x, alpha=confidence))
+    # scipy's intercept is at x = 0, which is the first point's time here.
+    level_now = intercept + slope * float(x[-1])
+    return Trend(
+        indicator=indicator,
+        n_points=len(finite),
+        first_time_iso=finite[0].time_iso,
+        last_time_iso=finite[-1].time_iso,
+        span_days=float(x[-1] - x[0]),
+        slope_per_day=slope,
+        slope_low_per_day=low,
+        slope_high_per_day=high,
+        confidence=confidence,
+        intercept=intercept,
+        level_now=level_now,
+        forecast_watch=_forecast("watch", watch, level_now, slope, low, high),
+        forecast_alert=_forecast("alert", alert, level_now, slope, low, high),
+    )
+
+
+def _forecast(
+    name: str, limit: float | None, level: float, slope: float, low: float, high: float
+) -> Forecast | None:
+    if limit is None or not slope > 0.0:
+        return None
+    gap = limit - level
+    if gap <= 0.0:
+        return Forecast(name, limit, 0.0, 0.0, 0.0)
+    # Steeper slope -> sooner: the interval's high slope bounds the time from below.
+    days_low = gap / max(high, slope)
+    days_high = gap / low if low > 0.0 else None
+    return Forecast(name, limit, gap / slope, days_low, days_high)
+
+
+def _parse_time(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise ValueError(f"trend point time {text!r}: expected ISO 8601 text") from exc
+    if moment.tzinfo is None:
+        raise ValueError(f"trend point time {text!r}: expected a timezone (UTC)")
+    return moment

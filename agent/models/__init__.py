@@ -1,0 +1,1 @@
+"""Physics shared by the estimators and the simulated fake."""

@@ -1,0 +1,30 @@
+"""Settings of the simulated fake controller (`driver: sim`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SimJointSettings:
+    """What the simulation knows that the agent must find out."""
+
+    backlash_rad: float = field(default=0.0, metadata={"ge": 0.0, "le": 0.05, "doc": "delta"})
+    pose_rad: float = field(default=0.0, metadata={"doc": "where the joint stands when stopped"})
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    seed: int = field(default=0, metadata={"ge": 0})
+    # Production timeline, in seconds after connect: runs, then stops for stop_length_s.
+    production_runs_s: float = field(default=0.0, metadata={"ge": 0.0})
+    stop_length_s: float = field(default=3600.0, metadata={"gt": 0.0})
+    permission: bool = True
+    alarms: tuple[str, ...] = ()
+    speed_override: float = field(default=1.0, metadata={"ge": 0.0, "le": 2.0})
+    encoder_noise_counts: float = field(
+        default=1.0, metadata={"ge": 0.0, "doc": "peak uniform noise on the encoder, in counts"}
+    )
+    # 0 runs cycles as fast as the computer can; 1 paces them in real time.
+    time_scale: float = field(default=0.0, metadata={"ge": 0.0, "le": 10.0})
+    joints: dict[str, SimJointSettings] = field(default_factory=dict)
