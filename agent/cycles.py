@@ -99,7 +99,7 @@ async def run_guarded_cycle(
     try:
         status = await asyncio.wait_for(driver.read_status(), limits.status_timeout_s)
     except (TimeoutError, DriverError) as exc:
-        raise InterlockError(f"cannot read controller status: {exc or 'timeout'}") from exc
+        raise InterlockError(f"cannot read controller status: {str(exc) or 'timeout'}") from exc
     problems = interlock_violations(status, rules, joint)
     if problems:
         raise InterlockError("; ".join(problems))
@@ -122,8 +122,8 @@ async def run_guarded_cycle(
                 break
             try:
                 status = await asyncio.wait_for(driver.read_status(), limits.status_timeout_s)
-            except (TimeoutError, DriverError) as exc:
-                reason = f"controller status lost during motion: {exc or 'timeout'}"
+            except Exception as exc:  # whatever the driver raises, the motion must stop
+                reason = f"controller status lost during motion: {str(exc) or 'timeout'}"
                 break
             problems = interlock_violations(status, rules, joint, running=True)
             if problems:

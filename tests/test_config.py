@@ -338,12 +338,17 @@ controllers:
 
 
 def test_unknown_driver(tmp_path: Path) -> None:
+    from drivers.base import available_drivers
+
+    installed = ", ".join(sorted(available_drivers()))
+    assert "sim" in installed.split(", ")
     assert problems(tmp_path, MINIMAL.replace("driver: sim", "driver: simm")) == [
-        "c.yaml:3: controllers[0].driver: expected an installed driver (sim), found 'simm' "
-        "(did you mean 'sim'?)"
+        f"c.yaml:3: controllers[0].driver: expected an installed driver ({installed}), "
+        "found 'simm' (did you mean 'sim'?)"
     ]
     assert problems(tmp_path, MINIMAL.replace("driver: sim", "driver: fanuc")) == [
-        "c.yaml:3: controllers[0].driver: expected an installed driver (sim), found 'fanuc'"
+        f"c.yaml:3: controllers[0].driver: expected an installed driver ({installed}), "
+        "found 'fanuc'"
     ]
 
 

@@ -261,14 +261,18 @@ def test_regressor_matches_pinocchio_with_tilted_base() -> None:
     tilt = 0.4  # rad, base turned about x: gravity no longer along axis 1
     robot = robot_file("ur5e").with_gravity((0.0, -9.81 * math.sin(tilt), -9.81 * math.cos(tilt)))
     q, qd, qdd = random_states(6, 15, seed=12)
-    assert relative_error(regressor(robot, q, qd, qdd), pinocchio_regressor(robot, q, qd, qdd)) < 1e-9
+    assert (
+        relative_error(regressor(robot, q, qd, qdd), pinocchio_regressor(robot, q, qd, qdd)) < 1e-9
+    )
 
 
 @pytest.mark.parametrize("convention", ["standard", "modified"])
 def test_regressor_matches_pinocchio_on_generic_chains(convention: str) -> None:
     robot = random_chain(convention, 7, seed=3)
     q, qd, qdd = random_states(7, 15, seed=13)
-    assert relative_error(regressor(robot, q, qd, qdd), pinocchio_regressor(robot, q, qd, qdd)) < 1e-9
+    assert (
+        relative_error(regressor(robot, q, qd, qdd), pinocchio_regressor(robot, q, qd, qdd)) < 1e-9
+    )
 
 
 def test_pinocchio_version_is_the_one_reported() -> None:
@@ -294,7 +298,9 @@ def test_torques_match_direct_newton_euler(robot: RobotDescription) -> None:
     q, qd, qdd = random_states(robot.n_joints, 30, seed=21)
     got = torques(robot, q, qd, qdd, rotor=True, friction=True)
     g = np.asarray(robot.gravity_m_s2)
-    expected = np.array([newton_euler_reference(robot, *s, g) for s in zip(q, qd, qdd, strict=True)])
+    expected = np.array(
+        [newton_euler_reference(robot, *s, g) for s in zip(q, qd, qdd, strict=True)]
+    )
     assert relative_error(got, expected) < 1e-10
 
 
@@ -401,3 +407,12 @@ def test_a_31_s_capture_at_1_khz_takes_well_under_a_second() -> None:
         best = min(best, time.perf_counter() - start)
     assert y.shape == (31_000, 6, 78)
     assert best < 0.8, f"regressor of 31,000 samples took {best:.3f} s"
+
+
+def test_motor_signals_must_match_the_link_samples() -> None:
+    robot = robot_file("planar2")
+    q = np.zeros((4, 2))
+    with pytest.raises(ValueError, match="motor_qdd has 3 samples, q has 4"):
+        regressor(robot, q, q, q, rotor=True, motor_qdd=np.zeros((3, 2)))
+    with pytest.raises(ValueError, match="motor_qd has 5 samples, q has 4"):
+        regressor(robot, q, q, q, friction=True, motor_qd=np.zeros((5, 2)))

@@ -67,7 +67,6 @@ class _Problem:
     t: Array
     r_proj: Array  # residual with the nuisance subspace removed
     q: Array  # orthonormal nuisance basis (N, p)
-    nuisance_coef: Array
     tf_center: float
     tf_band: float
     freq_hz: tuple[float, float]
@@ -113,9 +112,15 @@ class _Problem:
         return rmse, a_sin, b_cos
 
     def model(self, x: Array, a_sin: float, b_cos: float) -> Array:
+        """The fitted signature itself (not projected)."""
         ts, tau, omega, dur, td, tf = self.decode(x)
         s, c = signature_basis(self.t, ts, tau, omega, dur, td, tf)
         return np.asarray(a_sin * s[0] + b_cos * c[0])
+
+    def project(self, y: Array) -> Array:
+        """y without its offset and load-turn harmonics, as the fit compares it."""
+        rest: Array = y - self.q @ (self.q.T @ y)
+        return rest
 
 
 def residual_from_capture(capture: Capture) -> tuple[Array, float, list[str]]:
@@ -194,12 +199,13 @@ def fit_backlash_residual(
                 f"{settings.resonance_hz[0]:g}-{settings.resonance_hz[1]:g} Hz"
             )
 
-    q, nuisance_coef, r_proj = _project_nuisance(t, r, tf_center, settings.harmonics)
+    nuisance_basis = _nuisance_basis(t, tf_center, settings.harmonics)
+    q, _ = np.linalg.qr(nuisance_basis)
+    r_proj = r - q @ (q.T @ r)
     problem = _Problem(
         t=t,
         r_proj=r_proj,
         q=q,
-        nuisance_coef=nuisance_coef,
         tf_center=tf_center,
         tf_band=tf_band,
         freq_hz=(f_lo, f_hi),
@@ -218,6 +224,9 @@ def fit_backlash_residual(
     search = _search(problem, settings)
     rmse_arr, a_arr, b_arr = problem.solve(search.x[None, :])
     a_sin, b_cos = float(a_arr[0]), float(b_arr[0])
+    signature = problem.model(search.x, a_sin, b_cos)
+    # The offset and harmonics of the joint least-squares fit (signature and nuisance together).
+    nuisance_coef, *_ = np.linalg.lstsq(nuisance_basis, r - signature, rcond=None)
     ts, tau, omega, dur, td, tf = (float(v[0]) for v in problem.decode(search.x))
     # (ts, phase, Td) and (ts + Td, phase + pi, Tf - Td) are the same curve: report the one
     # whose first oscillation starts earlier in the turn, so equal fits print equal numbers.
@@ -232,7 +241,7 @@ def fit_backlash_residual(
         params[f"harmonic{k + 1}_rad_s"] = float(
             math.hypot(nuisance_coef[1 + 2 * k], nuisance_coef[2 + 2 * k])
         )
-    fitted = problem.model(search.x, a_sin, b_cos)
+    fitted = problem.project(signature)
     backlash = None
     if calibration is not None:
         backlash = calibration.backlash_rad(amplitude)
@@ -304,17 +313,13 @@ def _load_turn_period(
     return est, est, None, 0.005
 
 
-def _project_nuisance(t: Array, r: Array, tf: float, harmonics: int) -> tuple[Array, Array, Array]:
-    """Remove offset + load-turn harmonics; return the orthonormal basis, coefficients, rest."""
+def _nuisance_basis(t: Array, tf: float, harmonics: int) -> Array:
+    """Offset and the first load-turn harmonics: what the servo loop leaves of gravity."""
     cols = [np.ones_like(t)]
     w = 2.0 * math.pi / tf
     for k in range(1, harmonics + 1):
         cols += [np.cos(k * w * t), np.sin(k * w * t)]
-    basis = np.column_stack(cols)
-    coef, *_ = np.linalg.lstsq(basis, r, rcond=None)
-    q, _ = np.linalg.qr(basis)
-    rest: Array = r - basis @ coef
-    return np.asarray(q, dtype=np.float64), np.asarray(coef, dtype=np.float64), rest
+    return np.column_stack(cols)
 
 
 @dataclass
@@ -353,6 +358,9 @@ def _initial_point(problem: _Problem) -> Array:
 # Initial standard deviations per coordinate (unit cube): a grid cell in start time, a fair
 # share of the decay and duration ranges, a few spectral bins in frequency.
 _STDS = np.array([1.0 / 64, 0.15, 0.05, 0.3, 0.3, 0.3])
+# CMA-ES stops when the RMSE changes by less than this share of the residual's RMS, or the
+# search distribution shrinks below this size in the unit cube.
+_TOLS = (1e-5, 1e-6)
 _CONVERGED_REASONS = {"tolfun", "tolfunhist", "tolx", "tolstagnation", "tolflatfitness"}
 
 
@@ -370,9 +378,9 @@ def _run_cma(
         "popsize": popsize,
         "CMA_stds": list(stds[active]),
         "maxfevals": budget,
-        "tolfun": 1e-6 * scale,
-        "tolfunhist": 1e-7 * scale,
-        "tolx": 1e-7,
+        "tolfun": _TOLS[0] * scale,
+        "tolfunhist": 0.1 * _TOLS[0] * scale,
+        "tolx": _TOLS[1],
         "verbose": -9,
         "verb_log": 0,
         "verb_disp": 0,

@@ -10,6 +10,12 @@ than whatever the pivoting happened to prefer. Every dependent column is written
 combination of base columns: W_dep = W_base @ beta, hence
 
     torques = W @ pi = W_base @ (pi_base_cols + beta @ pi_dep_cols) = W_base @ (K @ pi).
+
+Which rotor inertias are identifiable depends on the rotor model. With the one of paper 004
+(assumption iii: a rotor only spins, adding Ia_j * qdd_j to joint j alone), Ia1 always merges
+with the inertia of link 1 about axis 1, and Ia2 with that of link 2 about axis 2 whenever
+axis 2 is perpendicular to axis 1 (UR5e, PUMA 560): hence 36 -> 40 base parameters on the UR5e
+with rotors, not 42. Coulomb and viscous friction add 2 per joint (52/54).
 """
 
 from __future__ import annotations
@@ -182,13 +188,13 @@ def reduce_regressor(
     r_ord = scipy.linalg.qr(wn[:, pref], mode="r")[0]
     rdiag = np.abs(np.diag(r_ord))
     kept = [pref[k] for k in range(n_p) if rdiag[k] > rtol and not zero[pref[k]]]
-    dropped = [pref[k] for k in range(n_p) if pref[k] not in set(kept)]
+    kept_set = set(kept)
+    dropped = [c for c in pref if c not in kept_set]
     if len(kept) != rank:
         raise EstimationError(
             f"numerical rank is ambiguous: pivoted QR finds {rank}, ordered QR keeps {len(kept)}"
             f" (rtol {rtol:g}); excite more or change rtol"
         )
-    kept_set = set(kept)
     smallest_kept = float(min((rdiag[k] for k in range(n_p) if pref[k] in kept_set), default=0.0))
     largest_dropped = float(
         max((rdiag[k] for k in range(n_p) if pref[k] not in kept_set), default=0.0)

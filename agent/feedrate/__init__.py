@@ -1,1 +1,1 @@
-"""Feedrate modulation at axis reversals (paper 001): geometry, profiles, streaming G-code filter."""
+"""Feedrate modulation at axis reversals (paper 001): geometry, profiles, G-code filter."""

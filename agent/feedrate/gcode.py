@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
-from typing import BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from agent.feedrate.gcode_lex import GcodeError, Lexed, lex_line
 from agent.feedrate.geometry import (
@@ -82,13 +82,32 @@ PLANE_GCODE = {Plane.XY: 17, Plane.ZX: 18, Plane.YZ: 19}
 # Centre-offset letters along the plane's first and second axis (I->X, J->Y, K->Z).
 PLANE_OFFSETS = {Plane.XY: ("I", "J"), Plane.ZX: ("K", "I"), Plane.YZ: ("J", "K")}
 
-_MOTION_G = {0: Motion.RAPID, 10: Motion.LINEAR, 20: Motion.CW, 30: Motion.CCW}
-_PLANE_G = {170: Plane.XY, 180: Plane.ZX, 190: Plane.YZ}
-_UNITS_G = {200: Units.INCH, 210: Units.MM}
-_DISTANCE_G = {900: DistanceMode.ABSOLUTE, 910: DistanceMode.INCREMENTAL}
-_FEED_G = {930: FeedMode.INVERSE_TIME, 940: FeedMode.UNITS_PER_MIN}
 PASSIVE_GCODES = frozenset({540, 550, 560, 570, 580, 590, 610, 611, 640})
+# Modal groups of the G codes understood, by their integer tenths (G61.1 -> 611).
+_MOTION, _PLANE, _UNITS, _DISTANCE, _FEED_MODE, _DWELL, _PASSIVE = range(7)
+_GROUP_NAMES = ("motion", "plane", "units", "distance", "feed mode", "dwell", "passive")
+_G_TABLE: dict[int, tuple[int, object]] = {
+    0: (_MOTION, Motion.RAPID),
+    10: (_MOTION, Motion.LINEAR),
+    20: (_MOTION, Motion.CW),
+    30: (_MOTION, Motion.CCW),
+    40: (_DWELL, None),
+    170: (_PLANE, Plane.XY),
+    180: (_PLANE, Plane.ZX),
+    190: (_PLANE, Plane.YZ),
+    200: (_UNITS, Units.INCH),
+    210: (_UNITS, Units.MM),
+    900: (_DISTANCE, DistanceMode.ABSOLUTE),
+    910: (_DISTANCE, DistanceMode.INCREMENTAL),
+    930: (_FEED_MODE, FeedMode.INVERSE_TIME),
+    940: (_FEED_MODE, FeedMode.UNITS_PER_MIN),
+    **{code: (_PASSIVE, None) for code in PASSIVE_GCODES},
+}
+_SCALE = {Units.MM: 1.0, Units.INCH: MM_PER_INCH}
 _KNOWN_LETTERS = frozenset("XYZIJKRFSTP")
+_PLAIN_LETTERS = frozenset("XYZIJKRF")
+_ARC_LETTERS = frozenset("IJKR")
+_ARC_MOTIONS = (Motion.CW, Motion.CCW)
 _PROGRAM_END_M = frozenset({20, 300})
 
 
@@ -120,11 +139,14 @@ class Modal:
     feed_mm_s: float | None = None  # G94 feed; None when undefined (and always in G93)
 
 
-@dataclass(frozen=True, slots=True)
-class Block:
-    """One parsed line. `motion` is the move it makes (None for no move); start/end are
-    absolute program coordinates in mm. Feed moves carry `feed_mm_s` (for G93 lines derived
-    from the line's duration 60/F, which `inverse_time_f` keeps)."""
+class Block(NamedTuple):
+    """One parsed line, immutable. `motion` is the move it makes (None for no move); start
+    and end are absolute program coordinates in mm. Feed moves carry `feed_mm_s` (for G93
+    lines derived from the line's duration 60/F, which `inverse_time_f` keeps).
+
+    A NamedTuple rather than a frozen dataclass: one is built per streamed line and this is
+    four times cheaper to construct.
+    """
 
     line_no: int
     text: str
@@ -132,6 +154,7 @@ class Block:
     motion: Motion | None
     start_mm: Vec3
     end_mm: Vec3
+    length_mm: float = 0.0
     feed_mm_s: float | None = None
     inverse_time_f: float | None = None
     arc: ArcSegment | None = None
@@ -140,7 +163,6 @@ class Block:
     has_checksum: bool = False
     skipped: bool = False  # block-deleted (options.block_delete) or a '%' tape mark
     dwell_s: float | None = None
-    _length_mm: float | None = field(default=None, repr=False, compare=False)
 
     @property
     def centre_mm(self) -> Vec3 | None:
@@ -149,14 +171,6 @@ class Block:
     @property
     def clockwise(self) -> bool | None:
         return None if self.arc is None else self.arc.clockwise
-
-    @property
-    def length_mm(self) -> float:
-        if self._length_mm is not None:
-            return self._length_mm
-        if self.motion is None:
-            return 0.0
-        return self.primitive().length  # type: ignore[union-attr]
 
     @property
     def duration_s(self) -> float | None:
@@ -173,6 +187,27 @@ class Block:
         if self.arc is not None:
             return self.arc
         return LineSegment(self.start_mm, self.end_mm)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self._asdict()
+        out["modal"] = {
+            "units": self.modal.units.name,
+            "distance": self.modal.distance.name,
+            "plane": self.modal.plane.name,
+            "motion": None if self.modal.motion is None else self.modal.motion.name,
+            "feed_mode": self.modal.feed_mode.name,
+            "feed_mm_s": self.modal.feed_mm_s,
+        }
+        out["motion"] = None if self.motion is None else self.motion.name
+        out["arc"] = None
+        if self.arc is not None:
+            out["arc"] = {
+                "centre_mm": self.arc.centre,
+                "clockwise": self.arc.clockwise,
+                "radius_mm": self.arc.radius,
+                "sweep_rad": self.arc.sweep_rad,
+            }
+        return out
 
 
 class ModalState:
@@ -236,12 +271,12 @@ class ModalState:
         pos = self._pos
         if lx.tape_mark or (lx.block_delete and self._options.block_delete):
             return Block(
-                line_no, text, self._modal, None, pos, pos,
+                line_no, text, self._modal, None, pos, pos, 0.0,
                 line_number=lx.line_number, has_checksum=lx.checksum is not None, skipped=True,
             )  # fmt: skip
         if not lx.g and not lx.m and not lx.values:
             return Block(
-                line_no, text, self._modal, None, pos, pos,
+                line_no, text, self._modal, None, pos, pos, 0.0,
                 line_number=lx.line_number, has_checksum=lx.checksum is not None,
             )  # fmt: skip
         return self._apply_words(lx, text, line_no)
@@ -253,34 +288,37 @@ class ModalState:
         old = self._modal
         motion_word: Motion | None = None
         plane, units, distance, feed_mode = old.plane, old.units, old.distance, old.feed_mode
-        seen: set[str] = set()
         dwell = False
-        for code in lx.g:
-            group = _group_of(code)
-            if group is None:
-                raise self._error(line_no, text, f"unsupported G code {_gname(code)}")
-            if group in seen and group != "passive":
-                raise self._error(line_no, text, f"two {group} codes in one line")
-            seen.add(group)
-            if group == "motion":
-                motion_word = _MOTION_G[code]
-            elif group == "plane":
-                plane = _PLANE_G[code]
-            elif group == "units":
-                units = _UNITS_G[code]
-            elif group == "distance":
-                distance = _DISTANCE_G[code]
-            elif group == "feed mode":
-                feed_mode = _FEED_G[code]
-            elif group == "dwell":
-                dwell = True
+        if lx.g:
+            seen = 0
+            for code in lx.g:
+                entry = _G_TABLE.get(code)
+                if entry is None:
+                    raise self._error(line_no, text, f"unsupported G code {_gname(code)}")
+                group, value = entry
+                bit = 1 << group
+                if seen & bit and group != _PASSIVE:
+                    raise self._error(line_no, text, f"two {_GROUP_NAMES[group]} codes in one line")
+                seen |= bit
+                if group == _MOTION:
+                    motion_word = value  # type: ignore[assignment]
+                elif group == _PLANE:
+                    plane = value  # type: ignore[assignment]
+                elif group == _UNITS:
+                    units = value  # type: ignore[assignment]
+                elif group == _DISTANCE:
+                    distance = value  # type: ignore[assignment]
+                elif group == _FEED_MODE:
+                    feed_mode = value  # type: ignore[assignment]
+                elif group == _DWELL:
+                    dwell = True
         values = lx.values
-        for letter in values:
-            if letter not in _KNOWN_LETTERS:
-                raise self._error(line_no, text, f"unknown word {letter}")
+        if not _KNOWN_LETTERS.issuperset(values):
+            bad = sorted(set(values) - _KNOWN_LETTERS)
+            raise self._error(line_no, text, f"unknown word {bad[0]}")
 
         feed = old.feed_mm_s if feed_mode is old.feed_mode else None
-        scale = units.mm_per_unit
+        scale = _SCALE[units]
         inverse_f: float | None = None
         if "F" in values:
             f = values["F"]
@@ -290,29 +328,14 @@ class ModalState:
                 inverse_f = f
             else:
                 feed = f * scale / 60.0
-        if "S" in values:
-            if values["S"] < 0.0:
-                raise self._error(line_no, text, "negative spindle speed S")
-            self.spindle_rpm = values["S"]
-        if "T" in values:
-            t = values["T"]
-            if t < 0.0 or t != int(t):
-                raise self._error(line_no, text, f"tool number T{t:g} is not a whole number")
-            self.tool = int(t)
         dwell_s: float | None = None
-        if dwell:
-            if "P" not in values or values["P"] < 0.0:
-                raise self._error(line_no, text, "G4 without a dwell time P >= 0")
-            dwell_s = values["P"]
-        elif "P" in values:
-            raise self._error(line_no, text, "P word without G4")
+        if not _PLAIN_LETTERS.issuperset(values) or dwell:
+            dwell_s = self._other_words(values, dwell, text, line_no)
 
         motion_mode = motion_word if motion_word is not None else old.motion
         has_axes = "X" in values or "Y" in values or "Z" in values
-        offsets = [letter for letter in "IJK" if letter in values]
-        has_r = "R" in values
-        moves = has_axes or bool(offsets) or has_r
-        if motion_word in (Motion.CW, Motion.CCW) and not moves:
+        arc_words = not _ARC_LETTERS.isdisjoint(values)
+        if motion_word in _ARC_MOTIONS and not (has_axes or arc_words):
             raise self._error(line_no, text, f"{_gname(motion_word.value * 10)} without I/J/K or R")
 
         pos = self._pos
@@ -320,26 +343,36 @@ class ModalState:
         arc: ArcSegment | None = None
         block_motion: Motion | None = None
         block_feed: float | None = None
-        length: float | None = None
-        if moves:
+        length = 0.0
+        if has_axes or arc_words:
             if motion_mode is None:
                 raise self._error(line_no, text, "axis words without a motion mode (G0/G1/G2/G3)")
-            if (offsets or has_r) and motion_mode not in (Motion.CW, Motion.CCW):
-                letters = "/".join(offsets + (["R"] if has_r else []))
+            if arc_words and motion_mode not in _ARC_MOTIONS:
+                letters = "/".join(c for c in "IJKR" if c in values)
                 raise self._error(line_no, text, f"{letters} without G2/G3")
-            target = [pos[0], pos[1], pos[2]]
-            for i, letter in enumerate("XYZ"):
-                if letter in values:
-                    v = values[letter] * scale
-                    target[i] = v if distance is DistanceMode.ABSOLUTE else pos[i] + v
-            end = (target[0], target[1], target[2])
-            if motion_mode in (Motion.CW, Motion.CCW):
+            x, y, z = pos
+            if distance is DistanceMode.ABSOLUTE:
+                if "X" in values:
+                    x = values["X"] * scale
+                if "Y" in values:
+                    y = values["Y"] * scale
+                if "Z" in values:
+                    z = values["Z"] * scale
+            else:
+                if "X" in values:
+                    x += values["X"] * scale
+                if "Y" in values:
+                    y += values["Y"] * scale
+                if "Z" in values:
+                    z += values["Z"] * scale
+            end = (x, y, z)
+            if motion_mode in _ARC_MOTIONS:
                 arc = self._arc(lx, text, line_no, pos, end, plane, scale, motion_mode)
                 length = arc.length
+            else:
+                length = math.dist(pos, end)
             block_motion = motion_mode
             if motion_mode is not Motion.RAPID:
-                if length is None:
-                    length = math.dist(pos, end)
                 if feed_mode is FeedMode.INVERSE_TIME:
                     if inverse_f is None or inverse_f <= 0.0:
                         raise self._error(
@@ -353,7 +386,7 @@ class ModalState:
                         raise self._error(line_no, text, "feed rate is zero")
                     block_feed = feed
 
-        if any(m in _PROGRAM_END_M for m in lx.m):
+        if lx.m and not _PROGRAM_END_M.isdisjoint(lx.m):
             plane, distance = Plane.XY, DistanceMode.ABSOLUTE
             if feed_mode is not FeedMode.UNITS_PER_MIN:
                 feed_mode, feed = FeedMode.UNITS_PER_MIN, None
@@ -361,12 +394,12 @@ class ModalState:
         if feed_mode is FeedMode.INVERSE_TIME:
             feed = None
         if (
-            units is not old.units
+            motion_mode is not old.motion
+            or feed != old.feed_mm_s
+            or units is not old.units
             or distance is not old.distance
             or plane is not old.plane
-            or motion_mode is not old.motion
             or feed_mode is not old.feed_mode
-            or feed != old.feed_mm_s
         ):
             self._modal = Modal(units, distance, plane, motion_mode, feed_mode, feed)
         self._pos = end
@@ -377,15 +410,37 @@ class ModalState:
             block_motion,
             pos,
             end,
-            feed_mm_s=block_feed,
-            inverse_time_f=inverse_f if block_motion is not None else None,
-            arc=arc,
-            explicit_motion=motion_word is not None,
-            line_number=lx.line_number,
-            has_checksum=lx.checksum is not None,
-            dwell_s=dwell_s,
-            _length_mm=length if block_motion is not None else None,
+            length,
+            block_feed,
+            inverse_f if block_motion is not None else None,
+            arc,
+            motion_word is not None,
+            lx.line_number,
+            lx.checksum is not None,
+            False,
+            dwell_s,
         )
+
+    def _other_words(
+        self, values: dict[str, float], dwell: bool, text: str, line_no: int
+    ) -> float | None:
+        """S, T and the G4 dwell time P; returns the dwell in s."""
+        if "S" in values:
+            if values["S"] < 0.0:
+                raise self._error(line_no, text, "negative spindle speed S")
+            self.spindle_rpm = values["S"]
+        if "T" in values:
+            t = values["T"]
+            if t < 0.0 or t != int(t):
+                raise self._error(line_no, text, f"tool number T{t:g} is not a whole number")
+            self.tool = int(t)
+        if dwell:
+            if "P" not in values or values["P"] < 0.0:
+                raise self._error(line_no, text, "G4 without a dwell time P >= 0")
+            return values["P"]
+        if "P" in values:
+            raise self._error(line_no, text, "P word without G4")
+        return None
 
     def _arc(
         self,
@@ -439,24 +494,6 @@ class ModalState:
                 f"arc radius mismatch start/end: {arc.radius:.4f} vs {arc.end_radius:.4f} mm",
             )
         return arc
-
-
-def _group_of(code: int) -> str | None:
-    if code in _MOTION_G:
-        return "motion"
-    if code in _PLANE_G:
-        return "plane"
-    if code in _UNITS_G:
-        return "units"
-    if code in _DISTANCE_G:
-        return "distance"
-    if code in _FEED_G:
-        return "feed mode"
-    if code == 40:
-        return "dwell"
-    if code in PASSIVE_GCODES:
-        return "passive"
-    return None
 
 
 def parse_lines(

@@ -144,6 +144,7 @@ class GcodeEmitter:
         self.inverse_time = inverse_time
         self._n = self.dialect.first_line_number
         self._residual_mm = [0.0, 0.0, 0.0]
+        self._carry = False  # some G91 rounding is being carried
         self._expected: Modal | None = None
         self._in_g93 = False
         self._pending_motion: Motion | None = None
@@ -167,18 +168,23 @@ class GcodeEmitter:
         """The block's line as the output needs it: byte-identical unless line numbers are
         regenerated or a modal motion word must be made explicit; preceded by the lines that
         restore the modal state after replaced blocks."""
-        out = self._restore() if self._expected is not None else ""
         text = block.text
-        if self._pending_motion is not None:
-            if block.explicit_motion or block.modal.motion is not self._pending_motion:
-                self._pending_motion = None
-            elif block.motion is not None:
-                text = insert_motion_word(text, self._pending_motion)
-                self._pending_motion = None
-        if block.motion is not None and block.modal.distance is DistanceMode.ABSOLUTE:
-            self._absolute_move(block)
-        if not self.dialect.renumber:
-            return out + text
+        if self._expected is None and self._pending_motion is None and not self._carry:
+            if not self.dialect.renumber:
+                return text
+            out = ""
+        else:
+            out = self._restore() if self._expected is not None else ""
+            if self._pending_motion is not None:
+                if block.explicit_motion or block.modal.motion is not self._pending_motion:
+                    self._pending_motion = None
+                elif block.motion is not None:
+                    text = insert_motion_word(text, self._pending_motion)
+                    self._pending_motion = None
+            if self._carry and block.motion is not None:
+                self._absolute_move(block)
+            if not self.dialect.renumber:
+                return out + text
         if block.skipped and not block.text.lstrip().startswith("/"):
             return out  # a '%' tape mark has no place in a numbered stream
         code = strip_number_and_checksum(text)
@@ -187,12 +193,13 @@ class GcodeEmitter:
     def _absolute_move(self, block: Block) -> None:
         # An absolute move puts the controller exactly where the program says on the axes it
         # names, which clears the G91 rounding carried on those axes.
-        if self._residual_mm == [0.0, 0.0, 0.0]:
+        if block.modal.distance is not DistanceMode.ABSOLUTE:
             return
         values = lex_line(block.text, block.line_no).values
         for i, letter in enumerate("XYZ"):
             if letter in values:
                 self._residual_mm[i] = 0.0
+        self._carry = any(r != 0.0 for r in self._residual_mm)
 
     def _restore(self) -> str:
         exp = self._expected
@@ -309,19 +316,22 @@ class GcodeEmitter:
         scale = modal.units.mm_per_unit
         dec = self.dialect.coordinate_decimals(modal.units)
         parts: list[str] = []
+        res = self._residual_mm
         if modal.distance is DistanceMode.ABSOLUTE:
             for i, letter in enumerate("XYZ"):
                 new = round(p[i] / scale, dec)
                 if new != round(prev[i] / scale, dec):
                     parts.append(letter + format_number(new, dec))
+                    res[i] = 0.0
+            self._carry = any(r != 0.0 for r in res)
             return " ".join(parts)
-        res = self._residual_mm
         for i, letter in enumerate("XYZ"):
             want = (p[i] - prev[i] + res[i]) / scale
             written = round(want, dec)
             res[i] = (want - written) * scale
             if written != 0.0:
                 parts.append(letter + format_number(written, dec))
+        self._carry = any(r != 0.0 for r in res)
         return " ".join(parts)
 
 

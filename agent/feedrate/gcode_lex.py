@@ -99,26 +99,31 @@ def split_line(line: str) -> tuple[str, int, str | None, str | None]:
 def lex_line(text: str, line_no: int, source: str | None = None) -> Lexed:
     """Lex one line (its terminator, if any, is ignored). Raises GcodeError."""
     line = text.rstrip("\r\n")
-    code, star, digits, problem = split_line(line)
-    if problem is not None:
-        raise GcodeError(line_no, text, problem, source)
     given: int | None = None
-    if star >= 0:
-        assert digits is not None
-        digits = digits.strip()
-        if not digits.isdigit() or not digits.isascii():
-            raise GcodeError(line_no, text, f"checksum '*{digits}' is not a number", source)
-        given = int(digits)
-        expected = checksum(line[:star])
-        if given != expected:
-            raise GcodeError(line_no, text, f"bad checksum *{given}, expected *{expected}", source)
+    if "(" in line or ")" in line or ";" in line or "*" in line:
+        code, star, digits, problem = split_line(line)
+        if problem is not None:
+            raise GcodeError(line_no, text, problem, source)
+        if star >= 0:
+            assert digits is not None
+            digits = digits.strip()
+            if not digits.isdigit() or not digits.isascii():
+                raise GcodeError(line_no, text, f"checksum '*{digits}' is not a number", source)
+            given = int(digits)
+            expected = checksum(line[:star])
+            if given != expected:
+                raise GcodeError(
+                    line_no, text, f"bad checksum *{given}, expected *{expected}", source
+                )
+    else:
+        code = line
     if not code.isascii():
         raise GcodeError(line_no, text, "non-ASCII character outside a comment", source)
     code = "".join(code.split()).upper()
-    block_delete = code.startswith("/")
+    block_delete = code[:1] == "/"
     if block_delete:
         code = code[1:]
-    if code.startswith("%"):
+    if code[:1] == "%":
         if code != "%":
             raise GcodeError(line_no, text, "text after the '%' tape mark", source)
         return Lexed((), (), {}, None, given, block_delete, True)
@@ -128,15 +133,19 @@ def lex_line(text: str, line_no: int, source: str | None = None) -> Lexed:
     m: list[int] = []
     values: dict[str, float] = {}
     line_number: int | None = None
-    for index, (letter, number) in enumerate(_WORD.findall(code)):
+    first = True
+    for letter, number in _WORD.findall(code):
         if letter == "G" or letter == "M":
-            tenths = float(number) * 10.0
-            code_value = round(tenths)
-            if abs(tenths - code_value) > 1e-6 or code_value < 0:
-                raise GcodeError(line_no, text, f"bad code {letter}{number}", source)
+            if number.isdigit():
+                code_value = int(number) * 10
+            else:
+                tenths = float(number) * 10.0
+                code_value = round(tenths)
+                if abs(tenths - code_value) > 1e-6 or code_value < 0:
+                    raise GcodeError(line_no, text, f"bad code {letter}{number}", source)
             (g if letter == "G" else m).append(code_value)
         elif letter == "N":
-            if index != 0:
+            if not first:
                 raise GcodeError(line_no, text, "line number N must start the line", source)
             if not number.isdigit():
                 raise GcodeError(line_no, text, f"line number N{number} is not an integer", source)
@@ -145,6 +154,7 @@ def lex_line(text: str, line_no: int, source: str | None = None) -> Lexed:
             raise GcodeError(line_no, text, f"word {letter} given twice", source)
         else:
             values[letter] = float(number)
+        first = False
     return Lexed(tuple(g), tuple(m), values, line_number, given, block_delete, False)
 
 

@@ -18,8 +18,9 @@ k = 4 matches the paper's n = 10 profile. Each transition covers V_c T / 2 of pa
 Window choice (`plan_window`): t* is bounded by geometry (the path excursion about the turning
 point, max |s(t)| over the window, must stay within the arc over which the osculating circle is
 within eps, eq. 6 - passed in as `allowed_half_arc_m`) and should let the gear take up the
-backlash before the window ends (Delta t <= t*, section 5.3), computed with eq. 32 on the
-osculating circle. All evaluation is vectorised over arrays of times.
+backlash before the window ends (section 5.3: t* >= Delta t), found by simulating the
+reversing axis through the window on the osculating circle. All evaluation is vectorised over
+arrays of times.
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.models.axis import AxisParams
-from agent.models.axis_pid import gap_take_up_s
+from agent.models.axis_pid import AxisCommand, simulate_axis
 
 Array = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
 ArrayLike = float | Array | list[float]
 
 
@@ -112,6 +114,7 @@ class FeedrateProfile(Protocol):
     def arc_end_m(self) -> float: ...
     def speed_m_s(self, t: ArrayLike) -> Array: ...
     def arc_length_m(self, t: ArrayLike) -> Array: ...
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 # ------------------------------------------------------------------------ the paper's profile
@@ -360,7 +363,7 @@ class CompositeFeedrate:
         """Window duration minus the time of its arc at V_c: dwell + (decel + accel) / 2."""
         return self.dwell_s + 0.5 * (self.decel_s + self.accel_s)
 
-    def _phases(self, t: Array) -> tuple[Array, Array, Array, Array]:
+    def _phases(self, t: Array) -> tuple[Array, Array, BoolArray, BoolArray]:
         half = 0.5 * self.dwell_s
         u_dec = (t - self.window_start_s) / self.decel_s
         u_acc = (t - half) / self.accel_s
@@ -419,22 +422,22 @@ class WindowPlan:
 
     profile: BernsteinFeedrate
     policy: str
-    geometric_limit_s: float  # largest t* whose path excursion stays within the allowed arc
-    backlash_s: float | None  # take-up time after the turning point (eq. 32); None: not in 4 t*
-    backlash_inside: bool  # backlash_s <= t*
+    geometric_limit_s: float  # largest t* allowed (path excursion within the arc, and the cap)
+    take_up_end_s: float | None  # gear engaged again at this instant (t = 0: turning point)
+    backlash_inside: bool  # take_up_end_s <= t*
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "policy": self.policy,
             "half_window_s": self.profile.half_window_s,
             "geometric_limit_s": self.geometric_limit_s,
-            "backlash_s": self.backlash_s,
+            "take_up_end_s": self.take_up_end_s,
             "backlash_inside": self.backlash_inside,
             "profile": self.profile.to_dict(),
         }
 
 
-def osculating_reversal_command(profile: FeedrateProfile, radius_m: float) -> Any:
+def osculating_reversal_command(profile: FeedrateProfile, radius_m: float) -> AxisCommand:
     """The reversing axis on the osculating circle, X = rho (cos(s/rho) - 1) (eq. 30), and X'."""
 
     def command(t: Array) -> tuple[Array, Array]:
@@ -444,19 +447,30 @@ def osculating_reversal_command(profile: FeedrateProfile, radius_m: float) -> An
     return command
 
 
-def backlash_in_window_s(
+def take_up_instant_s(
     axis: AxisParams, profile: FeedrateProfile, radius_m: float, *, step_s: float = 1e-3,
-    horizon_s: float | None = None,
+    lead_s: float = 1.5,
 ) -> float | None:
-    """Delta t of eq. 32 for a reversal at t = 0 on the osculating circle under `profile`.
+    """When (t = 0 at the turning point) the gear has taken up the backlash of this reversal.
 
-    Assumes ideal tracking up to the turning point (x_i = X(0) = 0) and the paper's end rule
-    |theta_m| = dtheta_m; None when the gap is not crossed within horizon_s (default 4 t*).
+    The reversing axis is simulated with the full dead zone (`simulate_axis`, trigger
+    "reversal": the gap opens when the axis really reverses, some ms after the command does,
+    from wherever the loop has carried it) on the osculating circle, starting `lead_s` before
+    the window on the commanded state (the start-up transient decays as e^{-gamma lead_s}).
+    Returns the end of the last gap phase that opens before the window ends (retrograde
+    profiles reverse the axis several times), None if one is still open a window-length later.
+    Assuming instead ideal tracking (gap opening at t = 0 with x_i = X(0)) would misjudge it by
+    ~12% at the paper's constant feed (0.133 s against 0.1187 s).
     """
     window = profile.window_end_s - profile.window_start_s
-    horizon = 2.0 * window if horizon_s is None else horizon_s
-    return gap_take_up_s(axis, osculating_reversal_command(profile, radius_m), 0.0, 0.0,
-                         horizon_s=horizon, step_s=step_s)
+    start = profile.window_start_s - lead_s
+    end = profile.window_end_s + window
+    run = simulate_axis(axis, osculating_reversal_command(profile, radius_m), start, end,
+                        step_s=step_s, trigger="reversal")
+    ends = [i.end_s for i in run.intervals if i.start_s <= profile.window_end_s]
+    if not ends or any(e is None for e in ends):
+        return None
+    return float(max(e for e in ends if e is not None))
 
 
 def plan_window(
@@ -475,16 +489,21 @@ def plan_window(
     """Choose t* for the paper's profile at one turning point.
 
     The path excursion about the turning point scales with t* (s(t) = t* sigma(tau)), so the
-    geometric limit is allowed_half_arc / max|sigma| (allowed_half_arc is |s| of eq. 6). Within
-    it, "longest" takes the largest t* (capped by max_half_window_s: the least backlash error,
-    the most cycle time) and "shortest" the least t* with Delta t(t*) <= t* (bisection; assumes
-    the feasible t* form an interval, which holds because Delta t grows slower than t*). When
-    even the geometric limit cannot contain the take-up, the plan says so (backlash_inside False)
-    and uses the limit.
+    geometric limit is allowed_half_arc / max|sigma| (allowed_half_arc is |s| of eq. 6; inf for
+    an exact circle, then max_half_window_s must bound it). Within it, "longest" takes the
+    largest t* (capped by max_half_window_s: the least backlash error, the most cycle time) and
+    "shortest" the least t* whose take-up ends inside the window (bisection to 0.01% of t*;
+    assumes the feasible t* form an interval: the take-up time grows slower than t*). When even
+    the longest window cannot contain the take-up the plan says so (backlash_inside False).
     """
     _check_positive("plan_window.nominal_m_s", nominal_m_s)
     _check_positive("plan_window.radius_m", radius_m)
-    _check_positive("plan_window.allowed_half_arc_m", allowed_half_arc_m)
+    if not (allowed_half_arc_m > 0):  # inf is fine: a circle is its own osculating circle
+        raise ValueError(f"plan_window.allowed_half_arc_m: expected > 0, got "
+                         f"{allowed_half_arc_m!r}")
+    if math.isinf(allowed_half_arc_m) and max_half_window_s is None:
+        raise ValueError("plan_window: allowed_half_arc_m is infinite (the path is a circle), "
+                         "so max_half_window_s must bound the window")
     if policy not in ("longest", "shortest"):
         raise ValueError(f"plan_window.policy: expected 'longest' or 'shortest', got {policy!r}")
     unit = symmetric_feedrate(nominal_m_s, 1.0, ratio=ratio, degree=degree,
@@ -492,29 +511,25 @@ def plan_window(
     limit = allowed_half_arc_m / unit.excursion_m
     if max_half_window_s is not None:
         _check_positive("plan_window.max_half_window_s", max_half_window_s)
-        limit_used = min(limit, max_half_window_s)
-    else:
-        limit_used = limit
+        limit = min(limit, max_half_window_s)
 
     def make(ts: float) -> BernsteinFeedrate:
         return BernsteinFeedrate(unit.coefficients_m_s, ts)
 
     def take_up(ts: float) -> float | None:
-        return backlash_in_window_s(axis, make(ts), radius_m, step_s=min(step_s, ts / 50.0))
+        return take_up_instant_s(axis, make(ts), radius_m, step_s=min(step_s, ts / 50.0))
 
-    best = limit_used
-    dt_best = take_up(best)
-    inside = dt_best is not None and dt_best <= best
+    best = limit
+    end_best = take_up(best)
+    inside = end_best is not None and end_best <= best
     if policy == "shortest" and inside:
         lo, hi = 0.0, best
-        for _ in range(40):
+        while hi - lo > 1e-4 * hi:
             mid = 0.5 * (lo + hi)
-            dt_mid = take_up(mid)
-            if dt_mid is not None and dt_mid <= mid:
-                hi, dt_best = mid, dt_mid
+            end_mid = take_up(mid)
+            if end_mid is not None and end_mid <= mid:
+                hi, end_best = mid, end_mid
             else:
                 lo = mid
-            if hi - lo <= 1e-4 * hi:
-                break
         best = hi
-    return WindowPlan(make(best), policy, limit, dt_best, inside)
+    return WindowPlan(make(best), policy, limit, end_best, inside)

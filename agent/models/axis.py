@@ -1,4 +1,4 @@
-"""CNC axis with gear backlash (paper 001, sections 3-4): parameters and the P-controller closed form.
+"""CNC axis with gear backlash (paper 001, sections 3-4): parameters, P-controller closed form.
 
 Dead-zone model of section 3: while the gear is engaged the axis position x obeys eq. 8,
 b x'' + c x' + x = X (P controller; eq. 7 for PI/PID, see `agent.models.axis_pid`). When the
@@ -93,7 +93,7 @@ class AxisParams:
         integral_gain_v_m_s: float = 0.0,
         derivative_gain_v_s_m: float = 0.0,
     ) -> AxisParams:
-        """Eq. 9 and section 3.4 from the block diagram's parts (J, B are motor-side totals, eq. 12)."""
+        """Eq. 9 and section 3.4 from the block diagram's parts (J, B: motor-side totals, eq 12)."""
         if not (proportional_gain_v_m > 0 and inertia_kg_m2 > 0 and motor_inertia_kg_m2 > 0):
             raise ValueError("AxisParams.from_physical: proportional_gain_v_m, inertia_kg_m2 and "
                              "motor_inertia_kg_m2 must be > 0")
@@ -143,7 +143,7 @@ class AxisParams:
 
     @property
     def motor_gain_rad_m_s2(self) -> float:
-        """C = k_p k_a k_t / J_m = N / (eta r b) of eq. 16: motor acceleration per metre of error."""
+        """C = k_p k_a k_t / J_m = N / (eta r b) of eq. 16: motor acceleration per metre error."""
         return self.gear_ratio / (
             self.motor_inertia_fraction * self.screw_lead_m_per_rad * self.b_s2)
 
@@ -234,7 +234,9 @@ class HarmonicConstants:
         }
 
 
-def harmonic_constants(params: AxisParams, amplitude_m: float, omega_rad_s: float) -> HarmonicConstants:
+def harmonic_constants(
+    params: AxisParams, amplitude_m: float, omega_rad_s: float
+) -> HarmonicConstants:
     """gamma, lambda, p, q (eq. 20) and phi (section 4.1) for X = a sin(Omega t)."""
     if not (amplitude_m > 0 and omega_rad_s > 0):
         raise ValueError(f"harmonic command: amplitude_m and omega_rad_s must be > 0, got "
@@ -371,7 +373,7 @@ def _first_crossing(
     """First sample interval [t_j, t_j + step] in (t0, limit] where values goes from >= 0 to < 0."""
     start = t0
     while start < limit:
-        grid = start + step * np.arange(chunk + 1)
+        grid = start + step * np.arange(chunk + 1, dtype=float)
         v = values(grid)
         idx = np.nonzero((v[:-1] >= 0) & (v[1:] < 0))[0]
         if idx.size:
@@ -383,7 +385,7 @@ def _first_crossing(
 
 @dataclass(frozen=True)
 class HarmonicReversal:
-    """One axis reversal of the closed-form run: its instant, held position and backlash interval."""
+    """One axis reversal of the closed-form run: instant, held position, backlash interval."""
 
     time_s: float
     position_m: float

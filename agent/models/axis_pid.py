@@ -8,13 +8,15 @@ GAP (section 3.4, eq. 16 generalised to the same control law; eq. 32 for the P c
 axis holds x_i, the motor alone turns, omega_m' = C (e + z / T_i + T_d X') - beta omega_m,
 theta' = omega_m  (state z, omega_m, theta; e = X - x_i).
 
-Inside a mode each step is propagated exactly by a matrix exponential, with the command
-interpolated linearly across the step (first-order hold): the only discretisation error is that
-of the interpolation, ~h^2 X'' / 8 (about 1e-8 m at h = 1 ms on the paper's circle). Steps are
-solved for all samples at once in the modal basis (one first-order recursion per eigenvalue,
-scipy.signal.lfilter), or in a plain loop when the mode matrix is defective (the PI gap mode has
-a double eigenvalue at 0). Mode switches are located to round-off: a cubic Hermite root between
-samples, then Newton steps with exact propagation to the candidate instant.
+Inside a mode each step is propagated exactly by the mode's matrix exponential (closed form in
+its eigenbasis), with the command taken across the step as the cubic Hermite through its
+position and velocity at both ends: the discretisation error is that of the interpolation,
+~h^4 X'''' / 384 (below 1e-15 m at h = 1 ms on the paper's circle; a first-order hold would
+leave 1e-8 m there, which the motor gain C ~ 1e5 turns into microseconds of gap time). Steps
+are solved for all samples at once in the modal basis (one first-order recursion per
+eigenvalue, scipy.signal.lfilter), or in a plain loop when the mode matrix is defective (the PI
+gap mode has a double eigenvalue at 0). Mode switches are located to round-off: a cubic Hermite
+root between samples, then Newton steps with exact propagation to the candidate instant.
 
 Switching rules (`trigger`):
   "reversal"  the dead zone of sections 3.3-3.4: a gap phase starts whenever the motor speed
@@ -24,7 +26,8 @@ Switching rules (`trigger`):
               paper does not treat this case).
   "scheduled" section 5.3: gap phases start only at the given instants (the paper uses the
               commanded turning point t = 0), with omega_m = theta_m = 0, and end when
-              |theta_m| = dtheta_m; no other reversal is modelled.
+              |theta_m| = dtheta_m; no other reversal is modelled (an instant that falls
+              inside a gap phase is dropped).
   "none"      no backlash (eq. 8 / eq. 7 throughout).
 On re-engagement the axis restarts at rest (eq. 14, engagement="paper") or, as an option, with
 the velocity of a perfectly inelastic impact of the motor inertia eta J on the axis at rest
@@ -138,26 +141,12 @@ class AxisTrajectory:
 
 @dataclass(frozen=True, eq=False)
 class _Mode:
-    a: Array
-    b: Array
     step: float
     phi: Array
-    g0: Array
-    g1: Array
+    hold: Array  # (n, 4): response to the Hermite input terms U0..U3 over one step
     eig: Array | None  # modal data when the step matrix is diagonalisable and well conditioned
     vec: Array | None
     vec_inv: Array | None
-
-
-def _foh(a: Array, b: Array, dt: float) -> tuple[Array, Array, Array]:
-    """x(t+dt) = phi x + g0 u(t) + g1 (u(t+dt) - u(t)) / dt for u linear across the step."""
-    n, m = b.shape
-    big = np.zeros((n + 2 * m, n + 2 * m))
-    big[:n, :n] = a
-    big[:n, n:n + m] = b
-    big[n:n + m, n + m:] = np.eye(m)
-    e = expm(big * dt)
-    return e[:n, :n], e[:n, n:n + m], e[:n, n + m:]
 
 
 def _matrices(params: AxisParams, kind: str) -> tuple[Array, Array]:
@@ -178,22 +167,34 @@ def _matrices(params: AxisParams, kind: str) -> tuple[Array, Array]:
             np.array([[1.0, 0.0], [cc, cc * td], [0.0, 0.0]]))
 
 
-def _phi12(z: npt.NDArray[np.complex128]) -> tuple[npt.NDArray[np.complex128],
-                                                   npt.NDArray[np.complex128]]:
-    """phi1(z) = (e^z - 1)/z and phi2(z) = (e^z - 1 - z)/z^2, by series where they cancel."""
-    small = np.abs(z) < 0.1
-    zs = np.where(small, 0.0, z)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        p1 = np.where(small, 0.0, np.expm1(zs) / zs)
-        p2 = np.where(small, 0.0, (np.expm1(zs) - zs) / (zs * zs))
-    s1 = np.zeros_like(z)
-    s2 = np.zeros_like(z)
-    term = np.ones_like(z)
-    for k in range(12):  # |z| < 0.1: 12 terms reach 1e-17
-        s1 = s1 + term / math.factorial(k + 1)
-        s2 = s2 + term / math.factorial(k + 2)
-        term = term * z
-    return np.where(small, s1, p1), np.where(small, s2, p2)
+def _phis(z: npt.NDArray[np.complex128]) -> list[npt.NDArray[np.complex128]]:
+    """phi_0..phi_4, phi_k(z) = sum_m z^m / (m + k)!  (phi_0 = e^z, phi_1 = (e^z - 1) / z, ...).
+
+    Series below |z| = 1 (30 terms), the recurrence phi_{k+1} = (phi_k - 1/k!) / z above it,
+    where it no longer cancels badly.
+    """
+    small = np.abs(z) < 1.0
+    zs = np.where(small, 2.0, z)
+    out = [np.exp(z)]
+    rec = np.exp(zs)
+    for k in range(4):
+        rec = (rec - 1.0 / math.factorial(k)) / zs
+        ser = sum(z**m / math.factorial(m + k + 1) for m in range(30))
+        out.append(np.where(small, ser, rec))
+    return out
+
+
+def _hold_expm(a: Array, b: Array, dt: float) -> tuple[Array, Array]:
+    """phi and the hold matrix from one matrix exponential of the chain U0' = U1, ..., U3' = 0."""
+    n = a.shape[0]
+    big = np.zeros((n + 4, n + 4))
+    big[:n, :n] = a
+    big[:n, n] = b[:, 0]
+    big[:n, n + 1] = b[:, 1]
+    for j in range(3):
+        big[n + j, n + j + 1] = 1.0
+    e = expm(big * dt)
+    return e[:n, :n], e[:n, n:]
 
 
 @lru_cache(maxsize=64)
@@ -207,39 +208,56 @@ def _eigen(params: AxisParams, kind: str) -> tuple[Array, Array, Array, Array] |
     return mu, vec, vinv, vinv @ b
 
 
-def _step_matrices(params: AxisParams, kind: str, dt: float) -> tuple[Array, Array, Array]:
-    """_foh for one mode; closed form in the eigenbasis (expm is ~ms here, this ~30 us)."""
+def _step_matrices(params: AxisParams, kind: str, dt: float) -> tuple[Array, Array]:
+    """x(t + dt) = phi x(t) + hold @ (U0, U1, U2, U3) for the cubic input of `_hermite`.
+
+    With X(t + s) = sum_j U_j s^j / j! feeding B = (b_X, b_V) as (X, X'), the term U_j enters as
+    dt^(j+1) phi_{j+1}(A dt) b_X + dt^j phi_j(A dt) b_V (the second for j >= 1). Closed form in
+    the eigenbasis (a matrix exponential costs ~ms on this machine, this ~30 us); one expm of
+    the augmented chain when A is defective (the PI gap mode).
+    """
     eig = _eigen(params, kind)
     if eig is None:
         a, b = _matrices(params, kind)
-        return _foh(a, b, dt)
+        return _hold_expm(a, b, dt)
     mu, vec, vinv, vinv_b = eig
-    z = mu * dt
-    p1, p2 = _phi12(z.astype(complex))
-    phi = (vec * np.exp(z)) @ vinv
-    g0 = (vec * (dt * p1)) @ vinv_b
-    g1 = (vec * (dt * dt * p2)) @ vinv_b
-    return phi.real, g0.real, g1.real
+    ph = _phis((mu * dt).astype(complex))
+    cols = []
+    for j in range(4):
+        term = (vec * (dt ** (j + 1) * ph[j + 1])) @ vinv_b[:, 0]
+        if j >= 1:
+            term = term + (vec * (dt**j * ph[j])) @ vinv_b[:, 1]
+        cols.append(term)
+    phi = (vec * ph[0]) @ vinv
+    return phi.real, np.stack(cols, axis=1).real
+
+
+def _hermite(u: Array, dt: float) -> Array:
+    """Per step, the cubic through (X, X') at both ends as (U0..U3), U_j its j-th derivative at
+    the step start. Exact for cubic commands; error ~ dt^4 X'''' / 384 otherwise."""
+    x0, x1, v0, v1 = u[:-1, 0], u[1:, 0], u[:-1, 1], u[1:, 1]
+    a2 = (3.0 * (x1 - x0) / dt - 2.0 * v0 - v1) / dt
+    a3 = (2.0 * (x0 - x1) / dt + v0 + v1) / (dt * dt)
+    return np.stack([x0, v0, 2.0 * a2, 6.0 * a3], axis=1)
 
 
 @lru_cache(maxsize=64)
 def _mode(params: AxisParams, kind: str, step: float) -> _Mode:
-    a, b = _matrices(params, kind)
-    phi, g0, g1 = _step_matrices(params, kind, step)
+    phi, hold = _step_matrices(params, kind, step)
     eig, vec = np.linalg.eig(phi)
     ok = np.all(np.isfinite(vec)) and np.linalg.cond(vec) < 1e8
-    return _Mode(a, b, step, phi, g0, g1, eig if ok else None, vec if ok else None,
+    return _Mode(step, phi, hold, eig if ok else None, vec if ok else None,
                  np.linalg.inv(vec) if ok else None)
 
 
 def _uniform(mode: _Mode, s0: Array, u: Array) -> Array:
     """States at K uniform steps (rows 1..K) from s0 with inputs u (K+1 rows); row 0 is s0."""
     k = u.shape[0] - 1
-    drive = u[:-1] @ mode.g0.T + (np.diff(u, axis=0) / mode.step) @ mode.g1.T
     out = np.empty((k + 1, s0.size))
     out[0] = s0
     if k == 0:
         return out
+    drive = _hermite(u, mode.step) @ mode.hold.T
     if mode.eig is not None and mode.vec is not None and mode.vec_inv is not None:
         q0 = mode.vec_inv @ s0
         r = drive.astype(complex) @ mode.vec_inv.T
@@ -257,14 +275,6 @@ def _uniform(mode: _Mode, s0: Array, u: Array) -> Array:
 
 
 # ------------------------------------------------------------------------------ simulation
-
-
-@dataclass
-class _Phase:
-    kind: str  # "engaged" | "gap"
-    times: list[Array]
-    states: list[Array]
-    inputs: list[Array]
 
 
 class _Simulator:
@@ -285,9 +295,9 @@ class _Simulator:
         return np.stack([pos - hold_m if kind == "gap" else pos, vel], axis=1)
 
     def partial(self, kind: str, s: Array, t0: float, t1: float, hold_m: float) -> Array:
-        phi, g0, g1 = _step_matrices(self.p, kind, t1 - t0)
+        phi, hold = _step_matrices(self.p, kind, t1 - t0)
         u = self.inputs(kind, np.array([t0, t1]), hold_m)
-        return np.asarray(phi @ s + g0 @ u[0] + g1 @ (u[1] - u[0]) / (t1 - t0))
+        return np.asarray(phi @ s + hold @ _hermite(u, t1 - t0)[0])
 
     def grid_time(self, k: int) -> float:
         return self.start + k * self.step
@@ -308,7 +318,7 @@ class _Simulator:
                 states.append(s_cur[None, :])
             t_cur = t_a
             if k_last > k_first:
-                grid = self.start + self.step * np.arange(k_first, k_last + 1)
+                grid = self.start + self.step * np.arange(k_first, k_last + 1, dtype=float)
                 u = self.inputs(kind, grid, hold_m)
                 block = _uniform(_mode(self.p, kind, self.step), s_cur, u)
                 times.append(grid[1:])
@@ -381,7 +391,7 @@ class _Simulator:
             te = min(max(te - shift, t0), t1)
             if abs(shift) <= 1e-12 * h:
                 break
-        return te
+        return float(te)
 
 
 def simulate_axis(
@@ -455,8 +465,11 @@ def simulate_axis(
     chunk = 256
     while t_now < end_s - _SNAP * step:
         limit = end_s
-        if kind == "engaged" and pending:
-            limit = min(limit, pending[0])
+        if kind == "engaged":
+            while pending and pending[0] < t_now - _SNAP * step:
+                pending.pop(0)  # it fell inside a gap phase: that reversal is already under way
+            if pending:
+                limit = min(limit, pending[0])
         k_now = math.floor((t_now - start_s) / step + _SNAP)
         t_stop = min(limit, sim.grid_time(k_now + chunk))
         t, s, u = sim.advance(kind, state, t_now, t_stop, hold)

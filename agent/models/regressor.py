@@ -176,6 +176,11 @@ def _as_samples(name: str, x: npt.ArrayLike, n: int) -> Array:
     return a
 
 
+def _same_samples(name: str, a: Array, n_s: int) -> None:
+    if a.shape[0] != n_s:
+        raise ValueError(f"{name} has {a.shape[0]} samples, q has {n_s}")
+
+
 # Inside the recursion the sample axis is last: every operation below is an elementwise
 # product of long contiguous rows, which is several times faster in numpy than batched 3x3
 # matrix products over a leading sample axis.
@@ -262,7 +267,8 @@ def regressor(
     q, qd, qdd are link-side joint positions, speeds and accelerations, (N, n) or (n,).
     motor_qd / motor_qdd (link-side units: motor angle / gear ratio) feed the rotor and
     friction columns when a second encoder gives them; the link values are used otherwise.
-    gravity_m_s2 overrides the robot's gravity vector (base frame).
+    gravity_m_s2 overrides the robot's gravity vector (base frame); `geometry` is
+    chain_geometry(robot), passed in to skip recomputing it on repeated calls.
     """
     n = robot.n_joints
     q_ = _as_samples("q", q, n)
@@ -304,8 +310,9 @@ def regressor(
         w[2] += qdt[i]
         a_mat = _link_wrench_matrix(w, dw, acc)
         if not np.array_equal(geo.to_body[i], np.eye(10)):
-            # columns in DH-frame parameters: A_dh[r] = T^T A_body[r] (one gemm over samples)
-            a_mat = np.matmul(geo.to_body[i].T, a_mat)
+            # columns in DH-frame parameters: A_dh[r] = T^T A_body[r]. einsum, not matmul:
+            # a threaded BLAS call stalls for tenths of a second when the other core is busy
+            a_mat = np.einsum("kl,rkn->rln", geo.to_body[i], a_mat)
         link_mats.append(a_mat)
 
     # backward: wrenches of links i..n-1 carried to body frame i; joint torque is the z moment.
@@ -327,9 +334,11 @@ def regressor(
     joints = np.arange(n)
     if rotor:
         rotor_acc = qdd_ if motor_qdd is None else _as_samples("motor_qdd", motor_qdd, n)
+        _same_samples("motor_qdd", rotor_acc, n_s)
         yt[joints, layout.rotor_columns()] = rotor_acc.T
     if friction:
         speed = qd_ if motor_qd is None else _as_samples("motor_qd", motor_qd, n)
+        _same_samples("motor_qd", speed, n_s)
         fc, fv = layout.friction_columns()
         yt[joints, fc] = np.sign(speed).T
         yt[joints, fv] = speed.T
@@ -349,4 +358,4 @@ def torques(
     """Inverse dynamics with the robot file's parameters: (N, n) joint torques in N·m."""
     layout = ParameterLayout(robot.n_joints, rotor=rotor, friction=friction)
     y = regressor(robot, q, qd, qdd, rotor=rotor, friction=friction, gravity_m_s2=gravity_m_s2)
-    return y @ parameter_vector(robot, layout)
+    return np.einsum("njp,p->nj", y, parameter_vector(robot, layout))

@@ -1,0 +1,45 @@
+"""Shared fixtures: a short constant-speed test joint for the cycle, driver and daemon tests."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from agent.config import BacklashCycleSettings, JointSettings
+
+# Paper 000's test: 100 motor rev/s through a 40:1 gear, so one load turn lasts T_f = 0.4 s.
+MOTOR_SPEED_RPS = 100.0
+GEAR_RATIO = 40.0
+
+
+@pytest.fixture
+def make_joint() -> Callable[..., JointSettings]:
+    """Factory of a configured joint; two load turns by default, so a simulated cycle is cheap."""
+
+    def make(
+        name: str = "j1",
+        index: int = 1,
+        *,
+        load_turns: float = 2.0,
+        settle_s: float = 0.5,
+        sample_rate_hz: float = 500.0,
+        test_pose_rad: float = 0.0,
+        **more: Any,
+    ) -> JointSettings:
+        return JointSettings(
+            name=name,
+            index=index,
+            gear_ratio=GEAR_RATIO,
+            test_pose_rad=test_pose_rad,
+            backlash_cycle=BacklashCycleSettings(
+                motor_speed_rps=MOTOR_SPEED_RPS,
+                load_turns=load_turns,
+                sample_rate_hz=sample_rate_hz,
+                settle_s=settle_s,
+            ),
+            **more,
+        )
+
+    return make
