@@ -230,6 +230,11 @@ class Agent:
                 job.result = await job.analysis
             except AgentError as exc:
                 job.outcome, job.error = "error", str(exc)
+            except Exception as exc:  # a bug or a dead worker must not take the daemon down
+                log.exception(
+                    "event=analysis_failed controller=%s joint=%s", ctrl.name, job.joint.name
+                )
+                job.outcome, job.error = "error", f"analysis failed: {type(exc).__name__}: {exc}"
             self._record(job)
         return jobs
 

@@ -349,10 +349,14 @@ def _summary_html(report: Report) -> str:
 def _signature_svg(r: BacklashResult) -> str:
     if r.time_s.size == 0:
         return '<p class="note">No evidence arrays in this result.</p>'
+    # Two load turns show both gap closures readably; the whole capture is in the capture file.
+    tf = r.params.get("Tf_s", 0.0)
+    keep = r.time_s <= r.time_s[0] + 2.0 * tf if tf > 0 else np.ones(r.time_s.size, bool)
+    turns = " (first two load turns)" if tf > 0 and not keep.all() else ""
     return line_plot(
-        [Series("speed residual r(t)", r.time_s, r.residual_rad_s, color="#7f9fc7"),
-         Series("fitted signature h(t)", r.time_s, r.fitted_rad_s, color="#d9730d")],
-        title="Speed residual and fitted backlash signature",
+        [Series("speed residual r(t)", r.time_s[keep], r.residual_rad_s[keep], color="#7f9fc7"),
+         Series("fitted signature h(t)", r.time_s[keep], r.fitted_rad_s[keep], color="#d9730d")],
+        title="Speed residual and fitted backlash signature" + turns,
         x_label="time [s]", y_label="speed [rad/s]", xmlns=False,
     )
 

@@ -337,7 +337,7 @@ def encode_samples(
     status: npt.ArrayLike,
     counts: npt.ArrayLike,
 ) -> list[bytes]:
-    """Whole SAMPLE frames, one per row of counts (n, channels); counter/timestamp wrap mod 2**32."""
+    """Whole SAMPLE frames, one per row of counts (n, channels); counter, timestamp wrap at 2**32."""
     c = np.asarray(counts, dtype=np.int64)
     if c.ndim != 2 or c.shape[1] != layout.channels:
         raise ValueError(f"counts must be (n, {layout.channels}), got {c.shape}")

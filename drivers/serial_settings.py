@@ -73,7 +73,9 @@ class SerialSettings:
                     continue
                 where = f"joints.{name}.{side}"
                 if ch >= self.channels:
-                    out.append((where, f"expected a channel < channels ({self.channels}), found {ch}"))
+                    out.append(
+                        (where, f"expected a channel < channels ({self.channels}), found {ch}")
+                    )
                 elif ch in used:
                     out.append(
                         (where, f"expected a channel no other joint uses, found {ch} ({used[ch]})")

@@ -156,7 +156,7 @@ def test_numerical_dead_zone_matches_closed_form() -> None:
     assert np.max(np.abs(num.position_m - run.position_m(num.time_s))) < 1e-11
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25, deadline=None, derandomize=True)
 @given(b=st.floats(1e-4, 2e-3), zeta=st.floats(0.05, 3.0), x0=st.floats(-0.01, 0.01),
        v0=st.floats(-0.2, 0.2))
 def test_engaged_numerics_match_eq19_for_random_axes(b: float, zeta: float, x0: float,

@@ -299,7 +299,9 @@ def test_two_oscillations_per_load_turn_with_alternating_sign(
     since_reversal = np.mod(link - math.pi / 2, math.pi)
     after_first = np.mod(link - math.pi / 2, 2 * math.pi) < math.pi  # after pi/2, else 3 pi/2
     energy = r**2
-    early = since_reversal < math.pi / 4  # within an eighth of a turn of the reversal
-    assert energy[early].sum() > 0.9 * energy.sum()
+    # The ringing follows each reversal (the later, the larger the gap) and dies out within a
+    # quarter turn; noise alone would spread evenly (half the energy in that quarter turn).
+    early = since_reversal < math.pi / 2
+    assert energy[early].sum() > 0.95 * energy.sum()
     share_first = energy[after_first].sum() / energy.sum()
     assert 0.35 < share_first < 0.65  # one oscillation after each reversal, both alike

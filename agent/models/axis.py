@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
@@ -167,24 +167,9 @@ class AxisParams:
         return {"a": ti * self.b_s2, "b": ti * (self.c_s + td), "c": ti, "d": ti * td, "e": ti}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "b_s2": self.b_s2,
-            "c_s": self.c_s,
-            "gear_ratio": self.gear_ratio,
-            "screw_lead_m_per_rad": self.screw_lead_m_per_rad,
-            "motor_inertia_fraction": self.motor_inertia_fraction,
-            "motor_time_constant_s": self.motor_time_constant_s,
-            "backlash_motor_rad": self.backlash_motor_rad,
-            "integral_time_s": self.integral_time_s,
-            "derivative_time_s": self.derivative_time_s,
-            "controller": self.controller,
-            "discriminant_s2": self.discriminant_s2,
-            "gamma_1_s": self.gamma_1_s,
-            "lambda_1_s": self.lambda_1_s,
-            "beta_1_s": self.beta_1_s,
-            "motor_gain_rad_m_s2": self.motor_gain_rad_m_s2,
-            "backlash_axis_m": self.backlash_axis_m,
-        }
+        derived = ("controller", "discriminant_s2", "gamma_1_s", "lambda_1_s", "beta_1_s",
+                   "motor_gain_rad_m_s2", "backlash_axis_m")
+        return {**asdict(self), **{name: getattr(self, name) for name in derived}}
 
 
 # --------------------------------------------------------------------------------------------
@@ -218,20 +203,7 @@ class HarmonicConstants:
         return math.atan2(self.q, -self.p) / self.omega_rad_s
 
     def to_dict(self) -> dict[str, float]:
-        return {
-            "amplitude_m": self.amplitude_m,
-            "omega_rad_s": self.omega_rad_s,
-            "gamma_1_s": self.gamma_1_s,
-            "lambda_1_s": self.lambda_1_s,
-            "discriminant_s2": self.discriminant_s2,
-            "p": self.p,
-            "q": self.q,
-            "phi_rad": self.phi_rad,
-            "motor_gain_rad_m_s2": self.motor_gain_rad_m_s2,
-            "beta_1_s": self.beta_1_s,
-            "steady_gain": self.steady_gain,
-            "steady_lag_s": self.steady_lag_s,
-        }
+        return {**asdict(self), "steady_gain": self.steady_gain, "steady_lag_s": self.steady_lag_s}
 
 
 def harmonic_constants(
@@ -397,16 +369,7 @@ class HarmonicReversal:
     backlash_initial_estimate_s: float | None  # the paper's Delta t^(0), None when undefined
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "time_s": self.time_s,
-            "position_m": self.position_m,
-            "direction": self.direction,
-            "backlash_s": self.backlash_s,
-            "lag_s": self.lag_s,
-            "reversal_iterations": self.reversal_iterations,
-            "backlash_iterations": self.backlash_iterations,
-            "backlash_initial_estimate_s": self.backlash_initial_estimate_s,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ the velocity of a perfectly inelastic impact of the motor inertia eta J on the a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any, Literal, Protocol
 
@@ -77,14 +77,7 @@ class BacklashInterval:
         return None if self.end_s is None else self.end_s - self.start_s
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "start_s": self.start_s,
-            "end_s": self.end_s,
-            "duration_s": self.duration_s,
-            "position_m": self.position_m,
-            "direction": self.direction,
-            "outcome": self.outcome,
-        }
+        return {**asdict(self), "duration_s": self.duration_s}
 
 
 @dataclass(frozen=True, eq=False)

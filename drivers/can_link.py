@@ -1,0 +1,323 @@
+"""One open python-can bus of the `can` driver: a reader thread, the latest status, the capture.
+
+python-can's receive calls block, so one thread per bus reads every frame, decodes it with the
+DBC and keeps what the asyncio side asks for: the last status frame, the joint positions, and
+the encoder samples of the capture in progress (stored straight into arrays, counter gaps
+caught as they happen). The thread wakes the event loop only for what matters (a status frame,
+the capture finishing or failing, the link breaking), not for each of 8,000 frames a second.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import can
+import numpy as np
+import numpy.typing as npt
+
+from agent.errors import DriverError
+from drivers.can_dbc import ACCEPTED_STATES, CanProtocol, StatusFrame, decode_status, encode
+from drivers.can_settings import CanSettings
+
+log = logging.getLogger(__name__)
+
+_RECV_TIMEOUT_S = 0.05
+# Receive errors in a row after which the transport is taken as broken (python-can's socketcand
+# client keeps an unparsable buffer and fails every later read on it).
+_MAX_ERRORS_IN_ROW = 3
+_CONTROLLER_CLOCK_WRAP_S = 65.536
+
+
+class _IncompleteReadFilter(logging.Filter):
+    """python-can's socketcand client warns each time a TCP read ends inside a frame, which at
+    thousands of frames a second is most reads; it is not an error, so it is dropped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "incomplete message" not in record.getMessage()
+
+
+_SOCKETCAND_LOG = logging.getLogger("can.interfaces.socketcand.socketcand")
+if not any(isinstance(f, _IncompleteReadFilter) for f in _SOCKETCAND_LOG.filters):
+    _SOCKETCAND_LOG.addFilter(_IncompleteReadFilter())
+
+
+def bus_kwargs(settings: CanSettings, receive_ids: tuple[int, ...]) -> dict[str, Any]:
+    """Arguments of can.Bus for the configured interface."""
+    kwargs: dict[str, Any] = {
+        "interface": settings.interface,
+        "channel": settings.channel,
+        "can_filters": [{"can_id": i, "can_mask": 0x7FF, "extended": False} for i in receive_ids],
+    }
+    if settings.interface == "socketcand":
+        kwargs.update(host=settings.host, port=settings.resolved_port, tcp_tune=True)
+    elif settings.interface == "udp_multicast":
+        kwargs.update(port=settings.resolved_port, fd=False)
+    return kwargs
+
+
+def open_bus(settings: CanSettings, receive_ids: tuple[int, ...]) -> can.BusABC:
+    return can.Bus(**bus_kwargs(settings, receive_ids))
+
+
+class CaptureRecorder:
+    """The encoder frames of one cycle, checked frame by frame (called on the reader thread)."""
+
+    def __init__(
+        self, proto: CanProtocol, joint_index: int, samples: int, cycle_counter: int
+    ) -> None:
+        self.proto = proto
+        self.joint_index = joint_index
+        self.samples = samples
+        self.cycle_counter = cycle_counter
+        self.modulus = proto.counter_modulus
+        self.motor_counts: npt.NDArray[np.int64] = np.zeros(samples, dtype=np.int64)
+        self.link_counts: npt.NDArray[np.int64] = np.zeros(samples, dtype=np.int64)
+        self.received = 0
+        self.lost = 0
+        self.acked = False
+        self.ignored_before_ack = 0
+        self.error: str | None = None
+        self.first_frame_at: float | None = None
+        self.last_frame_at: float | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.error is None and self.received == self.samples
+
+    @property
+    def finished(self) -> bool:
+        return self.error is not None or self.received == self.samples
+
+    def on_status(self, status: StatusFrame) -> None:
+        if status.cycle_counter == self.cycle_counter and status.cycle_state in ACCEPTED_STATES:
+            self.acked = True
+
+    def fail(self, reason: str) -> None:
+        if self.error is None:
+            self.error = reason
+
+    def on_frame(self, data: bytes, now: float) -> bool:
+        """Take one encoder frame; True when the capture just finished (complete or failed)."""
+        if self.finished:
+            return False
+        if not self.acked:
+            # Frames before our cycle was acknowledged belong to an earlier one still in flight.
+            self.ignored_before_ack += 1
+            return False
+        want = int(self.proto.encoder.length)
+        if len(data) != want:
+            self.fail(
+                f"malformed encoder frame after sample {self.received}: {len(data)} data bytes, "
+                f"the DBC's {self.proto.encoder.name} has {want}"
+            )
+            return True
+        v = self.proto.encoder.decode(data, decode_choices=False, scaling=False)
+        if int(v["JointIndex"]) != self.joint_index:
+            self.fail(
+                f"encoder frame for joint index {int(v['JointIndex'])} at sample {self.received}, "
+                f"expected joint index {self.joint_index}"
+            )
+            return True
+        counter = int(v["Counter"])
+        expected = self.received % self.modulus
+        gap = (counter - expected) % self.modulus
+        if gap:
+            if gap < self.modulus // 2:
+                self.lost += gap
+                self.fail(
+                    f"{gap} encoder frame(s) lost: counter jumped from "
+                    f"{(expected - 1) % self.modulus} to {counter} at sample {self.received}"
+                )
+            else:
+                self.fail(
+                    f"encoder frame counter went back from {(expected - 1) % self.modulus} to "
+                    f"{counter} at sample {self.received} (repeated or reordered frame)"
+                )
+            return True
+        k = self.received
+        self.motor_counts[k] = int(v["MotorCounts"])
+        self.link_counts[k] = int(v["LinkCounts"])
+        self.received = k + 1
+        if self.first_frame_at is None:
+            self.first_frame_at = now
+        self.last_frame_at = now
+        return self.received == self.samples
+
+
+@dataclass
+class PositionReading:
+    position_rad: float
+    received_at: float
+
+
+class BusLink:
+    """A started reader thread over an open bus; `wake` is called (from the thread) on news."""
+
+    def __init__(
+        self, bus: can.BusABC, proto: CanProtocol, wake: Callable[[], None], label: str
+    ) -> None:
+        self.bus = bus
+        self.proto = proto
+        self.label = label
+        self._wake = wake
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._closing = threading.Event()
+        self.status: StatusFrame | None = None
+        self.status_at: float | None = None
+        self.positions: dict[int, PositionReading] = {}
+        self.failure: str | None = None
+        self.capture: CaptureRecorder | None = None
+        self.frames_received = 0
+        self.receive_errors = 0
+        self._clock_raw: float | None = None
+        self._clock_turns = 0
+        self._thread = threading.Thread(target=self._run, name=f"can-rx {label}", daemon=True)
+        # python-can's socketcand client returns None forever once the server has gone; the
+        # socket itself (a private attribute, hence the getattr) tells a closed connection.
+        self._tcp: socket.socket | None = getattr(bus, "_SocketCanDaemonBus__socket", None)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def shutdown(self) -> None:
+        self._closing.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=2.0)
+        try:
+            self.bus.shutdown()
+        except Exception as exc:  # closing a broken transport may itself fail; nothing to save
+            log.debug("event=can_shutdown_error error=%r", str(exc))
+
+    # --- sending (any thread) ---------------------------------------------------------------
+    def send(self, role: str, values: dict[str, Any]) -> None:
+        message = getattr(self.proto, role)
+        try:
+            data = encode(message, values)
+        except Exception as exc:  # cantools: value out of the DBC's range, unknown signal
+            raise DriverError(f"{self.label}: cannot encode {message.name} {values}: {exc}") from exc
+        frame = can.Message(
+            arbitration_id=message.frame_id,
+            is_extended_id=bool(message.is_extended_frame),
+            data=data,
+        )
+        if self.failure is not None:
+            raise DriverError(f"{self.label}: cannot send {message.name}: {self.failure}")
+        try:
+            with self._send_lock:
+                self.bus.send(frame, timeout=0.5)
+        except (can.CanError, OSError) as exc:
+            self._fail(f"send failed: {exc}")
+            raise DriverError(f"{self.label}: cannot send {message.name}: {exc}") from exc
+
+    # --- what the asyncio side reads --------------------------------------------------------
+    def snapshot(self) -> tuple[StatusFrame | None, float | None, dict[int, PositionReading]]:
+        with self._lock:
+            return self.status, self.status_at, dict(self.positions)
+
+    def arm(self, recorder: CaptureRecorder) -> None:
+        with self._lock:
+            self.capture = recorder
+
+    def disarm(self) -> None:
+        with self._lock:
+            self.capture = None
+
+    # --- the reader thread ------------------------------------------------------------------
+    def _fail(self, reason: str) -> None:
+        with self._lock:
+            if self.failure is None:
+                self.failure = reason
+                log.warning("event=can_link_failed link=%r reason=%r", self.label, reason)
+            if self.capture is not None:
+                self.capture.fail(f"CAN link lost: {reason}")
+        self._notify()
+
+    def _notify(self) -> None:
+        try:
+            self._wake()
+        except RuntimeError:  # the event loop has closed: nobody is waiting any more
+            pass
+
+    def _peer_closed(self) -> bool:
+        if self._tcp is None:
+            return False
+        try:
+            return self._tcp.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    def _run(self) -> None:
+        errors_in_row = 0
+        while not self._closing.is_set():
+            try:
+                msg = self.bus.recv(timeout=_RECV_TIMEOUT_S)
+            except Exception as exc:  # python-can raises CanError; some transports raw OSError
+                if self._closing.is_set():
+                    return
+                errors_in_row += 1
+                self.receive_errors += 1
+                with self._lock:
+                    if self.capture is not None:
+                        self.capture.fail(f"bus receive error: {exc}")
+                self._notify()
+                if errors_in_row >= _MAX_ERRORS_IN_ROW:
+                    self._fail(f"receive failed {errors_in_row} times in a row: {exc}")
+                    return
+                continue
+            if msg is None:
+                if self._peer_closed():
+                    self._fail("connection closed by the peer")
+                    return
+                continue
+            errors_in_row = 0
+            if msg.is_error_frame or msg.is_remote_frame:
+                continue
+            self.frames_received += 1
+            self._dispatch(msg)
+
+    def _dispatch(self, msg: can.Message) -> None:
+        now = time.monotonic()
+        fid = msg.arbitration_id
+        proto = self.proto
+        if fid == proto.encoder.frame_id:
+            with self._lock:
+                capture = self.capture
+                finished = capture is not None and capture.on_frame(bytes(msg.data), now)
+            if finished:
+                self._notify()
+            return
+        try:
+            if fid == proto.status.frame_id:
+                status = decode_status(proto, bytes(msg.data))
+                status = self._unwrap_clock(status)
+                with self._lock:
+                    self.status, self.status_at = status, now
+                    if self.capture is not None:
+                        self.capture.on_status(status)
+                self._notify()
+            elif fid == proto.joint_position.frame_id:
+                v = proto.joint_position.decode(bytes(msg.data), decode_choices=False)
+                with self._lock:
+                    self.positions[int(v["JointIndex"])] = PositionReading(
+                        float(v["Position"]), now
+                    )
+        except Exception as exc:  # a frame that does not decode: count it, the status ages out
+            self.receive_errors += 1
+            log.warning("event=can_bad_frame id=0x%X error=%r", fid, str(exc))
+
+    def _unwrap_clock(self, status: StatusFrame) -> StatusFrame:
+        raw = status.controller_time_s
+        if self._clock_raw is not None and raw < self._clock_raw - _CONTROLLER_CLOCK_WRAP_S / 2:
+            self._clock_turns += 1
+        self._clock_raw = raw
+        unwrapped = raw + self._clock_turns * _CONTROLLER_CLOCK_WRAP_S
+        return StatusFrame(**{**status.__dict__, "controller_time_s": unwrapped})

@@ -1,0 +1,399 @@
+"""Encoder interface boards on a serial line (`driver: serial`, pyserial).
+
+The board streams binary frames (drivers/serial_frames.py has the wire format): sample frames
+with a counter, a timestamp, a status byte and the 19-bit (12..32) counts of several channels,
+motor and link side of each joint; and it answers a small command channel (status, info, start,
+stop) on the same line.
+
+Assumption, stated in docs/drivers/serial.md: an encoder board does not move the machine. The
+board is taken as part of a controller that accepts START (run the constant-speed test cycle on
+one joint, then stream the capture window while the joint moves) and STOP (halt the motion now),
+and reports the controller's mode, permission signal, alarm, override and joint positions in
+its STATUS reply and in every sample frame's status byte.
+
+`SerialLink` is the port handling, shared on purpose: the G-code streaming of the CNC feedrate
+issue opens its port with it and gives it its own line protocol as `on_data`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+from agent.capture import Capture
+from agent.errors import CycleAborted, DriverError
+from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver
+from drivers.serial_capture import assemble_capture
+from drivers.serial_frames import (
+    BOARD_TO_AGENT,
+    PROTOCOL_VERSION,
+    ChannelSide,
+    CycleDone,
+    CycleResult,
+    DecoderStats,
+    Frame,
+    FrameDecoder,
+    FrameError,
+    FrameType,
+    InfoReply,
+    Layout,
+    StartAck,
+    StartCommand,
+    StartResult,
+    StatusBits,
+    StatusReply,
+    StopAck,
+    encode_query,
+    length_rule,
+    reply_tag,
+)
+from drivers.serial_link import SerialLink
+from drivers.serial_settings import SerialSettings
+
+__all__ = ["SerialEncoderDriver", "SerialLink", "resolve_channels"]
+
+log = logging.getLogger(__name__)
+_LEAVES_TEST = StatusBits.FAULT | StatusBits.PRODUCTION | StatusBits.MANUAL
+
+
+class _CaptureSink:
+    """Collects one cycle's sample frames as they arrive; run_cycle sleeps on `wake`."""
+
+    def __init__(self, tag: int) -> None:
+        self.tag = tag
+        self.payloads: list[bytes] = []
+        self.wake = asyncio.Event()
+        self.done: CycleDone | None = None
+        self.abort: str | None = None
+        self.error: DriverError | None = None
+
+    def add(self, payload: bytes) -> None:
+        status = StatusBits(payload[8])
+        if status & _LEAVES_TEST and self.abort is None:
+            self.abort = f"controller left the test cycle ({_mode_of(status).value} mode)"
+        self.payloads.append(payload)
+        self.wake.set()
+
+    def finish(self, done: CycleDone) -> None:
+        self.done = done
+        self.wake.set()
+
+    def fail(self, error: DriverError) -> None:
+        self.error = error
+        self.wake.set()
+
+
+def _mode_of(status: StatusBits) -> ControllerMode:
+    if status & StatusBits.FAULT:
+        return ControllerMode.FAULT
+    if status & StatusBits.MANUAL:
+        return ControllerMode.MANUAL
+    if status & StatusBits.PRODUCTION:
+        return ControllerMode.PRODUCTION
+    if status & StatusBits.MOVING:
+        return ControllerMode.TEST_CYCLE
+    return ControllerMode.STOPPED
+
+
+def resolve_channels(
+    settings: SerialSettings, joints: tuple[Any, ...], controller: str
+) -> dict[str, tuple[int, int | None]]:
+    """Joint name -> (motor channel, link channel or None); DriverError names what does not fit."""
+    out: dict[str, tuple[int, int | None]] = {}
+    for k, joint in enumerate(joints):
+        given = settings.joints.get(joint.name)
+        if given is not None:
+            out[joint.name] = (given.motor_channel, given.link_channel)
+        elif 2 * k + 1 < settings.channels:
+            out[joint.name] = (2 * k, 2 * k + 1)
+        else:
+            raise DriverError(
+                f"{controller}: joint {joint.name} has no channels: the pair layout of "
+                f"{settings.channels} channels covers {settings.channels // 2} joints; give it "
+                f"settings.joints.{joint.name}.motor_channel"
+            )
+        if joint.encoder_bits > settings.count_bits:
+            raise DriverError(
+                f"{controller}: joint {joint.name} has a {joint.encoder_bits}-bit encoder but "
+                f"the board sends {settings.count_bits}-bit counts (settings.count_bits)"
+            )
+    used: dict[int, str] = {}
+    for name, pair in out.items():
+        for ch in pair:
+            if ch is None:
+                continue
+            if ch in used:
+                raise DriverError(f"{controller}: channel {ch} is given to {used[ch]} and {name}")
+            used[ch] = name
+    return out
+
+
+class SerialEncoderDriver(Driver):
+    name: ClassVar[str] = "serial"
+    capabilities: ClassVar[Capability] = (
+        Capability.CYCLES | Capability.MOTOR_ENCODER | Capability.LINK_ENCODER
+    )
+    settings_type: ClassVar[type[Any] | None] = SerialSettings
+
+    def __init__(self, controller: str, settings: Any, joints: tuple[Any, ...]) -> None:
+        if not isinstance(settings, SerialSettings):
+            raise DriverError(f"{controller}: driver serial needs its settings (at least port)")
+        super().__init__(controller, settings, joints)
+        self._settings: SerialSettings = settings
+        self.layout = Layout(settings.channels, settings.count_bits)
+        self.channels = resolve_channels(settings, joints, controller)
+        self._link: SerialLink | None = None
+        self._decoder = FrameDecoder(length_rule(self.layout, BOARD_TO_AGENT))
+        self._pending: dict[int, tuple[FrameType, asyncio.Future[Frame]]] = {}
+        self._sink: _CaptureSink | None = None
+        self._tag = 0
+        self.info: InfoReply | None = None
+        self.stray_frames = 0  # good frames nobody waited for (late replies, samples after STOP)
+        self.stop_requests = 0
+
+    @property
+    def stats(self) -> DecoderStats:
+        return self._decoder.stats
+
+    # --- connection -------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        await self.close()
+        s = self._settings
+        self._decoder = FrameDecoder(length_rule(self.layout, BOARD_TO_AGENT))
+        link = SerialLink(s.port, s.baudrate, exclusive=s.exclusive)
+        link.open(self._on_data, self._on_lost)
+        self._link = link
+        try:
+            frame = await self._request(
+                lambda tag: encode_query(FrameType.INFO_QUERY, tag), FrameType.INFO
+            )
+            self.info = _decode(InfoReply.decode, frame, self.controller)
+            self._check_info(self.info)
+        except BaseException:
+            await self.close()
+            raise
+
+    def _check_info(self, info: InfoReply) -> None:
+        where = f"{self.controller}: board on {self._settings.port}"
+        if info.version != PROTOCOL_VERSION:
+            raise DriverError(f"{where} speaks protocol {info.version}, not {PROTOCOL_VERSION}")
+        if info.layout != self.layout:
+            raise DriverError(
+                f"{where} sends {info.layout.channels} channels of {info.layout.count_bits} bits, "
+                f"settings say {self.layout.channels} of {self.layout.count_bits}"
+            )
+        wrong = []
+        for joint in self.joints:
+            motor, link = self.channels[joint.name]
+            for ch, side in ((motor, ChannelSide.MOTOR), (link, ChannelSide.LINK)):
+                if ch is not None and info.channel_map[ch] != (joint.index, side):
+                    j, got = info.channel_map[ch]
+                    wrong.append(
+                        f"channel {ch} should be joint {joint.index} {side.name.lower()}, "
+                        f"the board says joint {j} {got.name.lower()}"
+                    )
+        if wrong:
+            raise DriverError(f"{where}: " + "; ".join(wrong))
+
+    async def close(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            link.close()
+        self._on_lost(DriverError(f"{self.controller}: connection closed"))
+
+    def _require_link(self) -> SerialLink:
+        link = self._link
+        if link is None:
+            raise DriverError(f"{self.controller}: not connected")
+        if link.error is not None:
+            raise DriverError(f"{self.controller}: {link.error}")
+        return link
+
+    # --- what arrives -----------------------------------------------------------------------
+
+    def _on_data(self, data: bytes) -> None:
+        for frame in self._decoder.feed(data):
+            sink = self._sink
+            if frame.type == FrameType.SAMPLE:
+                if sink is not None and sink.done is None:
+                    sink.add(frame.payload)
+                else:
+                    self.stray_frames += 1
+                continue
+            tag = reply_tag(frame)
+            if frame.type == FrameType.CYCLE_DONE:
+                if sink is not None and sink.tag == tag and sink.done is None:
+                    try:
+                        sink.finish(CycleDone.decode(frame.payload))
+                    except FrameError as exc:
+                        sink.fail(DriverError(f"{self.controller}: {exc}"))
+                else:
+                    self.stray_frames += 1
+                continue
+            waiting = self._pending.get(tag)
+            if waiting is not None and waiting[0] == frame.type and not waiting[1].done():
+                waiting[1].set_result(frame)
+            else:
+                self.stray_frames += 1
+
+    def _on_lost(self, error: DriverError) -> None:
+        for _, fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+        if self._sink is not None:
+            self._sink.fail(error)
+
+    # --- commands ---------------------------------------------------------------------------
+
+    def _next_tag(self) -> int:
+        for _ in range(256):
+            self._tag = self._tag % 255 + 1
+            if self._tag not in self._pending and (
+                self._sink is None or self._sink.tag != self._tag
+            ):
+                return self._tag
+        raise DriverError(f"{self.controller}: 255 requests outstanding")
+
+    async def _request(
+        self, make: Callable[[int], bytes], reply: FrameType, tag: int | None = None
+    ) -> Frame:
+        link = self._require_link()
+        tag = self._next_tag() if tag is None else tag
+        fut: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+        self._pending[tag] = (reply, fut)
+        timeout_s = self._settings.reply_timeout_s
+        try:
+            await link.write(make(tag), timeout_s)
+            return await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            raise DriverError(
+                f"{self.controller}: no {reply.name} reply within {timeout_s:g} s (board silent "
+                f"or answering garbage: {self.stats.garbage_bytes} garbage bytes so far)"
+            ) from None
+        finally:
+            self._pending.pop(tag, None)
+            if not fut.done():
+                fut.cancel()
+
+    async def read_status(self) -> ControllerStatus:
+        frame = await self._request(
+            lambda tag: encode_query(FrameType.STATUS_QUERY, tag), FrameType.STATUS
+        )
+        reply = _decode(StatusReply.decode, frame, self.controller)
+        positions = {
+            j.name: reply.joint_positions_urad[j.index - 1] * 1e-6
+            for j in self.joints
+            if j.index <= len(reply.joint_positions_urad)
+        }
+        return ControllerStatus(
+            mode=_mode_of(reply.status),
+            permission=bool(reply.status & StatusBits.PERMISSION),
+            joint_positions_rad=positions,
+            alarms=(f"board alarm {reply.alarm}",) if reply.alarm else (),
+            speed_override=reply.override_pct / 100.0,
+            time_s=reply.clock_us * 1e-6,
+        )
+
+    async def stop_motion(self) -> None:
+        """Send STOP and wait for its acknowledgement; DriverError if it cannot be confirmed."""
+        self.stop_requests += 1
+        if self._link is None:
+            return  # never connected or closed: nothing of ours is moving
+        frame = await self._request(
+            lambda tag: encode_query(FrameType.STOP, tag), FrameType.STOP_ACK
+        )
+        _decode(StopAck.decode, frame, self.controller)
+
+    def _stop_nowait(self) -> None:
+        """STOP from a path that may not wait (cancellation): one write, no acknowledgement."""
+        self.stop_requests += 1
+        if self._link is not None:
+            tag = self._next_tag()
+            sent = self._link.write_nowait(encode_query(FrameType.STOP, tag))
+            log.warning("event=serial_stop controller=%s sent=%s", self.controller, sent > 0)
+
+    # --- the test cycle ---------------------------------------------------------------------
+
+    async def run_cycle(self, cycle: BacklashCycle) -> Capture:
+        self._require_link()
+        joint = next((j for j in self.joints if j.name == cycle.joint), None)
+        if joint is None:
+            raise DriverError(f"{self.controller}: no joint named {cycle.joint!r}")
+        if self._sink is not None:
+            raise DriverError(f"{self.controller}: a cycle is already running")
+        tag = self._next_tag()
+        sink = self._sink = _CaptureSink(tag)
+        command = StartCommand(
+            tag,
+            cycle.joint_index,
+            cycle.motor_speed_rad_s,
+            cycle.settle_s,
+            cycle.duration_s,
+            cycle.sample_rate_hz,
+            cycle.test_pose_rad,
+        )
+        finished = False
+        try:
+            frame = await self._request(lambda _: command.encode(), FrameType.START_ACK, tag)
+            ack = _decode(StartAck.decode, frame, self.controller)
+            if ack.result is not StartResult.OK:
+                finished = True  # refused: nothing moves
+                raise DriverError(
+                    f"{self.controller}/{cycle.joint}: board refused the cycle "
+                    f"({ack.result.name.lower().replace('_', ' ')})"
+                )
+            await self._follow(sink, cycle, ack)
+            finished = True
+        finally:
+            self._sink = None
+            if not finished:  # anything after START but the end of the cycle: stop now
+                self._stop_nowait()
+        assert sink.done is not None
+        return assemble_capture(
+            sink.payloads,
+            sink.done,
+            cycle,
+            layout=self.layout,
+            channels=self.channels[joint.name],
+            settings=self._settings,
+            machine=self.controller,
+            link_stats=self.stats.to_dict(),
+        )
+
+    async def _follow(self, sink: _CaptureSink, cycle: BacklashCycle, ack: StartAck) -> None:
+        s = self._settings
+        first_wait_s = cycle.settle_s + s.start_timeout_s
+        where = f"{self.controller}/{cycle.joint}"
+        while True:
+            sink.wake.clear()
+            if sink.error is not None:
+                raise DriverError(f"{where}: {sink.error}")
+            if sink.abort is not None:
+                raise CycleAborted(f"{where}: {sink.abort}")
+            if sink.done is not None:
+                break
+            if len(sink.payloads) > ack.n_frames:
+                raise DriverError(f"{where}: more frames than the {ack.n_frames} announced")
+            wait_s = s.stall_timeout_s if sink.payloads else first_wait_s
+            try:
+                await asyncio.wait_for(sink.wake.wait(), wait_s)
+            except TimeoutError:
+                raise DriverError(
+                    f"{where}: no frame for {wait_s:g} s (board stalled) after "
+                    f"{len(sink.payloads)} of {ack.n_frames} frames"
+                ) from None
+        done = sink.done
+        if done.result is not CycleResult.COMPLETE:
+            raise CycleAborted(f"{where}: board ended the cycle: {done.result.name.lower()}")
+        if done.first_counter != ack.first_counter:
+            raise DriverError(f"{where}: CYCLE_DONE names another capture than START_ACK")
+
+
+def _decode(decode: Callable[[bytes], Any], frame: Frame, controller: str) -> Any:
+    try:
+        return decode(frame.payload)
+    except FrameError as exc:
+        raise DriverError(f"{controller}: {exc}") from None
