@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint typecheck clean venv
+.PHONY: demo test bench lint clean venv sysdeps
 
 venv: $(STAMP)
 
@@ -17,12 +17,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/jha run --config config/demo.yaml --once
 
-test: $(STAMP)
+# Debian packages the protocol peers need (socat, iproute2, ...), installed only when missing.
+sysdeps:
+	scripts/system-deps.sh
+
+test: $(STAMP) sysdeps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy agent drivers
 	$(PY) -m pytest -q
 
-bench: $(STAMP)
+bench: $(STAMP) sysdeps
 	$(PY) -m bench
 
 lint: $(STAMP)

@@ -55,8 +55,8 @@ import enum
 import math
 import struct
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -207,19 +207,9 @@ _FIXED_LENGTHS: dict[int, tuple[int, int]] = {
     FrameType.STOP_ACK: (6, 0),
     FrameType.CYCLE_DONE: (10, 0),
 }
-BOARD_TO_AGENT = frozenset(
-    {
-        FrameType.SAMPLE,
-        FrameType.STATUS,
-        FrameType.INFO,
-        FrameType.START_ACK,
-        FrameType.STOP_ACK,
-        FrameType.CYCLE_DONE,
-    }
-)
-AGENT_TO_BOARD = frozenset(
-    {FrameType.STATUS_QUERY, FrameType.INFO_QUERY, FrameType.START, FrameType.STOP}
-)
+_B2A = ("SAMPLE", "STATUS", "INFO", "START_ACK", "STOP_ACK", "CYCLE_DONE")
+BOARD_TO_AGENT = frozenset(FrameType[n] for n in _B2A)
+AGENT_TO_BOARD = frozenset(FrameType[n] for n in ("STATUS_QUERY", "INFO_QUERY", "START", "STOP"))
 
 
 def length_rule(layout: Layout, accept: frozenset[FrameType]) -> Callable[[int, int], bool]:
@@ -337,7 +327,7 @@ def encode_samples(
     status: npt.ArrayLike,
     counts: npt.ArrayLike,
 ) -> list[bytes]:
-    """Whole SAMPLE frames, one per row of counts (n, channels); counter, timestamp wrap at 2**32."""
+    """Whole SAMPLE frames, one per row of counts (n, channels); counters wrap at 2**32."""
     c = np.asarray(counts, dtype=np.int64)
     if c.ndim != 2 or c.shape[1] != layout.channels:
         raise ValueError(f"counts must be (n, {layout.channels}), got {c.shape}")
@@ -403,12 +393,8 @@ def _unpack(fmt: struct.Struct, payload: bytes, what: str) -> tuple[Any, ...]:
 
 
 _TAG = struct.Struct("<B")
-_START = struct.Struct("<BBddddd")
 _STATUS = struct.Struct("<BBBHIB")
 _INFO = struct.Struct("<BBBB")
-_START_ACK = struct.Struct("<BBII")
-_STOP_ACK = struct.Struct("<BBI")
-_CYCLE_DONE = struct.Struct("<BBII")
 
 
 def encode_query(frame_type: FrameType, tag: int) -> bytes:
@@ -423,8 +409,35 @@ def reply_tag(frame: Frame) -> int:
     return frame.payload[0]
 
 
+class _Fixed:
+    """A message whose payload is one struct: its fields in declaration order."""
+
+    FRAME: ClassVar[FrameType]
+    FORMAT: ClassVar[struct.Struct]
+    ENUMS: ClassVar[Mapping[int, type[enum.IntEnum]]] = {}  # field position -> its enum
+
+    def encode(self) -> bytes:
+        values = [getattr(self, f.name) for f in fields(self)]  # type: ignore[arg-type]
+        return encode_frame(self.FRAME, self.FORMAT.pack(*values))
+
+    @classmethod
+    def decode(cls, payload: bytes) -> Any:
+        values = list(_unpack(cls.FORMAT, payload, cls.FRAME.name))
+        for pos, tp in cls.ENUMS.items():
+            try:
+                values[pos] = tp(values[pos])
+            except ValueError:
+                allowed = [m.value for m in tp]
+                raise FrameError(
+                    f"{cls.FRAME.name}: {values[pos]} is not one of {allowed}"
+                ) from None
+        return cls(*values)
+
+
 @dataclass(frozen=True)
-class StartCommand:
+class StartCommand(_Fixed):
+    FRAME: ClassVar[FrameType] = FrameType.START
+    FORMAT: ClassVar[struct.Struct] = struct.Struct("<BBddddd")
     tag: int
     joint_index: int
     motor_speed_rad_s: float
@@ -433,23 +446,36 @@ class StartCommand:
     sample_rate_hz: float
     test_pose_rad: float
 
-    def encode(self) -> bytes:
-        return encode_frame(
-            FrameType.START,
-            _START.pack(
-                self.tag,
-                self.joint_index,
-                self.motor_speed_rad_s,
-                self.settle_s,
-                self.duration_s,
-                self.sample_rate_hz,
-                self.test_pose_rad,
-            ),
-        )
 
-    @classmethod
-    def decode(cls, payload: bytes) -> StartCommand:
-        return cls(*_unpack(_START, payload, "START"))
+@dataclass(frozen=True)
+class StartAck(_Fixed):
+    FRAME: ClassVar[FrameType] = FrameType.START_ACK
+    FORMAT: ClassVar[struct.Struct] = struct.Struct("<BBII")
+    ENUMS: ClassVar[Mapping[int, type[enum.IntEnum]]] = {1: StartResult}
+    tag: int
+    result: StartResult
+    first_counter: int
+    n_frames: int
+
+
+@dataclass(frozen=True)
+class StopAck(_Fixed):
+    FRAME: ClassVar[FrameType] = FrameType.STOP_ACK
+    FORMAT: ClassVar[struct.Struct] = struct.Struct("<BBI")
+    tag: int
+    was_moving: int  # 1 when the STOP halted a cycle
+    frames_sent: int
+
+
+@dataclass(frozen=True)
+class CycleDone(_Fixed):
+    FRAME: ClassVar[FrameType] = FrameType.CYCLE_DONE
+    FORMAT: ClassVar[struct.Struct] = struct.Struct("<BBII")
+    ENUMS: ClassVar[Mapping[int, type[enum.IntEnum]]] = {1: CycleResult}
+    tag: int  # the START's
+    result: CycleResult
+    first_counter: int
+    frames_sent: int
 
 
 @dataclass(frozen=True)
@@ -487,7 +513,7 @@ class InfoReply:
     version: int
     layout: Layout
     # One (joint_index, side) per channel; side UNUSED for a channel no joint feeds.
-    channel_map: tuple[tuple[int, ChannelSide], ...] = field(default=())
+    channel_map: tuple[tuple[int, ChannelSide], ...] = ()
 
     def encode(self) -> bytes:
         head = _INFO.pack(self.tag, self.version, self.layout.channels, self.layout.count_bits)
@@ -508,74 +534,3 @@ class InfoReply:
         except ValueError as exc:
             raise FrameError(f"INFO: {exc}") from None
         return cls(tag, version, layout, mapping)
-
-
-@dataclass(frozen=True)
-class StartAck:
-    tag: int
-    result: StartResult
-    first_counter: int
-    n_frames: int
-
-    def encode(self) -> bytes:
-        return encode_frame(
-            FrameType.START_ACK,
-            _START_ACK.pack(self.tag, int(self.result), self.first_counter, self.n_frames),
-        )
-
-    @classmethod
-    def decode(cls, payload: bytes) -> StartAck:
-        tag, result, first, n = _unpack(_START_ACK, payload, "START_ACK")
-        return cls(tag, _enum(StartResult, result, "START_ACK result"), first, n)
-
-
-@dataclass(frozen=True)
-class StopAck:
-    tag: int
-    was_moving: bool
-    frames_sent: int
-
-    def encode(self) -> bytes:
-        return encode_frame(
-            FrameType.STOP_ACK, _STOP_ACK.pack(self.tag, int(self.was_moving), self.frames_sent)
-        )
-
-    @classmethod
-    def decode(cls, payload: bytes) -> StopAck:
-        tag, moving, sent = _unpack(_STOP_ACK, payload, "STOP_ACK")
-        return cls(tag, bool(moving), sent)
-
-
-@dataclass(frozen=True)
-class CycleDone:
-    tag: int
-    result: CycleResult
-    first_counter: int
-    frames_sent: int
-
-    def encode(self) -> bytes:
-        return encode_frame(
-            FrameType.CYCLE_DONE,
-            _CYCLE_DONE.pack(self.tag, int(self.result), self.first_counter, self.frames_sent),
-        )
-
-    @classmethod
-    def decode(cls, payload: bytes) -> CycleDone:
-        tag, result, first, sent = _unpack(_CYCLE_DONE, payload, "CYCLE_DONE")
-        return cls(tag, _enum(CycleResult, result, "CYCLE_DONE result"), first, sent)
-
-
-def _enum(tp: Any, value: int, what: str) -> Any:
-    try:
-        return tp(value)
-    except ValueError:
-        raise FrameError(f"{what} {value} is not one of {[m.value for m in tp]}") from None
-
-
-REPLY_TYPES: Mapping[int, Any] = {
-    FrameType.STATUS: StatusReply,
-    FrameType.INFO: InfoReply,
-    FrameType.START_ACK: StartAck,
-    FrameType.STOP_ACK: StopAck,
-    FrameType.CYCLE_DONE: CycleDone,
-}

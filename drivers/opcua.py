@@ -1,0 +1,466 @@
+"""OPC UA driver (asyncua client): interlock status, cycle trigger, chunked capture, stop.
+
+How a capture travels. The controller fills its sample buffers one chunk at a time (arrays of
+times and counts, then a sequence number) and the driver receives them through one OPC UA
+subscription, created per cycle, with a data-change monitored item per buffer variable.
+
+Why a subscription and not a method-polled ring buffer: the server pushes each chunk as soon
+as the publishing interval allows, so there is no polling round trip per chunk and no race
+between "read the index" and "read the slot" that a polled ring needs handshakes against; each
+monitored item has a server-side FIFO (queue_size) so a slow client loses nothing until the
+queue is full, and then loses the oldest values of every buffer alike, which the sequence
+numbers expose (and the overflow bit says). It is also what plain PLC servers offer: arrays
+plus a counter need no custom methods or structure types on the controller. The cost is one
+notification per buffer per chunk, paired back into chunks by order (see opcua_capture); the
+bench measures the result on loopback.
+
+The same subscription carries the cycle status (done / aborted / fault end the wait) and the
+controller state (leaving the stopped state aborts the cycle even before the interlock watcher
+polls). Any surprise (lost or malformed chunk, stall, dropped connection) raises, and run_cycle
+sends the stop in its exception path, including on cancellation.
+
+Connections: connect() retries with exponential backoff for connect_timeout_s; afterwards a
+supervisor task reconnects with backoff whenever the session is lost, for as long as the driver
+is open. While disconnected, read_status and run_cycle raise DriverError at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from asyncua import ua
+from asyncua.common.node import Node
+
+from agent.capture import Capture
+from agent.errors import CycleAborted, DriverError
+from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver
+from drivers.opcua_capture import (
+    CaptureAssembler,
+    ChunkError,
+    ChunkPairer,
+    decode_chunk,
+    expected_samples,
+)
+from drivers.opcua_session import OpcUaSession, ResolvedAction
+from drivers.opcua_settings import CycleParameter, OpcUaSettings
+from drivers.opcua_status import (
+    RawValue,
+    decode_cycle_status,
+    decode_mode,
+    decode_status,
+    status_roles,
+)
+
+log = logging.getLogger(__name__)
+
+# Modes in which a running cycle may go on (the interlock watcher applies the same rule).
+_RUN_MODES = {ControllerMode.STOPPED, ControllerMode.TEST_CYCLE}
+_OVERFLOW_BITS = 0x480  # StatusCode info bits: InfoType DataValue + Overflow
+
+
+def cycle_values(cycle: BacklashCycle) -> dict[CycleParameter, Any]:
+    """Everything a trigger may pass to the controller, by parameter name."""
+    return {
+        "joint_index": cycle.joint_index,
+        "joint_name": cycle.joint,
+        "motor_speed_rad_s": cycle.motor_speed_rad_s,
+        "motor_speed_rps": cycle.motor_speed_rad_s / (2.0 * math.pi),
+        "settle_s": cycle.settle_s,
+        "duration_s": cycle.duration_s,
+        "sample_rate_hz": cycle.sample_rate_hz,
+        "test_pose_rad": cycle.test_pose_rad,
+        "encoder_bits": cycle.encoder_bits,
+    }
+
+
+@dataclass(frozen=True)
+class _Link:
+    """A live session and every node the driver resolved on it."""
+
+    session: OpcUaSession
+    status: tuple[tuple[str, Node], ...]
+    trigger: ResolvedAction
+    stop: ResolvedAction
+    cycle_status: Node
+    state: Node
+    buffers: tuple[tuple[str, Node], ...]
+
+
+class _Watch:
+    """Receives the capture subscription's notifications (asyncua calls it; it never raises)."""
+
+    def __init__(self, roles: dict[int, str], buffer_roles: tuple[str, ...]) -> None:
+        self.roles = roles
+        self.pairer = ChunkPairer(buffer_roles)
+        self.cycle_status: deque[RawValue] = deque()
+        self.state: deque[RawValue] = deque()
+        self.error: DriverError | None = None
+        self.changed = asyncio.Event()
+
+    def datachange_notification(self, node: Node, val: Any, data: Any) -> None:
+        item = data.monitored_item
+        role = self.roles.get(item.ClientHandle)
+        dv: ua.DataValue = item.Value
+        code = dv.StatusCode if dv.StatusCode is not None else ua.StatusCode()
+        value = dv.Value.Value if dv.Value is not None else None
+        try:
+            if role == "cycle_status":
+                self.cycle_status.append(RawValue(node.nodeid.to_string(), value,
+                                                  code.is_good(), code.name))
+            elif role == "state":
+                self.state.append(RawValue(node.nodeid.to_string(), value, code.is_good(),
+                                           code.name))
+            elif role is not None:
+                overflow = (code.value & _OVERFLOW_BITS) == _OVERFLOW_BITS
+                self.pairer.push(role, value, good=code.is_good(), overflow=overflow)
+        except DriverError as exc:
+            self.error = self.error or exc
+        self.changed.set()
+
+    def status_change_notification(self, status: ua.StatusChangeNotification) -> None:
+        self.error = self.error or DriverError(
+            f"the server ended the capture subscription ({status.Status.name})"
+        )
+        self.changed.set()
+
+
+class OpcUaDriver(Driver):
+    name: ClassVar[str] = "opcua"
+    capabilities: ClassVar[Capability] = (
+        Capability.CYCLES | Capability.MOTOR_ENCODER | Capability.LINK_ENCODER | Capability.CURRENT
+    )
+    settings_type: ClassVar[type[Any] | None] = OpcUaSettings
+
+    def __init__(self, controller: str, settings: Any, joints: tuple[Any, ...]) -> None:
+        if not isinstance(settings, OpcUaSettings):
+            raise DriverError(f"{controller}: driver opcua needs its settings: section")
+        super().__init__(controller, settings, joints)
+        self._s: OpcUaSettings = settings
+        self._link: _Link | None = None
+        self._supervisor: asyncio.Task[None] | None = None
+        self._closing = False
+        self._down_reason = "not connected"
+        self._cycle_active = False
+        # Observability (logged, and read by tests): how the connection has fared.
+        self.connect_attempts = 0
+        self.reconnects = 0
+        self.stop_motion_calls = 0
+
+    @property
+    def control_period_s(self) -> float:
+        return self._s.control_period_s
+
+    @property
+    def connected(self) -> bool:
+        return self._link is not None and not self._link.session.lost.is_set()
+
+    # --- connection ------------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        if self._supervisor is not None:
+            return
+        self._closing = False
+        loop = asyncio.get_running_loop()
+        self._link = await self._open_with_backoff(loop.time() + self._s.connect_timeout_s)
+        self._supervisor = asyncio.create_task(self._supervise(), name=f"opcua {self.controller}")
+
+    async def _open(self) -> _Link:
+        self.connect_attempts += 1
+        session = await OpcUaSession.open(self._s)
+        try:
+            s = self._s
+            b = s.buffers
+            buffers = {"sequence": b.sequence, "time": b.time, "motor_counts": b.motor_counts,
+                       "link_counts": b.link_counts, "current": b.current}
+            link = _Link(
+                session=session,
+                status=tuple((r, session.node(t)) for r, t in status_roles(s.status).items()),
+                trigger=await session.resolve_action(s.cycle.trigger, "cycle trigger"),
+                stop=await session.resolve_action(s.cycle.stop, "stop"),
+                cycle_status=session.node(s.cycle.status),
+                state=session.node(s.status.state),
+                buffers=tuple((r, session.node(t)) for r, t in buffers.items() if t is not None),
+            )
+            # One read of every node proves the ids exist before the first cycle needs them.
+            nodes = [n for _, n in (*link.status, *link.buffers)] + [link.cycle_status]
+            values = await session.read(nodes, "read the configured nodes")
+            for node, dv in zip(nodes, values, strict=True):
+                code = dv.StatusCode
+                if code is not None and code.value == ua.StatusCodes.BadNodeIdUnknown:
+                    raise DriverError(f"node {node.nodeid.to_string()} does not exist")
+        except BaseException:
+            await session.close()
+            raise
+        log.info("event=opcua_connected controller=%s endpoint=%s security=%s/%s",
+                 self.controller, s.endpoint, s.security.policy, s.security.mode)
+        return link
+
+    async def _open_with_backoff(self, deadline: float | None) -> _Link:
+        loop = asyncio.get_running_loop()
+        delay = self._s.reconnect_initial_s
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._open()
+            except DriverError as exc:
+                self._down_reason = str(exc)
+                if self._closing:
+                    raise
+                if deadline is not None and loop.time() + delay > deadline:
+                    raise DriverError(
+                        f"{self.controller}: cannot connect to {self._s.endpoint} "
+                        f"after {attempt} attempt(s): {exc}"
+                    ) from None
+                log.warning("event=opcua_connect_failed controller=%s attempt=%d retry_in_s=%.2f "
+                            "error=%r", self.controller, attempt, delay, str(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2.0, self._s.reconnect_max_s)
+
+    async def _supervise(self) -> None:
+        """Reconnect with backoff whenever the session is lost, until close()."""
+        while not self._closing:
+            link = self._link
+            if link is None:
+                return
+            await link.session.lost.wait()
+            if self._closing:
+                return
+            self._down_reason = f"connection lost ({link.session.lost_reason}); reconnecting"
+            self._link = None
+            await link.session.close()
+            try:
+                self._link = await self._open_with_backoff(None)
+            except DriverError:
+                return  # only when closing
+            self.reconnects += 1
+            log.info("event=opcua_reconnected controller=%s reconnects=%d",
+                     self.controller, self.reconnects)
+
+    def _require_link(self) -> _Link:
+        link = self._link
+        if link is None or link.session.lost.is_set():
+            reason = link.session.lost_reason if link is not None else self._down_reason
+            raise DriverError(f"{self.controller}: not connected to {self._s.endpoint}: {reason}")
+        return link
+
+    async def close(self) -> None:
+        self._closing = True
+        if self._supervisor is not None:
+            self._supervisor.cancel()
+            with contextlib.suppress(BaseException):
+                await self._supervisor
+            self._supervisor = None
+        link, self._link = self._link, None
+        if link is not None:
+            if self._cycle_active:
+                await self._stop_quietly(link)
+            await link.session.close()
+        self._down_reason = "closed"
+
+    # --- status and stop -------------------------------------------------------------------
+
+    async def read_status(self) -> ControllerStatus:
+        link = self._require_link()
+        values = await link.session.read([n for _, n in link.status],
+                                         f"{self.controller}: read the controller status")
+        raw = {
+            role: _raw(node, dv) for (role, node), dv in zip(link.status, values, strict=True)
+        }
+        try:
+            return decode_status(raw, self._s.status, self.joints)
+        except DriverError as exc:
+            raise DriverError(f"{self.controller}: {exc}") from None
+
+    async def stop_motion(self) -> None:
+        self.stop_motion_calls += 1
+        link = self._require_link()
+        await link.session.perform(link.stop, {}, f"{self.controller} stop")
+        log.info("event=opcua_stop_sent controller=%s", self.controller)
+
+    async def _stop_quietly(self, link: _Link) -> None:
+        try:
+            await link.session.perform(link.stop, {}, f"{self.controller} stop")
+            log.info("event=opcua_stop_sent controller=%s", self.controller)
+        except DriverError as exc:  # the caller's error says why; this one is logged loudly
+            log.error("event=opcua_stop_failed controller=%s error=%r", self.controller, str(exc))
+
+    # --- the cycle -------------------------------------------------------------------------
+
+    async def run_cycle(self, cycle: BacklashCycle) -> Capture:
+        link = self._require_link()
+        if not any(j.name == cycle.joint for j in self.joints):
+            raise DriverError(f"{self.controller}: no joint named {cycle.joint!r}")
+        roles = [r for r, _ in link.buffers]
+        handles = {i + 1: r for i, r in enumerate([*roles, "cycle_status", "state"])}
+        watch = _Watch(handles, tuple(roles))
+        triggered = False
+        self._cycle_active = True
+        sub = None
+        try:
+            sub = await self._subscribe(link, watch, handles)
+            assembler = await self._snapshot(link, watch, cycle)
+            triggered = True  # set before the call: a call that times out may still start motion
+            await link.session.perform(link.trigger, cycle_values(cycle),
+                                       f"{self.controller} cycle trigger")
+            capture = await self._collect(link, watch, assembler, cycle)
+            triggered = False  # the controller reported the cycle done: nothing moves
+            return capture
+        except ChunkError as exc:
+            raise DriverError(f"{self.controller}/{cycle.joint}: {exc}") from None
+        finally:
+            if triggered:
+                await self._stop_quietly(link)
+            self._cycle_active = False
+            if sub is not None and not link.session.lost.is_set():
+                with contextlib.suppress(DriverError):
+                    await link.session.request(sub.delete(), "delete the capture subscription")
+
+    async def _subscribe(self, link: _Link, watch: _Watch, handles: dict[int, str]) -> Any:
+        s = self._s
+        interval = s.publishing_interval_ms
+        keepalive = max(1, math.ceil(500.0 / interval))
+        params = ua.CreateSubscriptionParameters(
+            RequestedPublishingInterval=interval,
+            RequestedLifetimeCount=max(3 * keepalive, math.ceil(10_000.0 / interval)),
+            RequestedMaxKeepAliveCount=keepalive,
+            MaxNotificationsPerPublish=0,
+            PublishingEnabled=True,
+            Priority=0,
+        )
+        session = link.session
+        sub = await session.request(session.client.create_subscription(params, watch),
+                                    "create the capture subscription")
+        nodes = {**dict(link.buffers), "cycle_status": link.cycle_status, "state": link.state}
+        # StatusValueTimestamp: a chunk equal to the previous one still notifies (the server
+        # stamps each write), so the k-th value of each buffer stays chunk k.
+        flt = ua.DataChangeFilter(Trigger=ua.DataChangeTrigger.StatusValueTimestamp)
+        requests = [
+            ua.MonitoredItemCreateRequest(
+                ItemToMonitor=ua.ReadValueId(NodeId=nodes[role].nodeid,
+                                             AttributeId=ua.AttributeIds.Value),
+                MonitoringMode=ua.MonitoringMode.Reporting,
+                RequestedParameters=ua.MonitoringParameters(
+                    ClientHandle=handle, SamplingInterval=0.0, QueueSize=s.queue_size,
+                    DiscardOldest=True, Filter=flt),
+            )
+            for handle, role in handles.items()
+        ]
+        try:
+            results = await session.request(sub.create_monitored_items(requests),
+                                            "subscribe to the sample buffers")
+        except BaseException:
+            with contextlib.suppress(BaseException):
+                await session.request(sub.delete(), "delete the capture subscription")
+            raise
+        bad = [(handles[i + 1], r) for i, r in enumerate(results) if isinstance(r, ua.StatusCode)]
+        if bad:
+            role, code = bad[0]
+            with contextlib.suppress(DriverError):
+                await session.request(sub.delete(), "delete the capture subscription")
+            raise DriverError(f"{self.controller}: cannot monitor the {role} node: {code.name}")
+        return sub
+
+    async def _snapshot(self, link: _Link, watch: _Watch, cycle: BacklashCycle
+                        ) -> CaptureAssembler:
+        """Wait for every item's current value: the sequence number the capture follows."""
+        s = self._s
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 2.0 * s.request_timeout_s
+        while True:
+            watch.changed.clear()
+            if watch.error is not None:
+                raise watch.error
+            snap = watch.pairer.pop() if watch.cycle_status and watch.state else None
+            if snap is not None:
+                break
+            left = deadline - loop.time()
+            if left <= 0 or link.session.lost.is_set():
+                raise DriverError(f"{self.controller}: no initial values from the subscription")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(watch.changed.wait(), left)
+        seq = snap["sequence"]
+        modulus = s.buffers.sequence_modulus
+        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < modulus:
+            raise DriverError(f"{self.controller}: sequence number node holds {seq!r}, "
+                              f"expected an integer in 0..{modulus - 1}")
+        status = decode_cycle_status(watch.cycle_status.popleft(), s.cycle.status_values)
+        if status == "running":
+            raise DriverError(f"{self.controller}: the controller is already running a cycle")
+        decode_mode(watch.state.popleft(), s.status.state_values)
+        return CaptureAssembler(
+            first_sequence=(seq + 1) % modulus,
+            expected_samples=expected_samples(cycle),
+            sample_rate_hz=cycle.sample_rate_hz,
+            tolerance=s.sample_count_tolerance,
+            sequence_modulus=modulus,
+        )
+
+    async def _collect(self, link: _Link, watch: _Watch, assembler: CaptureAssembler,
+                       cycle: BacklashCycle) -> Capture:
+        s = self._s
+        where = f"{self.controller}/{cycle.joint}"
+        loop = asyncio.get_running_loop()
+        # Before the first chunk the controller ramps and settles: allow for that once.
+        deadline = loop.time() + cycle.settle_s + s.stall_timeout_s
+        running = done = False
+        while True:
+            watch.changed.clear()
+            if watch.error is not None:
+                raise watch.error
+            while (raw := watch.pairer.pop()) is not None:
+                assembler.add(decode_chunk(
+                    raw, encoder_bits=cycle.encoder_bits, time_unit_s=s.buffers.time_unit_s,
+                    current_unit_a=s.buffers.current_unit_a,
+                    sequence_modulus=s.buffers.sequence_modulus))
+                deadline = loop.time() + s.stall_timeout_s
+            while watch.state:
+                mode = decode_mode(watch.state.popleft(), s.status.state_values)
+                if mode not in _RUN_MODES:
+                    raise CycleAborted(f"{where}: the controller left the stopped state "
+                                       f"(now {mode.value})")
+            while watch.cycle_status:
+                status = decode_cycle_status(watch.cycle_status.popleft(),
+                                             s.cycle.status_values)
+                if status in ("aborted", "fault"):
+                    raise CycleAborted(f"{where}: the controller reports the cycle {status}")
+                running = running or status == "running"
+                if status == "done" and running and not done:
+                    done = True
+                    deadline = min(deadline, loop.time() + s.stall_timeout_s)
+            if done and assembler.complete:
+                return assembler.capture(
+                    cycle, machine=self.controller, source=f"opcua:{self.controller}/{cycle.joint}",
+                    extra={"endpoint": s.endpoint},
+                )
+            if link.session.lost.is_set():
+                raise DriverError(f"{where}: connection lost mid-capture "
+                                  f"({link.session.lost_reason})")
+            left = deadline - loop.time()
+            if left <= 0:
+                if done:
+                    raise ChunkError(f"capture incomplete: {assembler.samples} of "
+                                     f"{assembler.expected_samples} samples arrived before the "
+                                     "controller reported done (the last chunk(s) were lost)")
+                raise DriverError(f"{where}: the controller stalled: no chunk for "
+                                  f"{s.stall_timeout_s:g} s ({assembler.samples} samples in)")
+            lost = asyncio.ensure_future(link.session.lost.wait())
+            changed = asyncio.ensure_future(watch.changed.wait())
+            try:
+                await asyncio.wait({lost, changed}, timeout=left,
+                                   return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                lost.cancel()
+                changed.cancel()
+
+
+def _raw(node: Node, dv: ua.DataValue) -> RawValue:
+    code = dv.StatusCode if dv.StatusCode is not None else ua.StatusCode()
+    value = dv.Value.Value if dv.Value is not None else None
+    return RawValue(node.nodeid.to_string(), value, code.is_good(), code.name)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Install the Debian packages the tests' protocol peers need, only those missing.
+# Each entry is "command-to-check:package".
+set -euo pipefail
+NEEDED=(
+  "ip:iproute2"          # network namespaces for the CAN udp_multicast test
+)
+missing=()
+for entry in "${NEEDED[@]}"; do
+  cmd=${entry%%:*}; pkg=${entry##*:}
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "system-deps: missing ${missing[*]} and no apt-get to install them" >&2
+  exit 1
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "system-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
