@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from agent import __version__
-from agent.errors import EX_CONFIG, EX_DATAERR, EX_OK, AgentError
+from agent.errors import EX_CONFIG, EX_DATAERR, EX_OK, AgentError, EstimationError
 
 log = logging.getLogger("jha")
 
@@ -69,7 +69,15 @@ def _cmd_analyze_backlash(args: argparse.Namespace) -> int:
     )
     calibration = None
     if args.calibration:
-        calibration = fit_calibration(_read_pairs(args.calibration), source=str(args.calibration))
+        try:
+            calibration = fit_calibration(
+                _read_pairs(args.calibration), source=str(args.calibration)
+            )
+        except EstimationError as exc:
+            message = str(exc)
+            if not message.startswith(str(args.calibration)):  # name the file at fault
+                message = f"{args.calibration}: {message}"
+            raise EstimationError(message) from None
     result = fit_backlash(capture, settings, calibration)
     if args.plot:
         from agent.atomic import atomic_write_text
@@ -124,7 +132,7 @@ def _read_pairs(path: Path) -> list[tuple[float, float]]:
         try:
             a, d = (float(x) for x in text.split(","))
         except ValueError:
-            raise AgentError(
+            raise EstimationError(
                 f"{path}:{n}: expected 'amplitude_rad_s,backlash_rad', found {text!r}"
             ) from None
         pairs.append((a, d))

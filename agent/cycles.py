@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from agent.capture import Capture
 from agent.config import ControllerSettings, InterlockSettings, JointSettings
-from agent.errors import CycleAborted, DriverError, InterlockError
+from agent.errors import CycleAborted, InterlockError
 from drivers.base import BacklashCycle, ControllerMode, ControllerStatus, Driver
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ async def run_guarded_cycle(
     limits = limits or CycleLimits()
     try:
         status = await asyncio.wait_for(driver.read_status(), limits.status_timeout_s)
-    except (TimeoutError, DriverError) as exc:
+    except Exception as exc:  # any failure to read the controller means: do not move
         raise InterlockError(f"cannot read controller status: {str(exc) or 'timeout'}") from exc
     problems = interlock_violations(status, rules, joint)
     if problems:

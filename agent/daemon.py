@@ -191,7 +191,6 @@ class Agent:
             cycle = backlash_cycle(ctrl, joint)
             job = _JointJob(ctrl, joint, cycle, _utcnow())
             jobs.append(job)
-            calibration = self._calibration(joint, cycle)
             try:
                 capture = await run_guarded_cycle(driver, cycle, ctrl.interlocks, joint)
             except InterlockError as exc:
@@ -221,6 +220,8 @@ class Agent:
                 len(capture),
                 job.capture_path,
             )
+            # Asked for only now: a refused or aborted cycle must not start a sweep for nothing.
+            calibration = self._calibration(joint, cycle)
             job.analysis = asyncio.ensure_future(self._analyze(capture, joint, calibration, loop))
         for job in jobs:
             if job.analysis is None:

@@ -39,6 +39,9 @@ from drivers.can_settings import CanSettings
 log = logging.getLogger(__name__)
 
 _POLL_S = 0.05  # longest sleep between checks while waiting on the controller
+# During a cycle the agent sends a NOP this often: the controller's watchdog stops the motion
+# when they cease (agent dead, link cut), since then no STOP can reach it.
+HEARTBEAT_S = 0.1
 _RECONNECT_FIRST_S = 0.5
 
 
@@ -63,6 +66,7 @@ class CanDriver(Driver):
         self._in_cycle = False
         self._next_reconnect = 0.0
         self._reconnect_wait_s = _RECONNECT_FIRST_S
+        self._stop_owed = False  # a STOP that could not be delivered goes out on reconnect
         self.stop_commands_sent = 0
         self.last_capture_stats: dict[str, Any] = {}
 
@@ -130,11 +134,21 @@ class CanDriver(Driver):
                     f"{label}: no status frame within {s.connect_timeout_s:g} s of ENABLE"
                     + (f" ({link.failure})" if link.failure else "")
                 )
+            # Joint positions come round robin, one per status period: wait for a full round
+            # so the first interlock check sees every pose (a joint never reported stays
+            # unknown, and the interlocks refuse to move it).
+            indexes = {j.index for j in self.joints}
+            await self._wait_for(
+                lambda: indexes <= set(link.snapshot()[2]) or link.failure is not None,
+                s.connect_timeout_s,
+            )
         except BaseException:
             self._drop_link()
             raise
         self._reconnect_wait_s = _RECONNECT_FIRST_S
         log.info("event=can_connected link=%r", label)
+        if self._stop_owed:
+            self._send_stop("owed since the link was lost")
 
     async def _probe_tcp(self) -> None:
         """Fail fast on a refused socketcand port (python-can would retry it for 10 s)."""
@@ -158,9 +172,6 @@ class CanDriver(Driver):
             link.shutdown()
 
     async def close(self) -> None:
-        if self._link is not None and self._link.failure is None:
-            with contextlib.suppress(DriverError):
-                self._send_stop("driver closing")
         await asyncio.to_thread(self._drop_link)
 
     def _require_proto(self) -> CanProtocol:
@@ -236,12 +247,14 @@ class CanDriver(Driver):
     # --- motion -------------------------------------------------------------------------------
     def _send_stop(self, reason: str) -> None:
         link = self._link
+        self._stop_owed = True
         if link is None:
             raise DriverError(f"{self.controller}: not connected, STOP not sent ({reason})")
         link.send(
             "command",
             {"Command": Command.STOP, "CycleCounter": self._cycle_counter, "JointIndex": 0},
         )
+        self._stop_owed = False
         self.stop_commands_sent += 1
         log.info("event=can_stop_sent controller=%s reason=%r", self.controller, reason)
 
@@ -318,14 +331,22 @@ class CanDriver(Driver):
             await self._await_ack(link, recorder, counter)
             await self._await_capture(link, recorder, counter, cycle)
             finished = True
+            await self._await_done(link, counter)
         finally:
             link.disarm()
-            self._in_cycle = False
-            if sent_start and not finished:
-                try:
-                    self._send_stop(f"cycle {counter} did not finish")
-                except DriverError as exc:
-                    log.error("event=can_stop_failed controller=%s error=%r", self.controller, str(exc))
+            try:
+                if sent_start and not finished:
+                    await self._stop_and_confirm(link, counter)
+                if sent_start:
+                    # The pose reported during the motion is history: the next interlock
+                    # check must see where the joint stands now.
+                    link.forget_position(joint_index)
+                    await self._wait_for(
+                        lambda: link.has_position(joint_index) or link.failure is not None,
+                        self._settings.ack_timeout_s,
+                    )
+            finally:
+                self._in_cycle = False
         wall_s = time.monotonic() - t_start
         return self._capture(cycle, recorder, start_pos.position_rad if start_pos else None, wall_s)
 
@@ -384,11 +405,15 @@ class CanDriver(Driver):
         s = self._settings
         first_deadline = time.monotonic() + cycle.settle_s + s.prepare_timeout_s
         done_seen_at: float | None = None
+        beat_at = time.monotonic()
         while True:
             self._raise_if_ended(link, rec, counter)
             if rec.complete:
                 return
             now = time.monotonic()
+            if now - beat_at >= HEARTBEAT_S:
+                beat_at = now
+                link.send("command", {"Command": Command.NOP, "CycleCounter": counter, "JointIndex": 0})
             self._fresh_status(link)  # a silent controller is a lost one
             st = link.status
             if st is not None and st.mode in (ControllerMode.FAULT, ControllerMode.MANUAL):
@@ -412,6 +437,48 @@ class CanDriver(Driver):
                     f"sample {rec.received} of {rec.samples}"
                 )
             await self._wait_for(lambda: rec.finished or link.failure is not None, _POLL_S)
+
+    async def _stop_and_confirm(self, link: BusLink, counter: int) -> None:
+        """Send STOP, then wait (bounded) until the status shows the cycle over, so the next
+        interlock check reads a stopped controller rather than a status from before the STOP."""
+        try:
+            self._send_stop(f"cycle {counter} did not finish")
+        except DriverError as exc:
+            log.error("event=can_stop_failed controller=%s error=%r", self.controller, str(exc))
+            return
+
+        def over() -> bool:
+            st = link.status
+            return link.failure is not None or (
+                st is not None
+                and st.mode is not ControllerMode.TEST_CYCLE
+                and (st.cycle_counter != counter or st.cycle_state not in _ACTIVE)
+            )
+
+        if not await self._wait_for(over, self._settings.ack_timeout_s):
+            log.error(
+                "event=can_stop_unconfirmed controller=%s cycle=%d: STOP sent, but the status "
+                "still shows the cycle running",
+                self.controller,
+                counter,
+            )
+
+    async def _await_done(self, link: BusLink, counter: int) -> None:
+        """The last frame is in; the controller says DONE (motion over) a status period later."""
+
+        def done() -> bool:
+            st = link.status
+            return link.failure is not None or (
+                st is not None and st.cycle_counter == counter and st.cycle_state != CycleState.CAPTURING
+            )
+
+        if not await self._wait_for(done, self._settings.ack_timeout_s):
+            log.warning(
+                "event=can_cycle_not_done controller=%s cycle=%d: capture complete, but the "
+                "controller has not reported the end of the cycle",
+                self.controller,
+                counter,
+            )
 
     def _capture(
         self,
@@ -468,6 +535,7 @@ class CanDriver(Driver):
 
 
 _ENDED = (CycleState.ABORTED, CycleState.REJECTED)
+_ACTIVE = (CycleState.PREPARING, CycleState.SETTLING, CycleState.CAPTURING)
 
 
 def _shutdown_late_bus(future: asyncio.Future[Any]) -> None:

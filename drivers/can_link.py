@@ -28,9 +28,11 @@ from drivers.can_settings import CanSettings
 log = logging.getLogger(__name__)
 
 _RECV_TIMEOUT_S = 0.05
-# Receive errors in a row after which the transport is taken as broken (python-can's socketcand
-# client keeps an unparsable buffer and fails every later read on it).
-_MAX_ERRORS_IN_ROW = 3
+# This many receive errors within _ERROR_WINDOW_S and the transport is taken as broken: python-can's
+# socketcand client keeps an element it cannot parse in its buffer and fails every later read
+# on it, in between handing out again the frames it had parsed before it (duplicates).
+_MAX_ERRORS = 3
+_ERROR_WINDOW_S = 1.0
 _CONTROLLER_CLOCK_WRAP_S = 65.536
 
 
@@ -221,6 +223,14 @@ class BusLink:
         with self._lock:
             return self.status, self.status_at, dict(self.positions)
 
+    def forget_position(self, joint_index: int) -> None:
+        with self._lock:
+            self.positions.pop(joint_index, None)
+
+    def has_position(self, joint_index: int) -> bool:
+        with self._lock:
+            return joint_index in self.positions
+
     def arm(self, recorder: CaptureRecorder) -> None:
         with self._lock:
             self.capture = recorder
@@ -256,21 +266,28 @@ class BusLink:
             return True
 
     def _run(self) -> None:
-        errors_in_row = 0
+        error_times: list[float] = []
         while not self._closing.is_set():
             try:
                 msg = self.bus.recv(timeout=_RECV_TIMEOUT_S)
             except Exception as exc:  # python-can raises CanError; some transports raw OSError
                 if self._closing.is_set():
                     return
-                errors_in_row += 1
+                if isinstance(exc.__cause__, OSError) or isinstance(exc, OSError):
+                    self._fail(f"connection lost: {_first_line(exc.__cause__ or exc)}")
+                    return
+                now = time.monotonic()
+                error_times = [t for t in error_times if now - t < _ERROR_WINDOW_S] + [now]
                 self.receive_errors += 1
                 with self._lock:
                     if self.capture is not None:
-                        self.capture.fail(f"bus receive error: {exc}")
+                        self.capture.fail(f"bus receive error: {_first_line(exc)}")
                 self._notify()
-                if errors_in_row >= _MAX_ERRORS_IN_ROW:
-                    self._fail(f"receive failed {errors_in_row} times in a row: {exc}")
+                if len(error_times) >= _MAX_ERRORS:
+                    self._fail(
+                        f"{len(error_times)} receive errors within {_ERROR_WINDOW_S:g} s, "
+                        f"last: {_first_line(exc)}"
+                    )
                     return
                 continue
             if msg is None:
@@ -278,7 +295,6 @@ class BusLink:
                     self._fail("connection closed by the peer")
                     return
                 continue
-            errors_in_row = 0
             if msg.is_error_frame or msg.is_remote_frame:
                 continue
             self.frames_received += 1
@@ -321,3 +337,9 @@ class BusLink:
         self._clock_raw = raw
         unwrapped = raw + self._clock_turns * _CONTROLLER_CLOCK_WRAP_S
         return StatusFrame(**{**status.__dict__, "controller_time_s": unwrapped})
+
+
+def _first_line(exc: BaseException) -> str:
+    """python-can puts a whole traceback in some messages; the first line says what happened."""
+    text = str(exc).split("Traceback (most recent call last)")[0].strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -47,7 +47,7 @@ from drivers.opcua_capture import (
     decode_chunk,
     expected_samples,
 )
-from drivers.opcua_session import OpcUaSession, ResolvedAction
+from drivers.opcua_session import OpcUaSession, RejectedError, ResolvedAction
 from drivers.opcua_settings import CycleParameter, OpcUaSettings
 from drivers.opcua_status import (
     RawValue,
@@ -147,6 +147,8 @@ class OpcUaDriver(Driver):
         self._closing = False
         self._down_reason = "not connected"
         self._cycle_active = False
+        # A stop that could not be delivered (connection lost) is sent again on reconnect.
+        self._stop_pending = False
         # Observability (logged, and read by tests): how the connection has fared.
         self.connect_attempts = 0
         self.reconnects = 0
@@ -193,7 +195,7 @@ class OpcUaDriver(Driver):
             for node, dv in zip(nodes, values, strict=True):
                 code = dv.StatusCode
                 if code is not None and code.value == ua.StatusCodes.BadNodeIdUnknown:
-                    raise DriverError(f"node {node.nodeid.to_string()} does not exist")
+                    raise RejectedError(f"node {node.nodeid.to_string()} does not exist")
         except BaseException:
             await session.close()
             raise
@@ -213,10 +215,14 @@ class OpcUaDriver(Driver):
                 self._down_reason = str(exc)
                 if self._closing:
                     raise
+                # At connect a rejection fails at once; once running, the server side may be
+                # fixed while the agent waits, so the supervisor keeps trying (backed off).
+                rejected = isinstance(exc, RejectedError) and deadline is not None
+                if rejected:
+                    raise RejectedError(f"{self.controller}: {exc}") from None
                 if deadline is not None and loop.time() + delay > deadline:
                     raise DriverError(
-                        f"{self.controller}: cannot connect to {self._s.endpoint} "
-                        f"after {attempt} attempt(s): {exc}"
+                        f"{self.controller}: gave up after {attempt} attempt(s): {exc}"
                     ) from None
                 log.warning("event=opcua_connect_failed controller=%s attempt=%d retry_in_s=%.2f "
                             "error=%r", self.controller, attempt, delay, str(exc))
@@ -242,6 +248,9 @@ class OpcUaDriver(Driver):
             self.reconnects += 1
             log.info("event=opcua_reconnected controller=%s reconnects=%d",
                      self.controller, self.reconnects)
+            if self._stop_pending and self._link is not None:
+                # The controller may have kept moving while unreachable (a hang, not a crash).
+                await self._stop_quietly(self._link)
 
     def _require_link(self) -> _Link:
         link = self._link
@@ -280,16 +289,24 @@ class OpcUaDriver(Driver):
 
     async def stop_motion(self) -> None:
         self.stop_motion_calls += 1
-        link = self._require_link()
-        await link.session.perform(link.stop, {}, f"{self.controller} stop")
+        try:
+            link = self._require_link()
+            await link.session.perform(link.stop, {}, f"{self.controller} stop")
+        except DriverError:
+            self._stop_pending = True
+            raise
+        self._stop_pending = False
         log.info("event=opcua_stop_sent controller=%s", self.controller)
 
     async def _stop_quietly(self, link: _Link) -> None:
         try:
             await link.session.perform(link.stop, {}, f"{self.controller} stop")
-            log.info("event=opcua_stop_sent controller=%s", self.controller)
         except DriverError as exc:  # the caller's error says why; this one is logged loudly
+            self._stop_pending = True
             log.error("event=opcua_stop_failed controller=%s error=%r", self.controller, str(exc))
+        else:
+            self._stop_pending = False
+            log.info("event=opcua_stop_sent controller=%s", self.controller)
 
     # --- the cycle -------------------------------------------------------------------------
 
@@ -312,8 +329,6 @@ class OpcUaDriver(Driver):
             capture = await self._collect(link, watch, assembler, cycle)
             triggered = False  # the controller reported the cycle done: nothing moves
             return capture
-        except ChunkError as exc:
-            raise DriverError(f"{self.controller}/{cycle.joint}: {exc}") from None
         finally:
             if triggered:
                 await self._stop_quietly(link)
@@ -405,7 +420,6 @@ class OpcUaDriver(Driver):
     async def _collect(self, link: _Link, watch: _Watch, assembler: CaptureAssembler,
                        cycle: BacklashCycle) -> Capture:
         s = self._s
-        where = f"{self.controller}/{cycle.joint}"
         loop = asyncio.get_running_loop()
         # Before the first chunk the controller ramps and settles: allow for that once.
         deadline = loop.time() + cycle.settle_s + s.stall_timeout_s
@@ -423,13 +437,13 @@ class OpcUaDriver(Driver):
             while watch.state:
                 mode = decode_mode(watch.state.popleft(), s.status.state_values)
                 if mode not in _RUN_MODES:
-                    raise CycleAborted(f"{where}: the controller left the stopped state "
+                    raise CycleAborted("the controller left the stopped state "
                                        f"(now {mode.value})")
             while watch.cycle_status:
                 status = decode_cycle_status(watch.cycle_status.popleft(),
                                              s.cycle.status_values)
                 if status in ("aborted", "fault"):
-                    raise CycleAborted(f"{where}: the controller reports the cycle {status}")
+                    raise CycleAborted(f"the controller reports the cycle {status}")
                 running = running or status == "running"
                 if status == "done" and running and not done:
                     done = True
@@ -440,7 +454,7 @@ class OpcUaDriver(Driver):
                     extra={"endpoint": s.endpoint},
                 )
             if link.session.lost.is_set():
-                raise DriverError(f"{where}: connection lost mid-capture "
+                raise DriverError("connection lost mid-capture "
                                   f"({link.session.lost_reason})")
             left = deadline - loop.time()
             if left <= 0:
@@ -448,7 +462,7 @@ class OpcUaDriver(Driver):
                     raise ChunkError(f"capture incomplete: {assembler.samples} of "
                                      f"{assembler.expected_samples} samples arrived before the "
                                      "controller reported done (the last chunk(s) were lost)")
-                raise DriverError(f"{where}: the controller stalled: no chunk for "
+                raise DriverError("the controller stalled: no chunk for "
                                   f"{s.stall_timeout_s:g} s ({assembler.samples} samples in)")
             lost = asyncio.ensure_future(link.session.lost.wait())
             changed = asyncio.ensure_future(watch.changed.wait())

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import collections
 import datetime as dt
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -228,12 +227,10 @@ class CaptureAssembler:
             "motor_pos_rad": unwrap_counts(motor, bits),
         }
         if all(c.link_counts is not None for c in self.chunks):
-            link = unwrap_counts(np.concatenate([c.link_counts for c in self.chunks
-                                                 if c.link_counts is not None]), bits)
-            # Single-turn counts do not say which turn the link is in: take the one nearest
-            # the commanded test pose, as the joint stood there when the cycle started.
-            turn = 2.0 * math.pi
-            channels["link_pos_rad"] = link + round((cycle.test_pose_rad - link[0]) / turn) * turn
+            # Single-turn counts cannot say which turn the link is in: like the motor channel,
+            # the first sample's turn is turn 0.
+            link = np.concatenate([c.link_counts for c in self.chunks if c.link_counts is not None])
+            channels["link_pos_rad"] = unwrap_counts(link, bits)
         if all(c.current_a is not None for c in self.chunks):
             channels["current_a"] = np.concatenate(
                 [c.current_a for c in self.chunks if c.current_a is not None]

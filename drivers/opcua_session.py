@@ -42,17 +42,33 @@ _FATAL_STATUS = {
 }
 
 
+# The server refused who we are: retrying the same credentials will not help.
+_REJECTED_STATUS = {
+    ua.StatusCodes.BadUserAccessDenied, ua.StatusCodes.BadIdentityTokenInvalid,
+    ua.StatusCodes.BadIdentityTokenRejected, ua.StatusCodes.BadCertificateInvalid,
+    ua.StatusCodes.BadCertificateUntrusted, ua.StatusCodes.BadCertificateUriInvalid,
+    ua.StatusCodes.BadCertificateTimeInvalid, ua.StatusCodes.BadCertificateRevoked,
+    ua.StatusCodes.BadCertificateUseNotAllowed, ua.StatusCodes.BadSecurityChecksFailed,
+    ua.StatusCodes.BadSecurityPolicyRejected, ua.StatusCodes.BadSecurityModeRejected,
+}
+
+
+class RejectedError(DriverError):
+    """The server refused the agent's identity, or does not match the config (a node, a method
+    signature, a file the config names): retrying the same thing will not help."""
+
+
 def resolve_text(text: str, namespaces: list[str]) -> ua.NodeId:
     """Node id text -> NodeId; `nsu=<uri>;...` is looked up in the server's namespace array."""
     if text.startswith("nsu="):
         uri, _, rest = text[4:].partition(";")
         if uri not in namespaces:
-            raise DriverError(f"node {text}: the server has no namespace {uri!r}")
+            raise RejectedError(f"node {text}: the server has no namespace {uri!r}")
         text = f"ns={namespaces.index(uri)};{rest}"
     try:
         return ua.NodeId.from_string(text)
     except Exception as exc:  # asyncua raises several types for malformed ids
-        raise DriverError(f"node id {text!r} cannot be parsed: {exc}") from None
+        raise RejectedError(f"node id {text!r} cannot be parsed: {exc}") from None
 
 
 def convert(value: Any, vtype: ua.VariantType, what: str) -> ua.Variant:
@@ -81,7 +97,7 @@ def _variant_type(datatype: ua.NodeId, what: str) -> ua.VariantType:
             return ua.VariantType(datatype.Identifier)
         except ValueError:
             pass
-    raise DriverError(f"{what} has data type {datatype.to_string()}, not a built-in type")
+    raise RejectedError(f"{what} has data type {datatype.to_string()}, not a built-in type")
 
 
 @dataclass(frozen=True)
@@ -102,7 +118,7 @@ def _read_text(path: str, what: str) -> str:
     try:
         return Path(path).read_text(encoding="utf-8").strip()
     except OSError as exc:
-        raise DriverError(f"cannot read the {what} file {path}: {exc.strerror}") from None
+        raise RejectedError(f"cannot read the {what} file {path}: {exc.strerror}") from None
 
 
 def password(settings: OpcUaSettings) -> str | None:
@@ -114,7 +130,7 @@ def password(settings: OpcUaSettings) -> str | None:
     assert user.password_env is not None  # the settings check allows exactly one
     value = os.environ.get(user.password_env)
     if value is None:
-        raise DriverError(f"environment variable {user.password_env} (the password) is not set")
+        raise RejectedError(f"environment variable {user.password_env} (the password) is not set")
     return value
 
 
@@ -147,7 +163,7 @@ class OpcUaSession:
                 )
                 for path in (sec.certificate, sec.private_key, sec.server_certificate):
                     if not Path(path).is_file():
-                        raise DriverError(f"security: file {path} does not exist")
+                        raise RejectedError(f"security: file {path} does not exist")
                 await client.set_security(
                     SecurityPolicyBasic256Sha256,
                     certificate=sec.certificate,
@@ -168,7 +184,8 @@ class OpcUaSession:
             await _disconnect_quietly(client)
             if isinstance(exc, asyncio.CancelledError):
                 raise
-            raise DriverError(f"cannot connect to {s.endpoint}: {_describe(exc)}") from None
+            kind = RejectedError if _is_rejection(exc) else DriverError
+            raise kind(f"cannot connect to {s.endpoint}: {_describe(exc)}") from None
         session = cls(client, s, [])
         # asyncua >= 2 reports a dropped transport here as soon as it sees it.
         client.connection_lost_callback = session._on_connection_lost
@@ -233,7 +250,10 @@ class OpcUaSession:
         for name, text in action.parameters.items():
             node = self.node(text)
             params.append((name, node, await self._variable_type(node, f"{what} {name} {text}")))
-        convert(action.value, vtype, f"{what} variable {action.variable}")  # fail at connect
+        try:
+            convert(action.value, vtype, f"{what} variable {action.variable}")
+        except DriverError as exc:
+            raise RejectedError(str(exc)) from None
         return ResolvedAction(None, None, (), (), variable, vtype, action.value, tuple(params))
 
     async def _variable_type(self, node: Node, what: str) -> ua.VariantType:
@@ -255,7 +275,7 @@ class OpcUaSession:
             prop = None  # BadNoMatch: the method declares no arguments
         if prop is None:
             if action.arguments:
-                raise DriverError(
+                raise RejectedError(
                     f"{what} method {action.method} does not declare InputArguments, so the "
                     "driver cannot type the configured arguments"
                 )
@@ -263,7 +283,7 @@ class OpcUaSession:
         args = await self.request(prop.read_value(), f"read the arguments of {what} method")
         if len(args) != len(action.arguments):
             names = ", ".join(a.Name for a in args) or "none"
-            raise DriverError(
+            raise RejectedError(
                 f"{what} method {action.method} takes {len(args)} argument(s) ({names}); the "
                 f"config gives {len(action.arguments)} ({', '.join(action.arguments) or 'none'})"
             )
@@ -319,6 +339,13 @@ async def _disconnect_quietly(client: Client) -> None:
         log.debug("event=opcua_disconnect_failed error=%r", exc)
         with contextlib.suppress(Exception):
             client.disconnect_socket()
+
+
+def _is_rejection(exc: BaseException) -> bool:
+    if isinstance(exc, ua.UaStatusCodeError):
+        return exc.code in _REJECTED_STATUS
+    # asyncua says so when the server offers no endpoint with our policy, mode or token type.
+    return isinstance(exc, ua.UaError) and "No matching endpoints" in str(exc)
 
 
 def _describe(exc: BaseException) -> str:

@@ -11,8 +11,9 @@ one joint, then stream the capture window while the joint moves) and STOP (halt 
 and reports the controller's mode, permission signal, alarm, override and joint positions in
 its STATUS reply and in every sample frame's status byte.
 
-`SerialLink` is the port handling, shared on purpose: the G-code streaming of the CNC feedrate
-issue opens its port with it and gives it its own line protocol as `on_data`.
+The port handling is drivers/serial_link.py (`SerialLink`), shared on purpose: the G-code
+streaming of the CNC feedrate issue opens its port with it and gives it its own line protocol.
+The capture is assembled from the frames in drivers/serial_capture.py.
 """
 
 from __future__ import annotations
@@ -150,6 +151,7 @@ class SerialEncoderDriver(Driver):
         self._sink: _CaptureSink | None = None
         self._tag = 0
         self.info: InfoReply | None = None
+        self.sample_frames = 0  # good SAMPLE frames received on this connection
         self.stray_frames = 0  # good frames nobody waited for (late replies, samples after STOP)
         self.stop_requests = 0
 
@@ -199,6 +201,8 @@ class SerialEncoderDriver(Driver):
             raise DriverError(f"{where}: " + "; ".join(wrong))
 
     async def close(self) -> None:
+        if self._sink is not None:  # closing under a running cycle: stop the joint first
+            self._stop_nowait()
         link, self._link = self._link, None
         if link is not None:
             link.close()
@@ -218,6 +222,7 @@ class SerialEncoderDriver(Driver):
         for frame in self._decoder.feed(data):
             sink = self._sink
             if frame.type == FrameType.SAMPLE:
+                self.sample_frames += 1
                 if sink is not None and sink.done is None:
                     sink.add(frame.payload)
                 else:
@@ -267,7 +272,8 @@ class SerialEncoderDriver(Driver):
         timeout_s = self._settings.reply_timeout_s
         try:
             await link.write(make(tag), timeout_s)
-            return await asyncio.wait_for(fut, timeout_s)
+            async with asyncio.timeout(timeout_s):
+                return await fut
         except TimeoutError:
             raise DriverError(
                 f"{self.controller}: no {reply.name} reply within {timeout_s:g} s (board silent "
@@ -379,7 +385,10 @@ class SerialEncoderDriver(Driver):
                 raise DriverError(f"{where}: more frames than the {ack.n_frames} announced")
             wait_s = s.stall_timeout_s if sink.payloads else first_wait_s
             try:
-                await asyncio.wait_for(sink.wake.wait(), wait_s)
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
+                # that meets a frame's arrival, and a cancelled cycle must end.
+                async with asyncio.timeout(wait_s):
+                    await sink.wake.wait()
             except TimeoutError:
                 raise DriverError(
                     f"{where}: no frame for {wait_s:g} s (board stalled) after "

@@ -427,9 +427,10 @@ class _Fixed:
             try:
                 values[pos] = tp(values[pos])
             except ValueError:
+                name = fields(cls)[pos].name  # type: ignore[arg-type]
                 allowed = [m.value for m in tp]
                 raise FrameError(
-                    f"{cls.FRAME.name}: {values[pos]} is not one of {allowed}"
+                    f"{cls.FRAME.name} {name}: {values[pos]} is not one of {allowed}"
                 ) from None
         return cls(*values)
 

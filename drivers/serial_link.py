@@ -58,9 +58,13 @@ class SerialLink:
             ser = serial.Serial(
                 port=self.port, baudrate=self.baudrate, timeout=0, exclusive=self.exclusive
             )
-            ser.reset_input_buffer()  # bytes from before we came are not ours
         except (serial.SerialException, OSError, ValueError) as exc:
             raise DriverError(f"cannot open serial port {self.port}: {exc}") from exc
+        try:
+            ser.reset_input_buffer()  # bytes from before we came are not ours
+        except (serial.SerialException, OSError) as exc:
+            ser.close()
+            raise DriverError(f"cannot use serial port {self.port}: {exc}") from exc
         self._serial, self._fd, self.error = ser, ser.fileno(), None
         self._on_data, self._on_lost = on_data, on_lost
         os.set_blocking(self._fd, False)
@@ -77,7 +81,10 @@ class SerialLink:
         if not data:  # a pty whose master closed, or a USB adapter pulled out
             self._lose("the port closed (board unplugged or its side of the line gone)")
             return
-        self._on_data(data)
+        try:
+            self._on_data(data)
+        except Exception as exc:  # a protocol that cannot go on: say so, do not spin
+            self._lose(f"the protocol failed on received data: {type(exc).__name__}: {exc}")
 
     def _lose(self, why: str) -> DriverError:
         if self.error is None:
@@ -127,7 +134,8 @@ class SerialLink:
 
         loop.add_writer(self._fd, wake)
         try:
-            await asyncio.wait_for(ready, max(timeout_s, 0.0))
+            async with asyncio.timeout(max(timeout_s, 0.0)):
+                await ready
         except TimeoutError:
             raise DriverError(
                 f"serial port {self.port} took no data for the write timeout (nobody reading?)"

@@ -38,6 +38,9 @@ class SimDriver(Driver):
         self._moving = False
         self._stop_requested = asyncio.Event()
         self._cycles_run = 0
+        self._seed_base = (
+            self._settings.seed if self._settings.seed is not None else time.time_ns() % 1_000_003
+        )
         self.stop_motion_calls = 0
         # What the plant side can change while the agent runs (see inject_*).
         self._permission = self._settings.permission
@@ -103,7 +106,7 @@ class SimDriver(Driver):
         self._stop_requested.clear()
         self._moving = True
         try:
-            seed = self._settings.seed * 1000 + self._cycles_run
+            seed = self._seed_base * 1000 + self._cycles_run
             self._cycles_run += 1
             capture = await asyncio.to_thread(
                 simulate_backlash_capture,

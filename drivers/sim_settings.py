@@ -15,7 +15,8 @@ class SimJointSettings:
 
 @dataclass(frozen=True)
 class SimSettings:
-    seed: int = field(default=0, metadata={"ge": 0})
+    # Encoder-noise seed; without one every connection draws fresh noise, like a real machine.
+    seed: int | None = field(default=None, metadata={"ge": 0})
     # Production timeline, in seconds after connect: runs, then stops for stop_length_s.
     production_runs_s: float = field(default=0.0, metadata={"ge": 0.0})
     stop_length_s: float = field(default=3600.0, metadata={"gt": 0.0})

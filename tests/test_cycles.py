@@ -127,7 +127,7 @@ def run(coro: Awaitable[Any]) -> Any:
 
 def others() -> set[asyncio.Task[Any]]:
     """Tasks still alive apart from the test's own: must be empty after every guarded cycle."""
-    return asyncio.all_tasks() - {asyncio.current_task()}  # type: ignore[operator]
+    return asyncio.all_tasks() - {asyncio.current_task()}
 
 
 # --- before motion: every interlock refuses the cycle, and nothing moves -------------------------

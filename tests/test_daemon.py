@@ -10,6 +10,7 @@ import asyncio
 import io
 import json
 import math
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import yaml
 from agent.config import load_config
 from agent.daemon import EX_NO_STOP, Agent
 from agent.store import HistoryStore
+from drivers.base import ControllerMode
 from drivers.sim import SimDriver
 
 WORN_RAD = 1.2e-3
@@ -53,13 +55,18 @@ def write_config(
     *,
     backlash_rad: dict[str, float] | None = None,
     calibration: dict[str, Any] | None = None,
+    calibrate_only: tuple[str, ...] | None = None,
     **sim: Any,
 ) -> Path:
+    """The agent's config: `calibration` for the joints in `calibrate_only` (default all), the
+    hand-given points for the others."""
     truth = BACKLASH_RAD if backlash_rad is None else backlash_rad
-    calibration = calibration or {
+    points = {
         "source": "points",
         "points": [{"amplitude_rad_s": a, "backlash_rad": d} for a, d in POINTS],
     }
+    chosen = calibration or points
+    only = tuple(truth) if calibrate_only is None else calibrate_only
     settings = {"seed": 3, "production_runs_s": 0.0, "stop_length_s": 3600.0, **sim}
     settings["joints"] = {name: {"backlash_rad": b} for name, b in truth.items()}
     doc = {
@@ -70,7 +77,10 @@ def write_config(
                 "driver": "sim",
                 "settings": settings,
                 "interlocks": {"require_production_stop": True, "require_permission": True},
-                "joints": [joint(n, i, calibration) for i, n in enumerate(truth, start=1)],
+                "joints": [
+                    joint(n, i, chosen if n in only else points)
+                    for i, n in enumerate(truth, start=1)
+                ],
             }
         ],
     }
@@ -98,7 +108,14 @@ class Run:
 def run_agent(config_path: Path, wait_for_stop_s: float = 10.0) -> Run:
     out = io.StringIO()
     agent = Agent(load_config(config_path), once=True, wait_for_stop_s=wait_for_stop_s, out=out)
-    code = asyncio.run(agent.run())
+
+    async def main() -> int:
+        code = await agent.run()
+        # Nothing may outlive the run: no cycle, analysis or calibration left pending.
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+        return code
+
+    code = asyncio.run(main())
     return Run(code, agent, out.getvalue())
 
 
@@ -195,7 +212,12 @@ def test_the_second_run_adds_one_trend_point_per_joint(two_runs: TwoRuns) -> Non
 
 
 def test_a_refused_interlock_records_the_reason_and_still_reports(tmp_path: Path) -> None:
-    run = run_agent(write_config(tmp_path, permission=False))
+    """Permission off: nothing moves, nothing is captured or fitted, and no calibration sweep
+    is started for cycles that never ran (it would hold the exit back for many seconds)."""
+    sweep = {"source": "simulation", "sweep_backlash_rad": [0.0, 6e-4, 1.2e-3, 1.8e-3]}
+    started = time.monotonic()
+    run = run_agent(write_config(tmp_path, permission=False, calibration=sweep))
+    assert time.monotonic() - started < 5.0
     state = tmp_path / "state"
     assert run.code == 0
     joints = run.joints()
@@ -213,13 +235,15 @@ def test_a_refused_interlock_records_the_reason_and_still_reports(tmp_path: Path
         assert c.reason == "interlock: permission signal is off"
         assert c.capture_path is None and c.estimates == () and c.status is None
     assert capture_files(state) == []
+    assert not (state / "calibration").exists()
     driver = run.agent.drivers["robot"]
     assert isinstance(driver, SimDriver)
+    assert driver.stop_motion_calls == 1  # only close(): no motion was ever started
 
 
 def test_production_resuming_mid_cycle_aborts_it_and_refuses_the_rest(tmp_path: Path) -> None:
-    """The stop ends 1 s after connect; the first cycle, paced to 5.8 s, is under way then."""
-    run = run_agent(write_config(tmp_path, stop_length_s=1.0, time_scale=2.0))
+    """The stop ends 2 s after connect; the first cycle, paced to 8.7 s, is under way then."""
+    run = run_agent(write_config(tmp_path, stop_length_s=2.0, time_scale=3.0))
     state = tmp_path / "state"
     assert run.code == 0
     with HistoryStore(state / "history.sqlite") as store:
@@ -237,6 +261,32 @@ def test_production_resuming_mid_cycle_aborts_it_and_refuses_the_rest(tmp_path: 
     assert driver.stop_motion_calls >= 2  # the abort, then close()
 
 
+def test_shutting_the_agent_down_mid_cycle_stops_the_motion(tmp_path: Path) -> None:
+    """Cancelling the agent (what a SIGTERM handler does) stops the machine and disconnects."""
+    config = load_config(write_config(tmp_path, time_scale=3.0))  # cycles paced to 8.7 s
+    agent = Agent(config, once=False)
+
+    async def scenario() -> None:
+        task = asyncio.create_task(agent.run())
+        while "robot" not in agent.drivers or (
+            await agent.drivers["robot"].read_status()
+        ).mode is not ControllerMode.TEST_CYCLE:
+            assert not task.done()
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert asyncio.all_tasks() == {asyncio.current_task()}
+        driver = agent.drivers["robot"]
+        assert isinstance(driver, SimDriver)
+        assert driver.stop_motion_calls >= 2  # the cycle's stop, then close()
+        assert (await driver.read_status()).mode is ControllerMode.DISCONNECTED
+
+    asyncio.run(scenario())
+    assert capture_files(tmp_path / "state") == []
+    assert agent.reports == []
+
+
 def test_once_without_a_production_stop_gives_up_without_a_report(tmp_path: Path) -> None:
     run = run_agent(write_config(tmp_path, production_runs_s=3600.0), wait_for_stop_s=0.5)
     assert run.code == EX_NO_STOP
@@ -247,12 +297,15 @@ def test_once_without_a_production_stop_gives_up_without_a_report(tmp_path: Path
 # --- the simulation-sweep calibration ---------------------------------------------------------
 
 
-def test_a_simulation_sweep_calibrates_the_joints(tmp_path: Path) -> None:
+def test_a_simulation_sweep_calibrates_the_worn_joint(tmp_path: Path) -> None:
+    """The worn joint is calibrated by a sweep of its model (the healthy one by points, to keep
+    the test short): the sweep runs in the pool, is cached, and gives the backlash back."""
     sweep = [0.0, 6e-4, 1.2e-3, 1.8e-3, 2.4e-3]
     config = write_config(
         tmp_path,
         backlash_rad={"j1": 0.0, "j2": WORN_RAD},
         calibration={"source": "simulation", "sweep_backlash_rad": sweep},
+        calibrate_only=("j2",),
     )
     run = run_agent(config, wait_for_stop_s=10.0)
     assert run.code == 0
@@ -261,11 +314,11 @@ def test_a_simulation_sweep_calibrates_the_joints(tmp_path: Path) -> None:
     # Calibrated on other noise of the same model: the worn joint's backlash comes back.
     assert joints["j2"]["value"] == pytest.approx(WORN_RAD, rel=0.1)
     assert joints["j1"]["value"] < 1e-4
-    cached = sorted((tmp_path / "state" / "calibration").glob("*.json"))
-    assert cached
-    for path in cached:
-        data = json.loads(path.read_text())
-        assert data["source"] == "simulation"
-        assert [d for _, d in data["points"]] == sweep
+    (cached,) = (tmp_path / "state" / "calibration").glob("*.json")
+    data = json.loads(cached.read_text())
+    assert data["source"] == "simulation"
+    assert [d for _, d in data["points"]] == sweep
+    amplitudes = [a for a, _ in data["points"]]
+    assert amplitudes == sorted(amplitudes)  # the sweep's signature grows with the backlash
     html = (run.agent.reports[0] / "report.html").read_text()
     ET.fromstring(html[html.index("<svg") : html.index("</svg>") + len("</svg>")])

@@ -55,14 +55,16 @@ _DIGITS = re.compile(r"^\s*\d*")
 class Dialect:
     """What the target controller accepts and how numbers are written.
 
-    `decimals` apply to coordinates in mm programs; inch programs get one more. A G93 F word
-    is written with `inverse_time_digits` significant digits so every duration is exact to
-    that relative precision.
+    `decimals` apply to coordinates in mm programs; inch programs get one more. A G94 F word
+    gets `feed_digits` significant digits but at most `feed_decimals` decimals (slow feeds in a
+    modulation window stay accurate in relative terms); a G93 F word gets
+    `inverse_time_digits` significant digits, so every duration is exact to that precision.
     """
 
     name: str
     decimals: int = 4
-    feed_decimals: int = 1
+    feed_digits: int = 5
+    feed_decimals: int = 3
     inverse_time: bool = True  # the controller accepts G93
     inverse_time_digits: int = 6
     renumber: bool = False
@@ -79,13 +81,12 @@ class Dialect:
 DIALECTS: dict[str, Dialect] = {
     "generic": Dialect("generic"),
     # GRBL 1.1: LINE_BUFFER_SIZE 80 (protocol.h) holds 79 characters; G93 supported.
-    "grbl": Dialect("grbl", decimals=3, feed_decimals=1, max_line_chars=79),
-    "linuxcnc": Dialect("linuxcnc", decimals=4, feed_decimals=2, max_line_chars=255),
+    "grbl": Dialect("grbl", decimals=3, max_line_chars=79),
+    "linuxcnc": Dialect("linuxcnc", decimals=4, feed_decimals=4, max_line_chars=255),
     # Marlin: no G93; hosts number and checksum every line; MAX_CMD_SIZE 96 with the NUL.
     "marlin": Dialect(
         "marlin",
         decimals=3,
-        feed_decimals=1,
         inverse_time=False,
         renumber=True,
         checksums=True,
@@ -224,8 +225,10 @@ class GcodeEmitter:
 
     def _feed_word(self, feed_mm_s: float, units: Units) -> str:
         value = feed_mm_s * 60.0 / units.mm_per_unit
-        smallest = 10.0 ** (-self.dialect.feed_decimals)
-        return format_number(max(value, smallest), self.dialect.feed_decimals)
+        d = self.dialect
+        value = max(value, 10.0 ** (-d.feed_decimals))
+        decimals = min(d.feed_decimals, max(0, d.feed_digits - 1 - math.floor(math.log10(value))))
+        return format_number(value, decimals)
 
     def _split_words(self, block: Block) -> tuple[str, str, bool]:
         """Non-motion words of a replaced block: (before the segments, after them, whether
@@ -337,13 +340,18 @@ class GcodeEmitter:
 
 def canonical_lines(blocks: Iterable[Block], dialect: Dialect | str = "generic") -> Iterator[str]:
     """Every move of a parsed program rewritten as absolute mm G94 lines (arcs with I/J/K),
-    for round trips and for controllers that want one plain form."""
+    for round trips and for controllers that want one plain form. A zero-length G93 move
+    becomes the G4 dwell it amounts to."""
     d = DIALECTS[dialect] if isinstance(dialect, str) else dialect
     dec = d.decimals
     yield "G17 G21 G90 G94" + d.eol
     plane_now = 17
     for b in blocks:
         if b.motion is None:
+            continue
+        if b.feed_mm_s == 0.0 and b.inverse_time_f is not None:
+            # A zero-length G93 move only takes time: G94 has no such move, G4 says the same.
+            yield f"G4 P{format_significant(60.0 / b.inverse_time_f, 6)}{d.eol}"
             continue
         words: list[str] = []
         if b.arc is not None:
@@ -359,7 +367,7 @@ def canonical_lines(blocks: Iterable[Block], dialect: Dialect | str = "generic")
             words.append(first + format_number(b.arc.centre[ia] - b.start_mm[ia], dec))
             words.append(second + format_number(b.arc.centre[ib] - b.start_mm[ib], dec))
         if b.feed_mm_s is not None:
-            words.append("F" + format_number(b.feed_mm_s * 60.0, max(d.feed_decimals, 6)))
+            words.append("F" + format_significant(b.feed_mm_s * 60.0, 9))
         yield " ".join(words) + d.eol
 
 

@@ -445,7 +445,7 @@ class TurningPointTracker:
         self._last_sign = [0, 0, 0]
         self._s = 0.0
         self._index = -1
-        self._last_tangent: Vec3 | None = None
+        self._previous: PathPrimitive | None = None
 
     @property
     def arc_length(self) -> float:
@@ -456,6 +456,33 @@ class TurningPointTracker:
         self._index += 1
         if not primitive.length > 0.0:
             return []
+        if type(primitive) is LineSegment:
+            out = self._feed_line(primitive)
+        else:
+            out = self._feed_events(primitive)
+        self._s += primitive.length
+        self._previous = primitive
+        return out
+
+    def _feed_line(self, line: LineSegment) -> list[TurningPoint]:
+        # The common case of a streamed program, without building AxisEvent lists.
+        last = self._last_sign
+        axes: list[str] = []
+        dirs: list[int] = []
+        for axis, c in enumerate(line.direction):
+            if c > AXIS_ZERO_TOL:
+                sign = 1
+            elif c < -AXIS_ZERO_TOL:
+                sign = -1
+            else:
+                continue
+            if last[axis] == -sign:
+                axes.append(AXIS_NAMES[axis])
+                dirs.append(sign)
+            last[axis] = sign
+        return [self._turning_point(line, 0.0, axes, dirs)] if axes else []
+
+    def _feed_events(self, primitive: PathPrimitive) -> list[TurningPoint]:
         out: list[TurningPoint] = []
         events = primitive.axis_events()
         i = 0
@@ -473,25 +500,27 @@ class TurningPointTracker:
                     self._last_sign[ev.axis] = ev.sign
                 i += 1
             if axes:
-                t_out = primitive.tangent(s_local)
-                vertex = s_local == 0.0
-                t_in = self._last_tangent if vertex and self._last_tangent is not None else t_out
-                out.append(
-                    TurningPoint(
-                        s=self._s + s_local,
-                        point=primitive.point(s_local),
-                        axes=tuple(axes),
-                        directions=tuple(dirs),
-                        kind="vertex" if vertex else primitive.interior_kind,
-                        primitive_index=self._index,
-                        s_local=s_local,
-                        tangent_in=t_in,
-                        tangent_out=t_out,
-                    )
-                )
-        self._s += primitive.length
-        self._last_tangent = primitive.tangent(primitive.length)
+                out.append(self._turning_point(primitive, s_local, axes, dirs))
         return out
+
+    def _turning_point(
+        self, primitive: PathPrimitive, s_local: float, axes: list[str], dirs: list[int]
+    ) -> TurningPoint:
+        t_out = primitive.tangent(s_local)
+        vertex = s_local == 0.0
+        prev = self._previous
+        t_in = prev.tangent(prev.length) if vertex and prev is not None else t_out
+        return TurningPoint(
+            s=self._s + s_local,
+            point=primitive.point(s_local),
+            axes=tuple(axes),
+            directions=tuple(dirs),
+            kind="vertex" if vertex else primitive.interior_kind,
+            primitive_index=self._index,
+            s_local=s_local,
+            tangent_in=t_in,
+            tangent_out=t_out,
+        )
 
 
 def turning_points(primitives: Iterable[PathPrimitive]) -> Iterator[TurningPoint]:

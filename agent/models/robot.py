@@ -12,6 +12,11 @@ Conventions (the regressor and every estimator rely on them):
     with axes rotated by `inertia_rpy_rad` (URDF roll-pitch-yaw) from the axes of frame i.
   * Rotor and friction data are per joint: motor-side rotor inertia and gear ratio (the
     link-side rotor inertia is Ia = Jm * G^2); Coulomb and viscous friction are link-side.
+  * Closed chains written as serial ones (the IRB 6660 parallelogram, paper 003 eq. 7): the DH
+    angle of a joint may move with other joints, theta_i = q_i + sum(factor * q_j) + offset,
+    with q the actuated joint angles (`dh_coupling`). Only agent.models.kinematics and the
+    compliance model apply it; the rigid-body regressor sees the serial chain of the DH table.
+  * `tool` places the tool centre point (TCP) in the last DH frame (the flange).
 """
 
 from __future__ import annotations
@@ -79,6 +84,22 @@ class LinkInertial:
 
 
 @dataclass(frozen=True)
+class JointCoupling:
+    """One term of a closed-chain coupling: this joint's DH angle moves `factor` times `joint`."""
+
+    joint: str = field(metadata={"min_len": 1, "doc": "name of the driving joint"})
+    factor: float
+
+
+@dataclass(frozen=True)
+class ToolFrame:
+    """Pose of the tool centre point in the last DH frame (URDF roll-pitch-yaw)."""
+
+    xyz_m: tuple[float, float, float]
+    rpy_rad: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+@dataclass(frozen=True)
 class JointSpec:
     """One revolute joint, the link it moves, its drive and its limits."""
 
@@ -98,15 +119,26 @@ class JointSpec:
     coulomb_nm: float = field(default=0.0, metadata={"ge": 0.0, "doc": "link side"})
     viscous_nm_s_rad: float = field(default=0.0, metadata={"ge": 0.0, "doc": "link side"})
     stiffness_nm_rad: float | None = field(default=None, metadata={"gt": 0.0})
+    dh_coupling: tuple[JointCoupling, ...] = field(
+        default=(), metadata={"doc": "closed chain: DH angle = q + sum(factor * q_joint)"}
+    )
+    dh_range_rad: tuple[float, float] | None = field(
+        default=None, metadata={"doc": "limits of the coupled angle q + sum(factor * q_joint)"}
+    )
 
     def check(self) -> list[tuple[str, str]]:
+        found = []
         if self.position_min_rad >= self.position_max_rad:
             msg = (
                 f"expected more than position_min_rad ({self.position_min_rad:g}), "
                 f"found {self.position_max_rad:g}"
             )
-            return [("position_max_rad", msg)]
-        return []
+            found.append(("position_max_rad", msg))
+        if self.dh_range_rad is not None and self.dh_range_rad[0] >= self.dh_range_rad[1]:
+            lo, hi = self.dh_range_rad
+            msg = f"expected [min, max] with min < max, found [{lo:g}, {hi:g}]"
+            found.append(("dh_range_rad", msg))
+        return found
 
     @property
     def rotor_inertia_kg_m2(self) -> float:
@@ -125,6 +157,7 @@ class RobotDescription:
     encoder_counts_per_turn: int | None = field(
         default=None, metadata={"gt": 0, "doc": "both encoders of a joint, per turn of its shaft"}
     )
+    tool: ToolFrame | None = field(default=None, metadata={"doc": "TCP in the last DH frame"})
     source: str = field(default="<memory>", metadata={"internal": True})
 
     def check(self) -> list[tuple[str, str]]:
@@ -134,6 +167,14 @@ class RobotDescription:
             if j.name in seen:
                 found.append((f"joints[{i}].name", f"duplicate name (see joints[{seen[j.name]}])"))
             seen.setdefault(j.name, i)
+        names = [j.name for j in self.joints]
+        for i, j in enumerate(self.joints):
+            for c, term in enumerate(j.dh_coupling):
+                where = f"joints[{i}].dh_coupling[{c}].joint"
+                if term.joint == j.name:
+                    found.append((where, "a joint cannot be coupled to itself"))
+                elif term.joint not in names:
+                    found.append((where, f"no joint {term.joint!r}; known: {', '.join(names)}"))
         return found
 
     @property

@@ -74,3 +74,58 @@ def frame_bits(can_id: int, data: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64
         last = np.where(full, 1 - col, last)
         run = np.where(full, 1, run)
     return bits.shape[1] + stuffed + _UNSTUFFED_TAIL
+
+
+class VirtualBus:
+    """One CAN bus in virtual time: frames wait for it, the lowest id wins arbitration, one frame
+    is on the wire at a time, each for its exact bit length at the bitrate. The stream (encoder)
+    frames queue in a transmit FIFO of limited depth: when the bus cannot keep up the FIFO fills
+    and new samples are lost, as on a controller whose stream outruns its bus."""
+
+    def __init__(self, bitrate: int, stream_fifo: int = 64) -> None:
+        self.bitrate = bitrate
+        self.stream_fifo = stream_fifo
+        self.free_at = float("-inf")
+        self._pending: list[tuple[float, int, int, bytes, int, bool]] = []
+        self._seq = 0
+        self.stream_pending = 0
+        self.busy_bits = 0
+        self.frames = 0
+        self.overruns = 0
+
+    def submit(
+        self, release_s: float, can_id: int, data: bytes, bits: int, stream: bool = False
+    ) -> bool:
+        """Queue a frame ready at release_s; False when the stream FIFO is full (frame lost)."""
+        if stream and self.stream_pending >= self.stream_fifo:
+            self.overruns += 1
+            return False
+        self._pending.append((release_s, can_id, self._seq, data, bits, stream))
+        self._seq += 1
+        self.stream_pending += stream
+        return True
+
+    def flush_stream(self) -> int:
+        """Drop the queued stream frames (the controller clears its FIFO on STOP)."""
+        before = len(self._pending)
+        self._pending = [p for p in self._pending if not p[5]]
+        self.stream_pending = 0
+        return before - len(self._pending)
+
+    def run_until(self, now_s: float) -> list[tuple[float, int, bytes]]:
+        """Frames whose transmission has ended by now_s: (end time, id, data), in bus order."""
+        out = []
+        while self._pending:
+            start = max(self.free_at, min(p[0] for p in self._pending))
+            ready = [p for p in self._pending if p[0] <= start]
+            winner = min(ready, key=lambda p: (p[1], p[2]))
+            end = start + winner[4] / self.bitrate
+            if end > now_s:
+                break
+            self._pending.remove(winner)
+            self.stream_pending -= winner[5]
+            self.free_at = end
+            self.busy_bits += winner[4]
+            self.frames += 1
+            out.append((end, winner[1], winner[3]))
+        return out

@@ -1,0 +1,509 @@
+"""The simulated fake CNC: a G-code program executed on two axes with backlash (issue 3, part 6).
+
+The parsed program (agent.feedrate.gcode Blocks, mm) is turned into a commanded path X(t), Y(t)
+and each axis's command is fed to the dead-zone axis model of paper 001 (agent.models.axis_pid,
+trigger "reversal": a gap phase at every motor reversal, sections 3.3-3.4), P control unless the
+AxisParams say otherwise, both axes with the section 4.2 parameters by default (section 5.3:
+"the x and y axes are assumed to be characterized by the same values"). Out: commanded and
+realised XY paths (m) on one time grid, and `radial_error` for a circular test.
+
+Interpolation (what the paper assumes and what we add):
+  * acceleration_mm_s2=None (default, the paper's assumption): the interpolator is ideal - each
+    block is traversed at exactly its programmed feed (G93 blocks in exactly their time), the
+    path speed changing instantly between blocks; the paper's commands (eqs. 18, 29-30) are such
+    prescribed motions with no interpolator dynamics between program and axis loop.
+  * acceleration_mm_s2=A: a GRBL-like planner - trapezoidal speed on each block, junction speed
+    from the junction-deviation rule (GRBL planner.c, $11), backward and forward passes over the
+    whole program, rest at its start and end; a block's acceleration is A / max|u_i| (each axis
+    limited to A), an arc's speed at most sqrt(A r) (centripetal acceleration <= A).
+Rapids (G0) run at rapid_mm_s; G4 dwells hold the position. Only X and Y are simulated; Z
+motion takes time and path length but no axis. Initial flank: an axis that moves in the first
+block starts resting on the flank of that motion; one that does not rests on its + flank (the
+true initial flank of a worn gear is unknown; the first reversal then shows a take-up).
+The axis simulator samples the command on its grid with a cubic Hermite between samples, so a
+speed step inside a step (ideal interpolator, block boundaries) is smeared over one step
+(error ~ step * dv / 8).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.feedrate.example import PAPER_AXIS
+from agent.feedrate.gcode import Block, ModalState, Motion, parse_lines
+from agent.feedrate.geometry import ArcSegment, Plane
+from agent.models.axis import AxisParams
+from agent.models.axis_pid import AxisTrajectory, simulate_axis
+
+Array = npt.NDArray[np.float64]
+Vec3 = tuple[float, float, float]
+MM = 1e-3  # m per mm
+
+# --------------------------------------------------------------------------- speed planning
+
+
+class SpeedProfile(NamedTuple):
+    """Trapezoidal (or triangular, or constant) path speed over one block of `length` (mm)."""
+
+    length: float
+    v_entry: float
+    v_peak: float
+    v_exit: float
+    accel: float  # inf: constant speed v_peak
+    t_acc: float
+    t_cruise: float
+    t_dec: float
+
+    @property
+    def duration(self) -> float:
+        return self.t_acc + self.t_cruise + self.t_dec
+
+    def distance_at(self, t: float) -> float:
+        """Path length covered t seconds into the block (clamped to [0, length])."""
+        if t <= 0.0:
+            return 0.0
+        if t >= self.duration:
+            return self.length
+        v0, vp, a = self.v_entry, self.v_peak, self.accel
+        if t < self.t_acc:
+            return v0 * t + 0.5 * a * t * t
+        d_acc = 0.5 * (v0 + vp) * self.t_acc
+        if t < self.t_acc + self.t_cruise:
+            return d_acc + vp * (t - self.t_acc)
+        u = t - self.t_acc - self.t_cruise
+        return min(d_acc + vp * self.t_cruise + vp * u - 0.5 * a * u * u, self.length)
+
+
+def trapezoid(length: float, v_entry: float, v_nominal: float, v_exit: float,
+              accel: float | None) -> SpeedProfile:
+    """The fastest profile from v_entry to v_exit under v_nominal and |a| <= accel (mm, s).
+
+    Entry/exit speeds that cannot be joined over the length are lowered to what can.
+    """
+    if length <= 0.0 or v_nominal <= 0.0:
+        raise ValueError(f"trapezoid: need length > 0 and v_nominal > 0, got {length}, "
+                         f"{v_nominal}")
+    if accel is None or math.isinf(accel):
+        return SpeedProfile(length, v_nominal, v_nominal, v_nominal, math.inf, 0.0,
+                            length / v_nominal, 0.0)
+    v0, v1 = min(v_entry, v_nominal), min(v_exit, v_nominal)
+    v1 = min(v1, math.sqrt(v0 * v0 + 2.0 * accel * length))
+    v0 = min(v0, math.sqrt(v1 * v1 + 2.0 * accel * length))
+    peak2 = accel * length + 0.5 * (v0 * v0 + v1 * v1)
+    vp = min(v_nominal, math.sqrt(peak2))
+    vp = max(vp, v0, v1)
+    d_acc = (vp * vp - v0 * v0) / (2.0 * accel)
+    d_dec = (vp * vp - v1 * v1) / (2.0 * accel)
+    cruise = max(length - d_acc - d_dec, 0.0)
+    return SpeedProfile(length, v0, vp, v1, accel, (vp - v0) / accel,
+                        cruise / vp if vp > 0 else 0.0, (vp - v1) / accel)
+
+
+def junction_speed(u_in: Vec3, u_out: Vec3, accel: float, deviation_mm: float) -> float:
+    """GRBL's junction-deviation limit (planner.c) for the corner between unit directions."""
+    cos_theta = -(u_in[0] * u_out[0] + u_in[1] * u_out[1] + u_in[2] * u_out[2])
+    if cos_theta > 0.999999:
+        return 0.0  # full reversal
+    if cos_theta < -0.999999:
+        return math.inf  # straight on
+    sin_half = math.sqrt(0.5 * (1.0 - cos_theta))
+    return math.sqrt(accel * deviation_mm * sin_half / (1.0 - sin_half))
+
+
+def plan_entry_speeds(lengths: Sequence[float], accels: Sequence[float],
+                      limits: Sequence[float], v_start: float = 0.0,
+                      v_end: float = 0.0) -> list[float]:
+    """Entry speed of each block: at most `limits[i]` (junction and nominal), reachable from
+    v_start forwards and down to v_end backwards at each block's acceleration (GRBL's two
+    planner passes). The returned list has one more entry: the exit speed of the last block."""
+    n = len(lengths)
+    v = [min(limits[i], math.inf) for i in range(n)] + [v_end]
+    if n:
+        v[0] = min(v[0], v_start)
+    for i in range(n - 1, -1, -1):
+        v[i] = min(v[i], math.sqrt(v[i + 1] ** 2 + 2.0 * accels[i] * lengths[i]))
+    for i in range(n):
+        v[i + 1] = min(v[i + 1], math.sqrt(v[i] ** 2 + 2.0 * accels[i] * lengths[i]))
+    return v
+
+
+# --------------------------------------------------------------------------- machine model
+
+
+@dataclass(frozen=True)
+class MachineModel:
+    """Two backlash axes and the interpolator in front of them (see the module docstring)."""
+
+    x_axis: AxisParams = PAPER_AXIS
+    y_axis: AxisParams | None = None  # None: same as x
+    acceleration_mm_s2: float | None = None  # None: ideal interpolator (the paper's)
+    junction_deviation_mm: float = 0.01  # GRBL $11 default
+    rapid_mm_s: float = 5000.0 / 60.0
+    step_s: float = 1e-3  # the paper's integration step (section 6)
+    settle_s: float = 0.5  # simulated time after the last block
+    backlash: bool = True  # False: no dead zone (eq. 8 throughout)
+
+    def __post_init__(self) -> None:
+        for name in ("rapid_mm_s", "step_s", "junction_deviation_mm"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"MachineModel.{name}: expected a finite number > 0, got "
+                                 f"{value!r}")
+        a = self.acceleration_mm_s2
+        if a is not None and not (math.isfinite(a) and a > 0):
+            raise ValueError(f"MachineModel.acceleration_mm_s2: expected > 0 or None, got {a!r}")
+        if self.settle_s < 0:
+            raise ValueError(f"MachineModel.settle_s: expected >= 0, got {self.settle_s!r}")
+
+    @property
+    def y_params(self) -> AxisParams:
+        return self.x_axis if self.y_axis is None else self.y_axis
+
+
+# --------------------------------------------------------------------------- commanded path
+
+
+@dataclass(frozen=True)
+class BlockTiming:
+    line_no: int
+    start_s: float
+    end_s: float
+    start_mm: Vec3
+    end_mm: Vec3
+
+
+_LINE, _ARC, _OTHER, _DWELL = 0, 1, 2, 3
+
+
+class CommandedPath:
+    """X(t), Y(t) and their velocities for a program, vectorised over arrays of times (s, m)."""
+
+    def __init__(self, blocks: Iterable[Block], machine: MachineModel) -> None:
+        moves: list[tuple[Block, float, float, float]] = []  # block, length, speed, accel
+        for b in blocks:
+            if b.skipped:
+                continue
+            if b.motion is not None and b.length_mm > 0.0:
+                moves.append((b, b.length_mm, *_nominal(b, machine)))
+            elif b.dwell_s:
+                moves.append((b, 0.0, 0.0, 0.0))
+        if not moves:
+            raise ValueError("CommandedPath: the program makes no move")
+        self.profiles = _profiles(moves, machine)
+        n = len(moves)
+        self.kind = np.zeros(n, dtype=np.int8)
+        geo = np.zeros((n, 8))  # line: x0 y0 ux uy; arc: cx cy r th0 d lpr
+        self.primitives: dict[int, Any] = {}
+        timings: list[BlockTiming] = []
+        t = 0.0
+        starts, durs = np.zeros(n), np.zeros(n)
+        for i, ((b, _, _, _), prof) in enumerate(zip(moves, self.profiles, strict=True)):
+            dur = prof.duration if prof is not None else float(b.dwell_s or 0.0)
+            starts[i], durs[i] = t, dur
+            timings.append(BlockTiming(b.line_no, t, t + dur, b.start_mm, b.end_mm))
+            t += dur
+            arc = b.arc
+            if prof is None:
+                self.kind[i] = _DWELL
+                geo[i, :2] = b.end_mm[:2]
+            elif arc is None:
+                self.kind[i] = _LINE
+                d = [e - s for e, s in zip(b.end_mm, b.start_mm, strict=True)]
+                geo[i, :4] = (*b.start_mm[:2], d[0] / b.length_mm, d[1] / b.length_mm)
+            elif isinstance(arc, ArcSegment) and arc.plane is Plane.XY:
+                self.kind[i] = _ARC
+                geo[i, :6] = (arc.centre[0], arc.centre[1], arc.radius, arc.theta0_rad,
+                              arc.direction, arc.length_per_rad)
+            else:
+                self.kind[i] = _OTHER
+                self.primitives[i] = b.primitive()
+        self.start_s, self.duration_s, self.geo = starts, durs, geo
+        self.timings = tuple(timings)
+        self.cycle_time_s = t
+        self.start_mm = moves[0][0].start_mm
+        self.end_mm = moves[-1][0].end_mm
+        prof_arr = [(p.v_entry, p.v_peak, p.accel if math.isfinite(p.accel) else 0.0, p.t_acc,
+                     p.t_cruise, p.length) if p is not None else (0, 0, 0, 0, 0, 0)
+                    for p in self.profiles]
+        self.prof = np.array(prof_arr, dtype=float)
+
+    def first_direction(self, axis: int) -> int:
+        """Sign of the axis's motion at the very start (0 if it does not move in block 1)."""
+        i = 0
+        if self.kind[i] == _LINE:
+            return int(np.sign(self.geo[i, 2 + axis]))
+        pos, vel = self.evaluate(np.array([min(1e-9, self.duration_s[0])]))
+        return int(np.sign(vel[0, axis]))
+
+    def evaluate(self, t: Array) -> tuple[Array, Array]:
+        """Positions (N, 2) in m and velocities (N, 2) in m/s at times t (s, program start 0)."""
+        t = np.asarray(t, dtype=float).ravel()
+        idx = np.clip(np.searchsorted(self.start_s, t, side="right") - 1, 0, len(self.kind) - 1)
+        tau = np.clip(t - self.start_s[idx], 0.0, self.duration_s[idx])
+        v0, vp, a, ta, tc, length = self.prof[idx].T
+        acc_ph, cru_ph = tau < ta, tau < ta + tc
+        u = tau - ta - tc
+        d_acc = 0.5 * (v0 + vp) * ta
+        s = np.where(acc_ph, v0 * tau + 0.5 * a * tau * tau,
+                     np.where(cru_ph, d_acc + vp * (tau - ta),
+                              d_acc + vp * tc + vp * u - 0.5 * a * u * u))
+        s = np.clip(s, 0.0, length)
+        v = np.where(acc_ph, v0 + a * tau, np.where(cru_ph, vp, np.maximum(vp - a * u, 0.0)))
+        v = np.where(t >= self.cycle_time_s, 0.0, v)  # at rest after the program
+        pos, vel = np.zeros((t.size, 2)), np.zeros((t.size, 2))
+        kind, g = self.kind[idx], self.geo[idx]
+        m = kind == _LINE
+        pos[m] = g[m, :2] + g[m, 2:4] * s[m, None]
+        vel[m] = g[m, 2:4] * v[m, None]
+        m = kind == _ARC
+        if m.any():
+            cx, cy, r, th0, d, lpr = g[m, :6].T
+            th = th0 + d * s[m] / lpr
+            pos[m] = np.stack([cx + r * np.cos(th), cy + r * np.sin(th)], axis=1)
+            vel[m] = np.stack([-d * r * np.sin(th), d * r * np.cos(th)], axis=1) * (
+                v[m] / lpr)[:, None]
+        m = kind == _DWELL
+        pos[m] = g[m, :2]
+        for j in np.nonzero(kind == _OTHER)[0]:
+            prim = self.primitives[int(idx[j])]
+            p, tan = prim.point(float(s[j])), prim.tangent(float(s[j]))
+            pos[j] = p[:2]
+            vel[j] = (tan[0] * v[j], tan[1] * v[j])
+        return pos * MM, vel * MM
+
+    def axis(self, k: int) -> Any:
+        def command(t: Array) -> tuple[Array, Array]:
+            pos, vel = self.evaluate(t)
+            shape = np.shape(t)
+            return pos[:, k].reshape(shape), vel[:, k].reshape(shape)
+
+        return command
+
+
+def _nominal(b: Block, machine: MachineModel) -> tuple[float, float]:
+    """Programmed speed (mm/s) and block acceleration (mm/s^2, inf without limits)."""
+    speed = machine.rapid_mm_s if b.motion is Motion.RAPID else float(b.feed_mm_s or 0.0)
+    if speed <= 0.0:
+        raise ValueError(f"line {b.line_no}: feed move without a positive feed")
+    a = machine.acceleration_mm_s2
+    if a is None:
+        return speed, math.inf
+    if b.arc is not None:
+        return min(speed, math.sqrt(a * b.arc.radius)), a
+    d = [abs(e - s) / b.length_mm for e, s in zip(b.end_mm, b.start_mm, strict=True)]
+    return speed, a / max(d)
+
+
+def _tangents(b: Block) -> tuple[Vec3, Vec3]:
+    prim = b.primitive()
+    assert prim is not None
+    return prim.tangent(0.0), prim.tangent(prim.length)
+
+
+def _profiles(moves: list[tuple[Block, float, float, float]],
+              machine: MachineModel) -> list[SpeedProfile | None]:
+    """Plan the program in stretches between dwells (the machine stops for each dwell)."""
+    out: list[SpeedProfile | None] = []
+    stretch: list[tuple[Block, float, float, float]] = []
+
+    def flush() -> None:
+        if not stretch:
+            return
+        a_max = machine.acceleration_mm_s2
+        if a_max is None:
+            out.extend(trapezoid(length, v, v, v, None) for _, length, v, _ in stretch)
+        else:
+            limits, prev = [], None
+            for b, _, v, _ in stretch:
+                t_in, t_out = _tangents(b)
+                lim = 0.0 if prev is None else min(
+                    v, prev[1], junction_speed(prev[0], t_in, a_max,
+                                               machine.junction_deviation_mm))
+                limits.append(lim)
+                prev = (t_out, v)
+            lengths = [m[1] for m in stretch]
+            accels = [m[3] for m in stretch]
+            entry = plan_entry_speeds(lengths, accels, limits)
+            out.extend(trapezoid(length, entry[i], v, entry[i + 1], acc)
+                       for i, (_, length, v, acc) in enumerate(stretch))
+        stretch.clear()
+
+    for move in moves:
+        if move[1] == 0.0:
+            flush()
+            out.append(None)
+        else:
+            stretch.append(move)
+    flush()
+    return out
+
+
+# --------------------------------------------------------------------------- execution
+
+
+@dataclass(frozen=True, eq=False)
+class Execution:
+    """Commanded and realised XY paths (m) of one program run on the machine model."""
+
+    machine: MachineModel
+    time_s: Array = field(repr=False)
+    commanded_m: Array = field(repr=False)  # (N, 2)
+    realised_m: Array = field(repr=False)  # (N, 2)
+    x: AxisTrajectory = field(repr=False)
+    y: AxisTrajectory = field(repr=False)
+    blocks: tuple[BlockTiming, ...] = field(repr=False)
+    cycle_time_s: float = 0.0
+
+    @property
+    def following_error_m(self) -> Array:
+        return np.asarray(np.hypot(*(self.realised_m - self.commanded_m).T))
+
+    def between(self, start_s: float, end_s: float) -> npt.NDArray[np.bool_]:
+        return (self.time_s >= start_s) & (self.time_s <= end_s)
+
+    def to_dict(self, samples: bool = False) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "cycle_time_s": self.cycle_time_s,
+            "blocks": len(self.blocks),
+            "max_following_error_m": float(np.max(self.following_error_m)),
+            "x_backlash_intervals": len(self.x.intervals),
+            "y_backlash_intervals": len(self.y.intervals),
+            "acceleration_mm_s2": self.machine.acceleration_mm_s2,
+            "step_s": self.machine.step_s,
+        }
+        if samples:
+            d["time_s"] = self.time_s.tolist()
+            d["commanded_m"] = self.commanded_m.tolist()
+            d["realised_m"] = self.realised_m.tolist()
+        return d
+
+
+def execute(blocks: Iterable[Block], machine: MachineModel | None = None) -> Execution:
+    """Run the parsed program on the two-axis machine model (see the module docstring)."""
+    m = machine or MachineModel()
+    path = CommandedPath(blocks, m)
+    end = path.cycle_time_s + m.settle_s
+    trigger: Literal["reversal", "none"] = "reversal" if m.backlash else "none"
+    trajectories = []
+    for k, params in enumerate((m.x_axis, m.y_params)):
+        command = path.axis(k)
+        v0 = float(command(np.array([0.0]))[1][0])
+        if v0 == 0.0 and path.first_direction(k) != 0:
+            v0 = 1e-12 * path.first_direction(k)  # sets the initial flank, moves nothing
+        trajectories.append(simulate_axis(params, command, 0.0, end, step_s=m.step_s,
+                                          trigger=trigger, initial_velocity_m_s=v0))
+    xt, yt = trajectories
+    n = max(1, math.ceil(end / m.step_s - 1e-9))
+    t = np.linspace(0.0, end, n + 1)
+    commanded, _ = path.evaluate(t)
+    realised = np.stack([xt.position_at(t), yt.position_at(t)], axis=1)
+    return Execution(m, t, commanded, realised, xt, yt, path.timings, path.cycle_time_s)
+
+
+def execute_program(lines: Iterable[str], machine: MachineModel | None = None, *,
+                    start_mm: Vec3 = (0.0, 0.0, 0.0), source: str | None = None) -> Execution:
+    """Parse G-code text (the machine starting at start_mm) and execute it."""
+    state = ModalState(position_mm=start_mm, source=source)
+    return execute(parse_lines(lines, state), machine)
+
+
+# --------------------------------------------------------------------------- circular test
+
+
+@dataclass(frozen=True)
+class RadialError:
+    """Deviation of a path from a nominal circle (ISO 230-4 style circular test)."""
+
+    centre_m: tuple[float, float]
+    radius_m: float
+    samples: int
+    max_abs_m: float  # max |r - R|
+    rms_m: float
+    min_deviation_m: float  # most inside (r - R < 0)
+    max_deviation_m: float  # most outside
+    circular_deviation_m: float  # ISO 230-4 G: max r - min r about the least-squares centre
+    start_s: float | None = None
+    end_s: float | None = None
+
+    @property
+    def max_fraction(self) -> float:
+        """Paper 001's max |e|, e = (r - rho_0) / rho_0 (figure 11)."""
+        return self.max_abs_m / self.radius_m
+
+    @property
+    def rms_fraction(self) -> float:
+        return self.rms_m / self.radius_m
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"centre_m": list(self.centre_m), "radius_m": self.radius_m,
+                "samples": self.samples, "max_abs_m": self.max_abs_m, "rms_m": self.rms_m,
+                "min_deviation_m": self.min_deviation_m, "max_deviation_m": self.max_deviation_m,
+                "circular_deviation_m": self.circular_deviation_m,
+                "max_fraction": self.max_fraction, "rms_fraction": self.rms_fraction,
+                "start_s": self.start_s, "end_s": self.end_s}
+
+
+def radial_error(points_m: Array, centre_m: tuple[float, float], radius_m: float, *,
+                 start_s: float | None = None, end_s: float | None = None) -> RadialError:
+    """Radial deviation of points (N, 2) in m from the circle; max, RMS and ISO 230-4 G."""
+    p = np.asarray(points_m, dtype=float).reshape(-1, 2)
+    if len(p) < 3 or not radius_m > 0:
+        raise ValueError(f"radial_error: need >= 3 points and radius_m > 0, got {len(p)} "
+                         f"points, radius {radius_m!r}")
+    dev = np.hypot(p[:, 0] - centre_m[0], p[:, 1] - centre_m[1]) - radius_m
+    # Least-squares (Kasa) centre: x^2 + y^2 = 2 a x + 2 b y + c, linear in (a, b, c).
+    q = p - p.mean(axis=0)
+    sol = np.linalg.lstsq(np.column_stack([2 * q, np.ones(len(q))]), (q**2).sum(axis=1),
+                          rcond=None)[0]
+    r_lsq = np.hypot(q[:, 0] - sol[0], q[:, 1] - sol[1])
+    return RadialError((float(centre_m[0]), float(centre_m[1])), float(radius_m), len(p),
+                       float(np.max(np.abs(dev))), float(np.sqrt(np.mean(dev**2))),
+                       float(np.min(dev)), float(np.max(dev)),
+                       float(np.max(r_lsq) - np.min(r_lsq)), start_s, end_s)
+
+
+def circle_window(run: Execution, centre_mm: tuple[float, float], radius_mm: float,
+                  tol_mm: float = 1e-3) -> tuple[float, float]:
+    """From the start of the first block that starts on the circle to the end of the last
+    block that ends on it (leaves out approach and retract moves)."""
+
+    def on(p: Vec3) -> bool:
+        return abs(math.hypot(p[0] - centre_mm[0], p[1] - centre_mm[1]) - radius_mm) <= tol_mm
+
+    first = next((b for b in run.blocks if on(b.start_mm)), None)
+    last = next((b for b in reversed(run.blocks) if on(b.end_mm)), None)
+    if first is None or last is None or last.end_s <= first.start_s:
+        raise ValueError(f"circle_window: no block runs on the circle of radius {radius_mm} mm "
+                         f"about {centre_mm}")
+    return first.start_s, last.end_s
+
+
+def circular_test(run: Execution, centre_mm: tuple[float, float],
+                  radius_mm: float) -> RadialError:
+    """Radial error of the realised path over the part of the program on the circle."""
+    start, end = circle_window(run, centre_mm, radius_mm)
+    mask = run.between(start, end)
+    return radial_error(run.realised_m[mask], (centre_mm[0] * MM, centre_mm[1] * MM),
+                        radius_mm * MM, start_s=start, end_s=end)
+
+
+def circle_program(radius_mm: float, feed_mm_min: float, *,
+                   centre_mm: tuple[float, float] = (0.0, 0.0), clockwise: bool = False,
+                   laps: int = 1, approach: bool = True) -> list[str]:
+    """An ISO 230-4 style circle: full G2/G3 laps from the point at angle 0 (+X of the centre)."""
+    if not (radius_mm > 0 and feed_mm_min > 0 and laps >= 1):
+        raise ValueError("circle_program: need radius_mm > 0, feed_mm_min > 0, laps >= 1")
+    cx, cy = centre_mm
+    x0 = cx + radius_mm
+    lines = ["G17 G21 G90 G94\n"]
+    if approach:
+        lines.append(f"G0 X{x0:.4f} Y{cy:.4f}\n")
+    word = "G2" if clockwise else "G3"
+    lines += [f"{word} X{x0:.4f} Y{cy:.4f} I{-radius_mm:.4f} J0 F{feed_mm_min:.3f}\n"] * laps
+    return lines

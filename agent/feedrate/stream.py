@@ -1,0 +1,625 @@
+"""Streaming G-code to a CNC controller over a serial line (issue 3, part 5).
+
+GRBL character counting (gnea/grbl doc/markdown/interface.md, doc/script/stream.py, serial.c).
+GRBL 1.1 keeps the bytes it has received but not yet read into its line buffer in a 128-byte
+receive ring (serial.c: RX_RING_BUFFER = RX_BUFFER_SIZE + 1 slots, so all 128 bytes are usable;
+GRBL 0.9's ring held 127). The parser takes a line out of that ring, parses it, and for a motion
+waits until the 15-block planner queue has room; only then does it answer `ok` (or `error:N`
+for a bad line). The documented rule for the sender: the sum of the lengths, '\n' included, of
+the lines sent and not yet acknowledged must never exceed the receive buffer size. So we keep
+those lengths in a FIFO, send the next line only when sum + its length <= rx_buffer_bytes (128;
+gnea's stream.py keeps one byte more margin, < 127), and pair each `ok` / `error:N` with the
+oldest line, so every line sent is acknowledged exactly once. Real-time commands ('?', '!', '~',
+0x18) are taken out of the byte stream by GRBL's receive interrupt: they never occupy the
+buffer and are never acknowledged, so they are sent at any time outside the accounting; '?' is
+answered by a `<...>` status report. `ALARM:N` is fatal. With max_lines_in_flight=1 the same
+code is the plain send-and-wait-for-`ok` protocol (gnea's simple_stream.py), the baseline.
+
+DNC drip feed with XON/XOFF software flow control: no acknowledgements; the controller sends
+XOFF (0x13) when its buffer is high and XON (0x11) once it has drained. The sender writes in
+small chunks at no more than the serial line's byte rate and looks for XOFF before each chunk,
+so that at most one chunk follows an XOFF (a UART's pacing; a pty transfers instantly).
+
+Any failure stops the stream cleanly: no further line is sent, a feed hold ('!') stops the
+machine where that is safe and useful (error, stall), and StreamError says which line and why.
+Lost ports (EIO, end of file) and stalls (no byte from the controller within stall_timeout_s
+while it owes an answer; '?' polls keep a busy controller audibly alive) end it the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import termios
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol
+
+from agent.errors import EX_DATAERR, EX_IOERR, AgentError
+
+XON, XOFF = 0x11, 0x13
+REALTIME_COMMANDS = frozenset(b"?!~\x18")
+GRBL_BANNER_PREFIX = "Grbl "
+
+GRBL_ERRORS: dict[int, str] = {
+    1: "expected command letter", 2: "bad number format", 3: "invalid '$' statement",
+    4: "negative value", 5: "homing not enabled", 6: "step pulse < 3 us",
+    7: "EEPROM read failed", 8: "'$' command only when idle", 9: "G-code locked out (alarm/jog)",
+    10: "soft limits need homing", 11: "line overflow (too many characters)",
+    12: "step rate > 30 kHz", 13: "safety door open", 14: "line length exceeded (EEPROM)",
+    15: "jog travel exceeded", 16: "invalid jog command", 17: "laser mode needs PWM",
+    20: "unsupported or invalid g-code command", 21: "modal group violation",
+    22: "undefined feed rate", 23: "command requires an integer value",
+    24: "two commands need axis words", 25: "repeated g-code word", 26: "no axis words",
+    27: "invalid line number", 28: "missing value word (P/L)", 29: "G59.x not supported",
+    30: "G53 needs G0/G1", 31: "unused axis words", 32: "arc without in-plane axis words",
+    33: "invalid motion target", 34: "arc radius error", 35: "arc without in-plane offset",
+    36: "unused value words", 37: "G43.1 on wrong axis", 38: "tool number too large",
+}
+GRBL_ALARMS: dict[int, str] = {
+    1: "hard limit triggered", 2: "soft limit: motion target exceeds machine travel",
+    3: "reset while in motion", 4: "probe fail (initial state)", 5: "probe fail (no contact)",
+    6: "homing fail (reset)", 7: "homing fail (door)", 8: "homing fail (pull-off)",
+    9: "homing fail (switch not found)",
+}
+_COMMENT = re.compile(r"\([^)]*\)|;.*")
+
+FailureKind = Literal["error", "alarm", "disconnected", "stalled", "protocol", "reset",
+                      "rejected", "handshake"]
+
+
+class StreamError(AgentError):
+    """The stream stopped: `line_no` (source line, None before the first), its text, and why."""
+
+    exit_code = EX_IOERR
+
+    def __init__(self, line_no: int | None, text: str | None, reason: str, *,
+                 kind: FailureKind, code: int | None = None, sent: int = 0, acked: int = 0,
+                 source: str | None = None) -> None:
+        where = "before the first line" if line_no is None else (
+            f"{source}:{line_no}" if source else f"line {line_no}")
+        shown = f" ({text!r})" if text is not None else ""
+        super().__init__(f"{where}{shown}: {reason} [stream stopped after {sent} lines sent, "
+                         f"{acked} acknowledged]")
+        self.line_no, self.text, self.reason, self.kind = line_no, text, reason, kind
+        self.code, self.sent, self.acked = code, sent, acked
+        if kind in ("error", "rejected"):
+            self.exit_code = EX_DATAERR
+
+
+# ------------------------------------------------------------------------------ byte channels
+
+
+class ChannelLost(Exception):
+    """The port went away (EIO, end of file, closed)."""
+
+
+class ChannelTimeout(Exception):
+    """The other side took no data for the write timeout."""
+
+
+class Channel(Protocol):
+    name: str
+
+    def write(self, data: bytes, timeout_s: float) -> None: ...
+    def read(self, timeout_s: float) -> bytes: ...  # b"" when nothing came within timeout_s
+    def discard_input(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class FdChannel:
+    """Any OS byte stream with descriptors (tty, pty, pipe, socket), non-blocking + select."""
+
+    def __init__(self, fd: int, name: str, *, write_fd: int | None = None,
+                 closer: Callable[[], None] | None = None) -> None:
+        self.name, self._rfd = name, fd
+        self._wfd = fd if write_fd is None else write_fd
+        self._closer = closer
+        for f in {self._rfd, self._wfd}:
+            os.set_blocking(f, False)
+
+    def read(self, timeout_s: float) -> bytes:
+        ready, _, _ = select.select([self._rfd], [], [], max(timeout_s, 0.0))
+        if not ready:
+            return b""
+        try:
+            data = os.read(self._rfd, 65536)
+        except BlockingIOError:
+            return b""
+        except OSError as exc:
+            raise ChannelLost(f"read failed: {exc}") from exc
+        if not data:
+            raise ChannelLost("end of stream (the other side closed the port)")
+        return data
+
+    def write(self, data: bytes, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[os.write(self._wfd, view):]
+                continue
+            except BlockingIOError:
+                pass
+            except OSError as exc:
+                raise ChannelLost(f"write failed: {exc}") from exc
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([], [self._wfd], [], left)[1]:
+                raise ChannelTimeout(f"{self.name} took no data for {timeout_s:g} s")
+
+    def discard_input(self) -> None:
+        if os.isatty(self._rfd):
+            termios.tcflush(self._rfd, termios.TCIFLUSH)
+        while self.read(0.0):
+            pass
+
+    def close(self) -> None:
+        if self._closer is not None:
+            self._closer()
+        else:
+            for f in {self._rfd, self._wfd}:
+                os.close(f)
+
+
+def open_serial(port: str, baudrate: int = 115_200, *, exclusive: bool = True) -> FdChannel:
+    """A serial device or pty path, configured by pyserial (raw 8N1), as a channel."""
+    import serial  # pyserial; imported here so that file channels do not need it
+
+    try:
+        ser = serial.Serial(port=port, baudrate=baudrate, timeout=0, exclusive=exclusive)
+    except (serial.SerialException, OSError, ValueError) as exc:
+        raise StreamError(None, None, f"cannot open serial port {port}: {exc}",
+                          kind="disconnected") from exc
+    return FdChannel(ser.fileno(), port, closer=ser.close)
+
+
+# ------------------------------------------------------------------------------ reports
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    """A GRBL 1.1 `<State|MPos:x,y,z|Bf:15,128|FS:f,s|...>` report (interface.md)."""
+
+    state: str
+    substate: int | None
+    machine_mm: tuple[float, ...] | None
+    work_mm: tuple[float, ...] | None
+    planner_free: int | None
+    rx_free: int | None
+    feed_mm_min: float | None
+    fields: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_status(line: str) -> StatusReport:
+    """Parse one status report line; ValueError when it is not one."""
+    if not (line.startswith("<") and line.endswith(">")):
+        raise ValueError(f"not a status report: {line!r}")
+    head, *parts = line[1:-1].split("|")
+    state, _, sub = head.partition(":")
+    fields = dict(p.partition(":")[::2] for p in parts)
+
+    def numbers(key: str) -> tuple[float, ...] | None:
+        return tuple(float(v) for v in fields[key].split(",")) if key in fields else None
+
+    bf, fs = numbers("Bf"), numbers("FS") or numbers("F")
+    return StatusReport(state, int(sub) if sub.isdigit() else None, numbers("MPos"),
+                        numbers("WPos"), int(bf[0]) if bf else None,
+                        int(bf[1]) if bf and len(bf) > 1 else None, fs[0] if fs else None,
+                        fields)
+
+
+@dataclass(frozen=True)
+class StreamProgress:
+    protocol: str
+    lines_sent: int
+    lines_acked: int
+    bytes_in_flight: int
+    elapsed_s: float
+    status: StatusReport | None
+    reversals_modulated: int | None
+    paused: bool = False  # DNC: the controller has sent XOFF
+
+
+ProgressFn = Callable[[StreamProgress], None]
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    protocol: str
+    lines_sent: int
+    lines_acked: int  # DNC: lines fully written (there are no acknowledgements)
+    lines_skipped: int  # blank or comment-only lines, not sent
+    bytes_sent: int
+    elapsed_s: float
+    max_bytes_in_flight: int
+    errors: tuple[tuple[int, int], ...]  # (line, GRBL error code) when stop_on_error=False
+    status: StatusReport | None
+    banner: str | None
+    xoff_count: int = 0
+
+    @property
+    def lines_per_s(self) -> float:
+        return self.lines_sent / self.elapsed_s if self.elapsed_s > 0 else float("inf")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "lines_per_s": self.lines_per_s}
+
+
+# ------------------------------------------------------------------------------ options
+
+
+@dataclass(frozen=True)
+class GrblOptions:
+    rx_buffer_bytes: int = 128  # GRBL 1.1 RX_BUFFER_SIZE; 127 for GRBL 0.9
+    max_line_chars: int = 79  # GRBL LINE_BUFFER_SIZE 80 with its terminator
+    max_lines_in_flight: int | None = None  # 1: send one line, wait for its answer
+    compact: bool = True  # drop comments and spaces (GRBL ignores both; they cost buffer)
+    handshake: Literal["reset", "banner", "none"] = "reset"  # reset: send 0x18, await banner
+    startup_timeout_s: float = 5.0
+    status_interval_s: float | None = 0.2  # '?' polls; None: none
+    stall_timeout_s: float = 10.0  # silence while an answer is owed
+    write_timeout_s: float = 5.0
+    stop_on_error: bool = True
+    hold_on_abort: bool = True  # send '!' when stopping on an error or a stall
+    progress_interval_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.max_line_chars + 1 > self.rx_buffer_bytes:
+            raise ValueError(f"GrblOptions: a line of max_line_chars={self.max_line_chars} "
+                             f"must fit the {self.rx_buffer_bytes}-byte receive buffer")
+        if self.max_lines_in_flight is not None and self.max_lines_in_flight < 1:
+            raise ValueError("GrblOptions.max_lines_in_flight: expected >= 1 or None")
+
+
+@dataclass(frozen=True)
+class DncOptions:
+    chunk_bytes: int = 16  # bytes written between looks for XOFF
+    line_rate_bytes_s: float | None = 11_520.0  # 115200 baud 8N1; None: unpaced
+    compact: bool = True
+    max_line_chars: int | None = None
+    stall_timeout_s: float = 30.0  # XOFF held this long without a byte: stalled
+    write_timeout_s: float = 5.0
+    wait_idle: bool = False  # after the last byte, poll '?' until the controller is Idle
+    status_interval_s: float = 0.05
+    progress_interval_s: float = 0.1
+
+
+# ------------------------------------------------------------------------------ lines
+
+
+def prepare_line(text: str, compact: bool = True) -> str:
+    """The line as sent: comments removed, spaces dropped (compact) or trimmed, no terminator."""
+    body = _COMMENT.sub("", text.rstrip("\r\n"))
+    return "".join(body.split()) if compact else body.strip()
+
+
+def _problem(line: str, max_chars: int | None) -> str | None:
+    if not line.isascii():
+        return "non-ASCII character (GRBL takes bytes > 0x7f as real-time commands)"
+    for ch in line:
+        if ord(ch) in REALTIME_COMMANDS or ord(ch) < 0x20:
+            what = "a real-time command" if ord(ch) in REALTIME_COMMANDS else "a control byte"
+            return f"contains {ch!r}, {what} the controller would take out of the line"
+    if max_chars is not None and len(line) > max_chars:
+        return f"{len(line)} characters, the controller accepts {max_chars}"
+    return None
+
+
+class _Session:
+    """State and I/O shared by both protocols; raises StreamError with the line context."""
+
+    protocol = "grbl"
+
+    def __init__(self, channel: Channel, progress: ProgressFn | None,
+                 reversals: Callable[[], int] | None, source: str | None,
+                 interval_s: float) -> None:
+        self.channel, self.progress, self.reversals, self.source = channel, progress, reversals, \
+            source
+        self.interval_s = interval_s
+        self.pending: deque[tuple[int, str, int]] = deque()
+        self.in_flight = self.max_in_flight = 0
+        self.sent = self.acked = self.skipped = self.bytes_sent = self.xoffs = 0
+        self.last_sent: tuple[int, str] | None = None
+        self.status: StatusReport | None = None
+        self.banner: str | None = None
+        self.paused = False
+        self.rx = bytearray()
+        self.t0 = self.last_report = time.monotonic()
+
+    def fail(self, reason: str, kind: FailureKind, code: int | None = None,
+             line: tuple[int, str] | None = None) -> StreamError:
+        at = line or (self.pending[0][:2] if self.pending else self.last_sent)
+        return StreamError(at[0] if at else None, at[1] if at else None, reason, kind=kind,
+                           code=code, sent=self.sent, acked=self.acked, source=self.source)
+
+    def lines(self, lines: Iterable[str], compact: bool,
+              max_chars: int | None) -> Iterator[tuple[int, str, bytes]]:
+        for line_no, text in enumerate(lines, 1):
+            line = prepare_line(text, compact)
+            if not line:
+                self.skipped += 1
+                continue
+            problem = _problem(line, max_chars)
+            if problem is not None:
+                raise self.fail(problem, "rejected", line=(line_no, line))
+            yield line_no, line, (line + "\n").encode("ascii")
+
+    def write(self, data: bytes, timeout_s: float) -> None:
+        try:
+            self.channel.write(data, timeout_s)
+        except ChannelLost as exc:
+            raise self.fail(f"port {self.channel.name} vanished: {exc}", "disconnected") from exc
+        except ChannelTimeout as exc:
+            raise self.fail(f"controller stalled: {exc}", "stalled") from exc
+
+    def read(self, timeout_s: float) -> list[str]:
+        """Complete response lines received within timeout_s; XON/XOFF bytes set `paused`."""
+        try:
+            data = self.channel.read(timeout_s)
+        except ChannelLost as exc:
+            raise self.fail(f"port {self.channel.name} vanished: {exc}", "disconnected") from exc
+        if not data:
+            return []
+        if XON in data or XOFF in data:
+            for byte in data:
+                if byte in (XON, XOFF):
+                    self.paused = byte == XOFF
+                    self.xoffs += byte == XOFF
+            data = data.replace(bytes([XON]), b"").replace(bytes([XOFF]), b"")
+        self.rx += data
+        *done, rest = self.rx.split(b"\n")
+        self.rx = bytearray(rest)
+        out = [raw.decode("ascii", "replace").strip() for raw in done]
+        return [s for s in out if s] or [""]  # [""]: bytes came, no complete line yet
+
+    def common(self, line: str) -> bool:
+        """Handle what both protocols treat alike; False when the line is not one of those."""
+        if line.startswith("<"):
+            try:
+                self.status = parse_status(line)
+            except ValueError:
+                pass
+        elif line.startswith("ALARM:"):
+            code = _code(line)
+            raise self.fail(f"{line} {GRBL_ALARMS.get(code or -1, 'unknown alarm')} (the "
+                            "controller halted; it needs a reset and probably homing)", "alarm",
+                            code)
+        elif line.startswith(GRBL_BANNER_PREFIX):
+            raise self.fail(f"the controller reset mid-stream ({line!r}): buffered lines lost",
+                            "reset")
+        else:
+            return False
+        return True
+
+    def report(self, now: float, force: bool = False) -> None:
+        if self.progress is None or (not force and now - self.last_report < self.interval_s):
+            return
+        self.last_report = now
+        self.progress(StreamProgress(
+            self.protocol, self.sent, self.acked, self.in_flight, now - self.t0, self.status,
+            self.reversals() if self.reversals is not None else None, self.paused))
+
+    def result(self, errors: Iterable[tuple[int, int]] = ()) -> StreamResult:
+        now = time.monotonic()
+        self.report(now, force=True)
+        return StreamResult(self.protocol, self.sent, self.acked, self.skipped, self.bytes_sent,
+                            now - self.t0, self.max_in_flight, tuple(errors), self.status,
+                            self.banner, self.xoffs)
+
+
+def _code(line: str) -> int | None:
+    tail = line.partition(":")[2].strip()
+    return int(tail) if tail.isdigit() else None
+
+
+# ------------------------------------------------------------------------------ GRBL
+
+
+class _Grbl(_Session):
+    def __init__(self, channel: Channel, opt: GrblOptions, progress: ProgressFn | None,
+                 reversals: Callable[[], int] | None, source: str | None) -> None:
+        super().__init__(channel, progress, reversals, source, opt.progress_interval_s)
+        self.opt = opt
+        self.protocol = "send-response" if opt.max_lines_in_flight == 1 else "grbl"
+        self.errors: list[tuple[int, int]] = []
+
+    def fits(self, nbytes: int) -> bool:
+        limit = self.opt.max_lines_in_flight
+        if limit is not None and len(self.pending) >= limit:
+            return False
+        return self.in_flight + nbytes <= self.opt.rx_buffer_bytes
+
+    def handshake(self) -> None:
+        mode = self.opt.handshake
+        if mode == "none":
+            return
+        if mode == "reset":
+            self.channel.discard_input()
+            self.write(b"\x18", self.opt.write_timeout_s)
+        deadline = time.monotonic() + self.opt.startup_timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            for line in self.read(left):
+                if line.startswith(GRBL_BANNER_PREFIX):
+                    self.banner = line
+                    return
+        raise self.fail(f"no GRBL banner ({GRBL_BANNER_PREFIX!r}...) within "
+                        f"{self.opt.startup_timeout_s:g} s of {mode}", "handshake")
+
+    def answer(self, line: str) -> None:
+        if line == "ok" or line.startswith("error:"):
+            if not self.pending:
+                raise self.fail(f"{line!r} with no line awaiting an answer (another sender on "
+                                "the port, or a line the controller split)", "protocol")
+            line_no, text, nbytes = self.pending.popleft()
+            self.in_flight -= nbytes
+            self.acked += 1
+            if line != "ok":
+                code = _code(line) or 0
+                if self.opt.stop_on_error:
+                    raise self.fail(f"{line} {GRBL_ERRORS.get(code, 'unknown error')}",
+                                    "error", code, line=(line_no, text))
+                self.errors.append((line_no, code))
+        else:
+            self.common(line)
+
+    def run(self, lines: Iterable[str]) -> StreamResult:
+        opt = self.opt
+        try:
+            self.handshake()
+            self.t0 = time.monotonic()
+            source = self.lines(lines, opt.compact, opt.max_line_chars)
+            nxt = next(source, None)
+            poll = opt.status_interval_s
+            next_poll = self.t0 + poll if poll else float("inf")
+            quiet_since = self.t0
+            while True:
+                batch = bytearray()
+                while nxt is not None and self.fits(len(nxt[2])):
+                    if not self.pending:
+                        quiet_since = time.monotonic()  # an answer is owed from now on
+                    line_no, text, data = nxt
+                    self.pending.append((line_no, text, len(data)))
+                    self.in_flight += len(data)
+                    self.last_sent = (line_no, text)
+                    self.sent += 1
+                    batch += data
+                    nxt = next(source, None)
+                if batch:
+                    self.max_in_flight = max(self.max_in_flight, self.in_flight)
+                    self.bytes_sent += len(batch)
+                    self.write(bytes(batch), opt.write_timeout_s)
+                if nxt is None and not self.pending:
+                    break
+                now = time.monotonic()
+                if poll and now >= next_poll:
+                    self.write(b"?", opt.write_timeout_s)
+                    next_poll = now + poll
+                answers = self.read(min(next_poll, quiet_since + opt.stall_timeout_s) - now)
+                now = time.monotonic()
+                if answers:
+                    quiet_since = now
+                    for line in answers:
+                        self.answer(line)
+                elif now - quiet_since >= opt.stall_timeout_s:
+                    raise self.fail(f"controller stalled: no answer for {opt.stall_timeout_s:g}"
+                                    " s" + ("" if poll else " (status polls off)"), "stalled")
+                self.report(now)
+        except StreamError as exc:
+            if opt.hold_on_abort and exc.kind in ("error", "stalled", "protocol", "rejected"):
+                try:
+                    self.channel.write(b"!", 0.5)
+                except (ChannelLost, ChannelTimeout, OSError):
+                    pass
+            raise
+        return self.result(self.errors)
+
+
+def stream_grbl(lines: Iterable[str], channel: Channel, options: GrblOptions | None = None, *,
+                progress: ProgressFn | None = None,
+                reversals_modulated: Callable[[], int] | None = None,
+                source: str | None = None) -> StreamResult:
+    """Stream `lines` (source text, one per G-code line) to a GRBL controller on `channel`."""
+    return _Grbl(channel, options or GrblOptions(), progress, reversals_modulated,
+                 source).run(lines)
+
+
+# ------------------------------------------------------------------------------ DNC
+
+
+class _Dnc(_Session):
+    protocol = "dnc"
+
+    def __init__(self, channel: Channel, opt: DncOptions, progress: ProgressFn | None,
+                 reversals: Callable[[], int] | None, source: str | None) -> None:
+        super().__init__(channel, progress, reversals, source, opt.progress_interval_s)
+        self.opt = opt
+        self.quiet_since = time.monotonic()
+
+    def take(self, timeout_s: float) -> None:
+        """Read for up to timeout_s; a DNC controller speaks only to complain (or report)."""
+        lines = self.read(timeout_s)
+        if lines:
+            self.quiet_since = time.monotonic()
+        for line in lines:
+            if line.startswith("error:"):
+                code = _code(line) or 0
+                raise self.fail(f"{line} {GRBL_ERRORS.get(code, 'unknown error')} reported at "
+                                "or before this line (DNC has no per-line answers)", "error", code)
+            self.common(line)
+
+    def send(self, data: bytes) -> None:
+        opt, pace = self.opt, self.opt.line_rate_bytes_s
+        for i in range(0, len(data), opt.chunk_bytes):
+            chunk = data[i:i + opt.chunk_bytes]
+            self.take(0.0)
+            while self.paused:
+                self.take(0.05)
+                if self.paused and time.monotonic() - self.quiet_since > opt.stall_timeout_s:
+                    raise self.fail(f"controller stalled: XOFF held for {opt.stall_timeout_s:g} s"
+                                    " with no byte from it", "stalled")
+                self.report(time.monotonic())
+            self.quiet_since = time.monotonic()
+            self.write(chunk, opt.write_timeout_s)
+            self.bytes_sent += len(chunk)
+            if pace:
+                self.take(len(chunk) / pace)  # the wire's time for the chunk, listening
+
+    def run(self, lines: Iterable[str]) -> StreamResult:
+        opt = self.opt
+        self.t0 = time.monotonic()
+        for line_no, text, data in self.lines(lines, opt.compact, opt.max_line_chars):
+            self.last_sent = (line_no, text)
+            self.sent += 1
+            self.send(data)
+            self.acked += 1
+            self.report(time.monotonic())
+        if opt.wait_idle:
+            self.wait_idle()
+        return self.result()
+
+    def wait_idle(self) -> None:
+        opt, self.status = self.opt, None
+        while self.status is None or self.status.state != "Idle":
+            if not self.paused:
+                self.write(b"?", opt.write_timeout_s)
+            self.take(opt.status_interval_s)
+            if time.monotonic() - self.quiet_since > opt.stall_timeout_s:
+                raise self.fail(f"controller never reported Idle within {opt.stall_timeout_s:g}"
+                                " s of silence", "stalled")
+            self.report(time.monotonic())
+
+
+def stream_dnc(lines: Iterable[str], channel: Channel, options: DncOptions | None = None, *,
+               progress: ProgressFn | None = None,
+               reversals_modulated: Callable[[], int] | None = None,
+               source: str | None = None) -> StreamResult:
+    """Drip-feed `lines` to a controller with XON/XOFF flow control."""
+    return _Dnc(channel, options or DncOptions(), progress, reversals_modulated,
+                source).run(lines)
+
+
+def stream_to_port(lines: Iterable[str], port: str, *, protocol: Literal["grbl", "dnc"] = "grbl",
+                   baudrate: int = 115_200, options: GrblOptions | DncOptions | None = None,
+                   progress: ProgressFn | None = None,
+                   reversals_modulated: Callable[[], int] | None = None,
+                   source: str | None = None) -> StreamResult:
+    """Open `port` (device or pty path), stream, close it whatever happens."""
+    channel = open_serial(port, baudrate)
+    try:
+        if protocol == "grbl":
+            if not (options is None or isinstance(options, GrblOptions)):
+                raise ValueError("stream_to_port: protocol 'grbl' takes GrblOptions")
+            return stream_grbl(lines, channel, options, progress=progress,
+                               reversals_modulated=reversals_modulated, source=source)
+        if not (options is None or isinstance(options, DncOptions)):
+            raise ValueError("stream_to_port: protocol 'dnc' takes DncOptions")
+        return stream_dnc(lines, channel, options, progress=progress,
+                          reversals_modulated=reversals_modulated, source=source)
+    finally:
+        channel.close()

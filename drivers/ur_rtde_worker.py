@@ -1,0 +1,458 @@
+"""The child process that runs ur_rtde's C++ clients for drivers.ur_rtde.UrRtdeDriver.
+
+ur_rtde can abort the whole process (a std::length_error on a garbled RTDE stream, an exception
+escaping its reconnect thread after a broken pipe). Running it here keeps the daemon alive: the
+driver sees this process die and reports a DriverError. It also gives the 500 Hz capture loop a
+process of its own, so no estimator or event loop in the daemon can make it miss a package.
+
+Protocol on the socket passed as `--fd`: length-prefixed pickles (uint32 big-endian + payload),
+both ways, between two processes of the same installation. Requests `{"id", "op", **args}`;
+replies `{"id", "ok": True, "result"}` or `{"id", "ok": False, "kind", "error"}` where kind is
+"abort" (the controller refused or stopped the motion) or "driver" (communication failed). While a
+cycle runs, `{"id", "event": "aborting", "error"}` announces an abort before the stop is sent.
+
+Threads: the main thread serves requests (status reads use the dashboard and the receive
+interface); a cycle thread owns the control interface and the capture loop. ur_rtde releases the
+GIL in its blocking calls, so a slow dashboard answer does not delay the capture loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import pickle
+import queue
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+_LEN = struct.Struct(">I")
+# Output recipe of the receive interface: the capture channels and the interlock signals.
+VARIABLES = [
+    "timestamp",
+    "actual_q",
+    "actual_qd",
+    "actual_current",
+    "target_q",
+    "target_qd",
+    "target_current",
+    "joint_temperatures",
+    "robot_mode",
+    "safety_mode",
+    "safety_status_bits",
+    "robot_status_bits",
+    "runtime_state",
+    "target_speed_fraction",
+    "actual_digital_input_bits",
+]
+ROBOT_MODE_RUNNING = 7
+RUNTIME_PLAYING = 2
+# safety_status_bits that mean the arm is stopped by safety: protective, safeguard, emergency
+# (system, robot, any), violation, fault, "stopped due to safety".
+SAFETY_STOP_BITS = sum(1 << b for b in (2, 4, 5, 6, 7, 8, 9, 10))
+_POLL_S = 0.0002  # capture poll: 10 polls per 500 Hz period
+_KICK_S = 0.05
+
+
+class Fault(Exception):
+    """Ends a request: kind 'abort' (controller stopped or refused) or 'driver' (link failed)."""
+
+    def __init__(self, message: str, kind: str = "driver") -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+def send_msg(sock: socket.socket, lock: threading.Lock, obj: Any) -> None:
+    data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    with lock:
+        sock.sendall(_LEN.pack(len(data)) + data)
+
+
+def recv_msg(sock: socket.socket) -> Any:
+    def exact(n: int) -> bytes | None:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = sock.recv(n - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+        return bytes(buf)
+
+    head = exact(_LEN.size)
+    if head is None:
+        return None
+    body = exact(_LEN.unpack(head)[0])
+    return None if body is None else pickle.loads(body)
+
+
+def _after(answer: str, prefix: str, request: str) -> str:
+    if not answer.startswith(prefix) or not answer[len(prefix) :].strip().isidentifier():
+        raise Fault(f"dashboard answered {answer!r} to {request!r}")
+    return answer[len(prefix) :].strip()
+
+
+class Worker:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.lock = threading.Lock()
+        self.recv: Any = None
+        self.dash: Any = None
+        self.ctrl: Any = None
+        self.host = ""
+        self.frequency_hz = 500.0
+        self.rt_priority = 0
+        self.version: tuple[int, ...] = ()
+        self.cycle: threading.Thread | None = None
+        self.stop_requested = threading.Event()
+        self.stopped = threading.Event()
+        self.motion_commanded = False
+        self._seen = (math.nan, 0.0)
+
+    # Requests ------------------------------------------------------------------------------
+    def serve(self) -> None:
+        """Stop requests are served at once; status reads queue on their own thread."""
+        requests: queue.Queue[dict[str, Any] | None] = queue.Queue()
+
+        def serial() -> None:
+            while (msg := requests.get()) is not None:
+                self.reply(msg["id"], getattr(self, "op_" + str(msg.get("op")), None), msg)
+
+        threading.Thread(target=serial, name="requests", daemon=True).start()
+        while True:
+            msg = recv_msg(self.sock)
+            if msg is None:
+                break
+            op = msg.get("op")
+            if op in ("cycle", "stream"):
+                self.start_thread(msg)
+            elif op in ("stop", "close"):
+                self.reply(msg["id"], getattr(self, "op_" + op), msg)
+                if op == "close":
+                    break
+            else:
+                requests.put(msg)
+        requests.put(None)
+
+    def reply(self, msg_id: int, fn: Callable[..., Any] | None, msg: dict[str, Any]) -> None:
+        args = {k: v for k, v in msg.items() if k not in ("id", "op")}
+        try:
+            if fn is None:
+                raise Fault(f"unknown request {msg.get('op')!r}")
+            out = {"id": msg_id, "ok": True, "result": fn(**args)}
+        except Fault as exc:
+            out = {"id": msg_id, "ok": False, "kind": exc.kind, "error": str(exc)}
+        except Exception as exc:  # ur_rtde raises RuntimeError with its own message
+            out = {"id": msg_id, "ok": False, "kind": "driver", "error": f"{exc}"}
+        send_msg(self.sock, self.lock, out)
+
+    def op_connect(
+        self, host: str, dashboard_port: int, frequency_hz: float, rt_priority: int
+    ) -> dict[str, Any]:
+        import dashboard_client
+        import rtde_receive
+
+        self.host, self.frequency_hz, self.rt_priority = host, frequency_hz, rt_priority
+        self.dash = dashboard_client.DashboardClient(host, dashboard_port)
+        self.dash.connect()
+        if not self.dash.isConnected():
+            raise Fault(f"no dashboard server at {host}:{dashboard_port}")
+        text = self.dash.polyscopeVersion()
+        try:
+            self.version = tuple(int(x) for x in text.split("."))
+        except ValueError:
+            raise Fault(f"dashboard answered {text!r} to 'PolyscopeVersion'") from None
+        if self.version[0] < 5 and frequency_hz > 125.0:
+            raise Fault(f"a CB3 controller ({text}) streams RTDE at 125 Hz at most, not {frequency_hz:g}")
+        self.recv = rtde_receive.RTDEReceiveInterface(
+            host, frequency_hz, VARIABLES, False, False, rt_priority
+        )
+        return {"version": text}
+
+    def op_status(self, stale_after_s: float) -> dict[str, Any]:
+        r, d = self.recv, self.dash
+        if r is None or d is None:
+            raise Fault("not connected")
+        if not r.isConnected():
+            raise Fault("RTDE connection to the controller lost")
+        ts, now = r.getTimestamp(), time.monotonic()
+        if not math.isfinite(ts):
+            raise Fault(f"RTDE stream is garbled (timestamp {ts})")
+        if ts != self._seen[0]:
+            self._seen = (ts, now)
+        elif now - self._seen[1] > stale_after_s:
+            raise Fault(f"RTDE data stale: timestamp {ts:.3f} s unchanged for {now - self._seen[1]:.2f} s")
+        if not d.isConnected():
+            d.connect()
+        robot = _after(d.robotmode(), "Robotmode: ", "robotmode")
+        safety = _after(d.safetystatus(), "Safetystatus: ", "safetystatus")
+        state, _, program = d.programState().partition(" ")
+        if state not in ("STOPPED", "PLAYING", "PAUSED"):
+            raise Fault(f"dashboard answered {state + ' ' + program!r} to 'programState'")
+        remote = d.isInRemoteControl() if self.version[:2] >= (5, 6) else None
+        return {
+            "robot_mode": robot,
+            "safety": safety,
+            "program_state": state,
+            "program": program,
+            "remote": remote,
+            "timestamp": ts,
+            "q": list(r.getActualQ()),
+            "rtde_robot_mode": r.getRobotMode(),
+            "safety_bits": r.getSafetyStatusBits(),
+            "runtime_state": r.getRuntimeState(),
+            "speed_fraction": r.getTargetSpeedFraction(),
+            "digital_inputs": r.getActualDigitalInputBits(),
+        }
+
+    def op_stop(self, timeout_s: float) -> str:
+        self.stop_requested.set()
+        cycle = self.cycle
+        if cycle is not None and cycle.is_alive():
+            if not self.motion_commanded:
+                return "nothing moving"
+            if not self.stopped.wait(timeout_s):
+                raise Fault("stop not confirmed by the controller in time")
+            return "stopped"
+        if self.ctrl is not None:
+            self._send_stop(self.ctrl, 10.0)
+        return "stopped"
+
+    def op_close(self) -> str:
+        self.op_stop(1.0)
+        for client in (self.ctrl, self.recv, self.dash):
+            if client is not None:
+                try:
+                    client.disconnect()
+                except Exception:
+                    pass
+        return "closed"
+
+    def start_thread(self, msg: dict[str, Any]) -> None:
+        if self.cycle is not None and self.cycle.is_alive():
+            send_msg(
+                self.sock, self.lock, {"id": msg["id"], "ok": False, "kind": "driver", "error": "a cycle is already running"}
+            )
+            return
+        self.stop_requested.clear()
+        self.stopped.clear()
+        self.motion_commanded = False
+        msg = dict(msg, request_id=msg["id"])
+        fn = self.op_cycle if msg["op"] == "cycle" else self.op_stream
+        self.cycle = threading.Thread(target=self._run_thread, args=(msg, fn), daemon=True)
+        self.cycle.start()
+
+    def _run_thread(self, msg: dict[str, Any], fn: Callable[..., Any]) -> None:
+        if self.rt_priority > 0:
+            # The capture loop must see every package: a real-time thread is not delayed by
+            # the machine's other work (it sleeps between polls, so it cannot starve it).
+            try:
+                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.rt_priority))
+            except OSError as exc:
+                print(f"ur_rtde worker: no real-time priority: {exc}", flush=True)
+        self.reply(msg["id"], fn, msg)
+
+    # Stream checks -------------------------------------------------------------------------
+    def _check_sample(self, robot_mode: int, safety_bits: int, runtime: int | None) -> None:
+        if safety_bits & SAFETY_STOP_BITS:
+            raise Fault(f"protective or emergency stop (safety status bits {safety_bits:#x})", "abort")
+        if robot_mode != ROBOT_MODE_RUNNING:
+            raise Fault(f"robot mode left RUNNING (RTDE robot mode {robot_mode})", "abort")
+        if runtime is not None and runtime != RUNTIME_PLAYING:
+            raise Fault(f"control program no longer PLAYING (runtime state {runtime})", "abort")
+
+    def _wait_new(self, last_ts: float, since: float, stale_after_s: float) -> float | None:
+        """The next timestamp, or None to poll again; raises on a lost or frozen stream."""
+        ts = self.recv.getTimestamp()
+        if ts != last_ts:
+            return float(ts)
+        silent = time.monotonic() - since
+        if silent > stale_after_s:
+            if not self.recv.isConnected():
+                raise Fault("RTDE connection to the controller lost during the cycle")
+            raise Fault(f"RTDE data stale: timestamp {ts:.3f} s frozen for {silent:.2f} s")
+        return None
+
+    # The cycle -----------------------------------------------------------------------------
+    def op_cycle(self, **p: Any) -> dict[str, Any]:
+        import rtde_control
+
+        r = self.recv
+        if r is None:
+            raise Fault("not connected")
+        ctrl = None
+        try:
+            self._check_sample(r.getRobotMode(), r.getSafetyStatusBits(), None)
+            if r.getRuntimeState() == RUNTIME_PLAYING:
+                # Uploading the control script would stop whatever program is running.
+                raise Fault("a program is running on the controller: not taking control", "abort")
+            ctrl = rtde_control.RTDEControlInterface(self.host, self.frequency_hz)
+            self.ctrl = ctrl
+            if not ctrl.setWatchdog(p["watchdog_hz"]):
+                raise Fault("the control script did not accept the RTDE watchdog", "abort")
+            q_start = list(r.getActualQ())
+            q_test = list(q_start)
+            q_test[p["index"]] = p["test_pose_rad"]
+            self._move(ctrl, q_test, p)
+            qd = [0.0] * 6
+            qd[p["index"]] = p["speed_rad_s"]
+            if self.stop_requested.is_set():
+                raise Fault("stop requested", "abort")
+            self.motion_commanded = True
+            if not ctrl.speedJ(qd, p["accel_rad_s2"], 0.0):
+                raise Fault("the controller refused speedJ", "abort")
+            rows = self._capture(ctrl, p)
+            self._send_stop(ctrl, p["decel_rad_s2"])
+            if p["return_to_start"]:
+                self._move(ctrl, q_start, p)
+            return {"rows": rows, "version": ".".join(map(str, self.version))}
+        except Fault as exc:
+            send_msg(self.sock, self.lock, {"id": p.get("request_id"), "event": "aborting", "error": str(exc)})
+            if ctrl is not None:
+                try:
+                    self._send_stop(ctrl, p["decel_rad_s2"])
+                except Exception as stop_exc:
+                    raise Fault(f"{exc}; then the stop failed: {stop_exc}", exc.kind) from exc
+            raise
+        finally:
+            self.stopped.set()
+            if ctrl is not None:
+                self.ctrl = None
+                for call in (ctrl.stopScript, ctrl.disconnect):
+                    try:
+                        call()
+                    except Exception:
+                        pass
+
+    def _send_stop(self, ctrl: Any, decel: float) -> None:
+        # speedStop ends the script's speedj thread (stopJ alone leaves it running); stopJ also
+        # ends a moveJ. Each returns at once when the program is no longer running.
+        ctrl.speedStop(decel)
+        ctrl.stopJ(decel, False)
+        self.stopped.set()
+
+    def _move(self, ctrl: Any, q: list[float], p: dict[str, Any]) -> None:
+        r = self.recv
+        if self.stop_requested.is_set():
+            raise Fault("stop requested", "abort")
+        self.motion_commanded = True
+        if not ctrl.moveJ(q, p["move_speed_rad_s"], p["move_accel_rad_s2"], True):
+            raise Fault("the controller refused moveJ", "abort")
+        dist = max(abs(a - b) for a, b in zip(q, r.getActualQ(), strict=True))
+        deadline = time.monotonic() + 5.0 + 2.0 * dist / p["move_speed_rad_s"]
+        last_ts, since, kicked = r.getTimestamp(), time.monotonic(), 0.0
+        while True:
+            if self.stop_requested.is_set():
+                raise Fault("stop requested", "abort")
+            now = time.monotonic()
+            if now - kicked > _KICK_S:
+                ctrl.kickWatchdog()
+                kicked = now
+            ts = self._wait_new(last_ts, since, p["stale_after_s"])
+            if ts is not None:
+                last_ts, since = ts, now
+                self._check_sample(r.getRobotMode(), r.getSafetyStatusBits(), r.getRuntimeState())
+                if not ctrl.getAsyncOperationProgressEx().isAsyncOperationRunning():
+                    break
+            if now > deadline:
+                raise Fault("moveJ did not finish in time", "abort")
+            time.sleep(0.002)
+        miss = max(abs(a - b) for a, b in zip(q, r.getActualQ(), strict=True))
+        if miss > 1e-3:
+            raise Fault(f"moveJ ended {miss:.4f} rad from its target", "abort")
+
+    def _capture(self, ctrl: Any, p: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Every package from the motion start to the end of the window, or a Fault."""
+        r, j = self.recv, p["index"]
+        period = 1.0 / self.frequency_hz
+        need = p["n_pre"] + p["n_out"]
+        rows: list[tuple[Any, ...]] = []
+        last_ts, since, kicked = r.getTimestamp(), time.monotonic(), time.monotonic()
+        start_by = since + p["start_timeout_s"]
+        while len(rows) < need:
+            if self.stop_requested.is_set():
+                raise Fault("stop requested", "abort")
+            now = time.monotonic()
+            if now - kicked > _KICK_S:
+                ctrl.kickWatchdog()
+                kicked = now
+            ts = self._wait_new(last_ts, since, p["stale_after_s"])
+            if ts is None:
+                if not rows and now > start_by:
+                    raise Fault("the joint did not start moving after speedJ", "abort")
+                time.sleep(_POLL_S)
+                continue
+            row = self._read_row(ts)
+            ts = row[0]
+            steps = round((ts - last_ts) / period) if math.isfinite(ts) else 0
+            if steps < 1 or not math.isclose(ts - last_ts, steps * period, rel_tol=0.01):
+                raise Fault(f"RTDE stream is garbled (timestamp {last_ts!r} -> {ts!r})")
+            if (rows or row[5][j] != 0.0) and steps != 1:
+                raise Fault(f"{steps - 1} RTDE package(s) missed at t = {ts:.3f} s")
+            last_ts, since = ts, now
+            self._check_sample(row[8], row[9], row[10])
+            if rows or row[5][j] != 0.0:  # target_qd of the joint: the motion has started
+                rows.append(row)
+        return rows[p["n_pre"] :]
+
+    def _read_row(self, ts: float) -> tuple[Any, ...]:
+        """All fields of one package: read until the timestamp is the same before and after."""
+        r = self.recv
+        for _ in range(3):
+            row = (
+                ts,
+                r.getActualQ(),
+                r.getActualQd(),
+                r.getActualCurrent(),
+                r.getTargetQ(),
+                r.getTargetQd(),
+                r.getTargetCurrent(),
+                r.getJointTemperatures(),
+                r.getRobotMode(),
+                r.getSafetyStatusBits(),
+                r.getRuntimeState(),
+            )
+            after = r.getTimestamp()
+            if after == ts:
+                return row
+            ts = after
+        raise Fault("RTDE packages arrive faster than they can be read")
+
+    def op_stream(self, duration_s: float, stale_after_s: float, **_: Any) -> dict[str, Any]:
+        """Count packages for a while without moving anything (the benchmark)."""
+        r = self.recv
+        period = 1.0 / self.frequency_hz
+        samples = missed = 0
+        last_ts, since = r.getTimestamp(), time.monotonic()
+        end = since + duration_s
+        while time.monotonic() < end:
+            ts = self._wait_new(last_ts, since, stale_after_s)
+            if ts is None:
+                time.sleep(_POLL_S)
+                continue
+            self._read_row(ts)
+            steps = round((ts - last_ts) / period)
+            missed += max(0, steps - 1)
+            samples += 1
+            last_ts, since = ts, time.monotonic()
+        return {"samples": samples, "missed": missed, "seconds": duration_s}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m drivers.ur_rtde_worker")
+    p.add_argument("--fd", type=int, required=True, help="socket inherited from the driver")
+    args = p.parse_args(argv)
+    sock = socket.socket(fileno=args.fd)
+    try:
+        Worker(sock).serve()
+    finally:
+        sock.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,449 @@
+"""A controller on a virtual CAN bus, for the CAN driver's peers (socketcand, udp_multicast).
+
+It speaks the frames of the agent's DBC (drivers/can_dbc.py, docs/drivers/can.md): after ENABLE
+it sends a status frame and one joint-position frame every status period; it takes CycleSetup,
+CycleLength and START_CYCLE, rejects what it must (not stopped, no permission, unknown joint,
+bad parameters, a stream the bus cannot carry), runs the cycle's physics with
+agent.simulation.simulate_backlash_capture (the simulated fake's physics, same seeds), and
+streams one encoder frame per sample in real time through a virtual bus that times every frame
+to its stuffed bit length (tests/peers/can_bits.py). STOP ends motion at once; without a command
+frame carrying the cycle's counter (the agent's heartbeat) for `watchdog_s` it stops by itself.
+
+Faults (`kind@cycle:sample[xcount]`, cycle counted from 1) play the plant's part:
+  drop        count encoder frames never sent (a counter gap)
+  badframe    an encoder-id frame of 2 bytes instead of the sample
+  garbage     bytes that are no protocol at all (not even ASCII), written on the transport
+  badtext     a protocol element that does not parse (`< frame zz ... >` on socketcand)
+  foreign     an unrelated frame (id 0x7FF) on the bus: harmless traffic
+  stall       no output at all (commands still read) for count seconds (no count: for good)
+  disconnect  the transport drops the agent (the controller keeps going)
+  kill        the peer process dies (SIGKILL) at that sample
+  production  the controller leaves the stopped state for production, still streaming
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.config import JointSettings, load_config
+from agent.encoder import angle_to_counts
+from agent.simulation import simulate_backlash_capture
+from drivers.base import BacklashCycle
+from drivers.can_dbc import CanProtocol, Command, CycleState, encode, load_protocol
+from drivers.can_settings import CanSettings
+
+from .can_bits import VirtualBus, frame_bits
+
+FAULT_KINDS = (
+    "drop", "badframe", "garbage", "badtext", "foreign", "stall", "disconnect", "kill", "production"
+)
+MODE_CODES = {"production": 0, "stopped": 1, "test_cycle": 2, "manual": 3, "fault": 4}
+REJECT = {"not_stopped": 1, "no_permission": 2, "unknown_joint": 3, "bad_parameters": 4,
+          "bus_load": 5, "busy": 6, "alarm": 7}
+GARBAGE = b"\x00\xff\xfe<<< not socketcand \x9c >>>\n"
+BADTEXT = b"< frame zz 0.000000 0102 >"
+_ACCEL_RAD_S2 = 4000.0  # ConstantSpeedTest's default run-up
+
+
+@dataclass(frozen=True)
+class Fault:
+    kind: str
+    cycle: int
+    sample: int
+    count: int | None = None
+
+
+def parse_fault(text: str) -> Fault:
+    """'drop@1:200x3' -> Fault('drop', 1, 200, 3)."""
+    try:
+        kind, _, rest = text.partition("@")
+        where, _, count = rest.partition("x")
+        cycle, _, sample = where.partition(":")
+        fault = Fault(kind, int(cycle), int(sample), int(count) if count else None)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected kind@cycle:sample[xcount], got {text!r}")
+    if fault.kind not in FAULT_KINDS:
+        raise argparse.ArgumentTypeError(f"fault kind must be one of {FAULT_KINDS}, got {kind!r}")
+    return fault
+
+
+@dataclass
+class Out:
+    """What the transport must do: deliver a frame (at wall time `t`), or a transport fault."""
+
+    kind: str  # frame | garbage | disconnect | kill
+    can_id: int = 0
+    data: bytes = b""
+    t: float = 0.0
+
+
+@dataclass
+class _Cycle:
+    number: int
+    counter: int
+    joint: JointSettings
+    rate_hz: float
+    samples: int
+    settle_s: float
+    speed_rad_s: float
+    start_pose_rad: float
+    state: CycleState = CycleState.PREPARING
+    payload: npt.NDArray[np.uint8] | None = None
+    bits: npt.NDArray[np.int64] | None = None
+    link_rad: npt.NDArray[np.float64] | None = None
+    error: str | None = None
+    capture_t0: float = 0.0
+    settle_end: float = 0.0
+    next_sample: int = 0
+    sent: int = 0
+    dropped: int = 0
+    skip: int = 0
+
+
+def pack_intel(proto: CanProtocol, columns: dict[str, npt.NDArray[np.int64]]) -> npt.NDArray[np.uint8]:
+    """Encoder payloads of many samples at once (little-endian signals), checked with cantools."""
+    msg = proto.encoder
+    word = np.zeros(len(next(iter(columns.values()))), dtype=np.uint64)
+    for name, values in columns.items():
+        sig = msg.get_signal_by_name(name)
+        if sig.byte_order != "little_endian" or sig.start + sig.length > 64:
+            raise ValueError(f"peer packs little-endian signals only, {name} is not one")
+        mask = np.uint64((1 << sig.length) - 1)
+        word |= (values.astype(np.uint64) & mask) << np.uint64(sig.start)
+    payload = word.astype("<u8").view(np.uint8).reshape(-1, 8)[:, : msg.length].copy()
+    first = {name: int(v[0]) for name, v in columns.items()}
+    if bytes(payload[0]) != encode(msg, first):
+        raise AssertionError("vectorised packing disagrees with cantools")
+    return payload
+
+
+class Controller:
+    def __init__(
+        self,
+        proto: CanProtocol,
+        joints: tuple[JointSettings, ...],
+        *,
+        backlash: dict[str, float],
+        seed: int = 0,
+        noise_counts: float = 1.0,
+        bitrate: int = 1_000_000,
+        status_period_s: float = 0.02,
+        watchdog_s: float = 0.5,
+        faults: tuple[Fault, ...] = (),
+        mode: str = "stopped",
+        permission: bool = True,
+        emit: Callable[[dict[str, Any]], None] = lambda e: None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.proto = proto
+        self.joints = {j.index: j for j in joints}
+        self.backlash = backlash
+        self.seed = seed
+        self.noise = noise_counts
+        self.bitrate = bitrate
+        self.status_period_s = status_period_s
+        self.watchdog_s = watchdog_s
+        self.faults = faults
+        self.mode = MODE_CODES[mode]
+        self.permission = permission
+        self.emit = emit
+        self.clock = clock
+        self.t0 = clock()
+        self.wall_offset = time.time() - self.t0
+        self.bus = VirtualBus(bitrate)
+        self.poses = {j.index: j.test_pose_rad for j in joints}
+        self.enabled = False
+        self.next_status = self.t0
+        self.alive = 0
+        self.position_turn = 0
+        self.setups: dict[int, dict[str, float]] = {}
+        self.lengths: dict[int, dict[str, float]] = {}
+        self.cycle: _Cycle | None = None
+        self.cycles_started = 0
+        self.last_counter = 0
+        self.last_state = CycleState.IDLE
+        self.reject_reason = 0
+        self.stalled_until: float | None = None
+        self.last_agent_frame = self.t0
+        self.stops = 0
+        self._pending_out: list[Out] = []
+
+    # --- frames from the agent ----------------------------------------------------------------
+    def on_frame(self, can_id: int, data: bytes) -> None:
+        p = self.proto
+        try:
+            if can_id == p.command.frame_id:
+                v = p.command.decode(data, decode_choices=False)
+                if self.cycle is not None and int(v["CycleCounter"]) == self.cycle.counter:
+                    self.last_agent_frame = self.clock()  # the agent that runs the cycle lives
+                self._command(int(v["Command"]), int(v["CycleCounter"]))
+            elif can_id == p.cycle_setup.frame_id:
+                v = p.cycle_setup.decode(data, decode_choices=False)
+                self.setups[int(v["CycleCounter"])] = dict(v)
+            elif can_id == p.cycle_length.frame_id:
+                v = p.cycle_length.decode(data, decode_choices=False)
+                self.lengths[int(v["CycleCounter"])] = dict(v)
+        except Exception as exc:  # a frame that does not decode is ignored, as a controller would
+            self.emit({"event": "bad_command_frame", "id": can_id, "error": str(exc)})
+
+    def _command(self, command: int, counter: int) -> None:
+        if command == Command.ENABLE:
+            if not self.enabled:
+                self.emit({"event": "enabled"})
+            self.enabled = True
+        elif command == Command.STOP:
+            self.stops += 1
+            c = self.cycle
+            state = "idle" if c is None else c.state.name.lower()
+            self.emit({"event": "stop", "cycle_state": state, "sample": c.next_sample if c else 0})
+            if c is not None and c.state in (
+                CycleState.PREPARING, CycleState.SETTLING, CycleState.CAPTURING
+            ):
+                self._end_cycle(CycleState.ABORTED)
+        elif command == Command.START_CYCLE:
+            self._start(counter)
+
+    def _reject(self, counter: int, reason: str) -> None:
+        self.last_counter, self.last_state = counter, CycleState.REJECTED
+        self.reject_reason = REJECT[reason]
+        self.emit({"event": "rejected", "counter": counter, "reason": reason})
+
+    def _start(self, counter: int) -> None:
+        if self.cycle is not None and self.cycle.state not in (CycleState.DONE, CycleState.ABORTED):
+            return self._reject(counter, "busy")
+        if self.mode != MODE_CODES["stopped"]:
+            return self._reject(counter, "not_stopped")
+        if not self.permission:
+            return self._reject(counter, "no_permission")
+        setup, length = self.setups.get(counter), self.lengths.get(counter)
+        if setup is None or length is None:
+            return self._reject(counter, "bad_parameters")
+        joint = self.joints.get(int(setup["JointIndex"]))
+        if joint is None:
+            return self._reject(counter, "unknown_joint")
+        rate, samples = float(setup["SampleRate"]), int(length["SampleCount"])
+        if rate <= 0 or samples < 2 or float(setup["MotorSpeed"]) == 0:
+            return self._reject(counter, "bad_parameters")
+        # Nominal (unstuffed) bits: a stream beyond the bus is refused rather than mangled.
+        if rate * (47 + 8 * self.proto.encoder.length) > self.bitrate:
+            return self._reject(counter, "bus_load")
+        self.cycles_started += 1
+        c = _Cycle(
+            number=self.cycles_started, counter=counter, joint=joint, rate_hz=rate,
+            samples=samples, settle_s=float(length["Settle"]),
+            speed_rad_s=float(setup["MotorSpeed"]), start_pose_rad=self.poses[joint.index],
+        )
+        self.cycle = c
+        self.last_agent_frame = self.clock()
+        self.last_counter, self.last_state, self.reject_reason = counter, c.state, 0
+        self.mode = MODE_CODES["test_cycle"]
+        seed = self.seed * 1000 + (c.number - 1)  # the simulated fake's seeds
+        self.emit({"event": "cycle_start", "cycle": c.number, "joint": joint.name,
+                   "samples": samples, "rate_hz": rate, "seed": seed})
+        threading.Thread(target=self._prepare, args=(c, seed), daemon=True).start()
+
+    def _prepare(self, c: _Cycle, seed: int) -> None:
+        """The physics of the cycle and its frames (off the transport's thread)."""
+        try:
+            cycle = BacklashCycle(
+                controller="peer", joint=c.joint.name, joint_index=c.joint.index,
+                motor_speed_rad_s=c.speed_rad_s, gear_ratio=c.joint.gear_ratio,
+                duration_s=(c.samples - 1) / c.rate_hz, settle_s=c.settle_s,
+                sample_rate_hz=c.rate_hz, encoder_bits=c.joint.encoder_bits,
+                test_pose_rad=c.start_pose_rad,
+            )
+            capture = simulate_backlash_capture(
+                c.joint, cycle, self.backlash.get(c.joint.name, 0.0),
+                noise_counts=self.noise, seed=seed, machine="peer",
+            )
+            bits = c.joint.encoder_bits
+            motor = capture.channels["motor_counts"].astype(np.int64)
+            link_rad = capture.channels["link_pos_rad"]
+            modulus = self.proto.counter_modulus
+            payload = pack_intel(self.proto, {
+                "MotorCounts": motor,
+                "LinkCounts": angle_to_counts(link_rad, bits),
+                "Counter": np.arange(c.samples, dtype=np.int64) % modulus,
+                "JointIndex": np.full(c.samples, c.joint.index, dtype=np.int64),
+            })
+            c.bits = frame_bits(self.proto.encoder.frame_id, payload)
+            c.link_rad = np.asarray(link_rad, dtype=np.float64)
+            c.payload = payload
+        except Exception as exc:  # reported as an aborted cycle, never a silent hang
+            c.error = f"{type(exc).__name__}: {exc}"
+
+    def _end_cycle(self, state: CycleState) -> None:
+        c = self.cycle
+        assert c is not None
+        c.state = state
+        self.last_state = state
+        flushed = self.bus.flush_stream() if state == CycleState.ABORTED else 0
+        if self.mode == MODE_CODES["test_cycle"]:
+            self.mode = MODE_CODES["stopped"]
+        self.poses[c.joint.index] = c.start_pose_rad  # back at the test pose
+        stream_s = c.next_sample / c.rate_hz
+        self.emit({
+            "event": "cycle_done" if state == CycleState.DONE else "cycle_aborted",
+            "cycle": c.number, "samples": c.samples, "sent": c.sent, "dropped": c.dropped,
+            "flushed": flushed, "overruns": self.bus.overruns, "error": c.error,
+            "stream_s": stream_s,
+            "bus_load": self.bus.busy_bits / (self.bitrate * stream_s) if stream_s > 0 else None,
+        })
+
+    # --- what goes on the bus ------------------------------------------------------------------
+    def _fault_at(self, c: _Cycle, k: int) -> list[Fault]:
+        return [f for f in self.faults if f.cycle == c.number and f.sample == k]
+
+    def _status_frames(self, now: float) -> None:
+        if not self.enabled or now < self.next_status:
+            return
+        self.next_status = max(self.next_status + self.status_period_s, now)
+        self.alive = (self.alive + 1) % 16
+        ms = int((now - self.t0) * 1000) % 65536
+        status = encode(self.proto.status, {
+            "Mode": self.mode, "Permission": int(self.permission), "AlarmActive": 0,
+            "CycleState": self.last_state, "AliveCounter": self.alive, "SpeedOverride": 1.0,
+            "AlarmCode": 0, "CycleCounter": self.last_counter,
+            "RejectReason": self.reject_reason, "ControllerTime": ms / 1000,
+        })
+        self._submit(now, self.proto.status.frame_id, status)
+        indexes = sorted(self.joints)
+        index = indexes[self.position_turn % len(indexes)]
+        self.position_turn += 1
+        pose = self.poses[index]
+        c = self.cycle
+        if c is not None and c.state == CycleState.CAPTURING and c.joint.index == index:
+            assert c.link_rad is not None
+            pose = float(c.link_rad[min(c.next_sample, c.samples - 1)])
+        position = encode(self.proto.joint_position, {"JointIndex": index, "Position": pose})
+        self._submit(now, self.proto.joint_position.frame_id, position)
+
+    def _submit(self, release: float, can_id: int, data: bytes, bits: int | None = None,
+                stream: bool = False) -> bool:
+        if bits is None:
+            bits = int(frame_bits(can_id, np.frombuffer(data, dtype=np.uint8))[0])
+        return self.bus.submit(release, can_id, data, bits, stream)
+
+    def _advance_cycle(self, now: float) -> None:
+        c = self.cycle
+        if c is None:
+            return
+        active = (CycleState.PREPARING, CycleState.SETTLING, CycleState.CAPTURING)
+        if c.state in active and now - self.last_agent_frame > self.watchdog_s:
+            # The agent fell silent (link lost, agent dead): nobody could stop this motion.
+            self.emit({"event": "watchdog", "cycle": c.number, "sample": c.next_sample})
+            self._end_cycle(CycleState.ABORTED)
+            return
+        if c.state == CycleState.PREPARING:
+            if c.error is not None:
+                self._end_cycle(CycleState.ABORTED)
+            elif c.payload is not None:
+                c.state = self.last_state = CycleState.SETTLING
+                c.settle_end = now + abs(c.speed_rad_s) / _ACCEL_RAD_S2 + c.settle_s
+        if c.state == CycleState.SETTLING and now >= c.settle_end:
+            c.state = self.last_state = CycleState.CAPTURING
+            c.capture_t0 = now
+            self.emit({"event": "capturing", "cycle": c.number})
+        if c.state != CycleState.CAPTURING:
+            return
+        assert c.payload is not None and c.bits is not None
+        enc_id = self.proto.encoder.frame_id
+        while c.next_sample < c.samples:
+            k = c.next_sample
+            release = c.capture_t0 + k / c.rate_hz
+            if release > now:
+                break
+            c.next_sample += 1
+            for fault in self._fault_at(c, k):
+                self._apply(fault, c, release)
+            if c.skip:
+                c.skip -= 1
+                c.dropped += 1
+                continue
+            if self._submit(release, enc_id, bytes(c.payload[k]), int(c.bits[k]), stream=True):
+                c.sent += 1
+            else:
+                c.dropped += 1
+            if self.cycle is not c or c.state != CycleState.CAPTURING:
+                return
+        if c.next_sample >= c.samples and self.bus.stream_pending == 0:
+            self._end_cycle(CycleState.DONE)  # the last sample has left the bus
+
+    def _apply(self, fault: Fault, c: _Cycle, release: float) -> None:
+        self.emit({"event": "fault", "kind": fault.kind, "cycle": c.number, "sample": c.next_sample - 1})
+        if fault.kind == "drop":
+            c.skip += fault.count or 1
+        elif fault.kind == "badframe":
+            self._submit(release, self.proto.encoder.frame_id, b"\x01\x02")
+        elif fault.kind == "foreign":
+            self._submit(release, 0x7FF, bytes(range(8)))
+        elif fault.kind == "production":
+            self.mode = MODE_CODES["production"]
+        elif fault.kind == "stall":
+            self.stalled_until = math.inf if fault.count is None else self.clock() + fault.count
+        else:  # garbage, badtext, disconnect, kill: the transport's part, after what is due
+            self._pending_out.append(Out(fault.kind))
+
+    def step(self) -> list[Out]:
+        """Advance to now; what the transport must do, in order."""
+        now = self.clock()
+        self._advance_cycle(now)
+        self._status_frames(now)
+        outs = [Out("frame", i, d, t + self.wall_offset) for t, i, d in self.bus.run_until(now)]
+        outs += self._pending_out
+        self._pending_out = []
+        if self.stalled_until is not None:
+            if now < self.stalled_until:
+                return [o for o in outs if o.kind == "kill"]
+            self.stalled_until = None
+        return outs
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", required=True, help="the agent's YAML (joints, DBC)")
+    parser.add_argument("--controller", required=True)
+    parser.add_argument("--backlash", action="append", default=[], metavar="JOINT=RAD")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--noise", type=float, default=1.0, help="encoder noise, counts")
+    parser.add_argument("--bitrate", type=int, default=1_000_000)
+    parser.add_argument("--status-period", type=float, default=0.02)
+    parser.add_argument("--watchdog", type=float, default=0.5)
+    parser.add_argument("--mode", choices=sorted(MODE_CODES), default="stopped")
+    parser.add_argument("--no-permission", action="store_true")
+    parser.add_argument("--fault", type=parse_fault, action="append", default=[])
+
+
+def controller_from_args(args: argparse.Namespace) -> Controller:
+    config = load_config(args.config)
+    ctrl = next(c for c in config.controllers if c.name == args.controller)
+    settings = ctrl.settings
+    if not isinstance(settings, CanSettings):
+        raise SystemExit(f"controller {args.controller} is not a can controller")
+    truth = {k: float(v) for k, _, v in (b.partition("=") for b in args.backlash)}
+    return Controller(
+        load_protocol(settings.dbc, settings.messages), ctrl.joints, backlash=truth,
+        seed=args.seed, noise_counts=args.noise, bitrate=args.bitrate,
+        status_period_s=args.status_period, watchdog_s=args.watchdog, faults=tuple(args.fault),
+        mode=args.mode, permission=not args.no_permission, emit=emit_json,
+    )
+
+
+_emit_lock = threading.Lock()
+
+
+def emit_json(event: dict[str, Any]) -> None:
+    """Events on stdout, one JSON object a line: what the tests watch."""
+    with _emit_lock:
+        sys.stdout.write(json.dumps(event) + "\n")
+        sys.stdout.flush()

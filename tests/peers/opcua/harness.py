@@ -1,0 +1,139 @@
+"""Start and stop the OPC UA peer controller as a subprocess; talk to its Plant object.
+
+Shared by tests/test_driver_opcua.py and bench/bench_opcua.py.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+from asyncua import Client, ua
+
+REPO = Path(__file__).resolve().parents[3]
+
+# The peer's address space (ns=2 is its own namespace).
+NODES = {
+    "state": "ns=2;s=Controller.State",
+    "permission": "ns=2;s=Controller.Permission",
+    "joint_positions": "ns=2;s=Controller.JointPositions",
+    "alarms": "ns=2;s=Controller.Alarms",
+    "speed_override": "ns=2;s=Controller.SpeedOverride",
+    "controller": "ns=2;s=Controller",
+    "start": "ns=2;s=Controller.StartBacklashCycle",
+    "stop": "ns=2;s=Controller.StopMotion",
+    "cycle_status": "ns=2;s=Cycle.Status",
+    "sequence": "ns=2;s=Buffers.Sequence",
+    "time": "ns=2;s=Buffers.TimeS",
+    "motor_counts": "ns=2;s=Buffers.MotorCounts",
+    "link_counts": "ns=2;s=Buffers.LinkCounts",
+    "current": "ns=2;s=Buffers.CurrentA",
+}
+
+
+class PeerProcess:
+    """`python -m tests.peers.opcua_controller ...` with its endpoint read from `READY <url>`."""
+
+    def __init__(self, config: Path, args: Sequence[str] = (), *, port: int = 0,
+                 log: Path | None = None) -> None:
+        self.config = config
+        self.args = list(args)
+        self.port = port
+        self.log = log
+        self.endpoint = ""
+        self.proc: subprocess.Popen[str] | None = None
+        self._log_file: IO[str] | None = None
+
+    def start(self, timeout_s: float = 30.0) -> str:
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        cmd = [sys.executable, "-m", "tests.peers.opcua_controller", "--config", str(self.config),
+               "--port", str(self.port), *self.args]
+        self._log_file = open(self.log, "a") if self.log else None  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            cmd, cwd=REPO, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self._log_file if self._log_file else subprocess.DEVNULL,
+        )
+        lines: queue.Queue[str] = queue.Queue()
+        stdout = self.proc.stdout
+        assert stdout is not None
+        threading.Thread(target=lambda: lines.put(stdout.readline()), daemon=True).start()
+        try:
+            line = lines.get(timeout=timeout_s)
+        except queue.Empty:
+            self.stop()
+            raise RuntimeError(f"peer did not start within {timeout_s} s") from None
+        if not line.startswith("READY "):
+            code = self.proc.wait(5)
+            raise RuntimeError(f"peer failed to start (exit {code}); see {self.log}")
+        self.endpoint = line.split()[1]
+        self.port = int(self.endpoint.rsplit(":", 1)[1].split("/", 1)[0])
+        return self.endpoint
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.close()  # the peer exits when its stdin closes
+                self.proc.wait(5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait(5)
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+
+    def __enter__(self) -> PeerProcess:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class Plant:
+    """The plant's side of the peer (operator, production, faults), over a plain asyncua client."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.client = Client(endpoint, timeout=5)
+
+    async def __aenter__(self) -> Plant:
+        await self.client.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.client.disconnect()
+
+    async def call(self, method: str, *args: Any) -> Any:
+        plant = self.client.get_node("ns=2;s=Plant")
+        return await plant.call_method(ua.NodeId.from_string(f"ns=2;s=Plant.{method}"), *args)
+
+    async def read(self, name: str) -> Any:
+        return await self.client.get_node(f"ns=2;s=Plant.{name}").read_value()
+
+    async def set_state(self, state: str) -> None:
+        await self.call("SetState", state)
+
+    async def set_permission(self, value: bool) -> None:
+        await self.call("SetPermission", value)
+
+    async def inject(self, kind: str, after_chunks: int) -> None:
+        await self.call("InjectFault", kind, ua.Variant(after_chunks, ua.VariantType.UInt32))
+
+    async def cycle_status(self) -> str:
+        return str(await self.client.get_node(NODES["cycle_status"]).read_value())

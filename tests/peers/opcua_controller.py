@@ -1,0 +1,432 @@
+"""A fake robot controller speaking OPC UA (an asyncua server), for the OPC UA driver's tests.
+
+    python -m tests.peers.opcua_controller --config CONFIG.yaml [--controller NAME] [--port 0]
+
+Prints `READY <endpoint>` on stdout once it listens; exits when stdin closes (so a test that
+dies takes its peer with it) or when killed. It behaves like a controller:
+
+- a state machine: production / stopped / test_cycle / manual / fault (Controller.State), a
+  permission Boolean, joint positions (rad), alarms, speed override (percent);
+- StartBacklashCycle(JointIndex, MotorSpeed, SettleS, DurationS, SampleRateHz), refused with
+  BadInvalidState unless stopped with permission and idle; the same through parameter variables
+  and Cycle.Start (the variable-write trigger); StopMotion() and Cycle.Stop;
+- Cycle.Status: idle / running / done / aborted;
+- sample buffers Buffers.TimeS / MotorCounts / LinkCounts / CurrentA rewritten chunk by chunk,
+  then Buffers.Sequence bumped, paced at the capture's rate times --speedup; the samples come
+  from agent.simulation.simulate_backlash_capture with the simulated fake's seed rule;
+- a Plant object the tests use to play the plant's part: SetState, SetPermission,
+  InjectFault(kind, after_chunks), counters of stop requests and cycles, and the publish rate.
+
+Faults (--fault KIND --fault-after N, or Plant.InjectFault; they act before chunk N of a cycle):
+die (SIGKILL itself), freeze (block the server for --freeze-s), stall (stop publishing, stay
+"running"), skip (skip a sequence number), garbage_type / garbage_shape / garbage_range (a
+malformed motor-counts buffer), garbage_state (State becomes an unknown value), leave_stopped
+(State becomes production while the cycle goes on).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from asyncua import Server, ua
+from asyncua.crypto.permission_rules import User, UserRole
+
+from agent.config import JointSettings, load_config
+from drivers.base import BacklashCycle
+from tests.peers.opcua.physics import Samples, cycle_samples
+
+NAMESPACE = "urn:jha:test:robot"
+APPLICATION_URI = "urn:jha:test:opcua-controller"
+FAULTS = ("die", "freeze", "stall", "skip", "garbage_type", "garbage_shape", "garbage_range",
+          "garbage_state", "leave_stopped")
+log = logging.getLogger("opcua-peer")
+
+
+def _nid(name: str) -> ua.NodeId:
+    return ua.NodeId(name, 2)
+
+
+class _Users:
+    """user:password pairs from the command line; anything else is refused."""
+
+    def __init__(self, pairs: dict[str, str]) -> None:
+        self.pairs = pairs
+
+    def get_user(self, iserver: Any, username: str | None = None, password: str | None = None,
+                 certificate: Any = None) -> User | None:
+        if username is not None and self.pairs.get(username) == password:
+            return User(role=UserRole.User, name=username)
+        return None
+
+
+@dataclass
+class Peer:
+    args: argparse.Namespace
+    joints: dict[int, JointSettings]
+    server: Server = field(default_factory=Server)
+    state: str = "stopped"
+    cycles_run: int = 0
+    sequence: int = 0
+    stop_requests: int = 0
+    fault: str | None = None
+    fault_after: int = 0
+    task: asyncio.Task[None] | None = None
+    untyped: bool = False  # the motor-counts buffer holds a wrong-typed value
+    nodes: dict[str, Any] = field(default_factory=dict)
+
+    async def setup(self) -> str:
+        a = self.args
+        s = self.server
+        if a.users:
+            pairs = dict(u.split(":", 1) for u in a.users)
+            s = self.server = Server(user_manager=_Users(pairs))  # type: ignore[arg-type]
+        await s.init()
+        s.set_server_name("jha test controller")
+        await s.set_application_uri(APPLICATION_URI)
+        s.set_endpoint(f"opc.tcp://{a.host}:{a.port}/jha/")
+        if a.security == "none":
+            s.set_security_policy([ua.SecurityPolicyType.NoSecurity])
+        else:
+            await s.load_certificate(a.cert)
+            await s.load_private_key(a.key)
+            s.set_security_policy([
+                ua.SecurityPolicyType.Basic256Sha256_Sign
+                if a.security == "sign"
+                else ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt
+            ])
+            if a.trust:
+                trusted = {Path(p).read_bytes() for p in a.trust}
+
+                async def validate(cert: Any, app: Any) -> None:
+                    from cryptography.hazmat.primitives.serialization import Encoding
+
+                    if cert.public_bytes(Encoding.DER) not in trusted:
+                        raise ua.uaerrors.BadCertificateUntrusted()
+
+                s.set_certificate_validator(validate)  # type: ignore[arg-type]
+        if a.users:
+            s.set_identity_tokens([ua.UserNameIdentityToken])
+        idx = await s.register_namespace(NAMESPACE)
+        assert idx == 2, idx
+        await self._build(s)
+        self.state = a.mode
+        self.fault, self.fault_after = a.fault, a.fault_after
+        await s.start()
+        port = s.bserver.port if s.bserver is not None else a.port
+        endpoint = f"opc.tcp://{a.host}:{port}/jha/"
+        # Bound to port 0: advertise the port the kernel chose.
+        for edp in s.iserver.endpoints:
+            edp.EndpointUrl = endpoint
+            edp.Server.DiscoveryUrls = [endpoint]
+        return endpoint
+
+    async def _build(self, s: Server) -> None:
+        objects = s.nodes.objects
+        ctrl = await objects.add_object(_nid("Controller"), "Controller")
+        cyc = await objects.add_object(_nid("Cycle"), "Cycle")
+        buf = await objects.add_object(_nid("Buffers"), "Buffers")
+        plant = await objects.add_object(_nid("Plant"), "Plant")
+        vt = ua.VariantType
+        positions = [0.0] * max(self.joints, default=1)
+        for j in self.joints.values():
+            positions[j.index - 1] = j.test_pose_rad
+        specs: list[tuple[Any, str, Any, ua.VariantType, bool]] = [
+            (ctrl, "Controller.State", self.args.mode, vt.String, False),
+            (ctrl, "Controller.Permission", not self.args.no_permission, vt.Boolean, False),
+            (ctrl, "Controller.JointPositions", positions, vt.Double, False),
+            (ctrl, "Controller.Alarms", [], vt.String, False),
+            (ctrl, "Controller.SpeedOverride", 100.0, vt.Double, False),
+            (cyc, "Cycle.Status", "idle", vt.String, False),
+            (cyc, "Cycle.JointIndex", 1, vt.UInt32, True),
+            (cyc, "Cycle.MotorSpeed", 0.0, vt.Double, True),
+            (cyc, "Cycle.SettleS", 0.0, vt.Double, True),
+            (cyc, "Cycle.DurationS", 0.0, vt.Double, True),
+            (cyc, "Cycle.SampleRateHz", 0.0, vt.Double, True),
+            (cyc, "Cycle.Start", False, vt.Boolean, True),
+            (cyc, "Cycle.Stop", False, vt.Boolean, True),
+            (buf, "Buffers.Sequence", 0, vt.UInt32, False),
+            (buf, "Buffers.TimeS", [0.0], vt.Double, False),
+            (buf, "Buffers.MotorCounts", [0], vt.UInt32, False),
+            (buf, "Buffers.LinkCounts", [0], vt.UInt32, False),
+            (buf, "Buffers.CurrentA", [0.0], vt.Float, False),
+            (plant, "Plant.StopRequests", 0, vt.UInt32, False),
+            (plant, "Plant.CyclesStarted", 0, vt.UInt32, False),
+            (plant, "Plant.PublishedSamples", 0, vt.UInt64, False),
+            (plant, "Plant.PublishSeconds", 0.0, vt.Double, False),
+        ]
+        for parent, name, value, vtype, writable in specs:
+            node = await parent.add_variable(_nid(name), name.split(".")[-1],
+                                             ua.Variant(value, vtype))
+            if writable:
+                await node.set_writable()
+            self.nodes[name] = node
+        s.set_attribute_value_setter(_nid("Cycle.Start"), self._on_start_write)  # type: ignore[arg-type]
+        s.set_attribute_value_setter(_nid("Cycle.Stop"), self._on_stop_write)  # type: ignore[arg-type]
+
+        def arg(name: str, t: int) -> ua.Argument:
+            return ua.Argument(Name=name, DataType=ua.NodeId(t), ValueRank=-1,
+                               Description=ua.LocalizedText(name))
+
+        oid = ua.ObjectIds
+        await ctrl.add_method(_nid("Controller.StartBacklashCycle"), "StartBacklashCycle",
+                              self._start_method,
+                              [arg("JointIndex", oid.UInt32), arg("MotorSpeed", oid.Double),
+                               arg("SettleS", oid.Double), arg("DurationS", oid.Double),
+                               arg("SampleRateHz", oid.Double)], [])
+        await ctrl.add_method(_nid("Controller.StopMotion"), "StopMotion", self._stop_method,
+                              [], [])
+        await plant.add_method(_nid("Plant.SetState"), "SetState", self._set_state,
+                               [arg("State", oid.String)], [])
+        await plant.add_method(_nid("Plant.SetPermission"), "SetPermission",
+                               self._set_permission, [arg("Permission", oid.Boolean)], [])
+        await plant.add_method(_nid("Plant.InjectFault"), "InjectFault", self._inject_fault,
+                               [arg("Kind", oid.String), arg("AfterChunks", oid.UInt32)], [])
+
+    # --- writes ------------------------------------------------------------------------------
+
+    async def write(self, name: str, value: Any, vtype: ua.VariantType | None = None,
+                    stamp: dt.datetime | None = None) -> None:
+        now = stamp or dt.datetime.now(dt.UTC)
+        variant = value if isinstance(value, ua.Variant) else ua.Variant(value, vtype)
+        dv = ua.DataValue(variant, SourceTimestamp=now, ServerTimestamp=now)
+        await self.server.write_attribute_value(_nid(name), dv)
+
+    async def _write_untyped(self, name: str, variant: ua.Variant, now: dt.datetime) -> None:
+        """Store a value of the wrong type, as a misbehaving controller program would.
+
+        asyncua refuses such a write through its API, so this sets the stored value and runs
+        the data-change callbacks itself (what write_attribute_value does after its checks).
+        """
+        dv = ua.DataValue(variant, SourceTimestamp=now, ServerTimestamp=now)
+        node = self.server.iserver.aspace.get(_nid(name))
+        assert node is not None
+        attval = node.attributes[ua.AttributeIds.Value]
+        attval.value = dv
+        for handle, callback in list(attval.datachange_callbacks.items()):
+            await callback(handle, dv)
+
+    async def set_state(self, state: str) -> None:
+        self.state = state
+        await self.write("Controller.State", state, ua.VariantType.String)
+
+    # --- methods (parent node id first, then the Variants) -----------------------------------
+
+    async def _start_method(self, parent: ua.NodeId, *args: ua.Variant) -> Any:
+        joint, speed, settle, duration, rate = (a.Value for a in args)
+        return await self.start_cycle(int(joint), float(speed), float(settle), float(duration),
+                                      float(rate))
+
+    async def _stop_method(self, parent: ua.NodeId) -> list[ua.Variant]:
+        await self.stop()
+        return []
+
+    async def _set_state(self, parent: ua.NodeId, state: ua.Variant) -> list[ua.Variant]:
+        await self.set_state(str(state.Value))
+        return []
+
+    async def _set_permission(self, parent: ua.NodeId, value: ua.Variant) -> list[ua.Variant]:
+        await self.write("Controller.Permission", bool(value.Value), ua.VariantType.Boolean)
+        return []
+
+    async def _inject_fault(self, parent: ua.NodeId, kind: ua.Variant, after: ua.Variant) -> Any:
+        if kind.Value not in (*FAULTS, ""):
+            return ua.StatusCode(ua.StatusCodes.BadInvalidArgument)
+        self.fault = kind.Value or None
+        self.fault_after = int(after.Value)
+        return []
+
+    def _on_start_write(self, node: Any, attr: ua.AttributeIds, dv: ua.DataValue) -> None:
+        node.attributes[attr].value = dv
+        if dv.Value is not None and dv.Value.Value is True:
+            asyncio.get_running_loop().create_task(self._start_from_variables())
+
+    def _on_stop_write(self, node: Any, attr: ua.AttributeIds, dv: ua.DataValue) -> None:
+        node.attributes[attr].value = dv
+        if dv.Value is not None and dv.Value.Value is True:
+            asyncio.get_running_loop().create_task(self.stop())
+
+    async def _start_from_variables(self) -> None:
+        read = self.server.read_attribute_value
+        values = [read(_nid(f"Cycle.{n}")).Value.Value  # type: ignore[union-attr]
+                  for n in ("JointIndex", "MotorSpeed", "SettleS", "DurationS", "SampleRateHz")]
+        await self.write("Cycle.Start", False, ua.VariantType.Boolean)
+        result = await self.start_cycle(int(values[0]), *(float(v) for v in values[1:]))
+        if isinstance(result, ua.StatusCode):
+            log.warning("variable trigger refused: %s", result.name)
+
+    # --- the cycle ---------------------------------------------------------------------------
+
+    async def start_cycle(self, joint_index: int, speed: float, settle: float, duration: float,
+                          rate: float) -> Any:
+        permission = self.server.read_attribute_value(_nid("Controller.Permission")).Value
+        if self.state != "stopped" or not (permission and permission.Value) or (
+            self.task is not None and not self.task.done()
+        ):
+            return ua.StatusCode(ua.StatusCodes.BadInvalidState)
+        joint = self.joints.get(joint_index)
+        if joint is None or not (speed != 0 and duration > 0 and rate > 0 and settle >= 0):
+            return ua.StatusCode(ua.StatusCodes.BadInvalidArgument)
+        cycle = BacklashCycle(
+            controller="peer", joint=joint.name, joint_index=joint_index,
+            motor_speed_rad_s=speed, gear_ratio=joint.gear_ratio, duration_s=duration,
+            settle_s=settle, sample_rate_hz=rate, encoder_bits=joint.encoder_bits,
+            test_pose_rad=joint.test_pose_rad,
+        )
+        seed = self.args.seed * 1000 + self.cycles_run
+        self.cycles_run += 1
+        await self.write("Plant.CyclesStarted", self.cycles_run, ua.VariantType.UInt32)
+        await self.set_state("test_cycle")
+        await self.write("Cycle.Status", "running", ua.VariantType.String)
+        self.task = asyncio.get_running_loop().create_task(self._cycle(joint, cycle, seed))
+        return []
+
+    async def stop(self) -> None:
+        self.stop_requests += 1
+        await self.write("Plant.StopRequests", self.stop_requests, ua.VariantType.UInt32)
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+
+    async def _cycle(self, joint: JointSettings, cycle: BacklashCycle, seed: int) -> None:
+        a = self.args
+        try:
+            backlash = a.backlash.get(joint.name, 0.0)
+            samples = await asyncio.to_thread(
+                cycle_samples, joint, cycle, backlash, noise_counts=a.noise_counts, seed=seed,
+                max_physics_s=a.max_physics_s,
+            )
+            await asyncio.sleep(cycle.settle_s / a.speedup)
+            await self._publish(samples, cycle)
+            await self.write("Cycle.Status", "done", ua.VariantType.String)
+        except asyncio.CancelledError:
+            await self.write("Cycle.Status", "aborted", ua.VariantType.String)
+        finally:
+            if self.state == "test_cycle":
+                await self.set_state("stopped")
+
+    async def _publish(self, samples: Samples, cycle: BacklashCycle) -> None:
+        a = self.args
+        chunk = a.chunk_samples
+        period_s = chunk / (cycle.sample_rate_hz * a.speedup)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        began = time.perf_counter()
+        vt = ua.VariantType
+        for k, i in enumerate(range(0, len(samples), chunk)):
+            delay = start + (k + 1) * period_s - loop.time()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            kind = None
+            if self.fault is not None and k == self.fault_after:
+                kind, self.fault = self.fault, None  # faults act once
+                await self._act_fault(kind)
+            j = min(i + chunk, len(samples))
+            motor: Any = ua.Variant(samples.motor_counts[i:j].tolist(), vt.UInt32)
+            if kind == "garbage_type":
+                motor = ua.Variant(["garbage"] * (j - i), vt.String)
+            elif kind == "garbage_shape":
+                motor = ua.Variant(samples.motor_counts[i:j - 1].tolist(), vt.UInt32)
+            elif kind == "garbage_range":
+                motor = ua.Variant((samples.motor_counts[i:j] + 2**24).tolist(), vt.UInt32)
+            now = dt.datetime.now(dt.UTC)
+            await self.write("Buffers.TimeS", samples.time_s[i:j].tolist(), vt.Double, now)
+            if motor.VariantType is vt.String or self.untyped:
+                # A wrong-typed value, or the first good one after it (which asyncua would now
+                # refuse as a type change).
+                self.untyped = motor.VariantType is vt.String
+                await self._write_untyped("Buffers.MotorCounts", motor, now)
+            else:
+                await self.write("Buffers.MotorCounts", motor, stamp=now)
+            await self.write("Buffers.LinkCounts", samples.link_counts[i:j].tolist(), vt.UInt32,
+                             now)
+            await self.write("Buffers.CurrentA", samples.current_a[i:j].tolist(), vt.Float, now)
+            self.sequence = (self.sequence + 1) % 2**32
+            await self.write("Buffers.Sequence", self.sequence, vt.UInt32, now)
+            await self.write("Plant.PublishedSamples", j, vt.UInt64)
+            await self.write("Plant.PublishSeconds", time.perf_counter() - began, vt.Double)
+
+    async def _act_fault(self, kind: str) -> None:
+        log.warning("fault %s", kind)
+        if kind == "die":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif kind == "freeze":
+            time.sleep(self.args.freeze_s)  # blocks the whole server, like a hung controller
+        elif kind == "stall":
+            await asyncio.Event().wait()  # until StopMotion cancels the cycle
+        elif kind == "skip":
+            self.sequence = (self.sequence + 1) % 2**32
+        elif kind == "garbage_state":
+            await self.set_state("banana")
+        elif kind == "leave_stopped":
+            await self.set_state("production")
+
+
+def _backlash(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        out[name] = float(value)
+    return out
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True, help="agent config holding the joints")
+    p.add_argument("--controller", help="controller of the config (default: the first)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--backlash", action="append", default=[], metavar="JOINT=RAD")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--noise-counts", type=float, default=1.0)
+    p.add_argument("--speedup", type=float, default=1.0, help="publish this much faster")
+    p.add_argument("--chunk-samples", type=int, default=100)
+    p.add_argument("--max-physics-s", type=float, default=None)
+    p.add_argument("--mode", default="stopped", help="initial controller state")
+    p.add_argument("--no-permission", action="store_true")
+    p.add_argument("--security", choices=("none", "sign", "encrypt"), default="none")
+    p.add_argument("--cert")
+    p.add_argument("--key")
+    p.add_argument("--trust", action="append", default=[], help="accepted client certificate")
+    p.add_argument("--users", action="append", default=[], metavar="NAME:PASSWORD")
+    p.add_argument("--fault", choices=FAULTS)
+    p.add_argument("--fault-after", type=int, default=0)
+    p.add_argument("--freeze-s", type=float, default=30.0)
+    args = p.parse_args(argv)
+    args.backlash = _backlash(args.backlash)
+    return args
+
+
+async def _wait_stdin_closed() -> None:
+    loop = asyncio.get_running_loop()
+    await loop.run_in_executor(None, sys.stdin.buffer.read)
+
+
+async def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    cfg = load_config(args.config)
+    ctrl = next((c for c in cfg.controllers if args.controller in (None, c.name)), None)
+    if ctrl is None:
+        raise SystemExit(f"no controller {args.controller!r} in {args.config}")
+    peer = Peer(args, {j.index: j for j in ctrl.joints})
+    endpoint = await peer.setup()
+    print(f"READY {endpoint}", flush=True)
+    await _wait_stdin_closed()
+    # No graceful server.stop(): it waits a second, and a test peer has nothing to save.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
