@@ -60,7 +60,11 @@ def cache_key(joint: JointSettings, cycle: BacklashCycle, noise_counts: float) -
         "sweep": list(joint.calibration.sweep_backlash_rad),
         "gear_ratio": joint.gear_ratio,
         "encoder_bits": joint.encoder_bits,
-        "cycle": {k: v for k, v in asdict(cycle).items() if k not in ("controller", "joint", "joint_index")},
+        "cycle": {
+            k: v
+            for k, v in asdict(cycle).items()
+            if k not in ("controller", "joint", "joint_index")
+        },
         "noise_counts": noise_counts,
     }
     blob = json.dumps(shaping, sort_keys=True).encode()

@@ -97,7 +97,7 @@ async def run_guarded_cycle(
     """Check, run and watch one cycle. Raises InterlockError (nothing moved) or CycleAborted."""
     limits = limits or CycleLimits()
     try:
-        status = await asyncio.wait_for(driver.read_status(), limits.status_timeout_s)
+        status = await _read_status(driver, limits.status_timeout_s)
     except Exception as exc:  # any failure to read the controller means: do not move
         raise InterlockError(f"cannot read controller status: {str(exc) or 'timeout'}") from exc
     problems = interlock_violations(status, rules, joint)
@@ -121,7 +121,7 @@ async def run_guarded_cycle(
                 reason = f"cycle overran {nominal_s * limits.overrun_factor:.1f} s"
                 break
             try:
-                status = await asyncio.wait_for(driver.read_status(), limits.status_timeout_s)
+                status = await _read_status(driver, limits.status_timeout_s)
             except Exception as exc:  # whatever the driver raises, the motion must stop
                 reason = f"controller status lost during motion: {str(exc) or 'timeout'}"
                 break
@@ -145,10 +145,18 @@ async def run_guarded_cycle(
         raise CycleAborted(f"{cycle.controller}/{cycle.joint}: {exc}") from exc
 
 
+async def _read_status(driver: Driver, timeout_s: float) -> ControllerStatus:
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+    # arrives as the read completes, and a cancelled cycle must never keep running.
+    async with asyncio.timeout(timeout_s):
+        return await driver.read_status()
+
+
 async def _stop_and_cancel(driver: Driver, task: asyncio.Task[Capture], reason: str) -> None:
     log.warning("event=cycle_abort reason=%r", reason)
     try:
-        await asyncio.wait_for(driver.stop_motion(), 2.0)
+        async with asyncio.timeout(2.0):
+            await driver.stop_motion()
     except Exception as exc:  # the stop must be attempted; a failure is logged loudly
         log.error("event=stop_motion_failed error=%r", str(exc))
     task.cancel()

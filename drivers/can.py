@@ -11,16 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 import math
 import time
 from typing import Any, ClassVar
 
-import numpy as np
-
-from agent.capture import Capture, CaptureMeta
-from agent.encoder import unwrap_counts
+from agent.capture import Capture
 from agent.errors import CycleAborted, DriverError
 from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver
 from drivers.can_dbc import (
@@ -326,7 +322,11 @@ class CanDriver(Driver):
             sent_start = True
             link.send(
                 "command",
-                {"Command": Command.START_CYCLE, "CycleCounter": counter, "JointIndex": joint_index},
+                {
+                    "Command": Command.START_CYCLE,
+                    "CycleCounter": counter,
+                    "JointIndex": joint_index,
+                },
             )
             await self._await_ack(link, recorder, counter)
             await self._await_capture(link, recorder, counter, cycle)
@@ -347,8 +347,21 @@ class CanDriver(Driver):
                     )
             finally:
                 self._in_cycle = False
-        wall_s = time.monotonic() - t_start
-        return self._capture(cycle, recorder, start_pos.position_rad if start_pos else None, wall_s)
+        streamed_s = (recorder.last_frame_at or 0.0) - (recorder.first_frame_at or 0.0)
+        self.last_capture_stats = {
+            "frames": recorder.received,
+            "lost_frames": recorder.lost,
+            "stream_s": streamed_s,
+            "frames_per_s": (recorder.received - 1) / streamed_s if streamed_s > 0 else None,
+            "cycle_wall_s": time.monotonic() - t_start,
+        }
+        s = self._settings
+        return recorder.to_capture(
+            cycle,
+            self.controller,
+            start_pos.position_rad if start_pos else None,
+            {"driver": "can", "interface": s.interface, "channel": s.channel, "dbc": s.dbc},
+        )
 
     async def _wait_for(self, ready: Any, timeout_s: float) -> bool:
         """Wait until ready() (checked on every wake from the reader thread) or the timeout."""
@@ -413,7 +426,8 @@ class CanDriver(Driver):
             now = time.monotonic()
             if now - beat_at >= HEARTBEAT_S:
                 beat_at = now
-                link.send("command", {"Command": Command.NOP, "CycleCounter": counter, "JointIndex": 0})
+                beat = {"Command": Command.NOP, "CycleCounter": counter, "JointIndex": 0}
+                link.send("command", beat)
             self._fresh_status(link)  # a silent controller is a lost one
             st = link.status
             if st is not None and st.mode in (ControllerMode.FAULT, ControllerMode.MANUAL):
@@ -469,7 +483,9 @@ class CanDriver(Driver):
         def done() -> bool:
             st = link.status
             return link.failure is not None or (
-                st is not None and st.cycle_counter == counter and st.cycle_state != CycleState.CAPTURING
+                st is not None
+                and st.cycle_counter == counter
+                and st.cycle_state != CycleState.CAPTURING
             )
 
         if not await self._wait_for(done, self._settings.ack_timeout_s):
@@ -479,59 +495,6 @@ class CanDriver(Driver):
                 self.controller,
                 counter,
             )
-
-    def _capture(
-        self,
-        cycle: BacklashCycle,
-        rec: CaptureRecorder,
-        start_pos_rad: float | None,
-        wall_s: float,
-    ) -> Capture:
-        bits = cycle.encoder_bits
-        time_s = np.arange(rec.samples, dtype=np.float64) / cycle.sample_rate_hz
-        motor_pos = unwrap_counts(rec.motor_counts, bits)
-        link_pos = unwrap_counts(rec.link_counts, bits)
-        if start_pos_rad is not None:
-            # Single-turn link counts: put the first sample in the turn the joint stood in.
-            turn = round((start_pos_rad - link_pos[0]) / (2.0 * math.pi))
-            link_pos = link_pos + turn * 2.0 * math.pi
-        streamed_s = (rec.last_frame_at or 0.0) - (rec.first_frame_at or 0.0)
-        self.last_capture_stats = {
-            "frames": rec.received,
-            "lost_frames": rec.lost,
-            "stream_s": streamed_s,
-            "frames_per_s": (rec.received - 1) / streamed_s if streamed_s > 0 else None,
-            "cycle_wall_s": wall_s,
-        }
-        s = self._settings
-        return Capture(
-            time_s=time_s,
-            channels={
-                "motor_counts": rec.motor_counts.astype(np.float64),
-                "motor_pos_rad": motor_pos,
-                "link_counts": rec.link_counts.astype(np.float64),
-                "link_pos_rad": link_pos,
-            },
-            meta=CaptureMeta(
-                machine=self.controller,
-                joint=cycle.joint,
-                cycle=cycle.kind,
-                commanded_speed_rad_s=cycle.motor_speed_rad_s,
-                gear_ratio=cycle.gear_ratio,
-                encoder_bits=bits,
-                sample_rate_hz=cycle.sample_rate_hz,
-                started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                extra={
-                    "driver": "can",
-                    "interface": s.interface,
-                    "channel": s.channel,
-                    "dbc": s.dbc,
-                    "frames": rec.received,
-                    "lost_frames": rec.lost,
-                },
-            ),
-            source=f"can:{self.controller}/{cycle.joint}",
-        )
 
 
 _ENDED = (CycleState.ABORTED, CycleState.REJECTED)

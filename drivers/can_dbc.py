@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import cantools
+from cantools.database.can import Database as CanDatabase
 from cantools.database.can import Message
 
 from drivers.base import ControllerMode
@@ -143,8 +144,16 @@ class StatusFrame:
         return MODES.get(self.mode_code, ControllerMode.FAULT)
 
 
+def decode_numbers(message: Message, data: bytes, *, scaling: bool = True) -> dict[str, float]:
+    """The signals of one frame as numbers (value tables not applied)."""
+    decoded = message.decode(data, decode_choices=False, scaling=scaling)
+    if not isinstance(decoded, Mapping):
+        raise ValueError(f"{message.name} is a container message, not a frame of signals")
+    return {str(k): v for k, v in decoded.items() if isinstance(v, int | float)}
+
+
 def decode_status(proto: CanProtocol, data: bytes) -> StatusFrame:
-    v = proto.status.decode(data, decode_choices=False)
+    v = decode_numbers(proto.status, data)
     return StatusFrame(
         mode_code=int(v["Mode"]),
         permission=bool(v["Permission"]),
@@ -187,6 +196,8 @@ def load_protocol(path: str, names: CanMessageNames) -> CanProtocol:
         db = cantools.database.load_file(str(file), database_format="dbc", strict=True)
     except Exception as exc:  # cantools raises parser, OS and value errors of its own
         raise DbcError("dbc", f"cannot load DBC file {path!r}: {exc}") from exc
+    if not isinstance(db, CanDatabase):
+        raise DbcError("dbc", f"expected a CAN database in {path!r}, found {type(db).__name__}")
     messages: dict[str, Message] = {}
     for role in (f.name for f in fields(CanMessageNames)):
         wanted = getattr(names, role)

@@ -9,7 +9,10 @@ the capture finishing or failing, the link breaking), not for each of 8,000 fram
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import logging
+import math
 import socket
 import threading
 import time
@@ -21,8 +24,18 @@ import can
 import numpy as np
 import numpy.typing as npt
 
+from agent.capture import Capture, CaptureMeta
+from agent.encoder import unwrap_counts
 from agent.errors import DriverError
-from drivers.can_dbc import ACCEPTED_STATES, CanProtocol, StatusFrame, decode_status, encode
+from drivers.base import BacklashCycle
+from drivers.can_dbc import (
+    ACCEPTED_STATES,
+    CanProtocol,
+    StatusFrame,
+    decode_numbers,
+    decode_status,
+    encode,
+)
 from drivers.can_settings import CanSettings
 
 log = logging.getLogger(__name__)
@@ -119,7 +132,7 @@ class CaptureRecorder:
                 f"the DBC's {self.proto.encoder.name} has {want}"
             )
             return True
-        v = self.proto.encoder.decode(data, decode_choices=False, scaling=False)
+        v = decode_numbers(self.proto.encoder, data, scaling=False)
         if int(v["JointIndex"]) != self.joint_index:
             self.fail(
                 f"encoder frame for joint index {int(v['JointIndex'])} at sample {self.received}, "
@@ -150,6 +163,42 @@ class CaptureRecorder:
             self.first_frame_at = now
         self.last_frame_at = now
         return self.received == self.samples
+
+    def to_capture(
+        self,
+        cycle: BacklashCycle,
+        machine: str,
+        start_pos_rad: float | None,
+        extra: dict[str, Any],
+    ) -> Capture:
+        """The complete capture, counts made radians (time: sample index / rate)."""
+        bits = cycle.encoder_bits
+        link_pos = unwrap_counts(self.link_counts, bits)
+        if start_pos_rad is not None:
+            # Single-turn link counts: put the first sample in the turn the joint stood in.
+            turn = round((start_pos_rad - link_pos[0]) / (2.0 * math.pi))
+            link_pos = link_pos + turn * 2.0 * math.pi
+        return Capture(
+            time_s=np.arange(self.samples, dtype=np.float64) / cycle.sample_rate_hz,
+            channels={
+                "motor_counts": self.motor_counts.astype(np.float64),
+                "motor_pos_rad": unwrap_counts(self.motor_counts, bits),
+                "link_counts": self.link_counts.astype(np.float64),
+                "link_pos_rad": link_pos,
+            },
+            meta=CaptureMeta(
+                machine=machine,
+                joint=cycle.joint,
+                cycle=cycle.kind,
+                commanded_speed_rad_s=cycle.motor_speed_rad_s,
+                gear_ratio=cycle.gear_ratio,
+                encoder_bits=bits,
+                sample_rate_hz=cycle.sample_rate_hz,
+                started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+                extra={**extra, "frames": self.received, "lost_frames": self.lost},
+            ),
+            source=f"can:{machine}/{cycle.joint}",
+        )
 
 
 @dataclass
@@ -203,7 +252,9 @@ class BusLink:
         try:
             data = encode(message, values)
         except Exception as exc:  # cantools: value out of the DBC's range, unknown signal
-            raise DriverError(f"{self.label}: cannot encode {message.name} {values}: {exc}") from exc
+            raise DriverError(
+                f"{self.label}: cannot encode {message.name} {values}: {exc}"
+            ) from exc
         frame = can.Message(
             arbitration_id=message.frame_id,
             is_extended_id=bool(message.is_extended_frame),
@@ -250,10 +301,9 @@ class BusLink:
         self._notify()
 
     def _notify(self) -> None:
-        try:
+        # RuntimeError: the event loop has closed, nobody is waiting any more.
+        with contextlib.suppress(RuntimeError):
             self._wake()
-        except RuntimeError:  # the event loop has closed: nobody is waiting any more
-            pass
 
     def _peer_closed(self) -> bool:
         if self._tcp is None:
@@ -321,7 +371,7 @@ class BusLink:
                         self.capture.on_status(status)
                 self._notify()
             elif fid == proto.joint_position.frame_id:
-                v = proto.joint_position.decode(bytes(msg.data), decode_choices=False)
+                v = decode_numbers(proto.joint_position, bytes(msg.data))
                 with self._lock:
                     self.positions[int(v["JointIndex"])] = PositionReading(
                         float(v["Position"]), now

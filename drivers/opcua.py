@@ -125,7 +125,8 @@ class _Watch:
 
     def status_change_notification(self, status: ua.StatusChangeNotification) -> None:
         self.error = self.error or DriverError(
-            f"the server ended the capture subscription ({status.Status.name})"
+            f"the capture subscription ended ({status.Status.name}): the connection to the "
+            "controller was lost or its server shut down"
         )
         self.changed.set()
 

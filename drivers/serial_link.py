@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 from collections.abc import Callable
 
@@ -25,6 +26,7 @@ from agent.errors import DriverError
 __all__ = ["SerialLink"]
 
 _READ_CHUNK = 65536
+_GONE = "the port closed (board unplugged or its side of the line gone)"
 
 
 class SerialLink:
@@ -76,10 +78,10 @@ class SerialLink:
         except BlockingIOError:
             return
         except OSError as exc:
-            self._lose(f"read failed: {exc}")
+            self._lose(_why(exc, "read"))
             return
-        if not data:  # a pty whose master closed, or a USB adapter pulled out
-            self._lose("the port closed (board unplugged or its side of the line gone)")
+        if not data:  # the same, as some drivers report it
+            self._lose(_GONE)
             return
         try:
             self._on_data(data)
@@ -103,7 +105,7 @@ class SerialLink:
         except BlockingIOError:
             return 0
         except OSError as exc:
-            self._lose(f"write failed: {exc}")
+            self._lose(_why(exc, "write"))
             return 0
 
     async def write(self, data: bytes, timeout_s: float) -> None:
@@ -120,7 +122,7 @@ class SerialLink:
             except BlockingIOError:
                 pass
             except OSError as exc:
-                raise self._lose(f"write failed: {exc}") from exc
+                raise self._lose(_why(exc, "write")) from exc
             if view:
                 await self._writable(deadline - loop.time())
 
@@ -151,3 +153,8 @@ class SerialLink:
         with contextlib.suppress(Exception):
             self._serial.close()
         self._serial, self._fd = None, -1
+
+
+def _why(exc: OSError, what: str) -> str:
+    # EIO: a pty whose other side closed, a USB adapter pulled out.
+    return _GONE if exc.errno == errno.EIO else f"{what} failed: {exc}"

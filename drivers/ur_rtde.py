@@ -47,6 +47,7 @@ _LEN = struct.Struct(">I")
 _SAFETY_OK = ("NORMAL", "REDUCED")
 _SAFETY_STOP_BITS = sum(1 << b for b in (2, 4, 5, 6, 7, 8, 9, 10))
 _START_TIMEOUT_S = 1.0
+_CLEANUP_S = 3.0  # stop script + disconnect after an aborted cycle
 _UR_JOINTS = 6
 
 
@@ -249,7 +250,7 @@ class _Link:
             self.proc.kill()
         self._fail_pending(self._dead)
 
-    async def request(self, op: str, timeout_s: float | None, **args: Any) -> Any:
+    async def request(self, op: str, wait_s: float | None, **args: Any) -> Any:
         if not self.alive or self._writer is None:
             raise DriverError(f"{self.label}: {self._dead or 'ur_rtde worker not running'}")
         msg_id = next(self._ids)
@@ -259,9 +260,9 @@ class _Link:
         try:
             self._writer.write(_LEN.pack(len(data)) + data)
             await self._writer.drain()
-            reply = await asyncio.wait_for(asyncio.shield(fut), timeout_s)
+            reply = await asyncio.wait_for(asyncio.shield(fut), wait_s)
         except TimeoutError:
-            raise DriverError(f"{self.label}: no answer to {op!r} in {timeout_s:g} s") from None
+            raise DriverError(f"{self.label}: no answer to {op!r} in {wait_s:g} s") from None
         except ConnectionError as exc:
             raise DriverError(f"{self.label}: ur_rtde worker unreachable: {exc}") from exc
         finally:
@@ -343,7 +344,9 @@ class UrRtdeDriver(Driver):
         except (DriverError, CycleAborted, OSError) as exc:
             self._last_error = str(exc)
             self._drop_link(str(exc))
-            raise DriverError(f"{self.controller}: cannot connect to {self._s.host}: {exc}") from exc
+            raise DriverError(
+                f"{self.controller}: cannot connect to {self._s.host}: {exc}"
+            ) from exc
         self._version = str(info["version"])
         log.info("event=ur_connected controller=%s version=%s", self.controller, self._version)
         return link
@@ -363,7 +366,8 @@ class UrRtdeDriver(Driver):
         wait = self._next_attempt - asyncio.get_running_loop().time()
         if wait > 0:
             raise DriverError(
-                f"{self.controller}: not connected ({self._last_error}); next attempt in {wait:.1f} s"
+                f"{self.controller}: not connected ({self._last_error}); "
+                f"next attempt in {wait:.1f} s"
             )
         return await self._open()
 
@@ -438,10 +442,14 @@ class UrRtdeDriver(Driver):
         link = await self._ensure_link()
         started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self._cycle_active = True
+        request = asyncio.ensure_future(link.request("cycle", None, **params))
         try:
-            result = await link.request("cycle", None, **params)
+            result = await asyncio.shield(request)
         except asyncio.CancelledError:
             await self._stop_quietly(link)
+            # Let the worker finish (stop script, disconnect) so the next cycle finds it idle.
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(request, _CLEANUP_S)
             raise
         except DriverError as exc:
             self._drop_link(str(exc))
@@ -454,7 +462,9 @@ class UrRtdeDriver(Driver):
 
     async def _stop_quietly(self, link: _Link) -> None:
         try:
-            await link.request("stop", self._s.stop_timeout_s + 0.5, timeout_s=self._s.stop_timeout_s)
+            await link.request(
+                "stop", self._s.stop_timeout_s + 0.5, timeout_s=self._s.stop_timeout_s
+            )
         except (DriverError, CycleAborted) as exc:
             log.error("event=stop_not_confirmed controller=%s error=%r", self.controller, str(exc))
             self._drop_link(f"stop not confirmed: {exc}")
@@ -462,9 +472,12 @@ class UrRtdeDriver(Driver):
     async def stop_motion(self) -> None:
         link = self._link
         if link is None or not link.alive:
-            return  # nothing of ours moves: a dead worker's control script is stopped by its watchdog
+            # Nothing of ours moves: a dead worker's control script is ended by its watchdog.
+            return
         try:
-            await link.request("stop", self._s.stop_timeout_s + 0.5, timeout_s=self._s.stop_timeout_s)
+            await link.request(
+                "stop", self._s.stop_timeout_s + 0.5, timeout_s=self._s.stop_timeout_s
+            )
         except (DriverError, CycleAborted) as exc:
             self._drop_link(f"stop not confirmed: {exc}")
             raise DriverError(

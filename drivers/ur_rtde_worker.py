@@ -19,6 +19,7 @@ GIL in its blocking calls, so a slow dashboard answer does not delay the capture
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import pickle
@@ -88,6 +89,17 @@ def recv_msg(sock: socket.socket) -> Any:
         return None
     body = exact(_LEN.unpack(head)[0])
     return None if body is None else pickle.loads(body)
+
+
+def _threads() -> set[int]:
+    return {int(t) for t in os.listdir("/proc/self/task")}
+
+
+def _realtime(tid: int, priority: int) -> None:
+    try:
+        os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
+    except OSError as exc:
+        print(f"ur_rtde worker: no real-time priority for thread {tid}: {exc}", flush=True)
 
 
 def _after(answer: str, prefix: str, request: str) -> str:
@@ -167,10 +179,19 @@ class Worker:
         except ValueError:
             raise Fault(f"dashboard answered {text!r} to 'PolyscopeVersion'") from None
         if self.version[0] < 5 and frequency_hz > 125.0:
-            raise Fault(f"a CB3 controller ({text}) streams RTDE at 125 Hz at most, not {frequency_hz:g}")
+            raise Fault(
+                f"a CB3 controller ({text}) streams RTDE at 125 Hz at most, not {frequency_hz:g}"
+            )
+        before = _threads()
         self.recv = rtde_receive.RTDEReceiveInterface(
             host, frequency_hz, VARIABLES, False, False, rt_priority
         )
+        if rt_priority > 0:
+            # ur_rtde raises its receive thread's priority only on a PREEMPT_RT kernel; on any
+            # other kernel a descheduled receive thread reads two packages at once and keeps
+            # only the newer, so the priority is set here on the thread(s) it just started.
+            for tid in _threads() - before:
+                _realtime(tid, rt_priority)
         return {"version": text}
 
     def op_status(self, stale_after_s: float) -> dict[str, Any]:
@@ -185,7 +206,9 @@ class Worker:
         if ts != self._seen[0]:
             self._seen = (ts, now)
         elif now - self._seen[1] > stale_after_s:
-            raise Fault(f"RTDE data stale: timestamp {ts:.3f} s unchanged for {now - self._seen[1]:.2f} s")
+            raise Fault(
+                f"RTDE data stale: timestamp {ts:.3f} s unchanged for {now - self._seen[1]:.2f} s"
+            )
         if not d.isConnected():
             d.connect()
         robot = _after(d.robotmode(), "Robotmode: ", "robotmode")
@@ -226,16 +249,21 @@ class Worker:
         self.op_stop(1.0)
         for client in (self.ctrl, self.recv, self.dash):
             if client is not None:
-                try:
+                with contextlib.suppress(Exception):
                     client.disconnect()
-                except Exception:
-                    pass
         return "closed"
 
     def start_thread(self, msg: dict[str, Any]) -> None:
         if self.cycle is not None and self.cycle.is_alive():
             send_msg(
-                self.sock, self.lock, {"id": msg["id"], "ok": False, "kind": "driver", "error": "a cycle is already running"}
+                self.sock,
+                self.lock,
+                {
+                    "id": msg["id"],
+                    "ok": False,
+                    "kind": "driver",
+                    "error": "a cycle is already running",
+                },
             )
             return
         self.stop_requested.clear()
@@ -250,16 +278,15 @@ class Worker:
         if self.rt_priority > 0:
             # The capture loop must see every package: a real-time thread is not delayed by
             # the machine's other work (it sleeps between polls, so it cannot starve it).
-            try:
-                os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(self.rt_priority))
-            except OSError as exc:
-                print(f"ur_rtde worker: no real-time priority: {exc}", flush=True)
+            _realtime(0, self.rt_priority)
         self.reply(msg["id"], fn, msg)
 
     # Stream checks -------------------------------------------------------------------------
     def _check_sample(self, robot_mode: int, safety_bits: int, runtime: int | None) -> None:
         if safety_bits & SAFETY_STOP_BITS:
-            raise Fault(f"protective or emergency stop (safety status bits {safety_bits:#x})", "abort")
+            raise Fault(
+                f"protective or emergency stop (safety status bits {safety_bits:#x})", "abort"
+            )
         if robot_mode != ROBOT_MODE_RUNNING:
             raise Fault(f"robot mode left RUNNING (RTDE robot mode {robot_mode})", "abort")
         if runtime is not None and runtime != RUNTIME_PLAYING:
@@ -311,7 +338,11 @@ class Worker:
                 self._move(ctrl, q_start, p)
             return {"rows": rows, "version": ".".join(map(str, self.version))}
         except Fault as exc:
-            send_msg(self.sock, self.lock, {"id": p.get("request_id"), "event": "aborting", "error": str(exc)})
+            send_msg(
+                self.sock,
+                self.lock,
+                {"id": p.get("request_id"), "event": "aborting", "error": str(exc)},
+            )
             if ctrl is not None:
                 try:
                     self._send_stop(ctrl, p["decel_rad_s2"])
@@ -323,10 +354,8 @@ class Worker:
             if ctrl is not None:
                 self.ctrl = None
                 for call in (ctrl.stopScript, ctrl.disconnect):
-                    try:
+                    with contextlib.suppress(Exception):
                         call()
-                    except Exception:
-                        pass
 
     def _send_stop(self, ctrl: Any, decel: float) -> None:
         # speedStop ends the script's speedj thread (stopJ alone leaves it running); stopJ also

@@ -97,7 +97,7 @@ def test_reprap_checksum_verify_and_report() -> None:
         ("G2 F100", "G2 without I/J/K or R"),
         ("G1 F100\nG2 X10 Y0", "G2 without I/J/K or R"),
         ("G1 F100\nG3 X10 Y0 I1 J0", "arc radius mismatch start/end"),
-        ("G0 G1 X1", "two motion codes in one line"),
+        ("G0 G1 X1", "two motion codes in one line (G0 and G1)"),
         ("G20 G21", "two units codes in one line"),
         ("G1 X1 X2", "word X given twice"),
         ("G1 X", "expected a number after 'X'"),

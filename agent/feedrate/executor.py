@@ -238,7 +238,7 @@ class CommandedPath:
         i = 0
         if self.kind[i] == _LINE:
             return int(np.sign(self.geo[i, 2 + axis]))
-        pos, vel = self.evaluate(np.array([min(1e-9, self.duration_s[0])]))
+        _, vel = self.evaluate(np.array([min(1e-9, self.duration_s[0])]))
         return int(np.sign(vel[0, axis]))
 
     def evaluate(self, t: Array) -> tuple[Array, Array]:

@@ -290,16 +290,20 @@ class ModalState:
         plane, units, distance, feed_mode = old.plane, old.units, old.distance, old.feed_mode
         dwell = False
         if lx.g:
-            seen = 0
+            seen: dict[int, int] = {}
             for code in lx.g:
                 entry = _G_TABLE.get(code)
                 if entry is None:
                     raise self._error(line_no, text, f"unsupported G code {_gname(code)}")
                 group, value = entry
-                bit = 1 << group
-                if seen & bit and group != _PASSIVE:
-                    raise self._error(line_no, text, f"two {_GROUP_NAMES[group]} codes in one line")
-                seen |= bit
+                if group in seen and group != _PASSIVE:
+                    raise self._error(
+                        line_no,
+                        text,
+                        f"two {_GROUP_NAMES[group]} codes in one line "
+                        f"({_gname(seen[group])} and {_gname(code)})",
+                    )
+                seen[group] = code
                 if group == _MOTION:
                     motion_word = value  # type: ignore[assignment]
                 elif group == _PLANE:
@@ -314,8 +318,8 @@ class ModalState:
                     dwell = True
         values = lx.values
         if not _KNOWN_LETTERS.issuperset(values):
-            bad = sorted(set(values) - _KNOWN_LETTERS)
-            raise self._error(line_no, text, f"unknown word {bad[0]}")
+            bad = next(letter for letter in values if letter not in _KNOWN_LETTERS)
+            raise self._error(line_no, text, f"unknown word {bad}")
 
         feed = old.feed_mm_s if feed_mode is old.feed_mode else None
         scale = _SCALE[units]

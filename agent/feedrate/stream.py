@@ -28,6 +28,7 @@ while it owes an answer; '?' polls keep a busy controller audibly alive) end it 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import select
@@ -381,10 +382,8 @@ class _Session:
     def common(self, line: str) -> bool:
         """Handle what both protocols treat alike; False when the line is not one of those."""
         if line.startswith("<"):
-            try:
+            with contextlib.suppress(ValueError):
                 self.status = parse_status(line)
-            except ValueError:
-                pass
         elif line.startswith("ALARM:"):
             code = _code(line)
             raise self.fail(f"{line} {GRBL_ALARMS.get(code or -1, 'unknown alarm')} (the "
@@ -434,6 +433,12 @@ class _Grbl(_Session):
         if limit is not None and len(self.pending) >= limit:
             return False
         return self.in_flight + nbytes <= self.opt.rx_buffer_bytes
+
+    def send_batch(self, batch: bytearray) -> None:
+        if batch:
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self.bytes_sent += len(batch)
+            self.write(bytes(batch), self.opt.write_timeout_s)
 
     def handshake(self) -> None:
         mode = self.opt.handshake
@@ -489,11 +494,12 @@ class _Grbl(_Session):
                     self.last_sent = (line_no, text)
                     self.sent += 1
                     batch += data
-                    nxt = next(source, None)
-                if batch:
-                    self.max_in_flight = max(self.max_in_flight, self.in_flight)
-                    self.bytes_sent += len(batch)
-                    self.write(bytes(batch), opt.write_timeout_s)
+                    try:
+                        nxt = next(source, None)
+                    except StreamError:
+                        self.send_batch(batch)  # the lines before a refused one still go
+                        raise
+                self.send_batch(batch)
                 if nxt is None and not self.pending:
                     break
                 now = time.monotonic()
@@ -512,10 +518,8 @@ class _Grbl(_Session):
                 self.report(now)
         except StreamError as exc:
             if opt.hold_on_abort and exc.kind in ("error", "stalled", "protocol", "rejected"):
-                try:
+                with contextlib.suppress(ChannelLost, ChannelTimeout, OSError):
                     self.channel.write(b"!", 0.5)
-                except (ChannelLost, ChannelTimeout, OSError):
-                    pass
             raise
         return self.result(self.errors)
 

@@ -5,12 +5,15 @@ equal bits in SOF..CRC the transmitter inserts one of the opposite value (which 
 the next run); CRC delimiter, ACK, EOF and the 3-bit interframe space are not stuffed.
 `frame_bits` works on many frames at once (numpy, one column of bits at a time);
 `frame_bits_reference` is the plain one-frame version the tests compare it with.
+`pack_intel` builds the encoder frames of a whole capture at once.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import numpy.typing as npt
+
+from drivers.can_dbc import CanProtocol, encode
 
 CRC15_POLY = 0x4599
 _UNSTUFFED_TAIL = 1 + 2 + 7 + 3  # CRC delimiter, ACK slot + delimiter, EOF, interframe space
@@ -129,3 +132,22 @@ class VirtualBus:
             self.frames += 1
             out.append((end, winner[1], winner[3]))
         return out
+
+
+def pack_intel(
+    proto: CanProtocol, columns: dict[str, npt.NDArray[np.int64]]
+) -> npt.NDArray[np.uint8]:
+    """Encoder payloads of many samples at once (little-endian signals), checked with cantools."""
+    msg = proto.encoder
+    word = np.zeros(len(next(iter(columns.values()))), dtype=np.uint64)
+    for name, values in columns.items():
+        sig = msg.get_signal_by_name(name)
+        if sig.byte_order != "little_endian" or sig.start + sig.length > 64:
+            raise ValueError(f"peer packs little-endian signals only, {name} is not one")
+        mask = np.uint64((1 << sig.length) - 1)
+        word |= (values.astype(np.uint64) & mask) << np.uint64(sig.start)
+    payload = word.astype("<u8").view(np.uint8).reshape(-1, 8)[:, : msg.length].copy()
+    first = {name: int(v[0]) for name, v in columns.items()}
+    if bytes(payload[0]) != encode(msg, first):
+        raise AssertionError("vectorised packing disagrees with cantools")
+    return payload

@@ -23,10 +23,7 @@ Faults (`kind@cycle:sample[xcount]`, cycle counted from 1) play the plant's part
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -36,21 +33,35 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agent.config import JointSettings, load_config
+from agent.config import JointSettings
 from agent.encoder import angle_to_counts
 from agent.simulation import simulate_backlash_capture
 from drivers.base import BacklashCycle
-from drivers.can_dbc import CanProtocol, Command, CycleState, encode, load_protocol
-from drivers.can_settings import CanSettings
+from drivers.can_dbc import CanProtocol, Command, CycleState, encode
 
-from .can_bits import VirtualBus, frame_bits
+from .can_bits import VirtualBus, frame_bits, pack_intel
 
 FAULT_KINDS = (
-    "drop", "badframe", "garbage", "badtext", "foreign", "stall", "disconnect", "kill", "production"
+    "drop",
+    "badframe",
+    "garbage",
+    "badtext",
+    "foreign",
+    "stall",
+    "disconnect",
+    "kill",
+    "production",
 )
 MODE_CODES = {"production": 0, "stopped": 1, "test_cycle": 2, "manual": 3, "fault": 4}
-REJECT = {"not_stopped": 1, "no_permission": 2, "unknown_joint": 3, "bad_parameters": 4,
-          "bus_load": 5, "busy": 6, "alarm": 7}
+REJECT = {
+    "not_stopped": 1,
+    "no_permission": 2,
+    "unknown_joint": 3,
+    "bad_parameters": 4,
+    "bus_load": 5,
+    "busy": 6,
+    "alarm": 7,
+}
 GARBAGE = b"\x00\xff\xfe<<< not socketcand \x9c >>>\n"
 BADTEXT = b"< frame zz 0.000000 0102 >"
 _ACCEL_RAD_S2 = 4000.0  # ConstantSpeedTest's default run-up
@@ -62,20 +73,6 @@ class Fault:
     cycle: int
     sample: int
     count: int | None = None
-
-
-def parse_fault(text: str) -> Fault:
-    """'drop@1:200x3' -> Fault('drop', 1, 200, 3)."""
-    try:
-        kind, _, rest = text.partition("@")
-        where, _, count = rest.partition("x")
-        cycle, _, sample = where.partition(":")
-        fault = Fault(kind, int(cycle), int(sample), int(count) if count else None)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected kind@cycle:sample[xcount], got {text!r}")
-    if fault.kind not in FAULT_KINDS:
-        raise argparse.ArgumentTypeError(f"fault kind must be one of {FAULT_KINDS}, got {kind!r}")
-    return fault
 
 
 @dataclass
@@ -109,23 +106,6 @@ class _Cycle:
     sent: int = 0
     dropped: int = 0
     skip: int = 0
-
-
-def pack_intel(proto: CanProtocol, columns: dict[str, npt.NDArray[np.int64]]) -> npt.NDArray[np.uint8]:
-    """Encoder payloads of many samples at once (little-endian signals), checked with cantools."""
-    msg = proto.encoder
-    word = np.zeros(len(next(iter(columns.values()))), dtype=np.uint64)
-    for name, values in columns.items():
-        sig = msg.get_signal_by_name(name)
-        if sig.byte_order != "little_endian" or sig.start + sig.length > 64:
-            raise ValueError(f"peer packs little-endian signals only, {name} is not one")
-        mask = np.uint64((1 << sig.length) - 1)
-        word |= (values.astype(np.uint64) & mask) << np.uint64(sig.start)
-    payload = word.astype("<u8").view(np.uint8).reshape(-1, 8)[:, : msg.length].copy()
-    first = {name: int(v[0]) for name, v in columns.items()}
-    if bytes(payload[0]) != encode(msg, first):
-        raise AssertionError("vectorised packing disagrees with cantools")
-    return payload
 
 
 class Controller:
@@ -208,7 +188,9 @@ class Controller:
             state = "idle" if c is None else c.state.name.lower()
             self.emit({"event": "stop", "cycle_state": state, "sample": c.next_sample if c else 0})
             if c is not None and c.state in (
-                CycleState.PREPARING, CycleState.SETTLING, CycleState.CAPTURING
+                CycleState.PREPARING,
+                CycleState.SETTLING,
+                CycleState.CAPTURING,
             ):
                 self._end_cycle(CycleState.ABORTED)
         elif command == Command.START_CYCLE:
@@ -240,43 +222,68 @@ class Controller:
             return self._reject(counter, "bus_load")
         self.cycles_started += 1
         c = _Cycle(
-            number=self.cycles_started, counter=counter, joint=joint, rate_hz=rate,
-            samples=samples, settle_s=float(length["Settle"]),
-            speed_rad_s=float(setup["MotorSpeed"]), start_pose_rad=self.poses[joint.index],
+            number=self.cycles_started,
+            counter=counter,
+            joint=joint,
+            rate_hz=rate,
+            samples=samples,
+            settle_s=float(length["Settle"]),
+            speed_rad_s=float(setup["MotorSpeed"]),
+            start_pose_rad=self.poses[joint.index],
         )
         self.cycle = c
         self.last_agent_frame = self.clock()
         self.last_counter, self.last_state, self.reject_reason = counter, c.state, 0
         self.mode = MODE_CODES["test_cycle"]
         seed = self.seed * 1000 + (c.number - 1)  # the simulated fake's seeds
-        self.emit({"event": "cycle_start", "cycle": c.number, "joint": joint.name,
-                   "samples": samples, "rate_hz": rate, "seed": seed})
+        self.emit(
+            {
+                "event": "cycle_start",
+                "cycle": c.number,
+                "joint": joint.name,
+                "samples": samples,
+                "rate_hz": rate,
+                "seed": seed,
+            }
+        )
         threading.Thread(target=self._prepare, args=(c, seed), daemon=True).start()
 
     def _prepare(self, c: _Cycle, seed: int) -> None:
         """The physics of the cycle and its frames (off the transport's thread)."""
         try:
             cycle = BacklashCycle(
-                controller="peer", joint=c.joint.name, joint_index=c.joint.index,
-                motor_speed_rad_s=c.speed_rad_s, gear_ratio=c.joint.gear_ratio,
-                duration_s=(c.samples - 1) / c.rate_hz, settle_s=c.settle_s,
-                sample_rate_hz=c.rate_hz, encoder_bits=c.joint.encoder_bits,
+                controller="peer",
+                joint=c.joint.name,
+                joint_index=c.joint.index,
+                motor_speed_rad_s=c.speed_rad_s,
+                gear_ratio=c.joint.gear_ratio,
+                duration_s=(c.samples - 1) / c.rate_hz,
+                settle_s=c.settle_s,
+                sample_rate_hz=c.rate_hz,
+                encoder_bits=c.joint.encoder_bits,
                 test_pose_rad=c.start_pose_rad,
             )
             capture = simulate_backlash_capture(
-                c.joint, cycle, self.backlash.get(c.joint.name, 0.0),
-                noise_counts=self.noise, seed=seed, machine="peer",
+                c.joint,
+                cycle,
+                self.backlash.get(c.joint.name, 0.0),
+                noise_counts=self.noise,
+                seed=seed,
+                machine="peer",
             )
             bits = c.joint.encoder_bits
             motor = capture.channels["motor_counts"].astype(np.int64)
             link_rad = capture.channels["link_pos_rad"]
             modulus = self.proto.counter_modulus
-            payload = pack_intel(self.proto, {
-                "MotorCounts": motor,
-                "LinkCounts": angle_to_counts(link_rad, bits),
-                "Counter": np.arange(c.samples, dtype=np.int64) % modulus,
-                "JointIndex": np.full(c.samples, c.joint.index, dtype=np.int64),
-            })
+            payload = pack_intel(
+                self.proto,
+                {
+                    "MotorCounts": motor,
+                    "LinkCounts": angle_to_counts(link_rad, bits),
+                    "Counter": np.arange(c.samples, dtype=np.int64) % modulus,
+                    "JointIndex": np.full(c.samples, c.joint.index, dtype=np.int64),
+                },
+            )
             c.bits = frame_bits(self.proto.encoder.frame_id, payload)
             c.link_rad = np.asarray(link_rad, dtype=np.float64)
             c.payload = payload
@@ -293,13 +300,22 @@ class Controller:
             self.mode = MODE_CODES["stopped"]
         self.poses[c.joint.index] = c.start_pose_rad  # back at the test pose
         stream_s = c.next_sample / c.rate_hz
-        self.emit({
-            "event": "cycle_done" if state == CycleState.DONE else "cycle_aborted",
-            "cycle": c.number, "samples": c.samples, "sent": c.sent, "dropped": c.dropped,
-            "flushed": flushed, "overruns": self.bus.overruns, "error": c.error,
-            "stream_s": stream_s,
-            "bus_load": self.bus.busy_bits / (self.bitrate * stream_s) if stream_s > 0 else None,
-        })
+        self.emit(
+            {
+                "event": "cycle_done" if state == CycleState.DONE else "cycle_aborted",
+                "cycle": c.number,
+                "samples": c.samples,
+                "sent": c.sent,
+                "dropped": c.dropped,
+                "flushed": flushed,
+                "overruns": self.bus.overruns,
+                "error": c.error,
+                "stream_s": stream_s,
+                "bus_load": self.bus.busy_bits / (self.bitrate * stream_s)
+                if stream_s > 0
+                else None,
+            }
+        )
 
     # --- what goes on the bus ------------------------------------------------------------------
     def _fault_at(self, c: _Cycle, k: int) -> list[Fault]:
@@ -311,12 +327,21 @@ class Controller:
         self.next_status = max(self.next_status + self.status_period_s, now)
         self.alive = (self.alive + 1) % 16
         ms = int((now - self.t0) * 1000) % 65536
-        status = encode(self.proto.status, {
-            "Mode": self.mode, "Permission": int(self.permission), "AlarmActive": 0,
-            "CycleState": self.last_state, "AliveCounter": self.alive, "SpeedOverride": 1.0,
-            "AlarmCode": 0, "CycleCounter": self.last_counter,
-            "RejectReason": self.reject_reason, "ControllerTime": ms / 1000,
-        })
+        status = encode(
+            self.proto.status,
+            {
+                "Mode": self.mode,
+                "Permission": int(self.permission),
+                "AlarmActive": 0,
+                "CycleState": self.last_state,
+                "AliveCounter": self.alive,
+                "SpeedOverride": 1.0,
+                "AlarmCode": 0,
+                "CycleCounter": self.last_counter,
+                "RejectReason": self.reject_reason,
+                "ControllerTime": ms / 1000,
+            },
+        )
         self._submit(now, self.proto.status.frame_id, status)
         indexes = sorted(self.joints)
         index = indexes[self.position_turn % len(indexes)]
@@ -329,8 +354,14 @@ class Controller:
         position = encode(self.proto.joint_position, {"JointIndex": index, "Position": pose})
         self._submit(now, self.proto.joint_position.frame_id, position)
 
-    def _submit(self, release: float, can_id: int, data: bytes, bits: int | None = None,
-                stream: bool = False) -> bool:
+    def _submit(
+        self,
+        release: float,
+        can_id: int,
+        data: bytes,
+        bits: int | None = None,
+        stream: bool = False,
+    ) -> bool:
         if bits is None:
             bits = int(frame_bits(can_id, np.frombuffer(data, dtype=np.uint8))[0])
         return self.bus.submit(release, can_id, data, bits, stream)
@@ -381,7 +412,9 @@ class Controller:
             self._end_cycle(CycleState.DONE)  # the last sample has left the bus
 
     def _apply(self, fault: Fault, c: _Cycle, release: float) -> None:
-        self.emit({"event": "fault", "kind": fault.kind, "cycle": c.number, "sample": c.next_sample - 1})
+        self.emit(
+            {"event": "fault", "kind": fault.kind, "cycle": c.number, "sample": c.next_sample - 1}
+        )
         if fault.kind == "drop":
             c.skip += fault.count or 1
         elif fault.kind == "badframe":
@@ -408,42 +441,3 @@ class Controller:
                 return [o for o in outs if o.kind == "kill"]
             self.stalled_until = None
         return outs
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", required=True, help="the agent's YAML (joints, DBC)")
-    parser.add_argument("--controller", required=True)
-    parser.add_argument("--backlash", action="append", default=[], metavar="JOINT=RAD")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--noise", type=float, default=1.0, help="encoder noise, counts")
-    parser.add_argument("--bitrate", type=int, default=1_000_000)
-    parser.add_argument("--status-period", type=float, default=0.02)
-    parser.add_argument("--watchdog", type=float, default=0.5)
-    parser.add_argument("--mode", choices=sorted(MODE_CODES), default="stopped")
-    parser.add_argument("--no-permission", action="store_true")
-    parser.add_argument("--fault", type=parse_fault, action="append", default=[])
-
-
-def controller_from_args(args: argparse.Namespace) -> Controller:
-    config = load_config(args.config)
-    ctrl = next(c for c in config.controllers if c.name == args.controller)
-    settings = ctrl.settings
-    if not isinstance(settings, CanSettings):
-        raise SystemExit(f"controller {args.controller} is not a can controller")
-    truth = {k: float(v) for k, _, v in (b.partition("=") for b in args.backlash)}
-    return Controller(
-        load_protocol(settings.dbc, settings.messages), ctrl.joints, backlash=truth,
-        seed=args.seed, noise_counts=args.noise, bitrate=args.bitrate,
-        status_period_s=args.status_period, watchdog_s=args.watchdog, faults=tuple(args.fault),
-        mode=args.mode, permission=not args.no_permission, emit=emit_json,
-    )
-
-
-_emit_lock = threading.Lock()
-
-
-def emit_json(event: dict[str, Any]) -> None:
-    """Events on stdout, one JSON object a line: what the tests watch."""
-    with _emit_lock:
-        sys.stdout.write(json.dumps(event) + "\n")
-        sys.stdout.flush()

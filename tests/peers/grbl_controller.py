@@ -24,9 +24,10 @@ It opens a pty pair (os.openpty), prints `READY <slave path>` and speaks GRBL 1.
   for the planner to empty (GRBL's buffer synchronisation). Soft limits (|coordinate| > travel
   on any axis) raise ALARM:2 and a critical halt: nothing but a reset is heard after it.
 * Execution clock: each block takes the time of a trapezoidal speed profile at --accel with
-  GRBL's junction-deviation corner speeds (agent.feedrate.executor's planner helpers: entry
-  speeds planned over the queue when a block starts; a block's profile is fixed once it runs),
-  --time-scale times faster than the wall clock. `?` answers `<Idle|MPos:..|Bf:free,rx|FS:..>`.
+  GRBL's junction-deviation corner speeds ($11 = 0.01 mm; entry speeds planned over the queue
+  when a block starts, the last queued block ending at rest; a running block's profile is
+  fixed), --time-scale times faster than the wall clock. No step timing, no overrides.
+  `?` answers `<Idle|MPos:..|Bf:free,rx|FS:..>`.
 * --dnc: drip-feed mode, no `ok`; XOFF (0x13) when the ring holds >= 96 bytes, XON (0x11) once it
   holds < 64 (GRBL's ENABLE_XONXOFF watermarks). Bytes arriving in reads that started after an
   XOFF was sent are counted (max_bytes_after_xoff): what the sender failed to hold back.
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -55,7 +57,65 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from agent.feedrate.executor import SpeedProfile, junction_speed, plan_entry_speeds, trapezoid
+# The planner below mirrors GRBL's planner.c and agent.feedrate.executor's helpers; it is kept
+# here, import-light, because importing the executor pulls scipy (seconds per peer start).
+
+
+@dataclass(frozen=True)
+class SpeedProfile:
+    """Trapezoidal speed over one block (mm, s)."""
+
+    v_entry: float
+    v_peak: float
+    v_exit: float
+    accel: float
+    t_acc: float
+    t_cruise: float
+    t_dec: float
+
+    @property
+    def duration(self) -> float:
+        return self.t_acc + self.t_cruise + self.t_dec
+
+    def distance_at(self, t: float) -> float:
+        t = min(max(t, 0.0), self.duration)
+        v0, vp, a = self.v_entry, self.v_peak, self.accel
+        if t < self.t_acc:
+            return v0 * t + 0.5 * a * t * t
+        d = 0.5 * (v0 + vp) * self.t_acc + vp * (min(t, self.t_acc + self.t_cruise) - self.t_acc)
+        u = max(t - self.t_acc - self.t_cruise, 0.0)
+        return d + vp * u - 0.5 * a * u * u
+
+
+def trapezoid(length: float, v0: float, vn: float, v1: float, a: float) -> SpeedProfile:
+    v1 = min(v1, vn, math.sqrt(v0 * v0 + 2 * a * length))
+    v0 = min(v0, vn)
+    vp = max(min(vn, math.sqrt(a * length + 0.5 * (v0 * v0 + v1 * v1))), v0, v1)
+    cruise = max(length - (2 * vp * vp - v0 * v0 - v1 * v1) / (2 * a), 0.0)
+    return SpeedProfile(v0, vp, v1, a, (vp - v0) / a, cruise / vp, (vp - v1) / a)
+
+
+def junction_speed(u_in: tuple[float, ...], u_out: tuple[float, ...], a: float,
+                   deviation: float) -> float:
+    cos_theta = -sum(p * q for p, q in zip(u_in, u_out, strict=True))
+    if cos_theta > 0.999999:
+        return 0.0
+    if cos_theta < -0.999999:
+        return math.inf
+    sin_half = math.sqrt(0.5 * (1.0 - cos_theta))
+    return math.sqrt(a * deviation * sin_half / (1.0 - sin_half))
+
+
+def plan_entry_speeds(lengths: list[float], accels: list[float], limits: list[float],
+                      v_start: float) -> list[float]:
+    """GRBL's reverse and forward passes: entry speeds, then the last block's exit (0)."""
+    v = [*limits, 0.0]
+    v[0] = min(v[0], v_start)
+    for i in range(len(lengths) - 1, -1, -1):
+        v[i] = min(v[i], math.sqrt(v[i + 1] ** 2 + 2.0 * accels[i] * lengths[i]))
+    for i in range(len(lengths)):
+        v[i + 1] = min(v[i + 1], math.sqrt(v[i] ** 2 + 2.0 * accels[i] * lengths[i]))
+    return v
 
 BANNER = b"\r\nGrbl 1.1h ['$' for help]\r\n"
 SETTINGS = ("$11=0.010", "$12=0.002", "$110={rate:.3f}", "$120={accel:.3f}")
@@ -98,7 +158,8 @@ class Machine:
         self.planned = (0.0, 0.0, 0.0)  # end of the last planned block
         self.last_unit: tuple[float, float, float] | None = None
         self.exit_speed = 0.0
-        self.wall0, self.offset, self.frozen = time.monotonic(), 0.0, None
+        self.wall0, self.offset = time.monotonic(), 0.0
+        self.frozen: float | None = None
         self.executed = self.max_blocks = 0
 
     def now(self) -> float:
@@ -231,66 +292,60 @@ class Parser:
 
     def _execute(self, words: dict[str, float], gs: dict[str, int],
                  ms: list[int]) -> tuple[str, Any]:
-        self.plane = gs.get("plane", self.plane)
-        if "units" in gs:
-            self.scale = 25.4 if gs["units"] == 200 else 1.0
-        if "distance" in gs:
-            self.absolute = gs["distance"] == 900
-        if "feed" in gs:
-            self.inverse = gs["feed"] == 930
+        # A rejected line changes nothing: modal state is committed only at the end.
+        plane = gs.get("plane", self.plane)
+        scale = {200: 25.4, 210: 1.0}.get(gs.get("units", 0), self.scale)
+        absolute = gs["distance"] == 900 if "distance" in gs else self.absolute
+        inverse = gs["feed"] == 930 if "feed" in gs else self.inverse
+        feed = self.feed if inverse == self.inverse else 0.0
         if "F" in words:
-            self.feed = words["F"] if self.inverse else words["F"] * self.scale
-        words.pop("N", None)
-        words.pop("S", None)
-        words.pop("T", None)
+            feed = words["F"] if inverse else words["F"] * scale
+        motion = gs["motion"] // 10 if "motion" in gs else self.motion
+        for k in "NST":
+            words.pop(k, None)
+        axes = [k for k in "XYZ" if k in words]
+        arc_words = [k for k in "IJKR" if k in words]
+        kind: tuple[str, Any] = ("sync", None) if ms else ("none", None)
         if "dwell" in gs:
             if "P" not in words:
                 raise GrblError(28)
-            return "dwell", words.pop("P")
-        self.motion = gs.get("motion", self.motion) // 10
-        axes = [k for k in "XYZ" if k in words]
-        arc_words = [k for k in "IJKR" if k in words]
-        if "P" in words or (arc_words and self.motion < 2):
+            kind = ("dwell", words.pop("P"))
+        if "P" in words or (arc_words and motion < 2):
             raise GrblError(36)
-        if "motion" in gs and not axes:
-            raise GrblError(26)
-        if not axes:
-            return ("sync", None) if ms else ("none", None)
         target = list(self.position)
-        for i, k in enumerate("XYZ"):
-            if k in words:
-                target[i] = words[k] * self.scale + (0.0 if self.absolute else target[i])
-        if self.travel and any(abs(c) > t for c, t in zip(target, self.travel, strict=True)):
-            return "soft_limit", None
-        if self.motion == 0:
-            feed = math.inf
-        elif self.inverse:
-            if "F" not in words or words["F"] <= 0:
+        if axes or ("motion" in gs and motion >= 2):
+            if not axes:
+                raise GrblError(26)  # G2/G3 need axis words; G0/G1 alone only set the mode
+            for i, k in enumerate("XYZ"):
+                if k in words:
+                    target[i] = words[k] * scale + (0.0 if absolute else target[i])
+            if motion and (feed <= 0 or (inverse and "F" not in words)):
                 raise GrblError(22)
-            feed = math.inf  # per-segment feeds below
-        elif self.feed <= 0:
-            raise GrblError(22)
-        else:
-            feed = self.feed / 60.0
-        points = self._arc(words, target) if self.motion >= 2 else [tuple(target)]
-        start = tuple(self.position)
-        if self.inverse and self.motion:
-            length = sum(math.dist(a, b) for a, b in zip([start, *points[:-1]], points,
-                                                         strict=True))
-            feed = length * words["F"] / 60.0
-        self.position = target
-        return "move", (points, feed)
+            points = self._arc(words, target, scale, plane, motion == 2) if motion >= 2 else [
+                tuple(target)]
+            if self.travel and any(abs(c) > t for c, t in zip(target, self.travel, strict=True)):
+                kind = ("soft_limit", None)
+            else:
+                speed = math.inf if motion == 0 else feed / 60.0
+                if inverse and motion:  # G93: the whole line takes 60 / F seconds
+                    path = [tuple(self.position), *points]
+                    speed = sum(math.dist(a, b) for a, b in itertools.pairwise(path)) * feed / 60.0
+                kind = ("move", (points, speed))
+                self.position = target
+        self.plane, self.scale, self.absolute, self.inverse = plane, scale, absolute, inverse
+        self.feed, self.motion = feed, motion
+        return kind
 
-    def _arc(self, words: dict[str, float], target: list[float]) -> list[tuple[float, ...]]:
-        a, b, n = _PLANES[self.plane]
-        first, second = _OFFSETS[self.plane]
+    def _arc(self, words: dict[str, float], target: list[float], scale: float, plane: int,
+             cw: bool) -> list[tuple[float, ...]]:
+        a, b, n = _PLANES[plane]
+        first, second = _OFFSETS[plane]
         start = self.position
         if "XYZ"[a] not in words and "XYZ"[b] not in words:
             raise GrblError(32)
         x, y = target[a] - start[a], target[b] - start[b]
-        cw = self.motion == 2
         if "R" in words:
-            r = words["R"] * self.scale
+            r = words["R"] * scale
             h2 = 4.0 * r * r - x * x - y * y
             if x == 0 and y == 0:
                 raise GrblError(33)
@@ -305,7 +360,7 @@ class Parser:
         else:
             if first not in words and second not in words:
                 raise GrblError(35)
-            ca, cb = words.get(first, 0.0) * self.scale, words.get(second, 0.0) * self.scale
+            ca, cb = words.get(first, 0.0) * scale, words.get(second, 0.0) * scale
             r = math.hypot(ca, cb)
             if abs(r - math.hypot(x - ca, y - cb)) > 0.005 and abs(
                     r - math.hypot(x - ca, y - cb)) > 0.001 * r:
@@ -434,7 +489,7 @@ class Grbl:
         self.alarm = "critical" if critical else "locked"
 
     def service(self) -> None:
-        while self.alarm != "critical":
+        while self.alarm != "critical" and not self.stalled:
             if self.pending is not None and not self.drain():
                 return
             line = self.take_line()
@@ -583,7 +638,8 @@ class Grbl:
         return {**self.stats, "blocks_executed": self.machine.executed,
                 "planner_max_blocks": self.machine.max_blocks,
                 "machine_time_s": self.machine.now(), "position_mm": self.machine.position(),
-                "alarm": self.alarm, "stalled": self.stalled}
+                "alarm": self.alarm, "stalled": self.stalled,
+                "held": self.machine.frozen is not None}
 
 
 def _fault(text: str | None, default: int) -> tuple[int, int] | None:
@@ -613,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
     tty.setraw(slave)
     os.set_blocking(master, False)
     grbl = Grbl(args, master)
-    grbl.tx += BANNER
+    os.write(master, BANNER)  # the boot banner, before anyone listens (pyserial's open drops it)
 
     def stop(signum: int, frame: Any) -> None:
         raise SystemExit(0)

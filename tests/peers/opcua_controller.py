@@ -329,7 +329,9 @@ class Peer:
             kind = None
             if self.fault is not None and k == self.fault_after:
                 kind, self.fault = self.fault, None  # faults act once
+                frozen = loop.time()
                 await self._act_fault(kind)
+                start += loop.time() - frozen  # the motion was held up too
             j = min(i + chunk, len(samples))
             motor: Any = ua.Variant(samples.motor_counts[i:j].tolist(), vt.UInt32)
             if kind == "garbage_type":

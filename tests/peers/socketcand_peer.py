@@ -25,7 +25,8 @@ import contextlib
 import os
 import signal
 
-from .can_controller import BADTEXT, GARBAGE, Controller, Out, add_arguments, controller_from_args, emit_json
+from .can_controller import BADTEXT, GARBAGE, Controller, Out
+from .can_peer_cli import add_arguments, controller_from_args, emit_json
 
 TICK_S = 0.001
 
@@ -102,7 +103,9 @@ class SocketcandPeer:
         for out in outs:
             if out.kind == "frame":
                 secs, usecs = divmod(round(out.t * 1e6), 1_000_000)
-                chunks.append(f"< frame {out.can_id:03X} {secs}.{usecs:06d} {out.data.hex().upper()} >")
+                chunks.append(
+                    f"< frame {out.can_id:03X} {secs}.{usecs:06d} {out.data.hex().upper()} >"
+                )
                 continue
             self._write(chunks)
             chunks = []

@@ -7,8 +7,9 @@ a network namespace of their own (`ip netns add`; inside it `ip link set lo up m
 `python -m peers.udp_multicast_peer --config ... --controller ...` with tests/ on PYTHONPATH; it
 prints {"event": "listening", ...} once it has joined the group.
 
-On this transport `garbage` and `badtext` are a datagram that is no msgpack frame, and `disconnect` (there is
-no connection to drop) silences the controller for good, like a node that fell off the bus.
+On this transport `garbage` and `badtext` are a datagram that is no msgpack frame, and
+`disconnect` (there is no connection to drop) silences the controller for good, like a node that
+fell off the bus.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import time
 
 import can
 
-from .can_controller import GARBAGE, Controller, add_arguments, controller_from_args, emit_json
+from .can_controller import GARBAGE, Controller
+from .can_peer_cli import add_arguments, controller_from_args, emit_json
 
 TICK_S = 0.001
 
@@ -46,7 +48,11 @@ def serve(args: argparse.Namespace) -> None:
 
     def receive() -> None:
         while True:
-            msg = bus.recv(timeout=0.1)
+            try:
+                msg = bus.recv(timeout=0.1)
+            except can.CanOperationError as exc:  # our own garbage datagram comes back too
+                emit_json({"event": "receive_error", "error": str(exc)})
+                continue
             if msg is not None and not msg.is_error_frame:
                 with lock:
                     controller.on_frame(msg.arbitration_id, bytes(msg.data))
@@ -58,7 +64,9 @@ def serve(args: argparse.Namespace) -> None:
             outs = controller.step()
         for out in outs:
             if out.kind == "frame":
-                bus.send(can.Message(arbitration_id=out.can_id, data=out.data, is_extended_id=False))
+                bus.send(
+                    can.Message(arbitration_id=out.can_id, data=out.data, is_extended_id=False)
+                )
             elif out.kind in ("garbage", "badtext"):
                 raw.sendto(GARBAGE, (args.group, args.port))
             elif out.kind == "disconnect":

@@ -49,7 +49,8 @@ class UrEmulator:
     def __init__(self, host: str, *args: str) -> None:
         self.host = host
         self.args = args
-        self._log = tempfile.NamedTemporaryFile(prefix="ur_emulator_", suffix=".log", delete=False)
+        fd, self._log_path = tempfile.mkstemp(prefix="ur_emulator_", suffix=".log")
+        self._log = os.fdopen(fd, "wb")
         self.proc: subprocess.Popen[bytes] | None = None
         self._sock: socket.socket | None = None
         self._reader: Any = None
@@ -109,11 +110,12 @@ class UrEmulator:
             self.proc.wait(5.0)
 
     def log_text(self) -> str:
-        return Path(self._log.name).read_text(errors="replace")
+        return Path(self._log_path).read_text(errors="replace")
 
     def __enter__(self) -> UrEmulator:
         return self.start() if self.proc is None else self
 
     def __exit__(self, *exc: object) -> None:
         self.kill()
-        Path(self._log.name).unlink(missing_ok=True)
+        self._log.close()
+        Path(self._log_path).unlink(missing_ok=True)

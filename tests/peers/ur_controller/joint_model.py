@@ -210,7 +210,7 @@ class _Hold(_Profile):
 
 
 class _MoveJ(_Profile):
-    """URScript movej: the leading joint on a trapezoid (v, a), the others scaled to arrive with it."""
+    """URScript movej: the leading joint on a trapezoid (v, a), the others arriving with it."""
 
     def __init__(self, q0: list[float], q1: list[float], v: float, a: float) -> None:
         self.q0, self.dq = list(q0), [b - c for b, c in zip(q1, q0, strict=True)]

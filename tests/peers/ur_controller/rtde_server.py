@@ -14,6 +14,7 @@ full is disconnected, as a real controller drops a client that cannot keep up.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import socket
@@ -42,26 +43,68 @@ FORMATS: dict[str, str] = {
     "VECTOR6UINT32": "6I",
 }
 
-_V6 = (
-    "target_q target_qd target_qdd target_current target_moment actual_q actual_qd "
-    "actual_current joint_control_output actual_TCP_pose actual_TCP_speed actual_TCP_force "
-    "target_TCP_pose target_TCP_speed joint_temperatures actual_joint_voltage ft_raw_wrench "
-    "payload_inertia joint_position_deviation_ratio actual_current_window"
-).split()
-_DOUBLES = (
-    "timestamp actual_execution_time speed_scaling target_speed_fraction actual_momentum "
-    "actual_main_voltage actual_robot_voltage actual_robot_current standard_analog_input0 "
-    "standard_analog_input1 standard_analog_output0 standard_analog_output1 io_current "
-    "euromap67_24V_voltage euromap67_24V_current tool_analog_input0 tool_analog_input1 "
-    "tool_output_current tool_temperature tcp_force_scalar payload collision_detection_ratio "
-    "speed_scaling_combined"
-).split()
-_UINT32 = (
-    "runtime_state robot_status_bits safety_status_bits analog_io_types euromap67_input_bits "
-    "euromap67_output_bits tool_mode tool_analog_input_types output_bit_registers0_to_31 "
-    "output_bit_registers32_to_63 input_bit_registers0_to_31 input_bit_registers32_to_63 "
-    "script_control_line"
-).split()
+_V6 = [
+    "target_q",
+    "target_qd",
+    "target_qdd",
+    "target_current",
+    "target_moment",
+    "actual_q",
+    "actual_qd",
+    "actual_current",
+    "joint_control_output",
+    "actual_TCP_pose",
+    "actual_TCP_speed",
+    "actual_TCP_force",
+    "target_TCP_pose",
+    "target_TCP_speed",
+    "joint_temperatures",
+    "actual_joint_voltage",
+    "ft_raw_wrench",
+    "payload_inertia",
+    "joint_position_deviation_ratio",
+    "actual_current_window",
+]
+_DOUBLES = [
+    "timestamp",
+    "actual_execution_time",
+    "speed_scaling",
+    "target_speed_fraction",
+    "actual_momentum",
+    "actual_main_voltage",
+    "actual_robot_voltage",
+    "actual_robot_current",
+    "standard_analog_input0",
+    "standard_analog_input1",
+    "standard_analog_output0",
+    "standard_analog_output1",
+    "io_current",
+    "euromap67_24V_voltage",
+    "euromap67_24V_current",
+    "tool_analog_input0",
+    "tool_analog_input1",
+    "tool_output_current",
+    "tool_temperature",
+    "tcp_force_scalar",
+    "payload",
+    "collision_detection_ratio",
+    "speed_scaling_combined",
+]
+_UINT32 = [
+    "runtime_state",
+    "robot_status_bits",
+    "safety_status_bits",
+    "analog_io_types",
+    "euromap67_input_bits",
+    "euromap67_output_bits",
+    "tool_mode",
+    "tool_analog_input_types",
+    "output_bit_registers0_to_31",
+    "output_bit_registers32_to_63",
+    "input_bit_registers0_to_31",
+    "input_bit_registers32_to_63",
+    "script_control_line",
+]
 
 OUTPUT_TYPES: dict[str, str] = {
     **{n: "VECTOR6D" for n in _V6},
@@ -187,10 +230,8 @@ class RtdeConnection:
     def _close_locked(self) -> None:
         if not self.closed:
             self.closed = True
-            try:
+            with contextlib.suppress(OSError):
                 self.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             self.sock.close()
             self.server.forget(self)
 
@@ -258,7 +299,9 @@ class RtdeConnection:
             divider = max(1, round(srv.controller_hz / freq))
             self.output = _Output(1, names, divider)
         elif not 0 < freq <= srv.controller_hz:
-            self.send(text_message(f"frequency {freq} Hz outside (0, {srv.controller_hz}]", level=0))
+            self.send(
+                text_message(f"frequency {freq} Hz outside (0, {srv.controller_hz}]", level=0)
+            )
         self.send(package("O", bytes([1 if ok else 0]) + ",".join(types).encode()))
 
     def _setup_inputs(self, body: bytes) -> None:

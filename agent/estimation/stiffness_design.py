@@ -1,0 +1,639 @@
+"""Optimal design of stiffness experiments (paper 003, eqs. 16-21), and its dual-encoder twin.
+
+The design u = (poses, forces) minimises a scalar criterion of the linearised posterior
+covariance at the prior mean k0 (eq. 17): A = trace, D = determinant, E = largest eigenvalue
+(eq. 16). Bounds: joint limits and force components (eq. 19, +-300 N in the paper). Nonlinear
+constraints: g(u) <= 0 keeps the tool within the cone of eq. 21 (the angle between the vector
+joint 6 -> TCP and the horizontal direction base -> TCP at most phi_max, 80 deg in the paper;
+eq. 21 is the law of cosines for that angle between two unit vectors) and a closed chain's
+coupled angle within its range; h(u) = 0 optionally holds the TCP at one target position (the
+paper's experiment: one position, several orientations). Solved by SLSQP (scipy) from several
+starts; gradients are forward differences evaluated for all variables in one batched pass.
+
+Criteria are minimised as logarithms relative to the prior (same minimiser, scale-free); the
+design reports the plain values of eq. 16. Sequential design: `given` measurements add their
+information (at k0 or at the current estimate) and only the new ones are optimised.
+
+Dual encoder (not in the paper): the poses are the only input, gravity the load; the
+criterion is taken on the stiffness block of the posterior, the encoder offsets marginalised.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from scipy.optimize import minimize
+
+from agent.estimation.stiffness import (
+    IDENTIFIABLE_INFO_RATIO,
+    StiffnessPrior,
+    encoder_sigma_rad,
+)
+from agent.models.compliance import ComplianceModel, InfeasibleRequestError, linear_sensitivity
+from agent.models.kinematics import forward, gravity_torques, position_jacobian
+
+Array = npt.NDArray[np.float64]
+Criterion = Literal["A", "D", "E"]
+CRITERIA: tuple[Criterion, ...] = ("A", "D", "E")
+FD_STEP = 1e-6  # rad, and force / force scale
+
+
+def criterion_value(cov: Array, criterion: Criterion) -> float:
+    """Psi_A, Psi_D or Psi_E of eq. 16."""
+    if criterion == "A":
+        return float(np.trace(cov))
+    if criterion == "D":
+        return float(np.linalg.det(cov))
+    if criterion == "E":
+        return float(np.linalg.eigvalsh(cov)[-1])
+    raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+
+
+@dataclass(frozen=True)
+class TcpDesignSettings:
+    measurements: int
+    criterion: Criterion = "A"
+    force_min_n: tuple[float, float, float] = (-300.0, -300.0, -300.0)
+    force_max_n: tuple[float, float, float] = (300.0, 300.0, 300.0)
+    cone_max_deg: float | None = 80.0  # eq. 21; None: no orientation constraint
+    target_m: tuple[float, float, float] | None = None  # h(u) = 0: one TCP position
+    noise_m: float = 1e-6  # laser sensor sd (the paper's Keyence LK-G32: 1 um)
+    starts: int = 4
+    max_iter: int = 200
+    seed: int = 0
+    tolerance: float = 1e-5  # constraint violation accepted (rad, m, cosine)
+
+
+@dataclass(frozen=True)
+class StiffnessDesign:
+    """The designed experiments and the posterior they are expected to give."""
+
+    method: str
+    criterion: Criterion
+    joint_names: tuple[str, ...]
+    q_rad: Array  # (K, n)
+    force_n: Array | None  # (K, 3); None for the dual encoder
+    tcp_m: Array  # (K, 3)
+    covariance: Array  # expected posterior covariance of k (eq. 17)
+    criterion_value: float
+    prior_criterion_value: float
+    starts: int
+    feasible_starts: int
+    seconds: float
+    given: int = 0
+    warnings: tuple[str, ...] = ()
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def std_nm_rad(self) -> Array:
+        return np.sqrt(np.diag(self.covariance))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "criterion": self.criterion,
+            "joint_names": list(self.joint_names),
+            "q_rad": self.q_rad.tolist(),
+            "force_n": None if self.force_n is None else self.force_n.tolist(),
+            "tcp_m": self.tcp_m.tolist(),
+            "covariance": self.covariance.tolist(),
+            "std_nm_rad": self.std_nm_rad.tolist(),
+            "trace": float(np.trace(self.covariance)),
+            "criterion_value": self.criterion_value,
+            "prior_criterion_value": self.prior_criterion_value,
+            "starts": self.starts,
+            "feasible_starts": self.feasible_starts,
+            "seconds": self.seconds,
+            "given": self.given,
+            "warnings": list(self.warnings),
+            **self.extra,
+        }
+
+
+# -- the generic multi-start SLSQP on batched evaluations ---------------------------------------
+
+
+@dataclass
+class _Problem:
+    """dim variables; evaluate(X (B, dim)) -> (whitened information (B, p, p) of the new
+    experiments, inequalities >= 0 (B, m_i), equalities = 0 (B, m_e))."""
+
+    lower: Array
+    upper: Array
+    evaluate: Callable[[Array], tuple[Array, Array, Array]]
+    scale: Array  # (p,) prior sd of each parameter: whitened -> physical
+    base_info: Array  # (p, p) whitened information of the prior plus the given experiments
+    n_k: int
+    criterion: Criterion
+
+    def covariance(self, info_w: Array) -> Array:
+        """Physical covariance of the k block, (B, n_k, n_k)."""
+        c_w = np.linalg.inv(info_w + self.base_info)[:, : self.n_k, : self.n_k]
+        s = self.scale[: self.n_k]
+        return np.asarray(c_w * s[:, None] * s[None, :])
+
+    def log_criterion(self, cov: Array) -> Array:
+        if self.criterion == "A":
+            return np.asarray(np.log(np.trace(cov, axis1=1, axis2=2)))
+        if self.criterion == "D":
+            return np.asarray(np.linalg.slogdet(cov)[1])
+        return np.asarray(np.log(np.linalg.eigvalsh(cov)[:, -1]))
+
+
+class _Evaluator:
+    """Objective, constraints and their forward-difference Jacobians from one batched call,
+    cached for the last x (SLSQP asks for them one after another)."""
+
+    def __init__(
+        self, problem: _Problem, free: npt.NDArray[np.bool_], template: Array, ref: float
+    ) -> None:
+        self.p, self.free, self.template, self.ref = problem, free, template, ref
+        self.x: Array | None = None
+
+    def full(self, xf: Array) -> Array:
+        x = self.template.copy()
+        x[self.free] = xf
+        return x
+
+    def _run(self, xf: Array) -> None:
+        if self.x is not None and np.array_equal(xf, self.x):
+            return
+        n = xf.size
+        batch = np.repeat(xf[None, :], n + 1, axis=0)
+        batch[1:] += FD_STEP * np.eye(n)
+        full = np.repeat(self.template[None, :], n + 1, axis=0)
+        full[:, self.free] = batch
+        info, ineq, eq = self.p.evaluate(full)
+        obj = self.p.log_criterion(self.p.covariance(info)) - self.ref
+        self.x = xf.copy()
+        self.f, self.g = float(obj[0]), (obj[1:] - obj[0]) / FD_STEP
+        self.ci, self.ci_j = ineq[0], ((ineq[1:] - ineq[0]) / FD_STEP).T
+        self.ce, self.ce_j = eq[0], ((eq[1:] - eq[0]) / FD_STEP).T
+
+    def fun(self, xf: Array) -> float:
+        self._run(xf)
+        return self.f
+
+    def jac(self, xf: Array) -> Array:
+        self._run(xf)
+        return np.asarray(self.g)
+
+    def constraints(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        if self.p.evaluate(self.template[None, :])[1].shape[1]:
+            out.append({"type": "ineq", "fun": self._ci, "jac": self._ci_j})
+        if self.p.evaluate(self.template[None, :])[2].shape[1]:
+            out.append({"type": "eq", "fun": self._ce, "jac": self._ce_j})
+        return out
+
+    def _ci(self, xf: Array) -> Array:
+        self._run(xf)
+        return np.asarray(self.ci)
+
+    def _ci_j(self, xf: Array) -> Array:
+        self._run(xf)
+        return np.asarray(self.ci_j)
+
+    def _ce(self, xf: Array) -> Array:
+        self._run(xf)
+        return np.asarray(self.ce)
+
+    def _ce_j(self, xf: Array) -> Array:
+        self._run(xf)
+        return np.asarray(self.ce_j)
+
+
+@dataclass(frozen=True)
+class _Solution:
+    x: Array
+    log_value: float
+    violation: float
+    worst: int  # index of the worst constraint (inequalities first), -1 if none
+    feasible_starts: int
+
+
+def _violation(problem: _Problem, x: Array) -> tuple[float, int]:
+    _, ineq, eq = problem.evaluate(x[None, :])
+    v = np.concatenate([np.maximum(-ineq[0], 0.0), np.abs(eq[0])])
+    if v.size == 0:
+        return 0.0, -1
+    return float(v.max()), int(np.argmax(v))
+
+
+def _solve(
+    problem: _Problem, starts: list[Array], max_iter: int, tolerance: float
+) -> _Solution:
+    free = problem.upper > problem.lower
+    template = np.where(free, 0.0, problem.lower)
+    no_data = np.zeros((1, *problem.base_info.shape))
+    ref = float(problem.log_criterion(problem.covariance(no_data))[0])
+    bounds = list(zip(problem.lower[free], problem.upper[free], strict=True))
+    best: tuple[float, Array] | None = None
+    closest: tuple[float, Array] | None = None
+    feasible = 0
+    for x0 in starts:
+        ev = _Evaluator(problem, free, template, ref)
+        xf = np.clip(x0[free], problem.lower[free], problem.upper[free])
+        cons = ev.constraints()
+        res = minimize(
+            ev.fun, xf, jac=ev.jac, method="SLSQP", bounds=bounds, constraints=cons,
+            options={"maxiter": max_iter, "ftol": 1e-9},
+        )
+        x = ev.full(np.clip(res.x, problem.lower[free], problem.upper[free]))
+        viol, _ = _violation(problem, x)
+        value = ev.fun(x[free])
+        if viol <= tolerance:
+            feasible += 1
+            if best is None or value < best[0]:
+                best = (value, x)
+        elif closest is None or viol < closest[0]:
+            closest = (viol, x)
+    if best is not None:
+        return _Solution(best[1], best[0], 0.0, -1, feasible)
+    assert closest is not None
+    viol, worst = _violation(problem, closest[1])
+    return _Solution(closest[1], math.inf, viol, worst, 0)
+
+
+def _check_identified(problem: _Problem, info_w: Array, names: tuple[str, ...], why: str) -> None:
+    """Raise naming the joints whose stiffness the design leaves at its prior."""
+    data = info_w + problem.base_info - np.eye(problem.base_info.shape[0])
+    # marginal data information of the k block (nuisances eliminated by the Schur complement)
+    n_k = problem.n_k
+    a, b, d = data[:n_k, :n_k], data[:n_k, n_k:], data[n_k:, n_k:] + np.eye(data.shape[0] - n_k)
+    marginal = a - b @ np.linalg.solve(d, b.T) if d.size else a
+    vals, vecs = np.linalg.eigh(0.5 * (marginal + marginal.T))
+    bad: list[str] = []
+    for v, vec in zip(vals, vecs.T, strict=True):
+        if v < IDENTIFIABLE_INFO_RATIO:
+            bad += [names[i] for i in np.flatnonzero(np.abs(vec) > 0.3) if names[i] not in bad]
+    if bad:
+        joints = ", ".join(bad)
+        raise InfeasibleRequestError(
+            f"joint {joints}" if len(bad) == 1 else f"joints {joints}",
+            f"no feasible measurement loads {'it' if len(bad) == 1 else 'them'} ({why}); "
+            "the design would leave the stiffness at its prior",
+        )
+
+
+def _whiten_prior(prior: StiffnessPrior) -> tuple[Array, Array]:
+    scale = prior.std_nm_rad / math.sqrt(prior.gamma)
+    return scale, np.eye(scale.size)
+
+
+# -- TCP force and laser deviation (the paper) -------------------------------------------------
+
+
+def _tcp_problem(
+    model: ComplianceModel,
+    settings: TcpDesignSettings,
+    prior: StiffnessPrior,
+    k_ref: Array,
+    base_extra: Array,
+    n_meas: int,
+) -> tuple[_Problem, float]:
+    robot, n = model.robot, model.n_joints
+    fmin = np.asarray(settings.force_min_n, dtype=np.float64)
+    fmax = np.asarray(settings.force_max_n, dtype=np.float64)
+    if fmin.shape != (3,) or fmax.shape != (3,) or np.any(fmin > fmax):
+        raise InfeasibleRequestError("force bounds", f"need min <= max, got {fmin}, {fmax}")
+    f_scale = max(float(np.max(np.abs(np.concatenate([fmin, fmax])))), 1.0)
+    limits = robot.position_limits_rad()
+    lower = np.tile(np.concatenate([limits[:, 0], fmin / f_scale]), n_meas)
+    upper = np.tile(np.concatenate([limits[:, 1], fmax / f_scale]), n_meas)
+    scale, prior_w = _whiten_prior(prior)
+    ranged = [i for i, j in enumerate(robot.joints) if j.dh_range_rad is not None]
+    rng_lo = np.array([robot.joints[i].dh_range_rad[0] for i in ranged])  # type: ignore[index]
+    rng_hi = np.array([robot.joints[i].dh_range_rad[1] for i in ranged])  # type: ignore[index]
+    cone = settings.cone_max_deg
+    cos_max = None if cone is None else math.cos(math.radians(cone))
+    target = None if settings.target_m is None else np.asarray(settings.target_m, dtype=np.float64)
+
+    def evaluate(x: Array) -> tuple[Array, Array, Array]:
+        b = x.shape[0]
+        u = x.reshape(b * n_meas, n + 3)
+        q, f = u[:, :n], u[:, n:] * f_scale
+        pose = forward(model.chain, q)
+        s = linear_sensitivity(position_jacobian(model.chain, pose), f, k_ref) * scale
+        s = s.reshape(b, n_meas * 3, n)
+        info = np.einsum("bmi,bmj->bij", s, s) / settings.noise_m**2
+        ineq = []
+        if cos_max is not None:
+            ineq.append((_cone_cosine(pose) - cos_max).reshape(b, n_meas))
+        if ranged:
+            coupled = (q @ model.chain.coupling.T)[:, ranged]
+            ineq.append((coupled - rng_lo).reshape(b, -1))
+            ineq.append((rng_hi - coupled).reshape(b, -1))
+        eq = [] if target is None else [(pose.tcp_pos - target).reshape(b, -1)]
+        return (
+            info,
+            np.concatenate(ineq, axis=1) if ineq else np.zeros((b, 0)),
+            np.concatenate(eq, axis=1) if eq else np.zeros((b, 0)),
+        )
+
+    problem = _Problem(lower, upper, evaluate, scale, prior_w + base_extra, n, settings.criterion)
+    return problem, f_scale
+
+
+def _cone_cosine(pose: Any) -> Array:
+    """cos(phi) of eq. 21: tool direction (joint 6 -> TCP, the tool z axis when the TCP is on
+    the flange) against the horizontal direction from the base to the TCP."""
+    tool = pose.tcp_pos - pose.flange_pos
+    length = np.linalg.norm(tool, axis=1, keepdims=True)
+    tool = np.where(length > 1e-9, tool / np.maximum(length, 1e-300), pose.tcp_rot[:, :, 2])
+    radial = pose.tcp_pos.copy()
+    radial[:, 2] = 0.0
+    radial /= np.maximum(np.linalg.norm(radial, axis=1, keepdims=True), 1e-9)
+    return np.asarray(np.sum(tool * radial, axis=1))
+
+
+def _constraint_names(model: ComplianceModel, settings: TcpDesignSettings, k: int) -> list[str]:
+    names = []
+    if settings.cone_max_deg is not None:
+        names += [f"tool-axis cone (eq. 21, phi <= {settings.cone_max_deg:g} deg)"] * k
+    ranged = [j.name for j in model.robot.joints if j.dh_range_rad is not None]
+    names += [f"closed-chain range of joint {name} (lower)" for _ in range(k) for name in ranged]
+    names += [f"closed-chain range of joint {name} (upper)" for _ in range(k) for name in ranged]
+    if settings.target_m is not None:
+        names += [f"target TCP position {tuple(settings.target_m)} m (h(u) = 0)"] * (3 * k)
+    return names
+
+
+def given_information(
+    model: ComplianceModel,
+    prior: StiffnessPrior,
+    q: npt.ArrayLike,
+    force: npt.ArrayLike,
+    noise_m: float,
+    k_ref: npt.ArrayLike | None = None,
+) -> Array:
+    """Whitened information of measurements already taken (for sequential design)."""
+    k = prior.mean_nm_rad if k_ref is None else np.asarray(k_ref, dtype=np.float64)
+    scale, _ = _whiten_prior(prior)
+    qa = np.atleast_2d(np.asarray(q, dtype=np.float64))
+    fa = np.broadcast_to(np.asarray(force, dtype=np.float64), (qa.shape[0], 3))
+    jac = position_jacobian(model.chain, forward(model.chain, qa))
+    s = (linear_sensitivity(jac, np.array(fa), k) * scale).reshape(-1, model.n_joints)
+    return np.asarray(s.T @ s / noise_m**2)
+
+
+def design_tcp(
+    model: ComplianceModel,
+    settings: TcpDesignSettings,
+    prior: StiffnessPrior,
+    *,
+    given_q: npt.ArrayLike | None = None,
+    given_force: npt.ArrayLike | None = None,
+    k_ref: npt.ArrayLike | None = None,
+) -> StiffnessDesign:
+    """The `settings.measurements` most informative (pose, force) pairs, after `given` ones."""
+    started = time.perf_counter()
+    k_n = settings.measurements
+    if k_n < 1:
+        raise InfeasibleRequestError("measurements", f"need at least 1, got {k_n}")
+    if settings.criterion not in CRITERIA:
+        raise ValueError(f"criterion must be one of {CRITERIA}, got {settings.criterion!r}")
+    if not np.any(np.asarray([*settings.force_min_n, *settings.force_max_n])):
+        raise InfeasibleRequestError(
+            "force bounds", "allow only F = 0: no measurement loads any joint (singular design)"
+        )
+    k = prior.mean_nm_rad if k_ref is None else np.asarray(k_ref, dtype=np.float64)
+    extra = np.zeros((model.n_joints, model.n_joints))
+    given = 0
+    if given_q is not None:
+        if given_force is None:
+            raise ValueError("given_q needs given_force")
+        extra = given_information(model, prior, given_q, given_force, settings.noise_m, k)
+        given = int(np.atleast_2d(np.asarray(given_q)).shape[0])
+    problem, f_scale = _tcp_problem(model, settings, prior, k, extra, k_n)
+    rng = np.random.default_rng(settings.seed)
+    n_starts = max(settings.starts, 1)
+    if settings.target_m is None:
+        starts = [_tcp_start(problem, rng, k_n, model.n_joints) for _ in range(n_starts)]
+    else:
+        # with a target position, random poses are infeasible: start from projected ones
+        single, _ = _tcp_problem(model, settings, prior, k, extra, 1)
+        rows, viol, worst = _feasible_rows(single, rng, k_n * n_starts)
+        if not rows:
+            names = _constraint_names(model, settings, 1)
+            what = names[worst] if 0 <= worst < len(names) else "constraints"
+            raise InfeasibleRequestError(
+                what, f"no pose within the joint limits meets it (closest: violation "
+                f"{viol:.3g}): the requested pose is not reachable"
+            )
+        starts = [
+            np.concatenate([rows[(i * k_n + j) % len(rows)] for j in range(k_n)])
+            for i in range(n_starts)
+        ]
+    sol = _solve(problem, starts, settings.max_iter, settings.tolerance)
+    if sol.feasible_starts == 0:
+        names = _constraint_names(model, settings, k_n)
+        what = names[sol.worst] if 0 <= sol.worst < len(names) else "constraints"
+        raise InfeasibleRequestError(
+            what, f"no start reached a feasible design (violation {sol.violation:.3g}): the "
+            "requested pose is not reachable within the joint limits"
+        )
+    u = sol.x.reshape(k_n, model.n_joints + 3)
+    q, f = u[:, : model.n_joints], u[:, model.n_joints :] * f_scale
+    info = problem.evaluate(sol.x[None, :])[0]
+    bounds = f"force bounds {settings.force_min_n}..{settings.force_max_n} N"
+    _check_identified(problem, info[0], model.joint_names, bounds)
+    cov = problem.covariance(info)[0]
+    prior_cov = problem.covariance(np.zeros_like(info))[0]
+    pose = forward(model.chain, q)
+    return StiffnessDesign(
+        method="tcp-deviation",
+        criterion=settings.criterion,
+        joint_names=model.joint_names,
+        q_rad=q,
+        force_n=f,
+        tcp_m=pose.tcp_pos,
+        covariance=cov,
+        criterion_value=criterion_value(cov, settings.criterion),
+        prior_criterion_value=criterion_value(prior_cov, settings.criterion),
+        starts=len(starts),
+        feasible_starts=sol.feasible_starts,
+        seconds=time.perf_counter() - started,
+        given=given,
+        extra={
+            "noise_m": settings.noise_m,
+            "cone_deg": np.degrees(np.arccos(np.clip(_cone_cosine(pose), -1, 1))).tolist(),
+            "k_ref_nm_rad": np.asarray(k).tolist(),
+        },
+    )
+
+
+def _feasible_rows(
+    problem: _Problem, rng: np.random.Generator, count: int, attempts: int = 12
+) -> tuple[list[Array], float, int]:
+    """`count` random feasible single-measurement rows of a one-measurement problem: random
+    pose and corner force, projected onto the constraints (nearest point by SLSQP). Returns
+    the rows found, and the smallest violation and its constraint index when some failed."""
+    free = problem.upper > problem.lower
+    template = np.where(free, 0.0, problem.lower)
+    ev = _Evaluator(problem, free, template, 0.0)
+    cons = ev.constraints()
+    bounds = list(zip(problem.lower[free], problem.upper[free], strict=True))
+    n = problem.lower.size - 3
+    rows: list[Array] = []
+    best_violation, worst = math.inf, -1
+    for _ in range(count * attempts):
+        if len(rows) == count:
+            break
+        x0 = _tcp_start(problem, rng, 1, n)[free]
+        res = minimize(
+            lambda x, a=x0: float(np.sum((x - a) ** 2)), x0, jac=lambda x, a=x0: 2.0 * (x - a),
+            method="SLSQP", bounds=bounds, constraints=cons,
+            options={"maxiter": 200, "ftol": 1e-14},
+        )
+        x = ev.full(np.clip(res.x, problem.lower[free], problem.upper[free]))
+        viol, at = _violation(problem, x)
+        if viol <= 1e-9:
+            rows.append(x)
+        elif viol < best_violation:
+            best_violation, worst = viol, at
+    return rows, best_violation, worst
+
+
+def _tcp_start(problem: _Problem, rng: np.random.Generator, k_n: int, n: int) -> Array:
+    """Random poses inside the limits, forces at random corners of the box (information
+    grows with |F|^2, so the optimum lies on the force bounds)."""
+    lo, hi = problem.lower.reshape(k_n, n + 3), problem.upper.reshape(k_n, n + 3)
+    x = rng.uniform(lo, hi)
+    corner = rng.integers(0, 2, (k_n, 3)).astype(bool)
+    x[:, n:] = np.where(corner, hi[:, n:], lo[:, n:])
+    return np.asarray(x.ravel())
+
+
+def random_feasible_tcp(
+    model: ComplianceModel,
+    settings: TcpDesignSettings,
+    prior: StiffnessPrior,
+    count: int,
+    rng: np.random.Generator,
+) -> list[StiffnessDesign]:
+    """Random designs that satisfy the bounds and constraints (rejection sampling of poses,
+    forces uniform in the box): the baseline the optimal design is compared with. Not for a
+    target position (the poses would need inverse kinematics)."""
+    if settings.target_m is not None:
+        raise ValueError("random_feasible_tcp does not support a target position")
+    k_n, n = settings.measurements, model.n_joints
+    problem, f_scale = _tcp_problem(model, settings, prior, prior.mean_nm_rad, np.zeros((n, n)), 1)
+    out = []
+    for _ in range(count):
+        rows: list[Array] = []
+        while len(rows) < k_n:
+            cand = rng.uniform(problem.lower, problem.upper, (64, n + 3))
+            _, ineq, _ = problem.evaluate(cand)
+            rows += list(cand[np.all(ineq >= 0, axis=1)])
+        u = np.array(rows[:k_n])
+        q, f = u[:, :n], u[:, n:] * f_scale
+        info = given_information(model, prior, q, f, settings.noise_m)
+        cov = problem.covariance(info[None, :, :])[0]
+        out.append(
+            StiffnessDesign(
+                "tcp-deviation", settings.criterion, model.joint_names, q, f,
+                forward(model.chain, q).tcp_pos, cov, criterion_value(cov, settings.criterion),
+                math.nan, 0, 0, 0.0,
+            )
+        )
+    return out
+
+
+# -- dual encoder: the poses where gravity twists the joints ------------------------------------
+
+
+def design_dual_encoder(
+    model: ComplianceModel,
+    poses: int,
+    prior: StiffnessPrior,
+    *,
+    criterion: Criterion = "A",
+    joints: tuple[str, ...] | None = None,
+    noise_counts: float = 0.5,
+    offset_std_rad: float = 0.01,
+    starts: int = 3,
+    max_iter: int = 200,
+    seed: int = 0,
+) -> StiffnessDesign:
+    """Standstill poses whose gravity torques best determine k of `joints` (default all)."""
+    started = time.perf_counter()
+    robot, n = model.robot, model.n_joints
+    if robot.encoder_counts_per_turn is None:
+        raise InfeasibleRequestError(
+            "encoder_counts_per_turn", f"{robot.source} has no encoder resolution"
+        )
+    if poses < 2:
+        raise InfeasibleRequestError("poses", f"need 2 or more (stiffness, offset), got {poses}")
+    names = model.joint_names
+    idx = list(range(n)) if joints is None else [names.index(j) for j in joints]
+    m = len(idx)
+    gear = np.array([j.gear_ratio for j in robot.joints])
+    sigma = encoder_sigma_rad(robot.encoder_counts_per_turn, gear, noise_counts)[idx]
+    k0 = prior.mean_nm_rad[idx]
+    k_scale = (prior.std_nm_rad / math.sqrt(prior.gamma))[idx]
+    scale = np.concatenate([k_scale, np.full(m, offset_std_rad)])
+    limits = robot.position_limits_rad()
+    lower, upper = np.tile(limits[:, 0], poses), np.tile(limits[:, 1], poses)
+    ranged = [i for i, j in enumerate(robot.joints) if j.dh_range_rad is not None]
+    cols = np.arange(m)
+
+    def evaluate(x: Array) -> tuple[Array, Array, Array]:
+        b = x.shape[0]
+        q = x.reshape(b * poses, n)
+        tau = gravity_torques(robot, q, model.chain.coupling)[:, idx].reshape(b, poses, m)
+        s4 = np.zeros((b, poses, m, 2 * m))
+        s4[:, :, cols, cols] = -tau / k0**2 * k_scale / sigma
+        s4[:, :, cols, m + cols] = offset_std_rad / sigma
+        s = s4.reshape(b, poses * m, 2 * m)
+        info = np.einsum("bmi,bmj->bij", s, s)
+        ineq = np.zeros((b, 0))
+        if ranged:
+            coupled = (q @ model.chain.coupling.T)[:, ranged]
+            lo = np.array([robot.joints[i].dh_range_rad[0] for i in ranged])  # type: ignore[index]
+            hi = np.array([robot.joints[i].dh_range_rad[1] for i in ranged])  # type: ignore[index]
+            ineq = np.concatenate([coupled - lo, hi - coupled], axis=1).reshape(b, -1)
+        return info, ineq, np.zeros((b, 0))
+
+    problem = _Problem(lower, upper, evaluate, scale, np.eye(2 * m), m, criterion)
+    rng = np.random.default_rng(seed)
+    start_list = [rng.uniform(lower, upper) for _ in range(max(starts, 1))]
+    sol = _solve(problem, start_list, max_iter, 1e-6)
+    if sol.feasible_starts == 0:
+        raise InfeasibleRequestError("closed-chain range", "no start found feasible poses")
+    info = problem.evaluate(sol.x[None, :])[0]
+    sub = tuple(names[i] for i in idx)
+    _check_identified(
+        problem, info[0], sub,
+        "gravity does not twist it in any pose: axis parallel to gravity, or the centre of "
+        "mass beyond it on its axis; exclude it, tilt the base or add an off-axis payload",
+    )
+    cov = problem.covariance(info)[0]
+    prior_cov = problem.covariance(np.zeros_like(info))[0]
+    q = sol.x.reshape(poses, n)
+    tau = gravity_torques(robot, q, model.chain.coupling)
+    return StiffnessDesign(
+        method="dual-encoder",
+        criterion=criterion,
+        joint_names=sub,
+        q_rad=q,
+        force_n=None,
+        tcp_m=forward(model.chain, q).tcp_pos,
+        covariance=cov,
+        criterion_value=criterion_value(cov, criterion),
+        prior_criterion_value=criterion_value(prior_cov, criterion),
+        starts=len(start_list),
+        feasible_starts=sol.feasible_starts,
+        seconds=time.perf_counter() - started,
+        extra={
+            "gravity_torque_nm": tau[:, idx].tolist(),
+            "windup_sd_rad": sigma.tolist(),
+            "noise_counts": noise_counts,
+        },
+    )

@@ -1,0 +1,429 @@
+"""Streaming G-code to the GRBL-protocol peer (tests/peers/grbl_controller.py) over a pty.
+
+Every test starts the peer as its own process on the master side of a pty pair and streams to
+the slave side through pyserial, as to a real controller; the peer's execution clock runs
+accelerated (--time-scale) and it writes what it counted (receive-buffer high water, overflows,
+lines read, answers sent) to a JSON stats file when it exits.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.errors import EX_DATAERR, EX_IOERR
+from agent.feedrate.stream import (
+    DncOptions,
+    FdChannel,
+    GrblOptions,
+    StreamError,
+    StreamProgress,
+    open_serial,
+    parse_status,
+    prepare_line,
+    stream_dnc,
+    stream_grbl,
+)
+
+PEER = Path(__file__).parent / "peers" / "grbl_controller.py"
+
+
+class Peer:
+    def __init__(self, tmp: Path, *args: str) -> None:
+        self.stats_path = tmp / f"stats-{time.monotonic_ns()}.json"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-P", str(PEER), "--stats", str(self.stats_path), *args],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.startswith("READY"), f"peer did not start: {line!r}"
+        self.path = line.split()[1]
+
+    def stats(self) -> dict[str, Any]:
+        """Stop the peer (if it still runs) and read what it counted."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(10)
+        return dict(json.loads(self.stats_path.read_text()))
+
+    def settle(self) -> Any:
+        """A '?' round trip: the peer has read all earlier bytes once it answers."""
+        channel = open_serial(self.path)
+        try:
+            channel.write(b"?", 1.0)
+            buf = b""
+            deadline = time.monotonic() + 2.0
+            while b">" not in buf and time.monotonic() < deadline:
+                buf += channel.read(0.05)
+        finally:
+            channel.close()
+        line = buf[buf.index(b"<"):buf.index(b">") + 1].decode()
+        return parse_status(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+@pytest.fixture
+def peer(tmp_path: Path) -> Iterator[Any]:
+    started: list[Peer] = []
+
+    def start(*args: str) -> Peer:
+        p = Peer(tmp_path, *args)
+        started.append(p)
+        return p
+
+    yield start
+    for p in started:
+        p.close()
+
+
+def polygon(n: int, radius: float = 50.0, sides: int = 500, feed: float = 3000.0) -> list[str]:
+    """A header line and n - 1 short G1 chords round a circle (lines 17-21 characters)."""
+    out = [f"G21 G90 G94 F{feed:g}\n"]
+    for k in range(1, n):
+        a = 2.0 * math.pi * k / sides
+        out.append(f"G1 X{radius * math.cos(a):.3f} Y{radius * math.sin(a):.3f}\n")
+    return out
+
+
+def stream(p: Peer, lines: list[str], options: GrblOptions | None = None, **kw: Any) -> Any:
+    channel = open_serial(p.path)
+    try:
+        return stream_grbl(lines, channel, options, **kw)
+    finally:
+        channel.close()
+
+
+def failure(p: Peer, lines: list[str], options: GrblOptions | None = None) -> StreamError:
+    with pytest.raises(StreamError) as info:
+        stream(p, lines, options)
+    return info.value
+
+
+# ------------------------------------------------------------------------------ the acceptance
+
+
+def test_ten_thousand_lines_each_acknowledged_once_within_the_128_byte_budget(peer: Any) -> None:
+    p = peer("--time-scale", "1000")
+    seen: list[StreamProgress] = []
+    result = stream(p, polygon(10_000), progress=seen.append, reversals_modulated=lambda: 7)
+    stats = p.stats()
+    assert result.lines_sent == result.lines_acked == 10_000
+    assert stats["lines_received"] == stats["oks_sent"] == 10_000
+    assert stats["errors_sent"] == 0
+    # The peer counted its receive ring: full to the byte, never beyond.
+    assert stats["rx_overflow_bytes"] == 0
+    assert stats["rx_max_bytes"] == 128
+    assert result.max_bytes_in_flight == 128
+    assert result.banner is not None and result.banner.startswith("Grbl 1.1h")
+    assert stats["resets"] == 1  # the handshake's soft reset, nothing else
+    sent = [s.lines_sent for s in seen]
+    assert sent == sorted(sent) and seen[-1].lines_acked == 10_000
+    assert seen[-1].reversals_modulated == 7
+    assert all(s.bytes_in_flight <= 128 for s in seen)
+
+
+def test_a_slow_machine_holds_the_parser_and_the_budget_still_holds(peer: Any) -> None:
+    # 0.63 mm chords at 50 mm/s, clock 20x: the planner fills and the parser waits on it.
+    p = peer("--time-scale", "20")
+    seen: list[StreamProgress] = []
+    result = stream(p, polygon(400), GrblOptions(status_interval_s=0.02,
+                                                 progress_interval_s=0.0), progress=seen.append)
+    stats = p.stats()
+    assert result.lines_acked == stats["oks_sent"] == 400
+    assert stats["planner_full_waits"] > 0 and stats["planner_max_blocks"] == 15
+    assert stats["rx_max_bytes"] <= 128 and stats["rx_overflow_bytes"] == 0
+    assert any(s.status is not None and s.status.state == "Run" for s in seen)
+    assert any(s.status is not None and s.status.planner_free == 0 for s in seen)
+    assert stats["status_reports"] >= 5
+
+
+def test_ok_means_planned_not_executed(peer: Any) -> None:
+    # The last line is a 100 mm move at 10 mm/s (0.5 s of wall clock at 20x): its 'ok' comes
+    # when it enters the planner, so the stream ends while the machine still runs.
+    p = peer("--time-scale", "20")
+    result = stream(p, [*polygon(30), "G1 X-50 Y0 F600\n"])
+    status = p.settle()
+    assert result.lines_acked == 31
+    assert status.state == "Run" and status.planner_free is not None
+    assert status.planner_free < 15
+    p.stats()
+
+
+def test_a_sender_that_ignores_the_budget_overflows_the_peer(peer: Any) -> None:
+    """The peer's accounting is real: writing the program at once is caught and reported."""
+    p = peer("--time-scale", "1000")
+    channel = open_serial(p.path)
+    try:
+        channel.write("".join(polygon(300)).encode(), 2.0)
+        time.sleep(0.5)
+    finally:
+        channel.close()
+    stats = p.stats()
+    assert stats["rx_overflow_bytes"] > 0
+    assert stats["rx_max_bytes"] == 128
+
+
+def test_send_response_baseline_keeps_one_line_in_flight(peer: Any) -> None:
+    p = peer("--time-scale", "1000")
+    result = stream(p, polygon(500), GrblOptions(max_lines_in_flight=1))
+    stats = p.stats()
+    assert result.protocol == "send-response" and result.lines_acked == 500
+    assert stats["rx_max_bytes"] <= max(len(prepare_line(x)) + 1 for x in polygon(500))
+    assert stats["oks_sent"] == 500
+
+
+# ------------------------------------------------------------------------------ failures
+
+
+def test_injected_error_names_its_line_and_holds_the_machine(peer: Any) -> None:
+    p = peer("--time-scale", "1000", "--error-at", "500:20")
+    exc = failure(p, polygon(2000))
+    assert p.settle().state == "Hold"  # feed hold '!' sent on the way out
+    stats = p.stats()
+    assert exc.kind == "error" and exc.code == 20 and exc.line_no == 500
+    assert exc.text == prepare_line(polygon(2000)[499])
+    assert "line 500" in str(exc) and "error:20 unsupported or invalid g-code" in str(exc)
+    assert exc.exit_code == EX_DATAERR
+    assert exc.acked == 500  # 499 ok + the error, each line answered once
+    assert exc.sent < 520  # the stream stopped: no line after the budget that was in flight
+    assert stats["held"] and stats["lines_received"] == exc.sent
+
+
+def test_a_bad_line_gets_grbl_error_codes(peer: Any) -> None:
+    for bad, code in (("G1 X1 A5", 20), ("G1 X", 2), ("G1 X1.2.3", 1), ("G1 X1 X2", 25),
+                      ("G5 X1", 20), ("G0 G1 X1", 21), ("G4", 28), ("G2 X1", 35), ("1X", 1)):
+        p = peer("--time-scale", "1000")
+        exc = failure(p, ["G21 G90 F600\n", "G1 X1\n", bad + "\n", "G1 X0\n"])
+        assert (exc.kind, exc.code, exc.line_no) == ("error", code, 3), bad
+        p.stats()
+
+
+def test_stop_on_error_false_collects_errors_and_continues(peer: Any) -> None:
+    p = peer("--time-scale", "1000")
+    lines = polygon(200)
+    lines[50] = "G1 X1 A1\n"
+    lines[120] = "G17 G18\n"
+    result = stream(p, lines, GrblOptions(stop_on_error=False))
+    assert result.lines_acked == 200
+    assert result.errors == ((51, 20), (121, 21))
+    assert p.stats()["errors_sent"] == 2
+
+
+def test_injected_alarm_is_fatal_and_names_the_line(peer: Any) -> None:
+    p = peer("--time-scale", "1000", "--alarm-at", "300:1")
+    exc = failure(p, polygon(1000))
+    assert exc.kind == "alarm" and exc.code == 1 and exc.line_no == 300
+    assert "ALARM:1 hard limit triggered" in str(exc)
+    assert p.stats()["alarm"] == "critical"
+
+
+def test_soft_limit_breach_raises_alarm_2_at_that_line(peer: Any) -> None:
+    p = peer("--time-scale", "1000", "--soft-limits", "100,100,50")
+    lines = [*polygon(400), "G1 X150 Y0\n", *polygon(50)[1:]]
+    exc = failure(p, lines)
+    assert exc.kind == "alarm" and exc.code == 2 and exc.line_no == 401
+    assert exc.text == "G1X150Y0" and "soft limit" in str(exc)
+
+
+def test_disconnect_is_reported_with_the_line(peer: Any) -> None:
+    p = peer("--time-scale", "1000", "--disconnect-at", "300")
+    exc = failure(p, polygon(1000))
+    assert exc.kind == "disconnected" and exc.line_no == 300
+    assert "vanished" in str(exc) and exc.exit_code == EX_IOERR
+    assert exc.acked == 299
+
+
+def test_stall_is_detected_by_timeout(peer: Any) -> None:
+    p = peer("--time-scale", "1000", "--stall-at", "300")
+    started = time.monotonic()
+    exc = failure(p, polygon(1000), GrblOptions(stall_timeout_s=0.5))
+    assert 0.5 <= time.monotonic() - started < 3.0
+    assert exc.kind == "stalled" and exc.line_no == 300 and exc.acked == 299
+    assert p.stats()["stalled"]
+
+
+def test_a_line_with_a_realtime_character_is_refused_before_it_is_sent(peer: Any) -> None:
+    p = peer("--time-scale", "1000")
+    lines = [*polygon(20), "G1 X1 (what?)\n", "G1 X2 ~\n", *polygon(20)[1:]]
+    exc = failure(p, lines)
+    assert exc.kind == "rejected" and exc.line_no == 22 and "'~'" in str(exc)
+    assert exc.exit_code == EX_DATAERR
+    p.settle()
+    assert p.stats()["lines_received"] == 21  # the comment's '?' was stripped, line 21 went
+
+
+def test_no_banner_is_a_handshake_failure() -> None:
+    a, b = socket.socketpair()
+    try:
+        channel = FdChannel(a.fileno(), "socketpair")
+        with pytest.raises(StreamError) as info:
+            stream_grbl(["G0 X1\n"], channel, GrblOptions(startup_timeout_s=0.2))
+        assert info.value.kind == "handshake" and info.value.line_no is None
+        assert b.recv(16) == b"\x18"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_an_answer_nobody_asked_for_is_a_protocol_error() -> None:
+    """Any byte stream with a descriptor works: here a socket pair and a scripted controller
+    that answers one line twice."""
+    a, b = socket.socketpair()
+
+    def controller() -> None:
+        buf = b""
+        count = 0
+        while count < 3:
+            data = b.recv(4096)
+            if not data:
+                return
+            buf += data
+            while b"\n" in buf:
+                _, buf = buf.split(b"\n", 1)
+                count += 1
+                b.sendall(b"ok\r\nok\r\n" if count == 2 else b"ok\r\n")
+
+    thread = threading.Thread(target=controller, daemon=True)
+    thread.start()
+    try:
+        channel = FdChannel(a.fileno(), "socketpair")
+        with pytest.raises(StreamError) as info:
+            stream_grbl(["G0 X1\n", "G0 X2\n", "G0 X3\n"], channel,
+                        GrblOptions(handshake="none", max_lines_in_flight=1))
+        assert info.value.kind == "protocol" and "'ok' with no line" in str(info.value)
+    finally:
+        a.close()
+        b.close()
+        thread.join(2)
+
+
+# ------------------------------------------------------------------------------ DNC
+
+
+def test_dnc_drip_feed_obeys_xon_xoff(peer: Any) -> None:
+    p = peer("--dnc", "--time-scale", "20", "--rx-buffer", "256")
+    channel = open_serial(p.path)
+    options = DncOptions(wait_idle=True)
+    try:
+        result = stream_dnc(polygon(500), channel, options)
+    finally:
+        channel.close()
+    stats = p.stats()
+    assert result.lines_sent == stats["lines_received"] == 500
+    assert result.status is not None and result.status.state == "Idle"
+    assert stats["xoff_sent"] >= 1 and result.xoff_count == stats["xoff_sent"]
+    assert stats["rx_overflow_bytes"] == 0
+    # After an XOFF at most one chunk in the race, one more read before the XOFF went out.
+    assert stats["max_bytes_after_xoff"] <= 2 * options.chunk_bytes
+    assert stats["oks_sent"] == 500 and stats["bytes_received"] >= result.bytes_sent
+
+
+def test_dnc_error_and_stall(peer: Any) -> None:
+    p = peer("--dnc", "--time-scale", "1000", "--error-at", "40:33")
+    channel = open_serial(p.path)
+    try:
+        with pytest.raises(StreamError) as info:
+            stream_dnc(polygon(300), channel, DncOptions(line_rate_bytes_s=None))
+    finally:
+        channel.close()
+    assert info.value.kind == "error" and info.value.code == 33
+    assert info.value.line_no is not None and info.value.line_no >= 40
+    p.stats()
+    # A DNC controller that stops reading is only noticed when it must answer: the final
+    # wait for Idle (or, on a long program, the port's buffer filling up).
+    p = peer("--dnc", "--time-scale", "1000", "--stall-at", "30")
+    channel = open_serial(p.path)
+    try:
+        with pytest.raises(StreamError) as info:
+            stream_dnc(polygon(200), channel, DncOptions(stall_timeout_s=0.5, wait_idle=True,
+                                                         line_rate_bytes_s=None))
+    finally:
+        channel.close()
+    assert info.value.kind == "stalled"
+
+
+# ------------------------------------------------------------------------------ pure parts
+
+
+def test_parse_status_report() -> None:
+    s = parse_status("<Hold:0|MPos:1.000,-2.500,3.000|Bf:15,128|FS:500,8000|Ov:100,100,100>")
+    assert (s.state, s.substate, s.machine_mm) == ("Hold", 0, (1.0, -2.5, 3.0))
+    assert (s.planner_free, s.rx_free, s.feed_mm_min) == (15, 128, 500.0)
+    assert s.fields["Ov"] == "100,100,100"
+    s = parse_status("<Idle|WPos:0.000,0.000,0.000|F:0>")
+    assert s.work_mm == (0.0, 0.0, 0.0) and s.machine_mm is None and s.feed_mm_min == 0.0
+    with pytest.raises(ValueError, match="not a status report"):
+        parse_status("ok")
+
+
+def test_prepare_line() -> None:
+    assert prepare_line("N10 G1 X1.5 (cut) Y2 ; done\r\n") == "N10G1X1.5Y2"
+    assert prepare_line("G1 X1 (a) Y2\n", compact=False) == "G1 X1  Y2"
+    assert prepare_line("(only a comment)\n") == ""
+    assert prepare_line("   \n") == ""
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(2, 80), min_size=1, max_size=60), st.integers(80, 256))
+def test_budget_rule_property(lengths: list[int], rx: int) -> None:
+    """Whatever the line lengths and answer timing, un-acked bytes never exceed the buffer:
+    a scripted controller answers a random number of the oldest lines after every write."""
+    a, b = socket.socketpair()
+    lines = ["X" * (n - 1) + "\n" for n in lengths]  # n bytes on the wire with its '\n'
+    high = [0]
+
+    def controller() -> None:
+        pending: list[int] = []
+        buf = b""
+        done = 0
+        b.settimeout(0.002)
+        while done < len(lines):
+            try:
+                data: bytes | None = b.recv(65536)
+            except TimeoutError:
+                data = None  # quiet: answer the oldest line, as a controller eventually does
+            if data == b"":
+                return
+            if data:
+                buf += data
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    pending.append(len(line) + 1)
+                high[0] = max(high[0], sum(pending))
+            k = min(1 + sum(pending) % 3 if data else 1, len(pending))
+            b.sendall(b"ok\r\n" * k)
+            done += k
+            del pending[:k]
+
+    thread = threading.Thread(target=controller, daemon=True)
+    thread.start()
+    try:
+        result = stream_grbl(lines, FdChannel(a.fileno(), "socketpair"),
+                             GrblOptions(handshake="none", rx_buffer_bytes=rx,
+                                         status_interval_s=None, stall_timeout_s=5.0))
+    finally:
+        a.close()
+        b.close()
+        thread.join(2)
+    assert result.lines_acked == len(lines)
+    assert high[0] <= rx and result.max_bytes_in_flight <= rx
