@@ -279,7 +279,7 @@ class OpcUaDriver(Driver):
     async def read_status(self) -> ControllerStatus:
         link = self._require_link()
         values = await link.session.read([n for _, n in link.status],
-                                         f"{self.controller}: read the controller status")
+                                         f"read the status of {self.controller}")
         raw = {
             role: _raw(node, dv) for (role, node), dv in zip(link.status, values, strict=True)
         }
@@ -292,7 +292,7 @@ class OpcUaDriver(Driver):
         self.stop_motion_calls += 1
         try:
             link = self._require_link()
-            await link.session.perform(link.stop, {}, f"{self.controller} stop")
+            await link.session.perform(link.stop, {}, f"the stop of {self.controller}")
         except DriverError:
             self._stop_pending = True
             raise
@@ -301,7 +301,7 @@ class OpcUaDriver(Driver):
 
     async def _stop_quietly(self, link: _Link) -> None:
         try:
-            await link.session.perform(link.stop, {}, f"{self.controller} stop")
+            await link.session.perform(link.stop, {}, f"the stop of {self.controller}")
         except DriverError as exc:  # the caller's error says why; this one is logged loudly
             self._stop_pending = True
             log.error("event=opcua_stop_failed controller=%s error=%r", self.controller, str(exc))
@@ -326,7 +326,7 @@ class OpcUaDriver(Driver):
             assembler = await self._snapshot(link, watch, cycle)
             triggered = True  # set before the call: a call that times out may still start motion
             await link.session.perform(link.trigger, cycle_values(cycle),
-                                       f"{self.controller} cycle trigger")
+                                       f"the cycle trigger of {self.controller}")
             capture = await self._collect(link, watch, assembler, cycle)
             triggered = False  # the controller reported the cycle done: nothing moves
             return capture

@@ -275,16 +275,19 @@ class _Link:
     async def close(self, timeout_s: float) -> None:
         with contextlib.suppress(DriverError, CycleAborted):
             await self.request("close", timeout_s)
+        await self.reap(timeout_s)
+
+    async def reap(self, timeout_s: float) -> None:
+        """Wait for the process to end (killing it after `timeout_s`) and release its pipes."""
         if self.proc is not None:
             try:
                 await asyncio.wait_for(self.proc.wait(), timeout_s)
             except TimeoutError:
-                self.kill("closed")
+                self.kill("did not exit")
+                await self.proc.wait()
         self.kill("closed")
         if self._writer is not None:
             self._writer.close()
-        for task in self._tasks:
-            task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
 
@@ -318,6 +321,7 @@ class UrRtdeDriver(Driver):
         self._next_attempt = 0.0
         self._last_error = ""
         self._cycle_active = False
+        self._reaping: set[asyncio.Future[None]] = set()
 
     @property
     def control_period_s(self) -> float:
@@ -355,6 +359,9 @@ class UrRtdeDriver(Driver):
         link, self._link = self._link, None
         if link is not None:
             link.kill(why)
+            reaping = asyncio.ensure_future(link.reap(1.0))
+            self._reaping.add(reaping)
+            reaping.add_done_callback(self._reaping.discard)
             self._next_attempt = asyncio.get_running_loop().time() + self._s.reconnect_backoff_s
 
     async def _ensure_link(self) -> _Link:
@@ -375,6 +382,8 @@ class UrRtdeDriver(Driver):
         link, self._link = self._link, None
         if link is not None:
             await link.close(self._s.request_timeout_s)
+        await asyncio.gather(*self._reaping, return_exceptions=True)
+        self._reaping.clear()
 
     # Status -------------------------------------------------------------------------------
     async def read_status(self) -> ControllerStatus:
@@ -433,7 +442,7 @@ class UrRtdeDriver(Driver):
             "return_to_start": s.return_to_start,
             "stale_after_s": s.stale_after_s,
             # The watchdog must outlast the blocking speedStop (no kicks while it decelerates).
-            "watchdog_hz": min(s.watchdog_min_hz, 1.0 / (2.0 * (stop_s + 0.2))),
+            "watchdog_hz": min(s.watchdog_min_hz, 1.0 / (stop_s + 0.25)),
             "start_timeout_s": _START_TIMEOUT_S + ramp_s,
         }
 

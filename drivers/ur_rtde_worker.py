@@ -295,6 +295,8 @@ class Worker:
     def _wait_new(self, last_ts: float, since: float, stale_after_s: float) -> float | None:
         """The next timestamp, or None to poll again; raises on a lost or frozen stream."""
         ts = self.recv.getTimestamp()
+        if not math.isfinite(ts):
+            raise Fault(f"RTDE stream is garbled (timestamp {ts})")
         if ts != last_ts:
             return float(ts)
         silent = time.monotonic() - since
@@ -417,7 +419,7 @@ class Worker:
                 continue
             row = self._read_row(ts)
             ts = row[0]
-            steps = round((ts - last_ts) / period) if math.isfinite(ts) else 0
+            steps = round((ts - last_ts) / period)
             if steps < 1 or not math.isclose(ts - last_ts, steps * period, rel_tol=0.01):
                 raise Fault(f"RTDE stream is garbled (timestamp {last_ts!r} -> {ts!r})")
             if (rows or row[5][j] != 0.0) and steps != 1:

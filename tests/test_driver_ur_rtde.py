@@ -429,7 +429,8 @@ def _fault(
 def test_protective_stop_during_speedj_aborts(tmp_path: Path) -> None:
     message, state, emu = _fault(tmp_path, {"op": "set", "safety_mode": "PROTECTIVE_STOP"})
     with emu:
-        assert "CycleAborted" in message and "protective" in message
+        # The worker (RTDE safety bits) or the interlock watcher (dashboard) saw it first.
+        assert "CycleAborted" in message and "protective" in message.lower()
         assert not state["moving"] and state["safety_mode"] == "PROTECTIVE_STOP"
         assert "speedj" in state["commands"]
 
@@ -444,7 +445,8 @@ def test_program_leaving_playing_aborts(tmp_path: Path) -> None:
 def test_robot_mode_leaving_running_aborts(tmp_path: Path) -> None:
     message, state, emu = _fault(tmp_path, {"op": "set", "robot_mode": "POWER_OFF"})
     with emu:
-        assert "CycleAborted" in message and "robot mode left RUNNING" in message
+        assert "CycleAborted" in message
+        assert "robot mode left RUNNING" in message or "robot mode POWER_OFF" in message
         assert not state["moving"]
 
 

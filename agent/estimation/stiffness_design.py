@@ -20,9 +20,10 @@ criterion is taken on the stiffness block of the posterior, the encoder offsets 
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -30,18 +31,32 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import minimize
 
-from agent.estimation.stiffness import (
-    IDENTIFIABLE_INFO_RATIO,
-    StiffnessPrior,
+from agent.estimation.stiffness import StiffnessPrior, unidentified_joints
+from agent.models.compliance import (
+    ComplianceModel,
+    InfeasibleRequestError,
     encoder_sigma_rad,
+    linear_sensitivity,
 )
-from agent.models.compliance import ComplianceModel, InfeasibleRequestError, linear_sensitivity
 from agent.models.kinematics import forward, gravity_torques, position_jacobian
 
 Array = npt.NDArray[np.float64]
 Criterion = Literal["A", "D", "E"]
 CRITERIA: tuple[Criterion, ...] = ("A", "D", "E")
 FD_STEP = 1e-6  # rad, and force / force scale
+
+
+@contextlib.contextmanager
+def _single_thread_blas() -> Iterator[None]:
+    """SLSQP's small dense solves go through BLAS; a threaded BLAS on a busy 2-core machine
+    stalls each of them for milliseconds (a 5-measurement design: 9 s instead of 0.7 s)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # optional: only the speed changes
+        yield
+        return
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def criterion_value(cov: Array, criterion: Criterion) -> float:
@@ -185,28 +200,19 @@ class _Evaluator:
         return np.asarray(self.g)
 
     def constraints(self) -> list[dict[str, Any]]:
+        _, ineq, eq = self.p.evaluate(self.template[None, :])
         out: list[dict[str, Any]] = []
-        if self.p.evaluate(self.template[None, :])[1].shape[1]:
-            out.append({"type": "ineq", "fun": self._ci, "jac": self._ci_j})
-        if self.p.evaluate(self.template[None, :])[2].shape[1]:
-            out.append({"type": "eq", "fun": self._ce, "jac": self._ce_j})
+        for kind, size, value, jac in (("ineq", ineq, "ci", "ci_j"), ("eq", eq, "ce", "ce_j")):
+            if size.shape[1]:
+                out.append({"type": kind, "fun": self._getter(value), "jac": self._getter(jac)})
         return out
 
-    def _ci(self, xf: Array) -> Array:
-        self._run(xf)
-        return np.asarray(self.ci)
+    def _getter(self, name: str) -> Callable[[Array], Array]:
+        def get(xf: Array) -> Array:
+            self._run(xf)
+            return np.asarray(getattr(self, name))
 
-    def _ci_j(self, xf: Array) -> Array:
-        self._run(xf)
-        return np.asarray(self.ci_j)
-
-    def _ce(self, xf: Array) -> Array:
-        self._run(xf)
-        return np.asarray(self.ce)
-
-    def _ce_j(self, xf: Array) -> Array:
-        self._run(xf)
-        return np.asarray(self.ce_j)
+        return get
 
 
 @dataclass(frozen=True)
@@ -227,6 +233,13 @@ def _violation(problem: _Problem, x: Array) -> tuple[float, int]:
 
 
 def _solve(
+    problem: _Problem, starts: list[Array], max_iter: int, tolerance: float
+) -> _Solution:
+    with _single_thread_blas():
+        return _solve_starts(problem, starts, max_iter, tolerance)
+
+
+def _solve_starts(
     problem: _Problem, starts: list[Array], max_iter: int, tolerance: float
 ) -> _Solution:
     free = problem.upper > problem.lower
@@ -263,16 +276,8 @@ def _solve(
 
 def _check_identified(problem: _Problem, info_w: Array, names: tuple[str, ...], why: str) -> None:
     """Raise naming the joints whose stiffness the design leaves at its prior."""
-    data = info_w + problem.base_info - np.eye(problem.base_info.shape[0])
-    # marginal data information of the k block (nuisances eliminated by the Schur complement)
-    n_k = problem.n_k
-    a, b, d = data[:n_k, :n_k], data[:n_k, n_k:], data[n_k:, n_k:] + np.eye(data.shape[0] - n_k)
-    marginal = a - b @ np.linalg.solve(d, b.T) if d.size else a
-    vals, vecs = np.linalg.eigh(0.5 * (marginal + marginal.T))
-    bad: list[str] = []
-    for v, vec in zip(vals, vecs.T, strict=True):
-        if v < IDENTIFIABLE_INFO_RATIO:
-            bad += [names[i] for i in np.flatnonzero(np.abs(vec) > 0.3) if names[i] not in bad]
+    cov = problem.covariance(info_w[None, :, :])[0]
+    bad = unidentified_joints(cov, np.diag(problem.scale[: problem.n_k] ** -2.0), names)
     if bad:
         joints = ", ".join(bad)
         raise InfeasibleRequestError(
@@ -417,6 +422,7 @@ def design_tcp(
     if settings.target_m is None:
         starts = [_tcp_start(problem, rng, k_n, model.n_joints) for _ in range(n_starts)]
     else:
+        _check_reach(model, settings.target_m)
         # with a target position, random poses are infeasible: start from projected ones
         single, _ = _tcp_problem(model, settings, prior, k, extra, 1)
         rows, viol, worst = _feasible_rows(single, rng, k_n * n_starts)
@@ -469,6 +475,23 @@ def design_tcp(
     )
 
 
+def _check_reach(model: ComplianceModel, target: tuple[float, float, float]) -> None:
+    """Quick bound: the TCP is never farther from the first joint's axis point than the sum
+    of the distances between consecutive body-frame origins and the tool (triangle rule)."""
+    chain = model.chain
+    reach = float(
+        np.sum(np.linalg.norm(chain.geometry.placement_pos[1:], axis=1))
+        + np.linalg.norm(chain.tip[:3, 3])
+    )
+    distance = float(np.linalg.norm(np.asarray(target) - chain.geometry.placement_pos[0]))
+    if distance > reach:
+        raise InfeasibleRequestError(
+            f"target TCP position {tuple(target)} m (h(u) = 0)",
+            f"{distance:.3f} m from the first joint, beyond the reach of {reach:.3f} m: "
+            "the requested pose is not reachable",
+        )
+
+
 def _feasible_rows(
     problem: _Problem, rng: np.random.Generator, count: int, attempts: int = 12
 ) -> tuple[list[Array], float, int]:
@@ -483,21 +506,22 @@ def _feasible_rows(
     n = problem.lower.size - 3
     rows: list[Array] = []
     best_violation, worst = math.inf, -1
-    for _ in range(count * attempts):
-        if len(rows) == count:
-            break
-        x0 = _tcp_start(problem, rng, 1, n)[free]
-        res = minimize(
-            lambda x, a=x0: float(np.sum((x - a) ** 2)), x0, jac=lambda x, a=x0: 2.0 * (x - a),
-            method="SLSQP", bounds=bounds, constraints=cons,
-            options={"maxiter": 200, "ftol": 1e-14},
-        )
-        x = ev.full(np.clip(res.x, problem.lower[free], problem.upper[free]))
-        viol, at = _violation(problem, x)
-        if viol <= 1e-9:
-            rows.append(x)
-        elif viol < best_violation:
-            best_violation, worst = viol, at
+    with _single_thread_blas():
+        for tried in range(count * attempts):
+            if len(rows) == count or (not rows and tried >= attempts):
+                break  # nothing feasible in `attempts` tries: the request is infeasible
+            x0 = _tcp_start(problem, rng, 1, n)[free]
+            res = minimize(
+                lambda x, a=x0: float(np.sum((x - a) ** 2)), x0,
+                jac=lambda x, a=x0: 2.0 * (x - a), method="SLSQP", bounds=bounds,
+                constraints=cons, options={"maxiter": 200, "ftol": 1e-14},
+            )
+            x = ev.full(np.clip(res.x, problem.lower[free], problem.upper[free]))
+            viol, at = _violation(problem, x)
+            if viol <= 1e-9:
+                rows.append(x)
+            elif viol < best_violation:
+                best_violation, worst = viol, at
     return rows, best_violation, worst
 
 
@@ -587,7 +611,7 @@ def design_dual_encoder(
     def evaluate(x: Array) -> tuple[Array, Array, Array]:
         b = x.shape[0]
         q = x.reshape(b * poses, n)
-        tau = gravity_torques(robot, q, model.chain.coupling)[:, idx].reshape(b, poses, m)
+        tau = gravity_torques(model.chain, q)[:, idx].reshape(b, poses, m)
         s4 = np.zeros((b, poses, m, 2 * m))
         s4[:, :, cols, cols] = -tau / k0**2 * k_scale / sigma
         s4[:, :, cols, m + cols] = offset_std_rad / sigma
@@ -617,7 +641,7 @@ def design_dual_encoder(
     cov = problem.covariance(info)[0]
     prior_cov = problem.covariance(np.zeros_like(info))[0]
     q = sol.x.reshape(poses, n)
-    tau = gravity_torques(robot, q, model.chain.coupling)
+    tau = gravity_torques(model.chain, q)
     return StiffnessDesign(
         method="dual-encoder",
         criterion=criterion,

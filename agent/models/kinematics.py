@@ -46,6 +46,8 @@ class Chain:
     tip: Array  # (4, 4) last body frame to the TCP (flange, then tool)
     flange: Array  # (4, 4) last body frame to the flange
     identity_coupling: bool
+    mass: Array  # (n,) link masses
+    com_body: Array  # (n, 3) link centres of mass in the body frames
 
     @property
     def n_joints(self) -> int:
@@ -78,9 +80,18 @@ def make_chain(robot: RobotDescription) -> Chain:
         [_homogeneous(r, p) for r, p in zip(geo.placement_rot, geo.placement_pos, strict=True)]
     )
     coupling = coupling_matrix(robot)
+    # centres of mass are given in DH frame i: that is body frame i for the modified
+    # convention; for the standard one body frame i sees it at (Rx(alpha_i), [a_i, 0, d_i])
+    com_body = np.array([j.link.com_m for j in robot.joints], dtype=np.float64)
+    if robot.convention == "standard":
+        for i, j in enumerate(robot.joints):
+            c, s = np.cos(j.alpha_rad), np.sin(j.alpha_rad)
+            rx = np.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]])
+            com_body[i] = rx @ com_body[i] + np.array([j.a_m, 0.0, j.d_m])
     return Chain(
         robot, geo, coupling, placement, flange @ tool_t, flange,
         bool(np.array_equal(coupling, np.eye(robot.n_joints))),
+        np.array([j.link.mass_kg for j in robot.joints], dtype=np.float64), com_body,
     )
 
 
@@ -106,14 +117,9 @@ def as_poses(q: npt.ArrayLike, n: int, name: str = "q") -> Array:
     return a
 
 
-def forward(chain: Chain, q: npt.ArrayLike) -> ChainPose:
-    """Forward kinematics of the actuated angles q, (B, n) or (n,).
-
-    Body frame i is T_i = T_{i-1} P_i Rz(q~_i); its z axis and origin are those of joint i
-    (Rz(q~_i) moves neither). All P_i Rz(q~_i) are built at once, then chained.
-    """
+def _frames(chain: Chain, qa: Array) -> Array:
+    """(B, n, 4, 4) body frames T_i = T_{i-1} P_i Rz(q~_i)."""
     n = chain.n_joints
-    qa = as_poses(q, n)
     qt = qa if chain.identity_coupling else qa @ chain.coupling.T
     c, s = np.cos(qt), np.sin(qt)
     p = chain.placement  # (n, 4, 4)
@@ -126,6 +132,16 @@ def forward(chain: Chain, q: npt.ArrayLike) -> ChainPose:
     frames[:, 0] = step[:, 0]
     for i in range(1, n):
         np.matmul(frames[:, i - 1], step[:, i], out=frames[:, i])
+    return frames
+
+
+def forward(chain: Chain, q: npt.ArrayLike) -> ChainPose:
+    """Forward kinematics of the actuated angles q, (B, n) or (n,).
+
+    Body frame i is T_i = T_{i-1} P_i Rz(q~_i); its z axis and origin are those of joint i
+    (Rz(q~_i) moves neither). All P_i Rz(q~_i) are built at once, then chained.
+    """
+    frames = _frames(chain, as_poses(q, chain.n_joints))
     tcp = frames[:, -1] @ chain.tip
     flange = frames[:, -1] @ chain.flange
     return ChainPose(
@@ -150,14 +166,33 @@ def position_jacobian(chain: Chain, pose: ChainPose) -> Array:
     return j_dh @ chain.coupling
 
 
-def gravity_torques(robot: RobotDescription, q: npt.ArrayLike, coupling: Array) -> Array:
+def gravity_torques(chain: Chain, q: npt.ArrayLike) -> Array:
     """(B, n) actuated joint torques that hold the robot still against gravity.
 
-    The rigid-body regressor (agent.models.regressor) gives the DH-joint torques of the
-    serial chain at q~ = C q; the actuated ones follow by virtual work, tau = C^T tau~.
+    From the link centres of mass placed by `forward`: the DH joint i holds
+    -z_i . sum_{j >= i} (c_j - o_i) x m_j g, and the actuated torques are C^T times those
+    (virtual work). The experiment design evaluates this for thousands of poses per step,
+    where the general rigid-body regressor (agent.models.regressor.torques, which gives the
+    same numbers, see tests/test_compliance.py) is an order of magnitude slower.
     """
+    qa = as_poses(q, chain.n_joints)
+    frames = _frames(chain, qa)
+    com = np.einsum("bnij,nj->bni", frames[:, :, :3, :3], chain.com_body) + frames[:, :, :3, 3]
+    moment = chain.mass[None, :, None] * com
+    # suffix sums over the links beyond each joint
+    first = np.cumsum(moment[:, ::-1], axis=1)[:, ::-1]
+    mass_beyond = np.cumsum(chain.mass[::-1])[::-1]
+    lever = first - mass_beyond[None, :, None] * frames[:, :, :3, 3]
+    g = np.asarray(chain.robot.gravity_m_s2, dtype=np.float64)
+    tau_dh = -np.einsum("bni,bni->bn", frames[:, :, :3, 2], np.cross(lever, g))
+    if chain.identity_coupling:
+        return np.asarray(tau_dh)
+    return np.asarray(tau_dh @ chain.coupling)
+
+
+def gravity_torques_regressor(robot: RobotDescription, q: npt.ArrayLike, coupling: Array) -> Array:
+    """The same torques from the rigid-body regressor at q~ = C q (reference for tests)."""
     qa = as_poses(q, robot.n_joints)
     qt = qa @ coupling.T
     zero = np.zeros_like(qt)
-    tau_dh = torques(robot, qt, zero, zero)
-    return np.asarray(tau_dh @ coupling)
+    return np.asarray(torques(robot, qt, zero, zero) @ coupling)

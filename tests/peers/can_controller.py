@@ -364,7 +364,14 @@ class Controller:
     ) -> bool:
         if bits is None:
             bits = int(frame_bits(can_id, np.frombuffer(data, dtype=np.uint8))[0])
+        # The bus runs up to this frame's release first: a late tick must not find the
+        # transmit FIFO full of frames the bus would long have sent.
+        self._drain(release)
         return self.bus.submit(release, can_id, data, bits, stream)
+
+    def _drain(self, until: float) -> None:
+        for end, can_id, data in self.bus.run_until(until):
+            self._pending_out.append(Out("frame", can_id, data, end + self.wall_offset))
 
     def _advance_cycle(self, now: float) -> None:
         c = self.cycle
@@ -426,6 +433,7 @@ class Controller:
         elif fault.kind == "stall":
             self.stalled_until = math.inf if fault.count is None else self.clock() + fault.count
         else:  # garbage, badtext, disconnect, kill: the transport's part, after what is due
+            self._drain(release)
             self._pending_out.append(Out(fault.kind))
 
     def step(self) -> list[Out]:
@@ -433,9 +441,8 @@ class Controller:
         now = self.clock()
         self._advance_cycle(now)
         self._status_frames(now)
-        outs = [Out("frame", i, d, t + self.wall_offset) for t, i, d in self.bus.run_until(now)]
-        outs += self._pending_out
-        self._pending_out = []
+        self._drain(now)
+        outs, self._pending_out = self._pending_out, []
         if self.stalled_until is not None:
             if now < self.stalled_until:
                 return [o for o in outs if o.kind == "kill"]

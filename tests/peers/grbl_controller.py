@@ -543,11 +543,12 @@ class Grbl:
     def handle(self, raw: bytes) -> None:
         self.stats["lines_received"] += 1
         k, a = self.stats["lines_received"], self.args
-        if k == a.stall_at:
+        if k in (a.stall_at, a.disconnect_at):
+            self.flush()  # the answers to the lines before this one still go out
             self.stalled = True
+            if k == a.disconnect_at:
+                raise SystemExit(0)
             return
-        if k == a.disconnect_at:
-            raise SystemExit(0)
         if a.alarm_at and k == a.alarm_at[0]:
             self.throw(a.alarm_at[1], critical=True)
             return

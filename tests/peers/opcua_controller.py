@@ -100,11 +100,13 @@ class Peer:
         else:
             await s.load_certificate(a.cert)
             await s.load_private_key(a.key)
-            s.set_security_policy([
-                ua.SecurityPolicyType.Basic256Sha256_Sign
-                if a.security == "sign"
-                else ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt
-            ])
+            policies = {
+                "sign": [ua.SecurityPolicyType.Basic256Sha256_Sign],
+                "encrypt": [ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt],
+                "both": [ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt,
+                         ua.SecurityPolicyType.Basic256Sha256_Sign],
+            }
+            s.set_security_policy(policies[a.security])
             if a.trust:
                 trusted = {Path(p).read_bytes() for p in a.trust}
 
@@ -164,6 +166,7 @@ class Peer:
             (plant, "Plant.CyclesStarted", 0, vt.UInt32, False),
             (plant, "Plant.PublishedSamples", 0, vt.UInt64, False),
             (plant, "Plant.PublishSeconds", 0.0, vt.Double, False),
+            (plant, "Plant.FirstChunkUnixTime", 0.0, vt.Double, False),
         ]
         for parent, name, value, vtype, writable in specs:
             node = await parent.add_variable(_nid(name), name.split(".")[-1],
@@ -354,6 +357,8 @@ class Peer:
             await self.write("Buffers.CurrentA", samples.current_a[i:j].tolist(), vt.Float, now)
             self.sequence = (self.sequence + 1) % 2**32
             await self.write("Buffers.Sequence", self.sequence, vt.UInt32, now)
+            if k == 0:
+                await self.write("Plant.FirstChunkUnixTime", time.time(), vt.Double)
             await self.write("Plant.PublishedSamples", j, vt.UInt64)
             await self.write("Plant.PublishSeconds", time.perf_counter() - began, vt.Double)
 
@@ -395,7 +400,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-physics-s", type=float, default=None)
     p.add_argument("--mode", default="stopped", help="initial controller state")
     p.add_argument("--no-permission", action="store_true")
-    p.add_argument("--security", choices=("none", "sign", "encrypt"), default="none")
+    p.add_argument("--security", choices=("none", "sign", "encrypt", "both"), default="none")
     p.add_argument("--cert")
     p.add_argument("--key")
     p.add_argument("--trust", action="append", default=[], help="accepted client certificate")

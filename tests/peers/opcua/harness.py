@@ -10,7 +10,7 @@ import queue
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -35,6 +35,96 @@ NODES = {
     "link_counts": "ns=2;s=Buffers.LinkCounts",
     "current": "ns=2;s=Buffers.CurrentA",
 }
+
+
+METHOD_TRIGGER = f"""\
+        trigger:
+          object: "{NODES['controller']}"
+          method: "{NODES['start']}"
+          arguments: [joint_index, motor_speed_rad_s, settle_s, duration_s, sample_rate_hz]
+        stop:
+          object: "{NODES['controller']}"
+          method: "{NODES['stop']}"
+"""
+VARIABLE_TRIGGER = """\
+        trigger:
+          variable: "ns=2;s=Cycle.Start"
+          value: true
+          parameters:
+            joint_index: "ns=2;s=Cycle.JointIndex"
+            motor_speed_rad_s: "ns=2;s=Cycle.MotorSpeed"
+            settle_s: "ns=2;s=Cycle.SettleS"
+            duration_s: "ns=2;s=Cycle.DurationS"
+            sample_rate_hz: "ns=2;s=Cycle.SampleRateHz"
+        stop:
+          variable: "ns=2;s=Cycle.Stop"
+          value: true
+"""
+
+
+# Driver timings for tests: short timeouts and backoff so faults show within a second.
+TEST_TIMING = {
+    "request_timeout_s": 1.0,
+    "connect_timeout_s": 3.0,
+    "reconnect_initial_s": 0.1,
+    "reconnect_max_s": 0.4,
+    "publishing_interval_ms": 10,
+    "stall_timeout_s": 0.6,
+    "control_period_s": 0.02,
+}
+
+
+def config_text(
+    endpoint: str = "opc.tcp://127.0.0.1:4840/jha/",
+    trigger: str = METHOD_TRIGGER,
+    state_dir: str = "var",
+    joints: tuple[tuple[str, int], ...] = (("axis4", 4),),
+    *,
+    sample_rate_hz: float = 500.0,
+    load_turns: float = 12.0,
+    settle_s: float = 0.5,
+    timing: Mapping[str, float] = TEST_TIMING,
+) -> str:
+    """An agent config with one opcua controller mapped onto the peer's address space."""
+    joint_yaml = "".join(
+        f"""\
+      - name: {name}
+        index: {index}
+        gear_ratio: 40
+        encoder_bits: 19
+        test_pose_rad: 0.0
+        backlash_cycle: {{motor_speed_rps: 100, load_turns: {load_turns},
+                         sample_rate_hz: {sample_rate_hz}, settle_s: {settle_s}}}
+"""
+        for name, index in joints
+    )
+    timing_yaml = "".join(f"      {k}: {v}\n" for k, v in timing.items())
+    return f"""\
+agent:
+  state_dir: {state_dir}
+controllers:
+  - name: robot1
+    driver: opcua
+    settings:
+      endpoint: {endpoint}
+{timing_yaml}      status:
+        state: "{NODES['state']}"
+        permission: "{NODES['permission']}"
+        joint_positions: "{NODES['joint_positions']}"
+        alarms: "{NODES['alarms']}"
+        speed_override: "{NODES['speed_override']}"
+        speed_override_scale: 0.01
+      cycle:
+{trigger}        status: "{NODES['cycle_status']}"
+      buffers:
+        sequence: "{NODES['sequence']}"
+        time: "{NODES['time']}"
+        motor_counts: "{NODES['motor_counts']}"
+        link_counts: "{NODES['link_counts']}"
+        current: "{NODES['current']}"
+    joints:
+{joint_yaml}"""
+
 
 
 class PeerProcess:
