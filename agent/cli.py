@@ -239,6 +239,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     drv = sub.add_parser("drivers", help="installed drivers and what they can do")
     drv.set_defaults(func=_cmd_drivers)
+
+    # Command groups of the other estimators live beside their code.
+    from agent import cli_stiffness
+
+    cli_stiffness.register(sub)
     return p
 
 

@@ -1,16 +1,17 @@
 """OPC UA driver throughput: 100,000 samples/s sustained over loopback with 0 lost.
 
 The peer controller (tests/peers/opcua_controller.py, an asyncua server process) runs one
-constant-speed cycle of 60 s (quick: 5 s) sampled at 100 kHz and publishes it in chunks of
-2,000 samples (time Double, motor and link counts UInt32, current Float; 50 chunks/s) at the
-real rate. The driver receives them through its subscription, checks every sequence number and
-sample step, and returns the capture; any lost chunk aborts the cycle, so a returned capture
-of the expected length means 0 lost.
+constant-speed cycle sampled at 100 kHz and publishes it in chunks of 2,000 samples (time
+Double, motor and link counts UInt32, current Float) at 1.1x the real rate (110,000 samples/s,
+55 chunks/s) for 60 s (quick: 5 s). The driver receives them through its subscription, checks
+every sequence number and sample step, and returns the capture; any lost chunk aborts the cycle,
+so a returned capture of the expected length means 0 lost.
 
 Printed: samples/s received end to end (samples / time from the peer's first chunk to the
-capture in the agent's hands), lost samples, the peer's own publish rate over the same run (the
-baseline: the received rate cannot exceed it), and the agent's CPU share while streaming. Short
-runs at 2x and 4x the real rate then show the headroom.
+capture in the agent's hands, so start and finish latency count against it), lost samples, the
+peer's own publish rate over the same run (the baseline: the received rate cannot exceed it),
+and the agent's CPU share while streaming. Short runs at 2x and 4x the real rate then show the
+headroom.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from tests.peers.opcua.harness import PeerProcess, Plant, config_text
 RATE_HZ = 100_000.0
 TARGET_SAMPLES_PER_S = 100_000.0
 CHUNK = 2000
+# The source runs 10 % above the target, so the end-to-end rate (which includes the latency of
+# the first and last chunk) is measured against the target with the stream as the only limit.
+SPEEDUP = 1.1
 TIMING = {"publishing_interval_ms": 20, "stall_timeout_s": 2.0, "request_timeout_s": 2.0}
 
 
@@ -73,10 +77,14 @@ async def _one(ctrl: ControllerSettings, endpoint: str, duration_s: float, speed
         done_unix = time.time()
     finally:
         await driver.close()
-    async with Plant(endpoint) as plant:
-        peer_samples = int(await plant.read("PublishedSamples"))
-        peer_s = float(await plant.read("PublishSeconds"))
-        first_chunk = float(await plant.read("FirstChunkUnixTime"))
+    peer_samples, peer_s, first_chunk = 0, 0.0, 0.0
+    try:
+        async with Plant(endpoint) as plant:
+            peer_samples = int(await plant.read("PublishedSamples"))
+            peer_s = float(await plant.read("PublishSeconds"))
+            first_chunk = float(await plant.read("FirstChunkUnixTime"))
+    except Exception as exc:  # an overloaded peer: report the run without its own figures
+        error = error or f"peer unreachable afterwards: {type(exc).__name__}"
     # Both processes share the machine's clock: the stream ran from the peer's first chunk to
     # the moment the capture was returned (the settle and the peer's physics are left out).
     stream_s = done_unix - first_chunk if first_chunk > 0 else wall
@@ -120,12 +128,13 @@ def _print(run: Run, label: str) -> None:
 
 
 def main(quick: bool = False) -> None:
-    duration_s = 5.0 if quick else 60.0
-    print(f"OPC UA on loopback: {RATE_HZ:,.0f} Hz capture, chunks of {CHUNK} samples, "
-          f"{duration_s:g} s (target >= {TARGET_SAMPLES_PER_S:,.0f} samples/s, 0 lost)")
+    stream_s = 5.0 if quick else 60.0
+    print(f"OPC UA on loopback: a {RATE_HZ:,.0f} Hz capture in chunks of {CHUNK} samples, "
+          f"streamed for {stream_s:g} s at {SPEEDUP:g}x real time "
+          f"(target >= {TARGET_SAMPLES_PER_S:,.0f} samples/s end to end, 0 lost)")
     with tempfile.TemporaryDirectory(prefix="bench_opcua_") as tmp:
         directory = Path(tmp)
-        main_run = _measure(directory, duration_s, 1.0)
+        main_run = _measure(directory, stream_s * SPEEDUP, SPEEDUP)
         _print(main_run, "sustained")
         ok = (not main_run.error and main_run.received == main_run.expected
               and main_run.rate >= TARGET_SAMPLES_PER_S * 0.99)

@@ -21,7 +21,8 @@ from drivers.ur_rtde import UrRtdeDriver  # noqa: E402
 from drivers.ur_rtde_settings import UrRtdeSettings  # noqa: E402
 from tests.peers.ur_controller import UrEmulator, free_host  # noqa: E402
 
-RT_PRIORITY = 20
+RT_PRIORITY = 20  # the driver's capture loop
+PEER_RT_PRIORITY = 30  # the emulator's controller cycle: a real controller is real-time too
 
 
 async def _measure(host: str, emu: UrEmulator, seconds: float) -> tuple[dict[str, float], int]:
@@ -40,11 +41,13 @@ async def _measure(host: str, emu: UrEmulator, seconds: float) -> tuple[dict[str
 def main(quick: bool = False) -> None:
     seconds = 5.0 if quick else 60.0
     host = free_host()
-    with UrEmulator(host) as emu:
+    with UrEmulator(host, "--rt-priority", str(PEER_RT_PRIORITY)) as emu:
         stats, sent = asyncio.run(_measure(host, emu, seconds))
     load = os.getloadavg()[0]
-    print(f"ur_rtde: RTDE on loopback ({host}), {seconds:.0f} s, capture loop at SCHED_FIFO "
-          f"{RT_PRIORITY}, load average {load:.1f}")
+    print(
+        f"ur_rtde: RTDE on loopback ({host}), {seconds:.0f} s, capture loop at SCHED_FIFO "
+        f"{RT_PRIORITY}, emulator at {PEER_RT_PRIORITY}, load average {load:.1f}"
+    )
     print(f"  received  {stats['rate_hz']:8.1f} samples/s ({stats['samples']} packages)")
     print(f"  missed    {stats['missed']:8d} packages (gaps in the controller timestamp)")
     print(f"  baseline  {sent / seconds:8.1f} packages/s sent by the emulator ({sent})")

@@ -20,6 +20,7 @@ from agent.capture import Capture
 from agent.errors import CycleAborted, DriverError
 from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver
 from drivers.can_dbc import (
+    MODES,
     REJECT_REASONS,
     CanProtocol,
     Command,
@@ -78,6 +79,7 @@ class CanDriver(Driver):
             except DbcError as exc:
                 raise DriverError(f"{self.controller}: {exc}") from exc
             self._check_joints(self._proto)
+        await asyncio.to_thread(self._drop_link)  # a second connect replaces the link
         self._changed = asyncio.Event()
         await self._open()
 
@@ -97,7 +99,7 @@ class CanDriver(Driver):
         if s.interface == "socketcand":
             await self._probe_tcp()
         loop = asyncio.get_running_loop()
-        opening = loop.run_in_executor(None, open_bus, s, proto.receive_ids())
+        opening = loop.run_in_executor(None, open_bus, s, proto.receive_filters())
         try:
             bus = await asyncio.wait_for(asyncio.shield(opening), s.connect_timeout_s)
         except BaseException as exc:
@@ -229,7 +231,7 @@ class CanDriver(Driver):
         alarms: tuple[str, ...] = ()
         if status.alarm_active:
             alarms = (f"alarm code {status.alarm_code}",)
-        if status.mode_code not in (0, 1, 2, 3, 4):
+        if status.mode_code not in MODES:
             alarms += (f"unknown controller mode code {status.mode_code}",)
         return ControllerStatus(
             mode=status.mode,
@@ -257,10 +259,6 @@ class CanDriver(Driver):
     async def stop_motion(self) -> None:
         # Synchronous on purpose: one small frame, and no await a cancellation could cut short.
         self._send_stop("stop_motion")
-
-    def _samples(self, cycle: BacklashCycle) -> int:
-        # The same count the simulated fake captures: round(duration * rate) + 1.
-        return round(cycle.duration_s * cycle.sample_rate_hz) + 1
 
     def _check_cycle(self, cycle: BacklashCycle, proto: CanProtocol) -> int:
         """Refuse what the frames cannot carry, before anything moves; returns the joint index."""
@@ -298,7 +296,7 @@ class CanDriver(Driver):
         start_pos = link.snapshot()[2].get(joint_index)
         self._cycle_counter = self._cycle_counter % 255 + 1  # 1..255; 0 means "none yet"
         counter = self._cycle_counter
-        samples = self._samples(cycle)
+        samples = round(cycle.duration_s * cycle.sample_rate_hz) + 1  # as the simulated fake
         recorder = CaptureRecorder(proto, joint_index, samples, counter)
         link.arm(recorder)
         self._in_cycle = True
@@ -335,9 +333,10 @@ class CanDriver(Driver):
         finally:
             link.disarm()
             try:
+                answering = True
                 if sent_start and not finished:
-                    await self._stop_and_confirm(link, counter)
-                if sent_start:
+                    answering = await self._stop_and_confirm(link, counter)
+                if sent_start and answering:
                     # The pose reported during the motion is history: the next interlock
                     # check must see where the joint stands now.
                     link.forget_position(joint_index)
@@ -452,14 +451,15 @@ class CanDriver(Driver):
                 )
             await self._wait_for(lambda: rec.finished or link.failure is not None, _POLL_S)
 
-    async def _stop_and_confirm(self, link: BusLink, counter: int) -> None:
+    async def _stop_and_confirm(self, link: BusLink, counter: int) -> bool:
         """Send STOP, then wait (bounded) until the status shows the cycle over, so the next
-        interlock check reads a stopped controller rather than a status from before the STOP."""
+        interlock check reads a stopped controller rather than a status from before the STOP.
+        False when the controller did not confirm (silent, or the link is gone)."""
         try:
             self._send_stop(f"cycle {counter} did not finish")
         except DriverError as exc:
             log.error("event=can_stop_failed controller=%s error=%r", self.controller, str(exc))
-            return
+            return False
 
         def over() -> bool:
             st = link.status
@@ -476,6 +476,8 @@ class CanDriver(Driver):
                 self.controller,
                 counter,
             )
+            return False
+        return link.failure is None
 
     async def _await_done(self, link: BusLink, counter: int) -> None:
         """The last frame is in; the controller says DONE (motion over) a status period later."""

@@ -120,8 +120,16 @@ class CanProtocol:
     def counter_modulus(self) -> int:
         return 1 << int(self.encoder.get_signal_by_name("Counter").length)
 
-    def receive_ids(self) -> tuple[int, ...]:
-        return tuple(m.frame_id for m in (self.status, self.joint_position, self.encoder))
+    def receive_filters(self) -> list[dict[str, Any]]:
+        """python-can filters passing exactly the frames the controller sends us."""
+        return [
+            {
+                "can_id": m.frame_id,
+                "can_mask": 0x1FFFFFFF if m.is_extended_frame else 0x7FF,
+                "extended": bool(m.is_extended_frame),
+            }
+            for m in (self.status, self.joint_position, self.encoder)
+        ]
 
 
 @dataclass(frozen=True)

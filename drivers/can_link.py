@@ -62,12 +62,12 @@ if not any(isinstance(f, _IncompleteReadFilter) for f in _SOCKETCAND_LOG.filters
     _SOCKETCAND_LOG.addFilter(_IncompleteReadFilter())
 
 
-def bus_kwargs(settings: CanSettings, receive_ids: tuple[int, ...]) -> dict[str, Any]:
+def bus_kwargs(settings: CanSettings, filters: list[dict[str, Any]]) -> dict[str, Any]:
     """Arguments of can.Bus for the configured interface."""
     kwargs: dict[str, Any] = {
         "interface": settings.interface,
         "channel": settings.channel,
-        "can_filters": [{"can_id": i, "can_mask": 0x7FF, "extended": False} for i in receive_ids],
+        "can_filters": filters,
     }
     if settings.interface == "socketcand":
         kwargs.update(host=settings.host, port=settings.resolved_port, tcp_tune=True)
@@ -76,8 +76,8 @@ def bus_kwargs(settings: CanSettings, receive_ids: tuple[int, ...]) -> dict[str,
     return kwargs
 
 
-def open_bus(settings: CanSettings, receive_ids: tuple[int, ...]) -> can.BusABC:
-    return can.Bus(**bus_kwargs(settings, receive_ids))
+def open_bus(settings: CanSettings, filters: list[dict[str, Any]]) -> can.BusABC:
+    return can.Bus(**bus_kwargs(settings, filters))
 
 
 class CaptureRecorder:

@@ -52,7 +52,7 @@ class CanSettings:
         default=1.0, metadata={"gt": 0.0, "le": 30.0, "doc": "for the controller to take a cycle"}
     )
     stall_timeout_s: float = field(
-        default=0.25, metadata={"gt": 0.0, "le": 10.0, "doc": "encoder stream silent this long"}
+        default=0.5, metadata={"gt": 0.0, "le": 10.0, "doc": "encoder stream silent this long"}
     )
     prepare_timeout_s: float = field(
         default=30.0,

@@ -11,8 +11,8 @@ monitored item has a server-side FIFO (queue_size) so a slow client loses nothin
 queue is full, and then loses the oldest values of every buffer alike, which the sequence
 numbers expose (and the overflow bit says). It is also what plain PLC servers offer: arrays
 plus a counter need no custom methods or structure types on the controller. The cost is one
-notification per buffer per chunk, paired back into chunks by order (see opcua_capture); the
-bench measures the result on loopback.
+notification per buffer per chunk, paired back into chunks by order (opcua_stream receives,
+opcua_capture pairs and checks); the bench measures the result on loopback.
 
 The same subscription carries the cycle status (done / aborted / fault end the wait) and the
 controller state (leaving the stopped state aborts the cycle even before the interlock watcher
@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections import deque
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -38,30 +37,14 @@ from asyncua import ua
 from asyncua.common.node import Node
 
 from agent.capture import Capture
-from agent.errors import CycleAborted, DriverError
-from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver
-from drivers.opcua_capture import (
-    CaptureAssembler,
-    ChunkError,
-    ChunkPairer,
-    decode_chunk,
-    expected_samples,
-)
+from agent.errors import DriverError
+from drivers.base import BacklashCycle, Capability, ControllerStatus, Driver
 from drivers.opcua_session import OpcUaSession, RejectedError, ResolvedAction
 from drivers.opcua_settings import CycleParameter, OpcUaSettings
-from drivers.opcua_status import (
-    RawValue,
-    decode_cycle_status,
-    decode_mode,
-    decode_status,
-    status_roles,
-)
+from drivers.opcua_status import RawValue, decode_status, status_roles
+from drivers.opcua_stream import CaptureStream
 
 log = logging.getLogger(__name__)
-
-# Modes in which a running cycle may go on (the interlock watcher applies the same rule).
-_RUN_MODES = {ControllerMode.STOPPED, ControllerMode.TEST_CYCLE}
-_OVERFLOW_BITS = 0x480  # StatusCode info bits: InfoType DataValue + Overflow
 
 
 def cycle_values(cycle: BacklashCycle) -> dict[CycleParameter, Any]:
@@ -90,45 +73,6 @@ class _Link:
     cycle_status: Node
     state: Node
     buffers: tuple[tuple[str, Node], ...]
-
-
-class _Watch:
-    """Receives the capture subscription's notifications (asyncua calls it; it never raises)."""
-
-    def __init__(self, roles: dict[int, str], buffer_roles: tuple[str, ...]) -> None:
-        self.roles = roles
-        self.pairer = ChunkPairer(buffer_roles)
-        self.cycle_status: deque[RawValue] = deque()
-        self.state: deque[RawValue] = deque()
-        self.error: DriverError | None = None
-        self.changed = asyncio.Event()
-
-    def datachange_notification(self, node: Node, val: Any, data: Any) -> None:
-        item = data.monitored_item
-        role = self.roles.get(item.ClientHandle)
-        dv: ua.DataValue = item.Value
-        code = dv.StatusCode if dv.StatusCode is not None else ua.StatusCode()
-        value = dv.Value.Value if dv.Value is not None else None
-        try:
-            if role == "cycle_status":
-                self.cycle_status.append(RawValue(node.nodeid.to_string(), value,
-                                                  code.is_good(), code.name))
-            elif role == "state":
-                self.state.append(RawValue(node.nodeid.to_string(), value, code.is_good(),
-                                           code.name))
-            elif role is not None:
-                overflow = (code.value & _OVERFLOW_BITS) == _OVERFLOW_BITS
-                self.pairer.push(role, value, good=code.is_good(), overflow=overflow)
-        except DriverError as exc:
-            self.error = self.error or exc
-        self.changed.set()
-
-    def status_change_notification(self, status: ua.StatusChangeNotification) -> None:
-        self.error = self.error or DriverError(
-            f"the capture subscription ended ({status.Status.name}): the connection to the "
-            "controller was lost or its server shut down"
-        )
-        self.changed.set()
 
 
 class OpcUaDriver(Driver):
@@ -197,9 +141,14 @@ class OpcUaDriver(Driver):
                 code = dv.StatusCode
                 if code is not None and code.value == ua.StatusCodes.BadNodeIdUnknown:
                     raise RejectedError(f"node {node.nodeid.to_string()} does not exist")
-        except BaseException:
+        except BaseException as exc:
             await session.close()
-            raise
+            if isinstance(exc, DriverError) or not isinstance(exc, Exception):
+                raise
+            # Whatever else asyncua raises must not end the reconnect loop: it is a failed
+            # attempt like any other, with its cause kept in the log.
+            log.exception("event=opcua_connect_error controller=%s", self.controller)
+            raise DriverError(f"cannot set up the session: {type(exc).__name__}: {exc}") from None
         log.info("event=opcua_connected controller=%s endpoint=%s security=%s/%s",
                  self.controller, s.endpoint, s.security.policy, s.security.mode)
         return link
@@ -315,164 +264,24 @@ class OpcUaDriver(Driver):
         link = self._require_link()
         if not any(j.name == cycle.joint for j in self.joints):
             raise DriverError(f"{self.controller}: no joint named {cycle.joint!r}")
-        roles = [r for r, _ in link.buffers]
-        handles = {i + 1: r for i, r in enumerate([*roles, "cycle_status", "state"])}
-        watch = _Watch(handles, tuple(roles))
+        stream = CaptureStream(link.session, self._s, link.buffers, link.cycle_status, link.state,
+                               machine=self.controller)
         triggered = False
         self._cycle_active = True
-        sub = None
         try:
-            sub = await self._subscribe(link, watch, handles)
-            assembler = await self._snapshot(link, watch, cycle)
+            await stream.open()
+            await stream.snapshot(cycle)
             triggered = True  # set before the call: a call that times out may still start motion
             await link.session.perform(link.trigger, cycle_values(cycle),
                                        f"the cycle trigger of {self.controller}")
-            capture = await self._collect(link, watch, assembler, cycle)
+            capture = await stream.collect(cycle)
             triggered = False  # the controller reported the cycle done: nothing moves
             return capture
         finally:
             if triggered:
                 await self._stop_quietly(link)
             self._cycle_active = False
-            if sub is not None and not link.session.lost.is_set():
-                with contextlib.suppress(DriverError):
-                    await link.session.request(sub.delete(), "delete the capture subscription")
-
-    async def _subscribe(self, link: _Link, watch: _Watch, handles: dict[int, str]) -> Any:
-        s = self._s
-        interval = s.publishing_interval_ms
-        keepalive = max(1, math.ceil(500.0 / interval))
-        params = ua.CreateSubscriptionParameters(
-            RequestedPublishingInterval=interval,
-            RequestedLifetimeCount=max(3 * keepalive, math.ceil(10_000.0 / interval)),
-            RequestedMaxKeepAliveCount=keepalive,
-            MaxNotificationsPerPublish=0,
-            PublishingEnabled=True,
-            Priority=0,
-        )
-        session = link.session
-        sub = await session.request(session.client.create_subscription(params, watch),
-                                    "create the capture subscription")
-        nodes = {**dict(link.buffers), "cycle_status": link.cycle_status, "state": link.state}
-        # StatusValueTimestamp: a chunk equal to the previous one still notifies (the server
-        # stamps each write), so the k-th value of each buffer stays chunk k.
-        flt = ua.DataChangeFilter(Trigger=ua.DataChangeTrigger.StatusValueTimestamp)
-        requests = [
-            ua.MonitoredItemCreateRequest(
-                ItemToMonitor=ua.ReadValueId(NodeId=nodes[role].nodeid,
-                                             AttributeId=ua.AttributeIds.Value),
-                MonitoringMode=ua.MonitoringMode.Reporting,
-                RequestedParameters=ua.MonitoringParameters(
-                    ClientHandle=handle, SamplingInterval=0.0, QueueSize=s.queue_size,
-                    DiscardOldest=True, Filter=flt),
-            )
-            for handle, role in handles.items()
-        ]
-        try:
-            results = await session.request(sub.create_monitored_items(requests),
-                                            "subscribe to the sample buffers")
-        except BaseException:
-            with contextlib.suppress(BaseException):
-                await session.request(sub.delete(), "delete the capture subscription")
-            raise
-        bad = [(handles[i + 1], r) for i, r in enumerate(results) if isinstance(r, ua.StatusCode)]
-        if bad:
-            role, code = bad[0]
-            with contextlib.suppress(DriverError):
-                await session.request(sub.delete(), "delete the capture subscription")
-            raise DriverError(f"{self.controller}: cannot monitor the {role} node: {code.name}")
-        return sub
-
-    async def _snapshot(self, link: _Link, watch: _Watch, cycle: BacklashCycle
-                        ) -> CaptureAssembler:
-        """Wait for every item's current value: the sequence number the capture follows."""
-        s = self._s
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 2.0 * s.request_timeout_s
-        while True:
-            watch.changed.clear()
-            if watch.error is not None:
-                raise watch.error
-            snap = watch.pairer.pop() if watch.cycle_status and watch.state else None
-            if snap is not None:
-                break
-            left = deadline - loop.time()
-            if left <= 0 or link.session.lost.is_set():
-                raise DriverError(f"{self.controller}: no initial values from the subscription")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(watch.changed.wait(), left)
-        seq = snap["sequence"]
-        modulus = s.buffers.sequence_modulus
-        if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < modulus:
-            raise DriverError(f"{self.controller}: sequence number node holds {seq!r}, "
-                              f"expected an integer in 0..{modulus - 1}")
-        status = decode_cycle_status(watch.cycle_status.popleft(), s.cycle.status_values)
-        if status == "running":
-            raise DriverError(f"{self.controller}: the controller is already running a cycle")
-        decode_mode(watch.state.popleft(), s.status.state_values)
-        return CaptureAssembler(
-            first_sequence=(seq + 1) % modulus,
-            expected_samples=expected_samples(cycle),
-            sample_rate_hz=cycle.sample_rate_hz,
-            tolerance=s.sample_count_tolerance,
-            sequence_modulus=modulus,
-        )
-
-    async def _collect(self, link: _Link, watch: _Watch, assembler: CaptureAssembler,
-                       cycle: BacklashCycle) -> Capture:
-        s = self._s
-        loop = asyncio.get_running_loop()
-        # Before the first chunk the controller ramps and settles: allow for that once.
-        deadline = loop.time() + cycle.settle_s + s.stall_timeout_s
-        running = done = False
-        while True:
-            watch.changed.clear()
-            if watch.error is not None:
-                raise watch.error
-            while (raw := watch.pairer.pop()) is not None:
-                assembler.add(decode_chunk(
-                    raw, encoder_bits=cycle.encoder_bits, time_unit_s=s.buffers.time_unit_s,
-                    current_unit_a=s.buffers.current_unit_a,
-                    sequence_modulus=s.buffers.sequence_modulus))
-                deadline = loop.time() + s.stall_timeout_s
-            while watch.state:
-                mode = decode_mode(watch.state.popleft(), s.status.state_values)
-                if mode not in _RUN_MODES:
-                    raise CycleAborted("the controller left the stopped state "
-                                       f"(now {mode.value})")
-            while watch.cycle_status:
-                status = decode_cycle_status(watch.cycle_status.popleft(),
-                                             s.cycle.status_values)
-                if status in ("aborted", "fault"):
-                    raise CycleAborted(f"the controller reports the cycle {status}")
-                running = running or status == "running"
-                if status == "done" and running and not done:
-                    done = True
-                    deadline = min(deadline, loop.time() + s.stall_timeout_s)
-            if done and assembler.complete:
-                return assembler.capture(
-                    cycle, machine=self.controller, source=f"opcua:{self.controller}/{cycle.joint}",
-                    extra={"endpoint": s.endpoint},
-                )
-            if link.session.lost.is_set():
-                raise DriverError("connection lost mid-capture "
-                                  f"({link.session.lost_reason})")
-            left = deadline - loop.time()
-            if left <= 0:
-                if done:
-                    raise ChunkError(f"capture incomplete: {assembler.samples} of "
-                                     f"{assembler.expected_samples} samples arrived before the "
-                                     "controller reported done (the last chunk(s) were lost)")
-                raise DriverError("the controller stalled: no chunk for "
-                                  f"{s.stall_timeout_s:g} s ({assembler.samples} samples in)")
-            lost = asyncio.ensure_future(link.session.lost.wait())
-            changed = asyncio.ensure_future(watch.changed.wait())
-            try:
-                await asyncio.wait({lost, changed}, timeout=left,
-                                   return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                lost.cancel()
-                changed.cancel()
+            await stream.close()
 
 
 def _raw(node: Node, dv: ua.DataValue) -> RawValue:

@@ -151,6 +151,7 @@ class OpcUaSession:
         client = Client(s.endpoint, timeout=s.request_timeout_s,
                         watchdog_intervall=max(s.request_timeout_s, 0.5))
         client.application_uri = s.security.application_uri
+        client.session_timeout = 600_000  # ms: a dead agent's session is dropped in 10 min
         client.name = client.description = "joint-health-agent"
         sec = s.security
         try:

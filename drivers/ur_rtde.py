@@ -238,9 +238,10 @@ class _Link:
         self._fail_pending(self._dead)
 
     def _fail_pending(self, why: str) -> None:
+        message = why if why.startswith(f"{self.label}: ") else f"{self.label}: {why}"
         for fut in self._pending.values():
             if not fut.done():
-                fut.set_exception(DriverError(f"{self.label}: {why}"))
+                fut.set_exception(DriverError(message))
         self._pending.clear()
 
     def kill(self, why: str) -> None:

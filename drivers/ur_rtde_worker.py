@@ -102,6 +102,13 @@ def _realtime(tid: int, priority: int) -> None:
         print(f"ur_rtde worker: no real-time priority for thread {tid}: {exc}", flush=True)
 
 
+def _ask(call: Callable[[], str], request: str) -> str:
+    try:
+        return call()
+    except UnicodeDecodeError as exc:  # pybind11 cannot make a str of the answer
+        raise Fault(f"dashboard answered {exc.object!r} to {request!r}") from None
+
+
 def _after(answer: str, prefix: str, request: str) -> str:
     if not answer.startswith(prefix) or not answer[len(prefix) :].strip().isidentifier():
         raise Fault(f"dashboard answered {answer!r} to {request!r}")
@@ -211,9 +218,9 @@ class Worker:
             )
         if not d.isConnected():
             d.connect()
-        robot = _after(d.robotmode(), "Robotmode: ", "robotmode")
-        safety = _after(d.safetystatus(), "Safetystatus: ", "safetystatus")
-        state, _, program = d.programState().partition(" ")
+        robot = _after(_ask(d.robotmode, "robotmode"), "Robotmode: ", "robotmode")
+        safety = _after(_ask(d.safetystatus, "safetystatus"), "Safetystatus: ", "safetystatus")
+        state, _, program = _ask(d.programState, "programState").partition(" ")
         if state not in ("STOPPED", "PLAYING", "PAUSED"):
             raise Fault(f"dashboard answered {state + ' ' + program!r} to 'programState'")
         remote = d.isInRemoteControl() if self.version[:2] >= (5, 6) else None

@@ -11,8 +11,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from peers.can_bits import VirtualBus, frame_bits, frame_bits_reference, pack_intel
-from peers.can_harness import DBC, config_text, run, write
 
 from agent.config import load_config
 from agent.errors import ConfigError, DriverError
@@ -21,6 +19,8 @@ from drivers.can import CanDriver
 from drivers.can_dbc import load_protocol, nominal_frame_bits
 from drivers.can_link import CaptureRecorder
 from drivers.can_settings import CanMessageNames, CanSettings
+from tests.peers.can_bits import VirtualBus, frame_bits, frame_bits_reference, pack_intel
+from tests.peers.can_harness import DBC, config_text, run, write
 
 PROTO = load_protocol(str(DBC), CanMessageNames())
 
@@ -40,7 +40,7 @@ def test_example_dbc_carries_two_19_bit_positions_and_a_counter_in_one_8_byte_fr
     assert layout["Counter"] == (38, 16, "little_endian", False)
     assert proto.position_bits == 19 and proto.counter_modulus == 65536
     # The command frame wins arbitration over everything the controller sends.
-    assert proto.command.frame_id < min(proto.receive_ids())
+    assert proto.command.frame_id < min(f["can_id"] for f in proto.receive_filters())
     assert proto.status.frame_id < proto.encoder.frame_id
     assert nominal_frame_bits(enc) == 111  # 8-byte standard frame with interframe space
 

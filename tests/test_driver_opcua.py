@@ -423,6 +423,26 @@ def test_connect_retries_with_backoff_then_gives_up(peer_config: Path) -> None:
         run(driver.read_status())
 
 
+def test_node_ids_by_namespace_uri_resolve_at_connect(shared: tuple[Path, PeerProcess]) -> None:
+    config, peer = shared
+    ctrl = controller(config, peer.endpoint)
+    status = dataclasses.replace(ctrl.settings.status,
+                                 state="nsu=urn:jha:test:robot;s=Controller.State")
+    driver = driver_for(controller(config, peer.endpoint, status=status))
+
+    async def go() -> ControllerMode:
+        await driver.connect()
+        try:
+            return (await driver.read_status()).mode
+        finally:
+            await driver.close()
+
+    assert run(go()) is ControllerMode.STOPPED
+    unknown = dataclasses.replace(status, state="nsu=urn:nowhere;s=Controller.State")
+    with pytest.raises(RejectedError, match="no namespace 'urn:nowhere'"):
+        run(driver_for(controller(config, peer.endpoint, status=unknown)).connect())
+
+
 def test_config_mismatch_with_server_fails_at_connect(shared: tuple[Path, PeerProcess]) -> None:
     peer_config, peer = shared
     ctrl = controller(peer_config, peer.endpoint)

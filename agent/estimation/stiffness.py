@@ -1,9 +1,9 @@
 """Joint stiffness by Bayesian inference (paper 003, section 3), and its dual-encoder variant.
 
 Data z = eta(k, u) + noise, noise ~ N(0, Sigma) with Sigma diagonal (eq. 8-9). Prior
-k ~ N(k0, Gamma0 / gamma) (eq. 11). The MAP point (eq. 12) is found by Gauss-Newton with
-Levenberg-Marquardt damping on the stacked residual [Sigma^-1/2 (z - eta); prior part]; the
-posterior is linearised there, C_post = (S^T Sigma^-1 S + gamma Gamma0^-1)^-1 (eq. 13) with S
+k ~ N(k0, Gamma0 / gamma) (eq. 11), Gamma0 = diag(sd^2). The MAP point (eq. 12) is found by
+Gauss-Newton with Levenberg-Marquardt damping, iterated in k0 / k (map_fit); the posterior
+is linearised there, C_post = (S^T Sigma^-1 S + gamma Gamma0^-1)^-1 (eq. 13) with S
 the sensitivity d eta / dk (eq. 14). The 1-alpha region is the ellipsoid of eq. 15 (chi-square
 quantile with n_k degrees of freedom); per joint the marginal interval k_i +- z_{1-alpha/2} sd_i.
 
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.stats import chi2, norm
+from scipy.special import chdtri, ndtri
 
 from agent.errors import EstimationError
 from agent.models.compliance import (
@@ -257,12 +257,12 @@ def unidentified_joints(
 
 @functools.cache
 def _normal_quantile(p: float) -> float:
-    return float(norm.ppf(p))
+    return float(ndtri(p))
 
 
 @functools.cache
 def _chi2_quantile(p: float, dof: int) -> float:
-    return float(chi2.ppf(p, dof))
+    return float(chdtri(dof, 1.0 - p))  # chdtri inverts the upper tail
 
 
 def _finish(
@@ -367,7 +367,7 @@ def _check_tcp(model: ComplianceModel, data: TcpMeasurements) -> None:
 # -- dual encoder: gravity twist ---------------------------------------------------------------
 
 
-def _joint_indices(model: ComplianceModel, joints: tuple[str, ...] | None) -> list[int]:
+def joint_indices(model: ComplianceModel, joints: tuple[str, ...] | None) -> list[int]:
     names = model.joint_names
     if joints is None:
         return list(range(model.n_joints))
@@ -391,7 +391,7 @@ def estimate_dual_encoder(
     windup_ij = tau_g,i(q_j) / k_i + o_i: per joint a regression on the gravity torque, which
     needs at least two poses with different torques on that joint.
     """
-    idx = _joint_indices(model, joints)
+    idx = joint_indices(model, joints)
     q = data.q_link_rad
     p_, n = q.shape
     if data.q_motor_link_rad.shape != q.shape or data.sigma_rad.shape != (n,) or p_ == 0:

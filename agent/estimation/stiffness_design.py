@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import minimize
 
-from agent.estimation.stiffness import StiffnessPrior, unidentified_joints
+from agent.estimation.stiffness import StiffnessPrior, joint_indices, unidentified_joints
 from agent.models.compliance import (
     ComplianceModel,
     InfeasibleRequestError,
@@ -425,7 +425,8 @@ def design_tcp(
         _check_reach(model, settings.target_m)
         # with a target position, random poses are infeasible: start from projected ones
         single, _ = _tcp_problem(model, settings, prior, k, extra, 1)
-        rows, viol, worst = _feasible_rows(single, rng, k_n * n_starts)
+        target = np.asarray(settings.target_m, dtype=np.float64)
+        rows, viol, worst = _feasible_rows(model, single, target, rng, k_n * n_starts)
         if not rows:
             names = _constraint_names(model, settings, 1)
             what = names[worst] if 0 <= worst < len(names) else "constraints"
@@ -446,9 +447,14 @@ def design_tcp(
             "requested pose is not reachable within the joint limits"
         )
     u = sol.x.reshape(k_n, model.n_joints + 3)
-    q, f = u[:, : model.n_joints], u[:, model.n_joints :] * f_scale
+    q = u[:, : model.n_joints]
+    # forces end on their bounds; snap the round-off of the scaling (300 * (1 - 2e-16))
+    f = np.round(u[:, model.n_joints :] * f_scale, 9) + 0.0  # + 0.0: no -0.0
     info = problem.evaluate(sol.x[None, :])[0]
-    bounds = f"force bounds {settings.force_min_n}..{settings.force_max_n} N"
+    bounds = (
+        f"force bounds {settings.force_min_n}..{settings.force_max_n} N; a force never twists "
+        "a joint whose axis passes through the TCP"
+    )
     _check_identified(problem, info[0], model.joint_names, bounds)
     cov = problem.covariance(info)[0]
     prior_cov = problem.covariance(np.zeros_like(info))[0]
@@ -493,35 +499,40 @@ def _check_reach(model: ComplianceModel, target: tuple[float, float, float]) -> 
 
 
 def _feasible_rows(
-    problem: _Problem, rng: np.random.Generator, count: int, attempts: int = 12
+    model: ComplianceModel,
+    problem: _Problem,
+    target: Array,
+    rng: np.random.Generator,
+    count: int,
+    batches: int = 4,
 ) -> tuple[list[Array], float, int]:
-    """`count` random feasible single-measurement rows of a one-measurement problem: random
-    pose and corner force, projected onto the constraints (nearest point by SLSQP). Returns
-    the rows found, and the smallest violation and its constraint index when some failed."""
-    free = problem.upper > problem.lower
-    template = np.where(free, 0.0, problem.lower)
-    ev = _Evaluator(problem, free, template, 0.0)
-    cons = ev.constraints()
-    bounds = list(zip(problem.lower[free], problem.upper[free], strict=True))
-    n = problem.lower.size - 3
+    """`count` random feasible rows (pose, corner force) of a one-measurement problem whose TCP
+    must sit at `target`. Random poses go to the target by damped least squares (all at once,
+    clipped to the joint limits); the rows that then meet every constraint are kept. Returns
+    the rows, and the smallest violation left and its constraint index when none qualified."""
+    n = model.n_joints
     rows: list[Array] = []
     best_violation, worst = math.inf, -1
-    with _single_thread_blas():
-        for tried in range(count * attempts):
-            if len(rows) == count or (not rows and tried >= attempts):
-                break  # nothing feasible in `attempts` tries: the request is infeasible
-            x0 = _tcp_start(problem, rng, 1, n)[free]
-            res = minimize(
-                lambda x, a=x0: float(np.sum((x - a) ** 2)), x0,
-                jac=lambda x, a=x0: 2.0 * (x - a), method="SLSQP", bounds=bounds,
-                constraints=cons, options={"maxiter": 200, "ftol": 1e-14},
-            )
-            x = ev.full(np.clip(res.x, problem.lower[free], problem.upper[free]))
-            viol, at = _violation(problem, x)
-            if viol <= 1e-9:
-                rows.append(x)
-            elif viol < best_violation:
-                best_violation, worst = viol, at
+    for _ in range(batches):
+        x = np.stack([_tcp_start(problem, rng, 1, n) for _ in range(256)])
+        q = x[:, :n]
+        for _ in range(40):
+            pose = forward(model.chain, q)
+            jac = position_jacobian(model.chain, pose)
+            err = target - pose.tcp_pos
+            jjt = np.einsum("bin,bjn->bij", jac, jac) + 1e-4 * np.eye(3)
+            q = q + np.einsum("bin,bi->bn", jac, np.linalg.solve(jjt, err[..., None])[..., 0])
+            q = np.clip(q, problem.lower[:n], problem.upper[:n])
+        x[:, :n] = q
+        _, ineq, eq = problem.evaluate(x)
+        viol = np.concatenate([np.maximum(-ineq, 0.0), np.abs(eq)], axis=1)
+        worst_each = viol.max(axis=1) if viol.shape[1] else np.zeros(len(x))
+        rows += list(x[worst_each <= 1e-9])
+        if len(rows) >= count:
+            return rows[:count], 0.0, -1
+        i = int(np.argmin(worst_each))
+        if worst_each[i] < best_violation:
+            best_violation, worst = float(worst_each[i]), int(np.argmax(viol[i]))
     return rows, best_violation, worst
 
 
@@ -552,10 +563,14 @@ def random_feasible_tcp(
     out = []
     for _ in range(count):
         rows: list[Array] = []
-        while len(rows) < k_n:
+        for _ in range(1000):
             cand = rng.uniform(problem.lower, problem.upper, (64, n + 3))
             _, ineq, _ = problem.evaluate(cand)
             rows += list(cand[np.all(ineq >= 0, axis=1)])
+            if len(rows) >= k_n:
+                break
+        else:
+            raise InfeasibleRequestError("constraints", "no random pose meets them")
         u = np.array(rows[:k_n])
         q, f = u[:, :n], u[:, n:] * f_scale
         info = given_information(model, prior, q, f, settings.noise_m)
@@ -596,7 +611,7 @@ def design_dual_encoder(
     if poses < 2:
         raise InfeasibleRequestError("poses", f"need 2 or more (stiffness, offset), got {poses}")
     names = model.joint_names
-    idx = list(range(n)) if joints is None else [names.index(j) for j in joints]
+    idx = joint_indices(model, joints)
     m = len(idx)
     gear = np.array([j.gear_ratio for j in robot.joints])
     sigma = encoder_sigma_rad(robot.encoder_counts_per_turn, gear, noise_counts)[idx]

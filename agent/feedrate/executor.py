@@ -365,7 +365,8 @@ class Execution:
         return np.asarray(np.hypot(*(self.realised_m - self.commanded_m).T))
 
     def between(self, start_s: float, end_s: float) -> npt.NDArray[np.bool_]:
-        return (self.time_s >= start_s) & (self.time_s <= end_s)
+        """Samples in [start_s, end_s]; a sample within 1e-9 s of an end counts as inside."""
+        return (self.time_s >= start_s - 1e-9) & (self.time_s <= end_s + 1e-9)
 
     def to_dict(self, samples: bool = False) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -484,26 +485,61 @@ def circle_window(run: Execution, centre_mm: tuple[float, float], radius_mm: flo
     return first.start_s, last.end_s
 
 
-def circular_test(run: Execution, centre_mm: tuple[float, float],
-                  radius_mm: float) -> RadialError:
-    """Radial error of the realised path over the part of the program on the circle."""
+def circular_test(run: Execution, centre_mm: tuple[float, float], radius_mm: float, *,
+                  skip_mm: float = 0.0) -> RadialError:
+    """Radial error of the realised path over the part of the program on the circle, less the
+    first and last skip_mm of commanded path (lead-in and lead-out arcs, ISO 230-4 overrun)."""
     start, end = circle_window(run, centre_mm, radius_mm)
     mask = run.between(start, end)
+    if skip_mm > 0.0:
+        steps = np.hypot(*np.diff(run.commanded_m[mask], axis=0).T) / MM
+        s = np.concatenate([[0.0], np.cumsum(steps)])
+        keep = (s >= skip_mm) & (s <= s[-1] - skip_mm)
+        idx = np.nonzero(mask)[0][keep]
+        if idx.size < 3:
+            raise ValueError(f"circular_test: skip_mm={skip_mm} leaves nothing of the circle")
+        mask = np.zeros_like(mask)
+        mask[idx] = True
+        start, end = float(run.time_s[idx[0]]), float(run.time_s[idx[-1]])
     return radial_error(run.realised_m[mask], (centre_mm[0] * MM, centre_mm[1] * MM),
                         radius_mm * MM, start_s=start, end_s=end)
 
 
 def circle_program(radius_mm: float, feed_mm_min: float, *,
                    centre_mm: tuple[float, float] = (0.0, 0.0), clockwise: bool = False,
-                   laps: int = 1, approach: bool = True) -> list[str]:
-    """An ISO 230-4 style circle: full G2/G3 laps from the point at angle 0 (+X of the centre)."""
-    if not (radius_mm > 0 and feed_mm_min > 0 and laps >= 1):
-        raise ValueError("circle_program: need radius_mm > 0, feed_mm_min > 0, laps >= 1")
+                   lead_deg: float = 90.0, settle_s: float = 1.0) -> list[str]:
+    """An ISO 230-4 style circle: a rapid to the circle, a dwell of settle_s for the axes to
+    come to rest, a lead-in arc of lead_deg, the measured full lap from angle 0 (+X of the
+    centre), a lead-out arc of lead_deg; measure it with circular_test(skip_mm=lead_mm)."""
+    if not (radius_mm > 0 and feed_mm_min > 0 and 0 <= lead_deg < 360 and settle_s >= 0):
+        raise ValueError("circle_program: need radius_mm > 0, feed_mm_min > 0, 0 <= lead_deg "
+                         "< 360, settle_s >= 0")
     cx, cy = centre_mm
-    x0 = cx + radius_mm
-    lines = ["G17 G21 G90 G94\n"]
-    if approach:
-        lines.append(f"G0 X{x0:.4f} Y{cy:.4f}\n")
+    sense = -1.0 if clockwise else 1.0
     word = "G2" if clockwise else "G3"
-    lines += [f"{word} X{x0:.4f} Y{cy:.4f} I{-radius_mm:.4f} J0 F{feed_mm_min:.3f}\n"] * laps
+
+    def at(deg: float) -> tuple[float, float]:
+        a = math.radians(sense * deg)
+        return cx + radius_mm * math.cos(a), cy + radius_mm * math.sin(a)
+
+    def arc(from_deg: float, to_deg: float, feed: str = "") -> str:
+        (x0, y0), (x1, y1) = at(from_deg), at(to_deg)
+        return (f"{word} X{x1:.4f} Y{y1:.4f} I{cx - x0:.4f} J{cy - y0:.4f}{feed}\n")
+
+    x, y = at(-lead_deg)
+    lines = ["G17 G21 G90 G94\n", f"G0 X{x:.4f} Y{y:.4f}\n"]
+    if settle_s > 0:
+        lines.append(f"G4 P{settle_s:g}\n")
+    feed = f" F{feed_mm_min:.3f}"
+    if lead_deg > 0:
+        lines.append(arc(-lead_deg, 0.0, feed))
+        feed = ""
+    lines.append(arc(0.0, 0.0, feed))  # start == end: a full circle
+    if lead_deg > 0:
+        lines.append(arc(0.0, lead_deg))
     return lines
+
+
+def lead_mm(radius_mm: float, lead_deg: float = 90.0) -> float:
+    """Path length of circle_program's lead-in (and lead-out) arc."""
+    return math.radians(lead_deg) * radius_mm

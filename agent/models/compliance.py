@@ -14,6 +14,11 @@ the second-order term (J at q instead of q + dq, a relative change of order |dq|
 and is what the experiment design uses, as the paper does when it fixes k at k0 (eq. 17).
 Optionally the robot's own weight is part of the load (`with_gravity`): the deviation is then
 the one between the loaded and the unloaded robot, both sagging under gravity.
+
+Gravity alone as the load (the dual-encoder variant): at standstill each joint twists by
+tau_g(q) / k, which a motor encoder (divided by the gear ratio) minus a link encoder reads.
+The measurement records of both kinds and their simulators (sensor noise, encoder
+quantisation) are at the end of this module.
 """
 
 from __future__ import annotations

@@ -61,8 +61,7 @@ def frame_bits(can_id: int, data: npt.NDArray[np.uint8]) -> npt.NDArray[np.int64
     crc = np.zeros(n, dtype=np.uint16)
     for col in bits.T:
         nxt = col.astype(np.uint16) ^ ((crc >> 14) & 1)
-        crc = (crc << 1) & 0x7FFF
-        crc ^= nxt * CRC15_POLY
+        crc = ((crc << 1) & 0x7FFF) ^ (nxt * np.uint16(CRC15_POLY))
     crc_bits = ((crc[:, None] >> np.arange(14, -1, -1, dtype=np.uint16)) & 1).astype(np.uint8)
     bits = np.concatenate([bits, crc_bits], axis=1)
     stuffed = np.zeros(n, dtype=np.int64)

@@ -37,7 +37,7 @@ from agent.config import JointSettings
 from agent.encoder import angle_to_counts
 from agent.simulation import simulate_backlash_capture
 from drivers.base import BacklashCycle
-from drivers.can_dbc import CanProtocol, Command, CycleState, encode
+from drivers.can_dbc import CanProtocol, Command, CycleState, decode_numbers, encode
 
 from .can_bits import VirtualBus, frame_bits, pack_intel
 
@@ -158,22 +158,24 @@ class Controller:
         self.last_agent_frame = self.t0
         self.stops = 0
         self._pending_out: list[Out] = []
+        self.last_step = self.t0
+        self.max_step_gap_s = 0.0
 
     # --- frames from the agent ----------------------------------------------------------------
     def on_frame(self, can_id: int, data: bytes) -> None:
         p = self.proto
         try:
             if can_id == p.command.frame_id:
-                v = p.command.decode(data, decode_choices=False)
+                v = decode_numbers(p.command, data)
                 if self.cycle is not None and int(v["CycleCounter"]) == self.cycle.counter:
                     self.last_agent_frame = self.clock()  # the agent that runs the cycle lives
                 self._command(int(v["Command"]), int(v["CycleCounter"]))
             elif can_id == p.cycle_setup.frame_id:
-                v = p.cycle_setup.decode(data, decode_choices=False)
-                self.setups[int(v["CycleCounter"])] = dict(v)
+                v = decode_numbers(p.cycle_setup, data)
+                self.setups[int(v["CycleCounter"])] = v
             elif can_id == p.cycle_length.frame_id:
-                v = p.cycle_length.decode(data, decode_choices=False)
-                self.lengths[int(v["CycleCounter"])] = dict(v)
+                v = decode_numbers(p.cycle_length, data)
+                self.lengths[int(v["CycleCounter"])] = v
         except Exception as exc:  # a frame that does not decode is ignored, as a controller would
             self.emit({"event": "bad_command_frame", "id": can_id, "error": str(exc)})
 
@@ -232,6 +234,7 @@ class Controller:
             start_pose_rad=self.poses[joint.index],
         )
         self.cycle = c
+        self.max_step_gap_s = 0.0
         self.last_agent_frame = self.clock()
         self.last_counter, self.last_state, self.reject_reason = counter, c.state, 0
         self.mode = MODE_CODES["test_cycle"]
@@ -311,6 +314,7 @@ class Controller:
                 "overruns": self.bus.overruns,
                 "error": c.error,
                 "stream_s": stream_s,
+                "max_step_gap_s": self.max_step_gap_s,
                 "bus_load": self.bus.busy_bits / (self.bitrate * stream_s)
                 if stream_s > 0
                 else None,
@@ -439,6 +443,10 @@ class Controller:
     def step(self) -> list[Out]:
         """Advance to now; what the transport must do, in order."""
         now = self.clock()
+        if self.cycle is not None and self.cycle.state == CycleState.CAPTURING:
+            # How late this process ran while streaming: a starved peer, not a slow agent.
+            self.max_step_gap_s = max(self.max_step_gap_s, now - self.last_step)
+        self.last_step = now
         self._advance_cycle(now)
         self._status_frames(now)
         self._drain(now)

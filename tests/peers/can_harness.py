@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -21,7 +20,6 @@ from drivers.sim import SimDriver
 from drivers.sim_settings import SimJointSettings, SimSettings
 
 ROOT = Path(__file__).resolve().parents[2]
-TESTS = ROOT / "tests"
 DBC = ROOT / "config" / "can" / "joint_encoder.dbc"
 SEED = 5
 BACKLASH = {"j1": 1.2e-3, "j2": 4e-4}
@@ -64,11 +62,9 @@ class Peer:
     """A peer process and the JSON events it prints, collected by a thread."""
 
     def __init__(self, module: str, args: list[str], prefix: tuple[str, ...] = ()) -> None:
-        env = {**os.environ, "PYTHONPATH": f"{TESTS}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         self.proc = subprocess.Popen(
             [*prefix, sys.executable, "-m", module, *args],
             cwd=ROOT,
-            env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

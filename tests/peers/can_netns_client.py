@@ -1,7 +1,7 @@
 """The agent's side of the udp_multicast test: one guarded cycle through the CAN driver.
 
 Runs inside the test's network namespace (the driver must join the peer's multicast group
-there), as `python -m peers.can_netns_client --config ... --controller ... --joint ... --out
+there), as `python -m tests.peers.can_netns_client --config ... --controller ... --joint ... --out
 capture.npz`. Prints one JSON line: {"outcome": "ok" | "aborted" | "refused", "error": ...,
 "stats": ..., "stop_commands_sent": N}; the capture, when there is one, goes to --out.
 """

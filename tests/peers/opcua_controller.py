@@ -326,9 +326,8 @@ class Peer:
         began = time.perf_counter()
         vt = ua.VariantType
         for k, i in enumerate(range(0, len(samples), chunk)):
-            delay = start + (k + 1) * period_s - loop.time()
-            if delay > 0:
-                await asyncio.sleep(delay)
+            # Always yield, even when behind schedule: the server's publish loop must run.
+            await asyncio.sleep(max(0.0, start + (k + 1) * period_s - loop.time()))
             kind = None
             if self.fault is not None and k == self.fault_after:
                 kind, self.fault = self.fault, None  # faults act once

@@ -13,8 +13,9 @@ the part python-can's `socketcand` interface uses, byte for byte:
 python-can checks the two `< ok >` replies with one recv each, so bus frames are forwarded to a
 client only once it has sent its first frame (the driver's ENABLE): otherwise a frame could
 arrive in the same TCP read as the `< ok >` and fail the handshake. The controller model is
-tests/peers/can_controller.py; run as `python -m peers.socketcand_peer --config ... --controller
-...` with tests/ on PYTHONPATH; it prints {"event": "listening", "port": N} first.
+tests/peers/can_controller.py; run from the repository root as `python -m
+tests.peers.socketcand_peer --config ... --controller ...`; it prints {"event": "listening",
+"port": N} first.
 """
 
 from __future__ import annotations

@@ -3,9 +3,9 @@
 Every member of the multicast group sees every frame (msgpack-encoded can.Message datagrams),
 as nodes on one CAN bus do. Multicast needs a route, so the tests run this and the driver inside
 a network namespace of their own (`ip netns add`; inside it `ip link set lo up multicast on` and
-`ip route add 224.0.0.0/4 dev lo`). The controller model is tests/peers/can_controller.py; run as
-`python -m peers.udp_multicast_peer --config ... --controller ...` with tests/ on PYTHONPATH; it
-prints {"event": "listening", ...} once it has joined the group.
+`ip route add 224.0.0.0/4 dev lo`). The controller model is tests/peers/can_controller.py; run
+from the repository root as `python -m tests.peers.udp_multicast_peer --config ...
+--controller ...`; it prints {"event": "listening", ...} once it has joined the group.
 
 On this transport `garbage` and `badtext` are a datagram that is no msgpack frame, and
 `disconnect` (there is no connection to drop) silences the controller for good, like a node that

@@ -1,0 +1,512 @@
+"""Dynamic identification of a robot with elastic joints and two encoders per joint.
+
+Two models share the signal chain (agent.estimation.signal_chain) and the least squares:
+
+elastic (paper 002): the link and rotor equations, stacked, linear in 14 parameters per joint
+    link  j:  Y_j(q, q', q'') pi_link           - K_j (theta_j - q_j) = 0
+    rotor j:  Ia_j theta''_j + Fc_j sgn(theta'_j) + Fv_j theta'_j + K_j (theta_j - q_j) = tau_j
+  from link position q, motor position theta (link-side units) and motor torque tau. What it
+  sees (elastic_base() works it out numerically, paper 002 section 5):
+    * every rotor inertia, Coulomb and viscous coefficient and stiffness on its own: the rotor
+      equation of joint j holds only those four, and the deflection column ties K_j to the link
+      equation. Unlike a rigid model, Ia_1 does not merge into the inertia of link 1;
+    * the link parameters only as the rigid-body base parameters (the same regrouping as a rigid
+      robot mounted the same way: 36 on an upright UR5e); the rest stay invisible. The link
+      equation alone is homogeneous: the rotor equation gives it its scale through K.
+    * not in the model, so not seen and biasing the rest if present: link-side friction, joint
+      damping, an offset between the two encoders' zeros (a constant K * offset torque), the
+      friction beyond Coulomb + viscous (Stribeck hump, strain-wave ripple, load dependence).
+rigid (paper 004, IDIM with rotor-side compensation): tau_J = tau - Ia theta'' - f_prior with
+    the rotor terms known (Ia from the robot file, f_prior a friction model identified before),
+    regressed on the rigid base regressor at the link-side positions plus Coulomb + viscous
+    friction at the rotor speed; stiffness afterwards from tau_J against the deflection.
+
+Beyond the papers: rotor-equation rows within one parallel-filter length of a speed below
+`min_friction_speed_rad_s` are left out (the Stribeck hump lives there and a sign column
+cannot follow it), and the zero-phase chain keeps speed and torque in step.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.capture import Capture
+from agent.errors import EstimationError
+from agent.estimation.base_params import BaseParameters, base_parameters, reduce_regressor
+from agent.estimation.base_params import preference_order, random_states
+from agent.estimation.signal_chain import (
+    FilterSettings,
+    LsqSolution,
+    Method,
+    ResolvedFilter,
+    RobotSignals,
+    band_pass,
+    decimation_index,
+    dynamics_bandwidth_hz,
+    least_squares,
+    parallel_decimate,
+    robot_signals,
+)
+from agent.models.elastic_robot import FrictionNonlinearity, friction_torque
+from agent.models.regressor import ParameterLayout, chain_geometry, parameter_vector, regressor
+from agent.models.robot import RobotDescription
+
+Array = npt.NDArray[np.float64]
+Model = Literal["elastic", "rigid"]
+DRIVE = ("Ia", "fc", "fv", "k")  # per-joint parameters of the rotor equation
+
+
+@dataclass(frozen=True)
+class IdentificationSettings:
+    method: Method = "wls"
+    model: Model = "elastic"
+    filter: FilterSettings = field(default_factory=FilterSettings)
+    # cond of the decimated base regressor (rigid body + friction, SI columns) above which the
+    # trajectory is refused as not exciting; optimised excitations reach 20-50 (UR5e ~45)
+    max_condition_number: float = 500.0
+    min_friction_speed_rad_s: float = 0.05  # 0 keeps every row (the papers)
+    saturation_fraction: float = 0.999
+    prior_friction: FrictionNonlinearity | None = None  # rigid: compensated before the fit
+    use_link_encoder: bool = True  # False: q from the motor encoder (single-encoder ablation)
+
+
+@functools.lru_cache(maxsize=16)
+def link_base(robot: RobotDescription) -> BaseParameters:
+    """Rigid-body base parameters of the links (no rotor, no friction columns)."""
+    return base_parameters(robot)
+
+
+def elastic_base(robot: RobotDescription, n_samples: int = 60, seed: int = 0) -> BaseParameters:
+    """Identifiability of the 14 parameters per joint of paper 002, from random states."""
+    n = robot.n_joints
+    layout = ParameterLayout(n, rotor=True, friction=True)
+    names = [*layout.names, *(f"k{j + 1}" for j in range(n))]
+    q, qd, qdd = random_states(robot, n_samples, seed)
+    rng = np.random.default_rng(seed + 1)
+    delta, thd, thdd = rng.normal(size=(3, n_samples, n))
+    y = regressor(robot, q, qd, qdd, rotor=True, friction=True)
+    link_rows = np.zeros((n_samples, n, len(names)))
+    link_rows[..., : layout.size] = y
+    link_rows[..., layout.rotor_columns()] = 0.0
+    fc, fv = layout.friction_columns()
+    link_rows[..., fc] = 0.0
+    link_rows[..., fv] = 0.0
+    joints = np.arange(n)
+    kcols = layout.size + joints
+    link_rows[:, joints, kcols] = -delta
+    motor_rows = np.zeros_like(link_rows)
+    motor_rows[:, joints, layout.rotor_columns()] = thdd
+    motor_rows[:, joints, fc] = np.sign(thd)
+    motor_rows[:, joints, fv] = thd
+    motor_rows[:, joints, kcols] = delta
+    stacked = np.concatenate([link_rows, motor_rows]).reshape(-1, len(names))
+    return reduce_regressor(stacked, names, order=preference_order(names))
+
+
+# ------------------------------------------------------------------------------- kinematics
+
+
+@dataclass(frozen=True)
+class Kinematics:
+    """Band-passed link (q) and rotor (th) motion at the full rate, with the raw torque."""
+
+    q: Array
+    qd: Array
+    qdd: Array
+    th: Array
+    thd: Array
+    thdd: Array
+    tau: Array
+    flt: ResolvedFilter
+
+
+def kinematics(signals: RobotSignals, settings: FilterSettings) -> Kinematics:
+    fs = signals.sample_rate_hz
+    bw = settings.bandwidth_hz or dynamics_bandwidth_hz(signals.link_pos_rad, fs)
+    flt = settings.resolved(fs, bw)
+    q = band_pass(signals.link_pos_rad, fs, flt.cutoff_hz, flt.order)
+    th = band_pass(signals.motor_pos_rad, fs, flt.cutoff_hz, flt.order)
+    return Kinematics(*q, *th, signals.motor_torque_nm, flt)
+
+
+# ------------------------------------------------------------------------------- models
+
+
+@dataclass(frozen=True)
+class DynamicModel:
+    """Motor torque = Y_base(q, q', q'') pi_base + Ia theta'' + Fc sgn(theta') + Fv theta'
+    (+ the prior nonlinear friction). The nominal ("CAD") model and an identified one alike."""
+
+    link_base: Array
+    rotor_inertia_kg_m2: Array
+    coulomb_nm: Array
+    viscous_nm_s_rad: Array
+    stiffness_nm_rad: Array | None
+    prior: FrictionNonlinearity | None = None
+
+    def motor_torque(self, robot: RobotDescription, kin: Kinematics) -> Array:
+        y = link_base(robot).reduce(regressor(robot, kin.q, kin.qd, kin.qdd))
+        tau = np.einsum("njp,p->nj", y, self.link_base)
+        tau += self.rotor_inertia_kg_m2 * kin.thdd + self.coulomb_nm * np.sign(kin.thd)
+        tau += self.viscous_nm_s_rad * kin.thd
+        if self.prior is not None:
+            tau += friction_torque(robot, self.prior, kin.thd, kin.th, tau, linear=False)[0]
+        return tau
+
+
+def nominal_model(robot: RobotDescription, prior: FrictionNonlinearity | None = None) -> DynamicModel:
+    """The model the robot file describes (paper 004's CAD baseline)."""
+    pi = parameter_vector(robot, ParameterLayout(robot.n_joints))
+    k = [j.stiffness_nm_rad for j in robot.joints]
+    return DynamicModel(
+        link_base(robot).to_base(pi),
+        np.array([j.rotor_inertia_kg_m2 for j in robot.joints]),
+        np.array([j.coulomb_nm for j in robot.joints]),
+        np.array([j.viscous_nm_s_rad for j in robot.joints]),
+        None if any(v is None for v in k) else np.array(k, dtype=np.float64),
+        prior,
+    )
+
+
+def nmse_nm(measured: Array, predicted: Array) -> tuple[float, Array]:
+    """Paper 004 section 4.5: sum over joints of MSE / mean |torque|. (total, per joint)."""
+    per_joint = np.mean((measured - predicted) ** 2, axis=0) / np.mean(np.abs(measured), axis=0)
+    return float(per_joint.sum()), per_joint
+
+
+# ------------------------------------------------------------------------------- results
+
+
+class IndicatorRow(NamedTuple):
+    joint: str
+    indicator: str
+    value: float
+    unit: str
+    rel_std_pct: float | None
+
+
+@dataclass(frozen=True)
+class JointHealth:
+    """Wear indicators of one joint, with the relative standard deviation of each estimate."""
+
+    joint: str
+    coulomb_nm: float
+    viscous_nm_s_rad: float
+    stiffness_nm_rad: float | None
+    rotor_inertia_kg_m2: float
+    torque_nmse_nm: float
+    rel_std_pct: dict[str, float]
+
+    def rows(self) -> tuple[IndicatorRow, ...]:
+        items = [
+            ("coulomb_friction_nm", self.coulomb_nm, "N·m", "fc"),
+            ("viscous_friction_nm_s_rad", self.viscous_nm_s_rad, "N·m·s/rad", "fv"),
+            ("stiffness_nm_rad", self.stiffness_nm_rad, "N·m/rad", "k"),
+            ("rotor_inertia_kg_m2", self.rotor_inertia_kg_m2, "kg·m²", "Ia"),
+            ("torque_nmse_nm", self.torque_nmse_nm, "N·m", ""),
+        ]
+        return tuple(
+            IndicatorRow(self.joint, name, float(v), unit, self.rel_std_pct.get(key))
+            for name, v, unit, key in items
+            if v is not None
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "rel_std_pct": dict(self.rel_std_pct)}
+
+
+@dataclass(frozen=True)
+class IdentificationResult:
+    robot: str
+    model: Model
+    method: Method
+    names: tuple[str, ...]  # estimated parameters: link base parameters, then drive ones
+    estimate: Array
+    rel_std_pct: Array
+    combinations: tuple[str, ...]  # what each link base parameter stands for
+    group_names: tuple[str, ...]
+    group_sigma: Array  # residual std of each equation group (N·m)
+    condition_number: float
+    n_samples: int
+    n_rows: int
+    filter: ResolvedFilter
+    joints: tuple[JointHealth, ...]
+    nmse_nm: float
+    dynamic_model: DynamicModel = field(repr=False)
+    seconds: float = 0.0
+    warnings: tuple[str, ...] = ()
+
+    def value(self, name: str) -> float:
+        return float(self.estimate[self.names.index(name)])
+
+    def indicator_rows(self) -> tuple[IndicatorRow, ...]:
+        return tuple(r for j in self.joints for r in j.rows())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "robot": self.robot,
+            "model": self.model,
+            "method": self.method,
+            "parameters": [
+                {"name": n, "value": float(v), "rel_std_pct": _finite(s)}
+                for n, v, s in zip(self.names, self.estimate, self.rel_std_pct, strict=True)
+            ],
+            "combinations": list(self.combinations),
+            "group_sigma": dict(zip(self.group_names, map(float, self.group_sigma), strict=True)),
+            "condition_number": self.condition_number,
+            "n_samples": self.n_samples,
+            "n_rows": self.n_rows,
+            "filter": self.filter.to_dict(),
+            "joints": [j.to_dict() for j in self.joints],
+            "nmse_nm": self.nmse_nm,
+            "seconds": self.seconds,
+            "warnings": list(self.warnings),
+        }
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+# ------------------------------------------------------------------------------- identification
+
+
+def identify(
+    captures: tuple[Capture, ...] | list[Capture],
+    robot: RobotDescription,
+    settings: IdentificationSettings | None = None,
+    *,
+    where: str = "<captures>",
+) -> IdentificationResult:
+    """Identify from one capture per joint; refuses (exit code 65) what it cannot use."""
+    s = settings or IdentificationSettings()
+    signals = robot_signals(captures, robot, saturation_fraction=s.saturation_fraction, where=where)
+    return identify_signals(signals, robot, s)
+
+
+def identify_signals(
+    signals: RobotSignals, robot: RobotDescription, settings: IdentificationSettings
+) -> IdentificationResult:
+    started = time.perf_counter()
+    kin = kinematics(signals, settings.filter)
+    if not settings.use_link_encoder:
+        kin = replace(kin, q=kin.th, qd=kin.thd, qdd=kin.thdd)
+    return identify_kinematics(kin, robot, settings, started)
+
+
+def identify_kinematics(
+    kin: Kinematics,
+    robot: RobotDescription,
+    settings: IdentificationSettings,
+    started: float | None = None,
+) -> IdentificationResult:
+    """The least-squares part, from band-passed motion (the paper-002 noise protocol adds its
+    noise to these kinematics and enters here)."""
+    t0 = time.perf_counter() if started is None else started
+    n = robot.n_joints
+    flt = kin.flt
+    base = link_base(robot)
+    keep = decimation_index(kin.q.shape[0], flt)
+    y_b = parallel_decimate(
+        base.reduce(regressor(robot, kin.q, kin.qd, kin.qdd, geometry=chain_geometry(robot))),
+        flt,
+        keep,
+    )
+    sgn = np.sign(kin.thd)
+    delta = kin.th - kin.q
+    slow = _slow_rows(kin.thd, flt, settings.min_friction_speed_rad_s)[keep]
+    cols = {
+        "thdd": kin.thdd, "sgn": sgn, "thd": kin.thd, "delta": delta, "tau": kin.tau,
+    }  # fmt: skip
+    if settings.model == "rigid":
+        tau_j = kin.tau - np.array([j.rotor_inertia_kg_m2 for j in robot.joints]) * kin.thdd
+        if settings.prior_friction is not None:
+            tau_j -= friction_torque(
+                robot, settings.prior_friction, kin.thd, kin.th, tau_j, linear=False
+            )[0]
+        cols["tau_j"] = tau_j
+    dec = {k: parallel_decimate(v, flt, keep) for k, v in cols.items()}
+    cond = _condition(y_b, dec["sgn"], dec["thd"])
+    if not cond <= settings.max_condition_number:
+        raise EstimationError(
+            f"the trajectory does not excite the dynamics: condition number {cond:.4g} of the "
+            f"base regressor exceeds the limit {settings.max_condition_number:g}; run an "
+            "optimised excitation (agent.estimation.excitation)"
+        )
+    if settings.model == "elastic":
+        sol, names, groups = _fit_elastic(y_b, dec, slow, settings.method)
+        est = dict(zip(names, sol.theta, strict=True))
+        k = np.array([est[f"k{j + 1}"] for j in range(n)])
+        ia = np.array([est[f"Ia{j + 1}"] for j in range(n)])
+    else:
+        sol, names, groups = _fit_rigid(y_b, dec, slow, settings.method)
+        est = dict(zip(names, sol.theta, strict=True))
+        ia = np.array([j.rotor_inertia_kg_m2 for j in robot.joints])
+        k, k_rel = _stiffness_from_link_torque(y_b, sol.theta[: base.count], dec["delta"])
+    model = DynamicModel(
+        sol.theta[: base.count],
+        ia,
+        np.array([est[f"fc{j + 1}"] for j in range(n)]),
+        np.array([est[f"fv{j + 1}"] for j in range(n)]),
+        k,
+        settings.prior_friction if settings.model == "rigid" else None,
+    )
+    predicted = parallel_decimate(model.motor_torque(robot, kin), flt, keep)
+    total, per_joint = nmse_nm(dec["tau"], predicted)
+    rel = dict(zip(names, sol.relative_std_pct, strict=True))
+    if settings.model == "rigid":
+        rel.update({f"k{j + 1}": float(k_rel[j]) for j in range(n)})
+    joints = tuple(
+        JointHealth(
+            spec.name, float(model.coulomb_nm[j]), float(model.viscous_nm_s_rad[j]),
+            float(k[j]), float(ia[j]), float(per_joint[j]),
+            {p: float(rel[f"{p}{j + 1}"]) for p in DRIVE if f"{p}{j + 1}" in rel},
+        )
+        for j, spec in enumerate(robot.joints)
+    )  # fmt: skip
+    warnings = tuple(
+        f"{name}: relative standard deviation {r:.0f} %"
+        for name, r in zip(names, sol.relative_std_pct, strict=True)
+        if r > 50.0
+    )
+    return IdentificationResult(
+        robot.name, settings.model, settings.method, tuple(names), sol.theta,
+        sol.relative_std_pct, base.combinations(), groups, sol.sigma, cond, kin.q.shape[0],
+        int(sol.residual.size), flt, joints, total, model, time.perf_counter() - t0, warnings,
+    )  # fmt: skip
+
+
+def _slow_rows(speed: Array, flt: ResolvedFilter, min_speed: float) -> npt.NDArray[np.bool_]:
+    """Samples within one parallel-filter length of a rotor speed below min_speed."""
+    if min_speed <= 0.0:
+        return np.zeros(speed.shape, dtype=bool)
+    width = 2 * math.ceil(flt.sample_rate_hz / flt.parallel_cutoff_hz) + 1
+    slow = (np.abs(speed) < min_speed).astype(np.float64)
+    kernel = np.ones(width)
+    spread = np.stack([np.convolve(slow[:, j], kernel, mode="same") for j in range(slow.shape[1])])
+    return np.asarray(spread.T > 0.0)
+
+
+def _condition(y_b: Array, sgn: Array, thd: Array) -> float:
+    n_d, n, b = y_b.shape
+    w = np.zeros((n_d, n, b + 2 * n))
+    w[..., :b] = y_b
+    j = np.arange(n)
+    w[:, j, b + j] = sgn
+    w[:, j, b + n + j] = thd
+    sv = np.linalg.svd(w.reshape(-1, b + 2 * n), compute_uv=False)
+    return float(sv[0] / sv[-1]) if sv[-1] > 0.0 else math.inf
+
+
+def _names(prefixes: tuple[str, ...], n: int) -> list[str]:
+    return [f"{p}{j + 1}" for p in prefixes for j in range(n)]
+
+
+def _fit_elastic(
+    y_b: Array, dec: dict[str, Array], slow: npt.NDArray[np.bool_], method: Method
+) -> tuple[LsqSolution, list[str], tuple[str, ...]]:
+    """Stacked link and rotor equations (paper 002); groups: link j, then rotor j."""
+    n_d, n, b = y_b.shape
+    j = np.arange(n)
+    p = b + 4 * n
+    link = np.zeros((n_d, n, p))
+    link[..., :b] = y_b
+    link[:, j, b + 3 * n + j] = -dec["delta"]
+    rotor = np.zeros((n_d, n, p))
+    for k, key in enumerate(("thdd", "sgn", "thd", "delta")):
+        rotor[:, j, b + k * n + j] = dec[key]
+    keep = ~slow
+    a = np.concatenate([link.reshape(-1, p), rotor[keep]])
+    y = np.concatenate([np.zeros(n_d * n), dec["tau"][keep]])
+    groups = np.concatenate([np.tile(j, n_d), np.nonzero(keep)[1] + n])
+    sol = least_squares(a, y, groups, method)
+    names = [f"base{i + 1}" for i in range(b)] + _names(DRIVE, n)
+    return sol, names, (*_names(("link",), n), *_names(("rotor",), n))
+
+
+def _fit_rigid(
+    y_b: Array, dec: dict[str, Array], slow: npt.NDArray[np.bool_], method: Method
+) -> tuple[LsqSolution, list[str], tuple[str, ...]]:
+    """IDIM on the rotor-compensated torque (paper 004 eq. 13); groups: joints."""
+    n_d, n, b = y_b.shape
+    j = np.arange(n)
+    a = np.zeros((n_d, n, b + 2 * n))
+    a[..., :b] = y_b
+    a[:, j, b + j] = dec["sgn"]
+    a[:, j, b + n + j] = dec["thd"]
+    # a slow row keeps its rigid-body information; only the friction columns' rows go
+    keep = ~slow
+    rows = a[keep]
+    groups = np.nonzero(keep)[1]
+    sol = least_squares(rows, dec["tau_j"][keep], groups, method)
+    names = [f"base{i + 1}" for i in range(b)] + _names(("fc", "fv"), n)
+    return sol, names, tuple(_names(("joint",), n))
+
+
+def _stiffness_from_link_torque(
+    y_b: Array, pi_b: Array, delta: Array
+) -> tuple[Array, Array]:
+    """K_j = <tau_link_j, delta_j> / <delta_j, delta_j> with tau_link the model's link torque
+    (paper 002's link equation with the inertial part fixed); its relative std in %."""
+    tau_link = np.einsum("njp,p->nj", y_b, pi_b)
+    dd = np.sum(delta * delta, axis=0)
+    k = np.sum(tau_link * delta, axis=0) / dd
+    res = tau_link - delta * k
+    var = np.sum(res * res, axis=0) / max(delta.shape[0] - 1, 1) / dd
+    return k, 100.0 * np.sqrt(var) / np.abs(k)
+
+
+# ------------------------------------------------------------------------------- validation
+
+
+@dataclass(frozen=True)
+class Validation:
+    nmse_nm: float
+    per_joint_nm: Array
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nmse_nm": self.nmse_nm, "per_joint_nm": self.per_joint_nm.tolist()}
+
+
+def validate(
+    model: DynamicModel,
+    robot: RobotDescription,
+    captures: tuple[Capture, ...] | list[Capture],
+    settings: IdentificationSettings | None = None,
+) -> Validation:
+    """Torque NMSE of `model` on a capture not used for its estimation (paper 004 section 5);
+    measured and predicted torques through the same chain as in the estimation."""
+    s = settings or IdentificationSettings()
+    signals = robot_signals(captures, robot, saturation_fraction=s.saturation_fraction)
+    kin = kinematics(signals, s.filter)
+    if not s.use_link_encoder:
+        kin = replace(kin, q=kin.th, qd=kin.thd, qdd=kin.thdd)
+    keep = decimation_index(kin.q.shape[0], kin.flt)
+    measured = parallel_decimate(kin.tau, kin.flt, keep)
+    predicted = parallel_decimate(model.motor_torque(robot, kin), kin.flt, keep)
+    total, per_joint = nmse_nm(measured, predicted)
+    return Validation(total, per_joint)
+
+
+def true_parameters(robot: RobotDescription, result: IdentificationResult) -> Array:
+    """The values a perfect identification of `result`'s parameters would give (simulation)."""
+    m = nominal_model(robot)
+    drive = {"Ia": m.rotor_inertia_kg_m2, "fc": m.coulomb_nm, "fv": m.viscous_nm_s_rad,
+             "k": m.stiffness_nm_rad}  # fmt: skip
+    out = []
+    for name in result.names:
+        if name.startswith("base"):
+            out.append(m.link_base[int(name[4:]) - 1])
+        else:
+            stem = name.rstrip("0123456789")
+            values = drive[stem]
+            assert values is not None
+            out.append(values[int(name[len(stem) :]) - 1])
+    return np.array(out, dtype=np.float64)

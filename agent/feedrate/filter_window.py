@@ -1,0 +1,400 @@
+"""Modulation windows for the streaming filter: the unit profile, the choice of t*, the samples.
+
+The profile of eq. 26 scales: at feed V and half-window t* the arc length about the turning
+point is s(t) = V t* sigma(tau), t = t* (2 tau - 1), with sigma the arc of the same profile at
+V = 1, t* = 1 (eqs. 27-29). `UnitShape` tabulates sigma once per machine, so a window costs a
+few vectorised numpy operations, not a new polynomial.
+
+t* (`WindowPlanner`): policy "fixed" takes the machine's half_window_s; policy "shortest" the
+least t* whose backlash take-up, simulated on the dead-zone axis model (agent.models.axis_pid,
+the gap opening when the axis really reverses), ends inside the window (section 5.3: t* >= dt),
+at most half_window_s. The command seen by the reversing axis depends on the geometry:
+  * smooth turning points (arc quadrant points, tangent-continuous vertices, and vertices of
+    finely chorded curves, whose radius is the circle through the neighbouring vertices) use
+    the osculating circle, X = rho (cos(s/rho) - 1) (eq. 30, `take_up_instant_s`);
+  * corners use the two straight legs, X = a_in s for s < 0 and a_out s after.
+A simulation takes ~40 ms and a bisection ~10 of them, so results are cached per axis, feed
+(2 % bins), radius (5 % bins) or leg components (0.02 steps), in a bounded LRU.
+The geometry then caps t*: the window's excursion must fit the room on both sides of the
+turning point (neighbouring windows, the lookahead, the feed run) and, for smooth points, the
+stretch over which the osculating circle stays within eps of the path (eq. 6; for G-code arcs
+the contiguous arcs on the same circle).
+
+Samples (`build_window`): uniform in tau plus the instants where the feed stops (retrograde),
+plus every crossing of a block end (each chord then lies on one primitive, and a corner is
+passed exactly), plus subdivisions on arcs so that no chord sags more than the chord budget.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.feedrate.geometry import ArcSegment, PathPrimitive, Vec3
+from agent.feedrate.profile import BernsteinFeedrate, symmetric_feedrate, take_up_instant_s
+from agent.models.axis import AxisParams
+from agent.models.axis_pid import simulate_axis
+
+Array = npt.NDArray[np.float64]
+AXIS_INDEX = {"X": 0, "Y": 1, "Z": 2}
+MM = 1e-3  # m per mm
+_DENSE = 4097
+_CACHE_SIZE = 512
+_LEAD_S = 1.5  # steady motion simulated before a window (start-up transient e^-gamma t)
+
+
+# ------------------------------------------------------------------------------- unit shape
+
+
+@dataclass(frozen=True, eq=False)
+class UnitShape:
+    """Eq. 26 at V_c = 1, t* = 1: sigma(tau) at the base samples and densely for inversion."""
+
+    profile: BernsteinFeedrate
+    base_tau: Array  # uniform samples and the stop instants, sorted
+    base_sigma: Array
+    dense_tau: Array
+    dense_sigma: Array
+    pieces: tuple[tuple[int, int], ...]  # base index ranges on which sigma is monotone
+    dense_pieces: tuple[tuple[int, int], ...]  # the same ranges in the dense table
+    excursion: float  # max |sigma|: the window's reach on the path per unit V t*
+    half_arc: float  # sigma(1) = s*/(V t*) (eq. 27)
+
+    @property
+    def time_penalty(self) -> float:
+        """Extra time per unit t*: 2 - 2 s*/(V t*)."""
+        return 2.0 - 2.0 * self.half_arc
+
+
+def unit_shape(ratio: float, degree: int, segments: int, retrograde: bool) -> UnitShape:
+    prof = symmetric_feedrate(1.0, 1.0, ratio=ratio, degree=degree, allow_retrograde=retrograde)
+    stops = sorted(0.5 * (t + 1.0) for t in prof.stop_times_s)
+
+    def sigma(tau: Array) -> Array:
+        return np.asarray(prof.arc_length_m(2.0 * tau - 1.0))
+
+    base = np.unique(np.concatenate([np.linspace(0.0, 1.0, segments + 1), stops]))
+    dense = np.unique(np.concatenate([np.linspace(0.0, 1.0, _DENSE), stops]))
+    cuts = [0.0, *stops, 1.0]
+    pieces, dense_pieces = [], []
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        pieces.append((int(np.searchsorted(base, a)), int(np.searchsorted(base, b))))
+        dense_pieces.append((int(np.searchsorted(dense, a)), int(np.searchsorted(dense, b))))
+    sig_dense = sigma(dense)
+    return UnitShape(prof, base, sigma(base), dense, sig_dense, tuple(pieces),
+                     tuple(dense_pieces), float(prof.excursion_m), float(prof.half_arc_m))
+
+
+# ------------------------------------------------------------------------------- geometry
+
+
+class Geometry(NamedTuple):
+    """What the planner needs of a turning point: a radius (smooth) or the legs (corner).
+
+    `osculating` marks a smooth point on G-code arcs: the window must then stay on the arcs of
+    the same circle (the osculating circle's extent, eq. 6)."""
+
+    kind: Literal["smooth", "corner"]
+    radius_mm: float
+    tangent_in: Vec3
+    tangent_out: Vec3
+    osculating: bool = False
+
+
+def circumradius(a: Vec3, b: Vec3, c: Vec3) -> float:
+    """Radius of the circle through three points (inf when they are collinear)."""
+    ab, bc, ca = math.dist(a, b), math.dist(b, c), math.dist(c, a)
+    u = (b[0] - a[0], b[1] - a[1], b[2] - a[2])
+    v = (c[0] - a[0], c[1] - a[1], c[2] - a[2])
+    cross = (u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2], u[0] * v[1] - u[1] * v[0])
+    twice_area = math.sqrt(cross[0] ** 2 + cross[1] ** 2 + cross[2] ** 2)
+    if twice_area <= 1e-15 * max(ab * bc, 1e-300):
+        return math.inf
+    return ab * bc * ca / (2.0 * twice_area)
+
+
+# ------------------------------------------------------------------------------- planner
+
+
+def _bin(value: float, step: float) -> float:
+    """value rounded to a logarithmic grid of relative spacing `step`."""
+    k = round(math.log(value) / math.log1p(step))
+    return math.exp(k * math.log1p(step))
+
+
+def shortest_half_window(take_up: Callable[[float], float | None], cap_s: float,
+                         rel_tol: float = 1e-3) -> tuple[float, bool]:
+    """Least t* in (0, cap] with take_up(t*) <= t* (bisection), and whether one exists."""
+    end = take_up(cap_s)
+    if end is None or end > cap_s:
+        return cap_s, False
+    lo, hi = 0.0, cap_s
+    while hi - lo > rel_tol * hi:
+        mid = 0.5 * (lo + hi)
+        e = take_up(mid)
+        if e is not None and e <= mid:
+            hi = mid
+        else:
+            lo = mid
+    return hi, True
+
+
+def corner_take_up_s(axis: AxisParams, profile: BernsteinFeedrate, a_in: float, a_out: float,
+                     *, step_s: float = 1e-3) -> float | None:
+    """When the gear has taken up the backlash at a corner whose legs move the axis with
+    direction cosines a_in then a_out (opposite signs), t = 0 at the corner; None if a gap is
+    still open a window-length after the window (as take_up_instant_s for the circle)."""
+
+    def command(t: Array) -> tuple[Array, Array]:
+        s = np.asarray(profile.arc_length_m(t))
+        a = np.where(s < 0.0, a_in, a_out)
+        return a * s, a * np.asarray(profile.speed_m_s(t))
+
+    window = profile.window_end_s - profile.window_start_s
+    run = simulate_axis(axis, command, profile.window_start_s - _LEAD_S,
+                        profile.window_end_s + window, step_s=step_s, trigger="reversal")
+    ends = [i.end_s for i in run.intervals if i.start_s <= profile.window_end_s]
+    if not ends or any(e is None for e in ends):
+        return None
+    return float(max(e for e in ends if e is not None))
+
+
+@dataclass(frozen=True)
+class PlanStats:
+    simulated: int
+    cache_hits: int
+    not_contained: int  # keys where even the longest window ends before the take-up
+
+    def to_dict(self) -> dict[str, int]:
+        return {"simulated": self.simulated, "cache_hits": self.cache_hits,
+                "not_contained": self.not_contained}
+
+
+class WindowPlanner:
+    """t* needed at a turning point (policy "shortest") or the machine's t* ("fixed")."""
+
+    def __init__(self, axes: dict[str, AxisParams], shape: UnitShape, *,
+                 policy: Literal["shortest", "fixed"], cap_s: float) -> None:
+        self.axes = axes
+        self.shape = shape
+        self.policy = policy
+        self.cap_s = cap_s
+        self._cache: OrderedDict[tuple[object, ...], float] = OrderedDict()
+        self._simulated = self._hits = self._not_contained = 0
+
+    @property
+    def stats(self) -> PlanStats:
+        return PlanStats(self._simulated, self._hits, self._not_contained)
+
+    def needed_s(self, axes: Sequence[str], feed_mm_s: float, geom: Geometry) -> float:
+        """The t* the reversing `axes` need at this feed and geometry (at most cap_s)."""
+        if self.policy == "fixed":
+            return self.cap_s
+        need = 0.0
+        for name in axes:
+            params = self.axes.get(name)
+            if params is None or params.backlash_motor_rad == 0.0:
+                continue
+            need = max(need, self._needed_axis(name, params, feed_mm_s, geom))
+        return need
+
+    def _needed_axis(self, name: str, params: AxisParams, feed_mm_s: float,
+                     geom: Geometry) -> float:
+        v = _bin(feed_mm_s * MM, 0.02)
+        if geom.kind == "smooth":
+            key: tuple[object, ...] = (name, "smooth", v, _bin(geom.radius_mm * MM, 0.05))
+        else:
+            k = AXIS_INDEX[name]
+            key = (name, "corner", v, round(abs(geom.tangent_in[k]) / 0.02) * 0.02,
+                   round(abs(geom.tangent_out[k]) / 0.02) * 0.02)
+        hit = self._cache.get(key)
+        if hit is not None:
+            self._cache.move_to_end(key)
+            self._hits += 1
+            return hit
+        coeffs = tuple(c * v for c in self.shape.profile.coefficients_m_s)
+
+        def profile(ts: float) -> BernsteinFeedrate:
+            return BernsteinFeedrate(coeffs, ts)
+
+        def step(ts: float) -> float:
+            return min(1e-3, ts / 50.0)
+
+        take_up: Callable[[float], float | None]
+        if geom.kind == "smooth":
+            radius_m = float(key[3])  # type: ignore[arg-type]
+
+            def take_up(ts: float) -> float | None:
+                return take_up_instant_s(params, profile(ts), radius_m, step_s=step(ts),
+                                         lead_s=_LEAD_S)
+        else:
+            a_in, a_out = float(key[3]), -float(key[4])  # type: ignore[arg-type]
+
+            def take_up(ts: float) -> float | None:
+                return corner_take_up_s(params, profile(ts), a_in, a_out, step_s=step(ts))
+
+        value, contained = shortest_half_window(take_up, self.cap_s)
+        self._simulated += 1
+        self._not_contained += not contained
+        self._cache[key] = value
+        if len(self._cache) > _CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return value
+
+
+# ------------------------------------------------------------------------------- windows
+
+
+class Span(NamedTuple):
+    """A stretch of the path the window may touch: one block's primitive."""
+
+    s0: float
+    s1: float
+    prim: PathPrimitive
+    start_mm: Vec3
+    end_mm: Vec3
+
+
+@dataclass(eq=False)
+class Window:
+    """The samples of one modulation window, in time order (absolute path arc s in mm).
+
+    `last[b]` is the last sample index at block end b (exact vertex): the filter cuts the
+    sample sequence there, so each replaced block ends on its own end point."""
+
+    tp_s: float
+    feed_mm_s: float
+    half_window_s: float
+    s: list[float]
+    t: list[float]
+    points: list[Vec3]
+    last: dict[float, int]
+    region_lo: float
+    region_hi: float
+    axes: tuple[str, ...]
+
+    @property
+    def s_entry(self) -> float:
+        return self.s[0]
+
+    @property
+    def s_exit(self) -> float:
+        return self.s[-1]
+
+
+def chord_step_mm(prim: PathPrimitive, chord_eps_mm: float) -> float:
+    """Longest arc length whose chord stays within chord_eps of the primitive."""
+    if not isinstance(prim, ArcSegment):
+        return math.inf
+    r = prim.radius
+    if chord_eps_mm >= r:
+        return prim.length
+    return prim.length_per_rad * 2.0 * math.acos(1.0 - chord_eps_mm / r)
+
+
+def build_window(shape: UnitShape, tp_s: float, feed_mm_s: float, half_window_s: float,
+                 spans: Sequence[Span], chord_eps_mm: float,
+                 axes: tuple[str, ...]) -> Window:
+    """Samples of the window about the turning point at tp_s (see the module docstring).
+
+    `spans` must cover [tp_s - excursion, tp_s + excursion] and be in path order."""
+    scale = feed_mm_s * half_window_s  # mm of path per unit sigma
+    inv = 1.0 / scale
+    tau_parts: list[Array] = [shape.base_tau]
+    s_parts: list[Array] = [tp_s + scale * shape.base_sigma]
+    bnd_parts: list[Array] = [np.full(shape.base_tau.size, np.nan)]
+    ends = np.array([sp.s1 for sp in spans[:-1]])  # interior block ends
+    for (i0, i1), (d0, d1) in zip(shape.pieces, shape.dense_pieces, strict=True):
+        lo, hi = sorted((shape.base_sigma[i0], shape.base_sigma[i1]))
+        u = (ends - tp_s) * inv
+        inside = ends[(u > lo) & (u < hi)]
+        if inside.size:
+            tau_parts.append(_invert(shape, d0, d1, (inside - tp_s) * inv))
+            s_parts.append(inside)
+            bnd_parts.append(inside)
+    tau = np.concatenate(tau_parts)
+    s = np.concatenate(s_parts)
+    bnd = np.concatenate(bnd_parts)
+    order = np.argsort(tau, kind="stable")
+    tau, s, bnd = tau[order], s[order], bnd[order]
+    tau, s, bnd = _subdivide_arcs(shape, tp_s, inv, tau, s, bnd, spans, chord_eps_mm)
+    # Points on the path: block ends exactly, the rest on their primitive.
+    starts = [sp.s0 for sp in spans]
+    points: list[Vec3] = []
+    last: dict[float, int] = {}
+    s_list = s.tolist()
+    by_end = {sp.s1: sp.end_mm for sp in spans}
+    for k, (sk, bk) in enumerate(zip(s_list, bnd.tolist(), strict=True)):
+        if bk == bk:  # not NaN: a block end
+            points.append(by_end[bk])
+            last[bk] = k
+            s_list[k] = bk
+            continue
+        j = max(0, min(len(spans) - 1, _bisect_right(starts, sk) - 1))
+        sp = spans[j]
+        local = min(max(sk - sp.s0, 0.0), sp.s1 - sp.s0)
+        points.append(sp.prim.point(local))
+    t = (half_window_s * (2.0 * tau - 1.0)).tolist()
+    reach = shape.excursion * scale
+    return Window(tp_s, feed_mm_s, half_window_s, s_list, t, points, last, tp_s - reach,
+                  tp_s + reach, axes)
+
+
+def _bisect_right(a: list[float], x: float) -> int:
+    lo, hi = 0, len(a)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if x < a[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def _invert(shape: UnitShape, d0: int, d1: int, u: Array) -> Array:
+    """tau with sigma(tau) = u on the monotone dense piece [d0, d1]."""
+    sig = shape.dense_sigma[d0:d1 + 1]
+    tau = shape.dense_tau[d0:d1 + 1]
+    if sig[-1] < sig[0]:
+        sig, tau = sig[::-1], tau[::-1]
+    return np.asarray(np.interp(u, sig, tau))
+
+
+def _subdivide_arcs(shape: UnitShape, tp_s: float, inv: float, tau: Array, s: Array, bnd: Array,
+                    spans: Sequence[Span], chord_eps_mm: float) -> tuple[Array, Array, Array]:
+    steps = np.array([chord_step_mm(sp.prim, chord_eps_mm) for sp in spans])
+    if not np.isfinite(steps).any():
+        return tau, s, bnd
+    starts = np.array([sp.s0 for sp in spans])
+    mid = 0.5 * (s[1:] + s[:-1])
+    j = np.clip(np.searchsorted(starts, mid, side="right") - 1, 0, len(spans) - 1)
+    need = np.ceil(np.abs(np.diff(s)) / steps[j]).astype(np.int64) - 1
+    if not (need > 0).any():
+        return tau, s, bnd
+    extra_tau: list[Array] = []
+    extra_s: list[Array] = []
+    for k in np.nonzero(need > 0)[0]:
+        n = int(need[k])
+        new_s = s[k] + (s[k + 1] - s[k]) * np.arange(1, n + 1) / (n + 1)
+        piece = _piece_of(shape, 0.5 * (tau[k] + tau[k + 1]))
+        d0, d1 = shape.dense_pieces[piece]
+        extra_tau.append(_invert(shape, d0, d1, (new_s - tp_s) * inv))
+        extra_s.append(new_s)
+    tau2 = np.concatenate([tau, *extra_tau])
+    s2 = np.concatenate([s, *extra_s])
+    bnd2 = np.concatenate([bnd, np.full(tau2.size - tau.size, np.nan)])
+    order = np.argsort(tau2, kind="stable")
+    return tau2[order], s2[order], bnd2[order]
+
+
+def _piece_of(shape: UnitShape, tau: float) -> int:
+    for p, (i0, i1) in enumerate(shape.pieces):
+        if shape.base_tau[i0] <= tau <= shape.base_tau[i1]:
+            return p
+    return len(shape.pieces) - 1
