@@ -37,7 +37,13 @@ from agent.estimation.results import BacklashResult
 from agent.health import assess_backlash
 from agent.report import JointReport, Report, joint_report, report_dir, summary_table, write_report
 from agent.store import HistoryStore, estimates_for
-from drivers.base import BacklashCycle, ControllerMode, Driver, load_driver_class
+from drivers.base import (
+    BacklashCycle,
+    ControllerMode,
+    ControllerStatus,
+    Driver,
+    load_driver_class,
+)
 
 log = logging.getLogger("jha.daemon")
 
@@ -125,24 +131,39 @@ class Agent:
                 self._write_report(ctrl, jobs)
                 if self.once:
                     return 0
-                await self._wait_for_production(driver)
+                await self._wait_for_production(driver, ctrl)
         finally:
             await driver.close()
+
+    async def _status_or_none(
+        self, driver: Driver, ctrl: ControllerSettings
+    ) -> ControllerStatus | None:
+        """A status read while idle; a dead link is logged and retried, never fatal."""
+        try:
+            return await driver.read_status()
+        except Exception as exc:  # the controller may be away for a while: keep waiting
+            log.warning("event=status_unavailable controller=%s error=%r", ctrl.name, str(exc))
+            return None
 
     async def _wait_for_stop(self, driver: Driver, ctrl: ControllerSettings) -> bool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait_for_stop_s
+        backoff_s = 0.2
         while loop.time() < deadline:
-            status = await driver.read_status()
-            if status.mode is ControllerMode.STOPPED:
+            status = await self._status_or_none(driver, ctrl)
+            if status is not None and status.mode is ControllerMode.STOPPED:
                 log.info("event=production_stop controller=%s", ctrl.name)
                 return True
-            await asyncio.sleep(0.2)
+            backoff_s = 0.2 if status is not None else min(5.0, backoff_s * 2)
+            await asyncio.sleep(backoff_s)
         return False
 
-    async def _wait_for_production(self, driver: Driver) -> None:
+    async def _wait_for_production(self, driver: Driver, ctrl: ControllerSettings) -> None:
         """After a stop's cycles, wait for production to resume before the next stop counts."""
-        while (await driver.read_status()).mode is not ControllerMode.PRODUCTION:
+        while True:
+            status = await self._status_or_none(driver, ctrl)
+            if status is not None and status.mode is ControllerMode.PRODUCTION:
+                return
             await asyncio.sleep(0.5)
 
     def _calibration(

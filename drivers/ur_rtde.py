@@ -189,6 +189,11 @@ class _Link:
     def alive(self) -> bool:
         return self._dead is None and self.proc is not None and self.proc.returncode is None
 
+    @property
+    def failure(self) -> str:
+        """Why the worker is gone ('' while it runs)."""
+        return self._dead or ("" if self.alive else "ur_rtde worker ended")
+
     async def _log_output(self) -> None:
         assert self.proc is not None and self.proc.stdout is not None
         async for raw in self.proc.stdout:
@@ -349,9 +354,9 @@ class UrRtdeDriver(Driver):
         except (DriverError, CycleAborted, OSError) as exc:
             self._last_error = str(exc)
             self._drop_link(str(exc))
-            raise DriverError(
-                f"{self.controller}: cannot connect to {self._s.host}: {exc}"
-            ) from exc
+            why = str(exc).removeprefix(f"{self.controller}: ")
+            host = self._s.host
+            raise DriverError(f"{self.controller}: cannot connect to {host}: {why}") from exc
         self._version = str(info["version"])
         log.info("event=ur_connected controller=%s version=%s", self.controller, self._version)
         return link
@@ -369,7 +374,7 @@ class UrRtdeDriver(Driver):
         if self._link is not None and self._link.alive:
             return self._link
         if self._link is not None:
-            self._last_error = self._link._dead or "worker ended"
+            self._last_error = self._link.failure
             self._drop_link(self._last_error)
         wait = self._next_attempt - asyncio.get_running_loop().time()
         if wait > 0:

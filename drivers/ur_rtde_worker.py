@@ -58,6 +58,7 @@ RUNTIME_PLAYING = 2
 SAFETY_STOP_BITS = sum(1 << b for b in (2, 4, 5, 6, 7, 8, 9, 10))
 _POLL_S = 0.0002  # capture poll: 10 polls per 500 Hz period
 _KICK_S = 0.05
+_MOVING_RAD_S = 1e-4  # target joint speed above which the speedJ run-up has begun
 
 
 class Fault(Exception):
@@ -336,9 +337,7 @@ class Worker:
             self._move(ctrl, q_test, p)
             qd = [0.0] * 6
             qd[p["index"]] = p["speed_rad_s"]
-            if self.stop_requested.is_set():
-                raise Fault("stop requested", "abort")
-            self.motion_commanded = True
+            self._commanding()
             if not ctrl.speedJ(qd, p["accel_rad_s2"], 0.0):
                 raise Fault("the controller refused speedJ", "abort")
             rows = self._capture(ctrl, p)
@@ -346,18 +345,20 @@ class Worker:
             if p["return_to_start"]:
                 self._move(ctrl, q_start, p)
             return {"rows": rows, "version": ".".join(map(str, self.version))}
-        except Fault as exc:
+        except Exception as exc:
+            # A Fault, or ur_rtde's own exception (a lost connection raises RuntimeError).
+            fault = exc if isinstance(exc, Fault) else Fault(str(exc))
             send_msg(
                 self.sock,
                 self.lock,
-                {"id": p.get("request_id"), "event": "aborting", "error": str(exc)},
+                {"id": p.get("request_id"), "event": "aborting", "error": str(fault)},
             )
             if ctrl is not None:
                 try:
                     self._send_stop(ctrl, p["decel_rad_s2"])
                 except Exception as stop_exc:
-                    raise Fault(f"{exc}; then the stop failed: {stop_exc}", exc.kind) from exc
-            raise
+                    raise Fault(f"{fault}; then the stop failed: {stop_exc}", fault.kind) from exc
+            raise fault from None if fault is exc else exc
         finally:
             self.stopped.set()
             if ctrl is not None:
@@ -373,11 +374,16 @@ class Worker:
         ctrl.stopJ(decel, False)
         self.stopped.set()
 
-    def _move(self, ctrl: Any, q: list[float], p: dict[str, Any]) -> None:
-        r = self.recv
+    def _commanding(self) -> None:
+        """About to command motion: from now on a stop request waits for the stop to be sent."""
         if self.stop_requested.is_set():
             raise Fault("stop requested", "abort")
+        self.stopped.clear()
         self.motion_commanded = True
+
+    def _move(self, ctrl: Any, q: list[float], p: dict[str, Any]) -> None:
+        r = self.recv
+        self._commanding()
         if not ctrl.moveJ(q, p["move_speed_rad_s"], p["move_accel_rad_s2"], True):
             raise Fault("the controller refused moveJ", "abort")
         dist = max(abs(a - b) for a, b in zip(q, r.getActualQ(), strict=True))
@@ -429,11 +435,13 @@ class Worker:
             steps = round((ts - last_ts) / period)
             if steps < 1 or not math.isclose(ts - last_ts, steps * period, rel_tol=0.01):
                 raise Fault(f"RTDE stream is garbled (timestamp {last_ts!r} -> {ts!r})")
-            if (rows or row[5][j] != 0.0) and steps != 1:
+            # The motion starts with the first package whose target_qd for the joint is not 0.
+            moving = bool(rows) or abs(row[5][j]) > _MOVING_RAD_S
+            if moving and steps != 1:
                 raise Fault(f"{steps - 1} RTDE package(s) missed at t = {ts:.3f} s")
             last_ts, since = ts, now
             self._check_sample(row[8], row[9], row[10])
-            if rows or row[5][j] != 0.0:  # target_qd of the joint: the motion has started
+            if moving:
                 rows.append(row)
         return rows[p["n_pre"] :]
 

@@ -4,8 +4,9 @@ The ur_rtde C++ clients never run in the pytest process: the driver runs them in
 process (drivers.ur_rtde_worker), the isolation the issue asks for (a garbled stream or a broken
 pipe can abort the C++ client's whole process); the tests assert on what the driver reports and
 on what the emulator saw. Each test gets its own emulator on its own 127.0.0.N, since ur_rtde
-fixes the ports. The capture loop runs at real-time priority (`rt_priority`) so a busy machine
-does not make it miss packages.
+fixes the ports. The driver's capture loop and the emulator's controller cycle run at real-time
+priority (`rt_priority`, `--rt-priority`), as on a robot cell, so a busy machine rarely makes
+them miss a package; the cycle tests run the cycle again when one was missed (and rejected).
 """
 
 from __future__ import annotations
@@ -382,8 +383,10 @@ def test_interlocks_refuse_production_local_mode_and_missing_permission(tmp_path
         emu.call("set", program_state="STOPPED", remote_control=False)
         reasons.append(await attempt(driver))
         emu.call("set", remote_control=True, digital_inputs=1, speed_fraction=0.5)
+        await asyncio.sleep(0.05)  # the next RTDE packages carry the inputs and the slider
         reasons.append(await attempt(driver))
         emu.call("set", speed_fraction=1.0)
+        await asyncio.sleep(0.05)
         status = await driver.read_status()
         await driver.close()
         assert status.mode is ControllerMode.STOPPED and status.permission

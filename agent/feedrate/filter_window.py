@@ -27,6 +27,7 @@ passed exactly), plus subdivisions on arcs so that no chord sags more than the c
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -54,15 +55,17 @@ _LEAD_S = 1.5  # steady motion simulated before a window (start-up transient e^-
 
 @dataclass(frozen=True, eq=False)
 class UnitShape:
-    """Eq. 26 at V_c = 1, t* = 1: sigma(tau) at the base samples and densely for inversion."""
+    """Eq. 26 at V_c = 1, t* = 1: sigma(tau) at the base samples and densely for inversion.
+
+    Plain tuples, not arrays: a window has a few dozen samples, where numpy's per-call cost
+    would dominate."""
 
     profile: BernsteinFeedrate
-    base_tau: Array  # uniform samples and the stop instants, sorted
-    base_sigma: Array
-    dense_tau: Array
-    dense_sigma: Array
+    base_tau: tuple[float, ...]  # uniform samples and the stop instants, sorted
+    base_sigma: tuple[float, ...]
     pieces: tuple[tuple[int, int], ...]  # base index ranges on which sigma is monotone
-    dense_pieces: tuple[tuple[int, int], ...]  # the same ranges in the dense table
+    # Per piece: sigma ascending and the matching tau, densely, for inversion by bisection.
+    inverse: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]
     excursion: float  # max |sigma|: the window's reach on the path per unit V t*
     half_arc: float  # sigma(1) = s*/(V t*) (eq. 27)
 
@@ -70,6 +73,24 @@ class UnitShape:
     def time_penalty(self) -> float:
         """Extra time per unit t*: 2 - 2 s*/(V t*)."""
         return 2.0 - 2.0 * self.half_arc
+
+    def tau_at(self, piece: int, u: float) -> float:
+        """tau in `piece` where sigma(tau) = u (linear between dense samples)."""
+        sig, tau = self.inverse[piece]
+        i = bisect.bisect_left(sig, u)
+        if i <= 0:
+            return tau[0]
+        if i >= len(sig):
+            return tau[-1]
+        s0, s1 = sig[i - 1], sig[i]
+        w = (u - s0) / (s1 - s0) if s1 > s0 else 0.0
+        return tau[i - 1] + w * (tau[i] - tau[i - 1])
+
+    def piece_of(self, tau: float) -> int:
+        for p, (i0, i1) in enumerate(self.pieces):
+            if self.base_tau[i0] <= tau <= self.base_tau[i1]:
+                return p
+        return len(self.pieces) - 1
 
 
 def unit_shape(ratio: float, degree: int, segments: int, retrograde: bool) -> UnitShape:
@@ -79,16 +100,28 @@ def unit_shape(ratio: float, degree: int, segments: int, retrograde: bool) -> Un
     def sigma(tau: Array) -> Array:
         return np.asarray(prof.arc_length_m(2.0 * tau - 1.0))
 
-    base = np.unique(np.concatenate([np.linspace(0.0, 1.0, segments + 1), stops]))
-    dense = np.unique(np.concatenate([np.linspace(0.0, 1.0, _DENSE), stops]))
+    # Samples at equal steps of the measure |V'| dtau + 0.25 TV dtau (TV = int |V'|): every
+    # segment's mean speed is exact (chord / duration), and its speed steps from the next by
+    # about the same amount; near the window ends, where V hugs V_c, fewer segments are spent.
+    fine = np.linspace(0.0, 1.0, _DENSE)
+    slope = np.abs(np.asarray(prof.derivative(2.0 * fine - 1.0, 1)))
+    measure = slope + 0.25 * float(np.trapz(slope, fine))
+    cum = np.concatenate([[0.0], np.cumsum(0.5 * (measure[1:] + measure[:-1]) * np.diff(fine))])
+    uniform = np.interp(np.linspace(0.0, cum[-1], segments + 1), cum, fine)
+    uniform[0], uniform[-1] = 0.0, 1.0
+    base = np.unique(np.concatenate([uniform, stops]))
     cuts = [0.0, *stops, 1.0]
-    pieces, dense_pieces = [], []
+    pieces = []
+    inverse = []
     for a, b in zip(cuts[:-1], cuts[1:], strict=True):
         pieces.append((int(np.searchsorted(base, a)), int(np.searchsorted(base, b))))
-        dense_pieces.append((int(np.searchsorted(dense, a)), int(np.searchsorted(dense, b))))
-    sig_dense = sigma(dense)
-    return UnitShape(prof, base, sigma(base), dense, sig_dense, tuple(pieces),
-                     tuple(dense_pieces), float(prof.excursion_m), float(prof.half_arc_m))
+        tau = np.linspace(a, b, max(65, int(_DENSE * (b - a))))
+        sig = sigma(tau)
+        if sig[-1] < sig[0]:
+            sig, tau = sig[::-1], tau[::-1]
+        inverse.append((tuple(sig.tolist()), tuple(tau.tolist())))
+    return UnitShape(prof, tuple(base.tolist()), tuple(sigma(base).tolist()), tuple(pieces),
+                     tuple(inverse), float(prof.excursion_m), float(prof.half_arc_m))
 
 
 # ------------------------------------------------------------------------------- geometry
@@ -306,95 +339,67 @@ def build_window(shape: UnitShape, tp_s: float, feed_mm_s: float, half_window_s:
     `spans` must cover [tp_s - excursion, tp_s + excursion] and be in path order."""
     scale = feed_mm_s * half_window_s  # mm of path per unit sigma
     inv = 1.0 / scale
-    tau_parts: list[Array] = [shape.base_tau]
-    s_parts: list[Array] = [tp_s + scale * shape.base_sigma]
-    bnd_parts: list[Array] = [np.full(shape.base_tau.size, np.nan)]
-    ends = np.array([sp.s1 for sp in spans[:-1]])  # interior block ends
-    for (i0, i1), (d0, d1) in zip(shape.pieces, shape.dense_pieces, strict=True):
-        lo, hi = sorted((shape.base_sigma[i0], shape.base_sigma[i1]))
-        u = (ends - tp_s) * inv
-        inside = ends[(u > lo) & (u < hi)]
-        if inside.size:
-            tau_parts.append(_invert(shape, d0, d1, (inside - tp_s) * inv))
-            s_parts.append(inside)
-            bnd_parts.append(inside)
-    tau = np.concatenate(tau_parts)
-    s = np.concatenate(s_parts)
-    bnd = np.concatenate(bnd_parts)
-    order = np.argsort(tau, kind="stable")
-    tau, s, bnd = tau[order], s[order], bnd[order]
-    tau, s, bnd = _subdivide_arcs(shape, tp_s, inv, tau, s, bnd, spans, chord_eps_mm)
-    # Points on the path: block ends exactly, the rest on their primitive.
+    # (tau, s, block end or None), sorted by tau at the end.
+    samples = [(tau, tp_s + scale * sig, None)
+               for tau, sig in zip(shape.base_tau, shape.base_sigma, strict=True)]
+    ends = [sp.s1 for sp in spans[:-1]]  # interior block ends
+    base_sigma = shape.base_sigma
+    if ends:
+        for p, (i0, i1) in enumerate(shape.pieces):
+            a, b = base_sigma[i0], base_sigma[i1]
+            lo, hi = (a, b) if a < b else (b, a)
+            for e in ends:
+                u = (e - tp_s) * inv
+                if lo < u < hi:
+                    samples.append((shape.tau_at(p, u), e, e))
+        samples.sort(key=_first)
     starts = [sp.s0 for sp in spans]
+    steps = [chord_step_mm(sp.prim, chord_eps_mm) for sp in spans]
+    if any(st != math.inf for st in steps):
+        samples = _subdivide_arcs(shape, tp_s, inv, samples, starts, steps)
     points: list[Vec3] = []
     last: dict[float, int] = {}
-    s_list = s.tolist()
+    s_list: list[float] = []
+    t_list: list[float] = []
     by_end = {sp.s1: sp.end_mm for sp in spans}
-    for k, (sk, bk) in enumerate(zip(s_list, bnd.tolist(), strict=True)):
-        if bk == bk:  # not NaN: a block end
-            points.append(by_end[bk])
-            last[bk] = k
-            s_list[k] = bk
+    n_spans = len(spans)
+    for k, (tau, sk, end) in enumerate(samples):
+        t_list.append(half_window_s * (2.0 * tau - 1.0))
+        s_list.append(sk)
+        if end is not None:
+            points.append(by_end[end])
+            last[end] = k
             continue
-        j = max(0, min(len(spans) - 1, _bisect_right(starts, sk) - 1))
-        sp = spans[j]
-        local = min(max(sk - sp.s0, 0.0), sp.s1 - sp.s0)
-        points.append(sp.prim.point(local))
-    t = (half_window_s * (2.0 * tau - 1.0)).tolist()
+        j = bisect.bisect_right(starts, sk) - 1
+        sp = spans[0 if j < 0 else (j if j < n_spans else n_spans - 1)]
+        local = sk - sp.s0
+        length = sp.s1 - sp.s0
+        points.append(sp.prim.point(0.0 if local < 0.0 else (length if local > length
+                                                               else local)))
     reach = shape.excursion * scale
-    return Window(tp_s, feed_mm_s, half_window_s, s_list, t, points, last, tp_s - reach,
+    return Window(tp_s, feed_mm_s, half_window_s, s_list, t_list, points, last, tp_s - reach,
                   tp_s + reach, axes)
 
 
-def _bisect_right(a: list[float], x: float) -> int:
-    lo, hi = 0, len(a)
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if x < a[mid]:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+def _first(sample: tuple[float, float, float | None]) -> float:
+    return sample[0]
 
 
-def _invert(shape: UnitShape, d0: int, d1: int, u: Array) -> Array:
-    """tau with sigma(tau) = u on the monotone dense piece [d0, d1]."""
-    sig = shape.dense_sigma[d0:d1 + 1]
-    tau = shape.dense_tau[d0:d1 + 1]
-    if sig[-1] < sig[0]:
-        sig, tau = sig[::-1], tau[::-1]
-    return np.asarray(np.interp(u, sig, tau))
-
-
-def _subdivide_arcs(shape: UnitShape, tp_s: float, inv: float, tau: Array, s: Array, bnd: Array,
-                    spans: Sequence[Span], chord_eps_mm: float) -> tuple[Array, Array, Array]:
-    steps = np.array([chord_step_mm(sp.prim, chord_eps_mm) for sp in spans])
-    if not np.isfinite(steps).any():
-        return tau, s, bnd
-    starts = np.array([sp.s0 for sp in spans])
-    mid = 0.5 * (s[1:] + s[:-1])
-    j = np.clip(np.searchsorted(starts, mid, side="right") - 1, 0, len(spans) - 1)
-    need = np.ceil(np.abs(np.diff(s)) / steps[j]).astype(np.int64) - 1
-    if not (need > 0).any():
-        return tau, s, bnd
-    extra_tau: list[Array] = []
-    extra_s: list[Array] = []
-    for k in np.nonzero(need > 0)[0]:
-        n = int(need[k])
-        new_s = s[k] + (s[k + 1] - s[k]) * np.arange(1, n + 1) / (n + 1)
-        piece = _piece_of(shape, 0.5 * (tau[k] + tau[k + 1]))
-        d0, d1 = shape.dense_pieces[piece]
-        extra_tau.append(_invert(shape, d0, d1, (new_s - tp_s) * inv))
-        extra_s.append(new_s)
-    tau2 = np.concatenate([tau, *extra_tau])
-    s2 = np.concatenate([s, *extra_s])
-    bnd2 = np.concatenate([bnd, np.full(tau2.size - tau.size, np.nan)])
-    order = np.argsort(tau2, kind="stable")
-    return tau2[order], s2[order], bnd2[order]
-
-
-def _piece_of(shape: UnitShape, tau: float) -> int:
-    for p, (i0, i1) in enumerate(shape.pieces):
-        if shape.base_tau[i0] <= tau <= shape.base_tau[i1]:
-            return p
-    return len(shape.pieces) - 1
+def _subdivide_arcs(shape: UnitShape, tp_s: float, inv: float,
+                    samples: list[tuple[float, float, float | None]], starts: list[float],
+                    steps: list[float]) -> list[tuple[float, float, float | None]]:
+    """More samples where a chord on an arc would sag more than the budget."""
+    out = [samples[0]]
+    n_spans = len(starts)
+    for prev, cur in zip(samples[:-1], samples[1:], strict=True):
+        ds = cur[1] - prev[1]
+        j = bisect.bisect_right(starts, 0.5 * (prev[1] + cur[1])) - 1
+        step = steps[0 if j < 0 else (j if j < n_spans else n_spans - 1)]
+        if abs(ds) > step:
+            n = math.ceil(abs(ds) / step)
+            piece = shape.piece_of(0.5 * (prev[0] + cur[0]))
+            for i in range(1, n):
+                s = prev[1] + ds * i / n
+                out.append((shape.tau_at(piece, (s - tp_s) * inv), s, None))
+        out.append(cur)
+    return out

@@ -133,7 +133,7 @@ class ModulationSettings:
         "gt": 0.0, "le": 10.0, "doc": "t* (fixed), or the largest t* (shortest)"})
     min_half_window_s: float = field(default=0.002, metadata={
         "gt": 0.0, "doc": "windows the geometry keeps shorter than this are not modulated"})
-    segments: int = field(default=32, metadata={
+    segments: int = field(default=16, metadata={
         "ge": 4, "le": 1000, "doc": "G1 segments per window (block ends add more)"})
 
     def check(self) -> list[tuple[str, str]]:

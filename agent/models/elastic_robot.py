@@ -269,6 +269,9 @@ def pd_gains(
 
 # ------------------------------------------------------------------------------- simulation
 
+MAX_FRICTION_ITERATIONS = 12
+FRICTION_TOL_NM = 1e-4
+
 
 @dataclass(frozen=True)
 class ElasticRun:
@@ -429,28 +432,31 @@ def _newmark(
         tht = th + dt * w + c * b
         wt = w + e * b
         dlt = tht - qt
-        kd_lt = k * dlt
-        f, slope = fric(wt, tht, kd_lt)
         ut = u_ff[i] + kp * (th_r[i] - tht) + kd * (thd_r[i] - wt)
-        d = d0 + e * slope
-        r_th = ut - f - kd_lt
-        mat = mass_ck[i].copy()
-        mat.flat[diag] -= ck2 / d
-        a = solve(mat, kd_lt - bias[i] + ck * r_th / d)
-        b = (r_th + ck * a) / d
-        u = ut - gain * b
-        if (np.abs(u) > u_max).any():
-            over = np.abs(u) > u_max
-            ut = np.where(over, np.sign(u) * u_max, ut)
-            g2 = np.where(over, 0.0, gain)
-            d = inertia_b + e * slope + ck + g2
-            r_th = ut - f - kd_lt
+        g_i = gain
+        # Newton on the friction law: linearise where the last solve ended until the law and
+        # its linearisation agree (one pass away from zero speed; a few at reversals)
+        w_lin = wt
+        f_lin, slope = fric(wt, tht, k * dlt)
+        for _ in range(MAX_FRICTION_ITERATIONS):
+            d = d0 - gain + g_i + e * slope
+            r_th = ut - (f_lin + slope * (wt - w_lin)) - k * dlt
             mat = mass_ck[i].copy()
             mat.flat[diag] -= ck2 / d
-            a = solve(mat, kd_lt - bias[i] + ck * r_th / d)
+            a = solve(mat, k * dlt - bias[i] + ck * r_th / d)
             b = (r_th + ck * a) / d
-            u = ut - g2 * b
-            sat[i] = over
+            u = ut - g_i * b
+            if g_i is gain and (np.abs(u) > u_max).any():
+                over = np.abs(u) > u_max
+                ut = np.where(over, np.sign(u) * u_max, ut)
+                g_i = np.where(over, 0.0, gain)
+                sat[i] = over
+                continue
+            w_new = wt + e * b
+            f_new, slope_new = fric(w_new, tht + c * b, k * (dlt + c * (b - a)))
+            if np.max(np.abs(f_new - f_lin - slope * (w_new - w_lin))) < FRICTION_TOL_NM:
+                break
+            w_lin, f_lin, slope = w_new, f_new, slope_new
         q = qt + c * a
         v = vt + e * a
         th = tht + c * b
