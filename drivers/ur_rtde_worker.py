@@ -493,11 +493,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fd", type=int, required=True, help="socket inherited from the driver")
     args = p.parse_args(argv)
     sock = socket.socket(fileno=args.fd)
+    worker = Worker(sock)
     try:
-        Worker(sock).serve()
+        worker.serve()
     finally:
+        # The driver closed us or died: never leave motion of ours running unattended.
+        worker.stop_requested.set()
+        if worker.cycle is not None and worker.cycle.is_alive() and worker.motion_commanded:
+            worker.stopped.wait(2.0)
         sock.close()
-    return 0
+        sys.stdout.flush()
+    # ur_rtde's destructors can block on a dead controller; everything is closed already.
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -205,6 +205,11 @@ def test_default_machine_is_the_papers_axis_pair() -> None:
     m = MachineModel()
     assert m.x_axis is PAPER_AXIS and m.y_params is PAPER_AXIS
     assert m.acceleration_mm_s2 is None and m.step_s == 1e-3
+    m = MachineModel.from_axes({"Y": PAPER_AXIS}, step_s=2e-3)
+    assert m.y_params is PAPER_AXIS and m.x_axis.backlash_motor_rad == 0.0
+    assert m.x_axis.b_s2 == PAPER_AXIS.b_s2 and m.step_s == 2e-3
+    with pytest.raises(ValueError, match="X or a Y"):
+        MachineModel.from_axes({})
 
 
 @settings(max_examples=200, deadline=None)

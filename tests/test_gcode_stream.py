@@ -169,6 +169,14 @@ def test_ok_means_planned_not_executed(peer: Any) -> None:
     p.stats()
 
 
+def test_wait_idle_returns_when_the_machine_has_run_the_program_out(peer: Any) -> None:
+    p = peer("--time-scale", "20")
+    result = stream(p, polygon(100), GrblOptions(wait_idle=True))
+    assert result.status is not None and result.status.state == "Idle"
+    assert result.status.planner_free == 15
+    assert p.stats()["blocks_executed"] == 99
+
+
 def test_a_sender_that_ignores_the_budget_overflows_the_peer(peer: Any) -> None:
     """The peer's accounting is real: writing the program at once is caught and reported."""
     p = peer("--time-scale", "1000")

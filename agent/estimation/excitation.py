@@ -178,7 +178,8 @@ class _Design:
     def kinematics(self, x: Array) -> tuple[Array, Array, Array]:
         """x (..., n * per_joint) -> q, q', q'' (..., S, n)."""
         xj = x.reshape(*x.shape[:-1], self.n, self.per_joint)
-        return tuple(np.einsum("sk,...jk->...sj", m, xj) for m in (self.pos, self.vel, self.acc))  # type: ignore[return-value]
+        q, qd, qdd = (np.einsum("sk,...jk->...sj", m, xj) for m in (self.pos, self.vel, self.acc))
+        return q, qd, qdd
 
     def trajectory(self, x: Array, period_s: float) -> FourierTrajectory:
         xj = x.reshape(self.n, self.per_joint)
@@ -201,9 +202,7 @@ def _limits(robot: RobotDescription, s: ExcitationSettings) -> tuple[Array, Arra
     )
     if center.shape != (robot.n_joints,):
         raise EstimationError(f"position_center_rad needs {robot.n_joints} values")
-    half = np.minimum(
-        np.minimum(center - lim[:, 0], lim[:, 1] - center), s.position_halfrange_rad
-    )
+    half = np.minimum(np.minimum(center - lim[:, 0], lim[:, 1] - center), s.position_halfrange_rad)
     if np.any(half <= 0.0):
         raise EstimationError("the excitation centre lies outside the joint limits")
     speed = np.array([j.speed_max_rad_s for j in robot.joints]) * s.speed_fraction

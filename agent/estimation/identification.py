@@ -39,8 +39,13 @@ import numpy.typing as npt
 
 from agent.capture import Capture
 from agent.errors import EstimationError
-from agent.estimation.base_params import BaseParameters, base_parameters, reduce_regressor
-from agent.estimation.base_params import preference_order, random_states
+from agent.estimation.base_params import (
+    BaseParameters,
+    base_parameters,
+    preference_order,
+    random_states,
+    reduce_regressor,
+)
 from agent.estimation.signal_chain import (
     FilterSettings,
     LsqSolution,
@@ -53,9 +58,11 @@ from agent.estimation.signal_chain import (
     least_squares,
     parallel_decimate,
     robot_signals,
+    single_thread_blas,
+    subgrid,
 )
 from agent.models.elastic_robot import FrictionNonlinearity, friction_torque
-from agent.models.regressor import ParameterLayout, chain_geometry, parameter_vector, regressor
+from agent.models.regressor import ParameterLayout, parameter_vector, regressor
 from agent.models.robot import RobotDescription
 
 Array = npt.NDArray[np.float64]
@@ -151,17 +158,28 @@ class DynamicModel:
     stiffness_nm_rad: Array | None
     prior: FrictionNonlinearity | None = None
 
-    def motor_torque(self, robot: RobotDescription, kin: Kinematics) -> Array:
-        y = link_base(robot).reduce(regressor(robot, kin.q, kin.qd, kin.qdd))
-        tau = np.einsum("njp,p->nj", y, self.link_base)
-        tau += self.rotor_inertia_kg_m2 * kin.thdd + self.coulomb_nm * np.sign(kin.thd)
-        tau += self.viscous_nm_s_rad * kin.thd
+    def decimated_torque(
+        self,
+        robot: RobotDescription,
+        kin: Kinematics,
+        keep: npt.NDArray[np.intp],
+        sub: npt.NDArray[np.intp],
+    ) -> Array:
+        """The model's motor torque through the parallel filter, at the samples `keep`."""
+        y = link_base(robot).reduce(regressor(robot, kin.q[sub], kin.qd[sub], kin.qdd[sub]))
+        rigid = parallel_decimate(np.einsum("njp,p->nj", y, self.link_base), kin.flt, keep, sub)
+        drive = self.rotor_inertia_kg_m2 * kin.thdd + self.coulomb_nm * np.sign(kin.thd)
+        drive += self.viscous_nm_s_rad * kin.thd
         if self.prior is not None:
-            tau += friction_torque(robot, self.prior, kin.thd, kin.th, tau, linear=False)[0]
-        return tau
+            # the load-dependent share needs the transmitted torque: the measured one stands in
+            tau_j = kin.tau - self.rotor_inertia_kg_m2 * kin.thdd
+            drive += friction_torque(robot, self.prior, kin.thd, kin.th, tau_j, linear=False)[0]
+        return rigid + parallel_decimate(drive, kin.flt, keep)
 
 
-def nominal_model(robot: RobotDescription, prior: FrictionNonlinearity | None = None) -> DynamicModel:
+def nominal_model(
+    robot: RobotDescription, prior: FrictionNonlinearity | None = None
+) -> DynamicModel:
     """The model the robot file describes (paper 004's CAD baseline)."""
     pi = parameter_vector(robot, ParameterLayout(robot.n_joints))
     k = [j.stiffness_nm_rad for j in robot.joints]
@@ -310,21 +328,31 @@ def identify_kinematics(
     """The least-squares part, from band-passed motion (the paper-002 noise protocol adds its
     noise to these kinematics and enters here)."""
     t0 = time.perf_counter() if started is None else started
+    with single_thread_blas():
+        return _identify(kin, robot, settings, t0)
+
+
+def _identify(
+    kin: Kinematics, robot: RobotDescription, settings: IdentificationSettings, t0: float
+) -> IdentificationResult:
     n = robot.n_joints
     flt = kin.flt
     base = link_base(robot)
     keep = decimation_index(kin.q.shape[0], flt)
+    sub = subgrid(kin.q.shape[0], keep, flt)
     y_b = parallel_decimate(
-        base.reduce(regressor(robot, kin.q, kin.qd, kin.qdd, geometry=chain_geometry(robot))),
-        flt,
-        keep,
+        base.reduce(regressor(robot, kin.q[sub], kin.qd[sub], kin.qdd[sub])), flt, keep, sub
     )
     sgn = np.sign(kin.thd)
     delta = kin.th - kin.q
     slow = _slow_rows(kin.thd, flt, settings.min_friction_speed_rad_s)[keep]
     cols = {
-        "thdd": kin.thdd, "sgn": sgn, "thd": kin.thd, "delta": delta, "tau": kin.tau,
-    }  # fmt: skip
+        "thdd": kin.thdd,
+        "sgn": sgn,
+        "thd": kin.thd,
+        "delta": delta,
+        "tau": kin.tau,
+    }
     if settings.model == "rigid":
         tau_j = kin.tau - np.array([j.rotor_inertia_kg_m2 for j in robot.joints]) * kin.thdd
         if settings.prior_friction is not None:
@@ -340,6 +368,8 @@ def identify_kinematics(
             f"base regressor exceeds the limit {settings.max_condition_number:g}; run an "
             "optimised excitation (agent.estimation.excitation)"
         )
+    k: Array | None
+    rel_k: dict[str, float] = {}
     if settings.model == "elastic":
         sol, names, groups = _fit_elastic(y_b, dec, slow, settings.method)
         est = dict(zip(names, sol.theta, strict=True))
@@ -349,7 +379,10 @@ def identify_kinematics(
         sol, names, groups = _fit_rigid(y_b, dec, slow, settings.method)
         est = dict(zip(names, sol.theta, strict=True))
         ia = np.array([j.rotor_inertia_kg_m2 for j in robot.joints])
-        k, k_rel = _stiffness_from_link_torque(y_b, sol.theta[: base.count], dec["delta"])
+        k = None
+        if settings.use_link_encoder:  # one encoder sees no deflection
+            k, k_std = _stiffness_from_link_torque(y_b, sol.theta[: base.count], dec["delta"])
+            rel_k = {f"k{j + 1}": float(k_std[j]) for j in range(n)}
     model = DynamicModel(
         sol.theta[: base.count],
         ia,
@@ -358,29 +391,49 @@ def identify_kinematics(
         k,
         settings.prior_friction if settings.model == "rigid" else None,
     )
-    predicted = parallel_decimate(model.motor_torque(robot, kin), flt, keep)
+    predicted = np.einsum("njp,p->nj", y_b, model.link_base) + ia * dec["thdd"]
+    predicted += model.coulomb_nm * dec["sgn"] + model.viscous_nm_s_rad * dec["thd"]
+    if settings.model == "rigid":  # the prior friction that was compensated
+        predicted += dec["tau"] - dec["tau_j"] - ia * dec["thdd"]
     total, per_joint = nmse_nm(dec["tau"], predicted)
-    rel = dict(zip(names, sol.relative_std_pct, strict=True))
-    if settings.model == "rigid":
-        rel.update({f"k{j + 1}": float(k_rel[j]) for j in range(n)})
+    rel = {**dict(zip(names, sol.relative_std_pct, strict=True)), **rel_k}
     joints = tuple(
         JointHealth(
-            spec.name, float(model.coulomb_nm[j]), float(model.viscous_nm_s_rad[j]),
-            float(k[j]), float(ia[j]), float(per_joint[j]),
+            spec.name,
+            float(model.coulomb_nm[j]),
+            float(model.viscous_nm_s_rad[j]),
+            None if k is None else float(k[j]),
+            float(ia[j]),
+            float(per_joint[j]),
             {p: float(rel[f"{p}{j + 1}"]) for p in DRIVE if f"{p}{j + 1}" in rel},
         )
         for j, spec in enumerate(robot.joints)
-    )  # fmt: skip
+    )
     warnings = tuple(
         f"{name}: relative standard deviation {r:.0f} %"
         for name, r in zip(names, sol.relative_std_pct, strict=True)
         if r > 50.0
     )
     return IdentificationResult(
-        robot.name, settings.model, settings.method, tuple(names), sol.theta,
-        sol.relative_std_pct, base.combinations(), groups, sol.sigma, cond, kin.q.shape[0],
-        int(sol.residual.size), flt, joints, total, model, time.perf_counter() - t0, warnings,
-    )  # fmt: skip
+        robot=robot.name,
+        model=settings.model,
+        method=settings.method,
+        names=tuple(names),
+        estimate=sol.theta,
+        rel_std_pct=sol.relative_std_pct,
+        combinations=base.combinations(),
+        group_names=groups,
+        group_sigma=sol.sigma,
+        condition_number=cond,
+        n_samples=kin.q.shape[0],
+        n_rows=int(sol.residual.size),
+        filter=flt,
+        joints=joints,
+        nmse_nm=total,
+        dynamic_model=model,
+        seconds=time.perf_counter() - t0,
+        warnings=warnings,
+    )
 
 
 def _slow_rows(speed: Array, flt: ResolvedFilter, min_speed: float) -> npt.NDArray[np.bool_]:
@@ -450,9 +503,7 @@ def _fit_rigid(
     return sol, names, tuple(_names(("joint",), n))
 
 
-def _stiffness_from_link_torque(
-    y_b: Array, pi_b: Array, delta: Array
-) -> tuple[Array, Array]:
+def _stiffness_from_link_torque(y_b: Array, pi_b: Array, delta: Array) -> tuple[Array, Array]:
     """K_j = <tau_link_j, delta_j> / <delta_j, delta_j> with tau_link the model's link torque
     (paper 002's link equation with the inertial part fixed); its relative std in %."""
     tau_link = np.einsum("njp,p->nj", y_b, pi_b)
@@ -489,8 +540,9 @@ def validate(
     if not s.use_link_encoder:
         kin = replace(kin, q=kin.th, qd=kin.thd, qdd=kin.thdd)
     keep = decimation_index(kin.q.shape[0], kin.flt)
-    measured = parallel_decimate(kin.tau, kin.flt, keep)
-    predicted = parallel_decimate(model.motor_torque(robot, kin), kin.flt, keep)
+    with single_thread_blas():
+        measured = parallel_decimate(kin.tau, kin.flt, keep)
+        predicted = model.decimated_torque(robot, kin, keep, subgrid(kin.q.shape[0], keep, kin.flt))
     total, per_joint = nmse_nm(measured, predicted)
     return Validation(total, per_joint)
 
@@ -498,8 +550,12 @@ def validate(
 def true_parameters(robot: RobotDescription, result: IdentificationResult) -> Array:
     """The values a perfect identification of `result`'s parameters would give (simulation)."""
     m = nominal_model(robot)
-    drive = {"Ia": m.rotor_inertia_kg_m2, "fc": m.coulomb_nm, "fv": m.viscous_nm_s_rad,
-             "k": m.stiffness_nm_rad}  # fmt: skip
+    drive = {
+        "Ia": m.rotor_inertia_kg_m2,
+        "fc": m.coulomb_nm,
+        "fv": m.viscous_nm_s_rad,
+        "k": m.stiffness_nm_rad,
+    }
     out = []
     for name in result.names:
         if name.startswith("base"):
@@ -510,3 +566,20 @@ def true_parameters(robot: RobotDescription, result: IdentificationResult) -> Ar
             assert values is not None
             out.append(values[int(name[len(stem) :]) - 1])
     return np.array(out, dtype=np.float64)
+
+
+def normalised_mean_error(
+    result: IdentificationResult, robot: RobotDescription, skip: tuple[str, ...] = ()
+) -> tuple[float, dict[str, float]]:
+    """Paper 002's figure of merit in simulation: mean of |estimate - true| / |true| over the
+    estimated parameters whose true value is not zero (the others have no relative error; a
+    rounding residue below 1e-12 of the largest counts as zero). `skip`: name prefixes to
+    leave out (paper 002 also quotes the mean without static friction, "fc")."""
+    truth = true_parameters(robot, result)
+    floor = 1e-12 * float(np.max(np.abs(truth)))
+    errors = {
+        name: float(abs(est - tv) / abs(tv))
+        for name, est, tv in zip(result.names, result.estimate, truth, strict=True)
+        if abs(tv) > floor and name.rstrip("0123456789") not in skip
+    }
+    return float(np.mean(list(errors.values()))), errors

@@ -169,23 +169,33 @@ def dynamics_bandwidth_hz(
 
 
 def parallel_decimate(
-    x: npt.ArrayLike, flt: ResolvedFilter, keep: npt.NDArray[np.intp] | None = None
+    x: npt.ArrayLike,
+    flt: ResolvedFilter,
+    keep: npt.NDArray[np.intp],
+    sub: npt.NDArray[np.intp] | None = None,
 ) -> Array:
-    """Parallel filtering (zero-phase Butterworth along axis 0) then every decimation-th sample.
+    """Parallel filtering (zero-phase Butterworth along axis 0), then the samples `keep`
+    (decimation_index). All-zero columns are skipped.
 
-    `keep` is the index of the samples kept (decimation_index); all-zero columns are skipped.
+    `sub` (subgrid) says that x holds only those samples of a signal band-limited far below
+    their rate: it is filtered at that rate. The regressor qualifies, being a smooth function
+    of positions already low-passed at or below the parallel cut-off; torque and sign columns
+    do not and go through at the full rate.
     """
     a = np.asarray(x, dtype=np.float64)
-    idx = keep if keep is not None else decimation_index(a.shape[0], flt)
+    rate, pos = flt.sample_rate_hz, keep
+    if sub is not None:
+        stride = int(sub[1] - sub[0]) if sub.size > 1 else 1
+        rate, pos = rate / stride, (keep - sub[0]) // stride
     flat = a.reshape(a.shape[0], -1)
-    out = np.zeros((idx.size, flat.shape[1]))
+    out = np.zeros((keep.size, flat.shape[1]))
     live = np.flatnonzero(np.any(flat != 0.0, axis=0))
     if live.size:
         filtered = zero_phase_lowpass(
-            flat[:, live], flt.sample_rate_hz, flt.parallel_cutoff_hz, flt.parallel_order
+            flat[:, live], rate, flt.parallel_cutoff_hz, flt.parallel_order
         )
-        out[:, live] = filtered[idx]
-    return out.reshape((idx.size, *a.shape[1:]))
+        out[:, live] = filtered[pos]
+    return out.reshape((keep.size, *a.shape[1:]))
 
 
 def decimation_index(n_samples: int, flt: ResolvedFilter) -> npt.NDArray[np.intp]:
@@ -193,9 +203,29 @@ def decimation_index(n_samples: int, flt: ResolvedFilter) -> npt.NDArray[np.intp
     the parallel filter's cut-off (where its padding still shows)."""
     edge = math.ceil(flt.sample_rate_hz / flt.parallel_cutoff_hz)
     idx = np.arange(edge, n_samples - edge, flt.decimation)
-    if idx.size == 0:
+    if idx.size < 2:
         raise EstimationError(f"{n_samples} samples are too few for the filters")
     return idx
+
+
+def subgrid(
+    n_samples: int, keep: npt.NDArray[np.intp], flt: ResolvedFilter
+) -> npt.NDArray[np.intp]:
+    """Every stride-th sample, through all of `keep`: where smooth columns are evaluated.
+
+    The stride is the largest divisor of the decimation that keeps the rate at least ten times
+    the parallel cut-off, so the parallel filter still acts there as it does at the full rate.
+    """
+    stride = (
+        max(
+            r
+            for r in range(1, flt.decimation + 1)
+            if flt.decimation % r == 0 and flt.sample_rate_hz / r >= 10.0 * flt.parallel_cutoff_hz
+        )
+        if flt.sample_rate_hz >= 10.0 * flt.parallel_cutoff_hz
+        else 1
+    )
+    return np.arange(int(keep[0]) % stride, n_samples, stride)
 
 
 # ------------------------------------------------------------------------------- captures

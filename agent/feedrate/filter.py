@@ -47,7 +47,8 @@ from agent.feedrate.filter_window import (
     circumradius,
     unit_shape,
 )
-from agent.feedrate.gcode import Block, FeedMode, ModalState, Motion, Units
+from agent.feedrate.filter_fast import FastModalState
+from agent.feedrate.gcode import Block, FeedMode, Motion, Units
 from agent.feedrate.gcode_emit import GcodeEmitter
 from agent.feedrate.gcode_lex import GcodeError, lex_line
 from agent.feedrate.geometry import (
@@ -118,7 +119,7 @@ class FeedrateFilter:
         self._planner = WindowPlanner(machine.axis_params(), self._shape, policy=mod.policy,
                                       cap_s=mod.half_window_s)
         self._reach_per_feed = mod.half_window_s * self._shape.excursion * (1.0 + 1e-9)
-        self._state = ModalState(position_mm=start_mm, source=source)
+        self._state = FastModalState(position_mm=start_mm, source=source)
         self._tracker = TurningPointTracker()
         self._emitter = GcodeEmitter(machine.emitter_dialect, inverse_time=machine.inverse_time)
         self._dialect = machine.emitter_dialect
@@ -191,16 +192,14 @@ class FeedrateFilter:
 
     def _append(self, item: _Item) -> None:
         self._items.append(item)
-        size = len(self._items) - self._head
-        if size > self._max_pending:
-            self._max_pending = size
 
     def _move(self, block: Block, motion: Motion) -> None:
-        prim = block.primitive()
-        assert prim is not None
-        s0 = self._tracker.arc_length
-        tps = self._tracker.feed(prim)
-        s1 = self._tracker.arc_length
+        arc = block.arc
+        prim = LineSegment(block.start_mm, block.end_mm) if arc is None else arc
+        tracker = self._tracker
+        s0 = tracker.arc_length
+        tps = tracker.feed(prim)
+        s1 = tracker.arc_length
         feed = block.feed_mm_s
         if motion is Motion.RAPID or feed is None:
             self._end_run()
@@ -208,17 +207,32 @@ class FeedrateFilter:
             self._append(_Item(block, _BREAK, s0, s1, prim, 0.0))
             self._emit_ready()
             return
-        mode = block.modal.feed_mode
         run = self._run_feed
-        if run is None or mode is not self._run_mode or abs(feed - run) > 1e-9 * run:
+        if (run is None or block.modal.feed_mode is not self._run_mode
+                or abs(feed - run) > 1e-9 * run):
             self._end_run()
-            self._run_feed, self._run_mode, self._run_start = feed, mode, s0
+            self._run_feed, self._run_mode, self._run_start = feed, block.modal.feed_mode, s0
             self._last_move = None
-        item = _Item(block, _MOVE, s0, s1, prim, block.length_mm / feed)
-        self._append(item)
-        self._pending_s += item.duration_s
+        duration = block.length_mm / feed
+        item = _Item(block, _MOVE, s0, s1, prim, duration)
+        items = self._items
+        items.append(item)
+        self._pending_s += duration
         self._frontier = s1
-        seq = self._base + len(self._items) - 1
+        if tps:
+            self._turning_points(tps, item, feed, len(items) - 1 + self._base)
+        self._last_move = item
+        # The lookahead (the line just read never counts: a block longer than the lookahead
+        # is still held until the next one shows whether its end is a turning point).
+        lookahead = self.machine.lookahead
+        if (self._tps or len(items) - self._head > lookahead.lines + 1
+                or self._pending_s - duration > lookahead.seconds):
+            self._advance()
+        else:
+            self._emit_ready()
+
+    def _turning_points(self, tps: list[TurningPoint], item: _Item, feed: float,
+                        seq: int) -> None:
         for tp in tps:
             axes = tuple(a for a in tp.axes if a in self._axes)
             if not axes:
@@ -228,8 +242,9 @@ class FeedrateFilter:
                 self._at_start += 1
                 continue
             self._tps.append(_Pending(tp, feed, self._geometry(tp, item), axes, seq))
-        self._last_move = item
-        self._advance()
+        size = len(self._items) - self._head
+        if size > self._max_pending:
+            self._max_pending = size
 
     def _geometry(self, tp: TurningPoint, item: _Item) -> Geometry:
         t_in, t_out = tp.tangent_in, tp.tangent_out
@@ -267,8 +282,6 @@ class FeedrateFilter:
             self._decide(tps.popleft(), self._frontier)
         lookahead = self.machine.lookahead
         newest = self._items[-1]
-        # The line just read never counts: a block longer than the lookahead is still held
-        # until the next one shows whether its end is a turning point.
         while (len(self._items) - self._head - 1 > lookahead.lines
                or self._pending_s - newest.duration_s > lookahead.seconds):
             if not self._force_front():
@@ -381,15 +394,35 @@ class FeedrateFilter:
 
     def _emit_ready(self, everything: bool = False) -> None:
         items = self._items
-        limit = math.inf if everything else self._safe_until()
         head = self._head
-        while head < len(items):
+        n = len(items)
+        if n - head > self._max_pending:
+            self._max_pending = n - head
+        if everything or self._run_feed is None:
+            limit = math.inf
+        else:
+            limit = self._frontier - self._run_feed * self._reach_per_feed
+            if self._tps:
+                first = self._tps[0]
+                limit = min(limit, first.tp.s - self._reach(first.feed_mm_s))
+        while head < n:
             item = items[head]
-            if item.kind == _MOVE and item.s1 > limit:
-                break
+            if item.kind == _MOVE:
+                if item.s1 > limit:
+                    break
+                if self._inside is None and (not self._windows
+                                             or self._windows[0].s_entry >= item.s1 - _TINY_MM):
+                    # The common case, inline: nothing to modulate in this block.
+                    self._head = head = head + 1
+                    self._pending_s -= item.duration_s
+                    text = self._emitter.passthrough(item.block)
+                    self._out.append(text)
+                    self._lines_out += 1 if text is item.block.text else text.count("\n")
+                    self._emitted_s = item.s1
+                    continue
             self._head = head = head + 1
             self._emit_one_unchecked(item)
-        if head > 4096 and head * 2 > len(items):
+        if head > 4096 and head * 2 > n:
             del items[:head]
             self._base += head
             self._head = 0

@@ -105,7 +105,7 @@ def unit_shape(ratio: float, degree: int, segments: int, retrograde: bool) -> Un
     # about the same amount; near the window ends, where V hugs V_c, fewer segments are spent.
     fine = np.linspace(0.0, 1.0, _DENSE)
     slope = np.abs(np.asarray(prof.derivative(2.0 * fine - 1.0, 1)))
-    measure = slope + 0.25 * float(np.trapz(slope, fine))
+    measure = slope + 0.25 * float(np.trapezoid(slope, fine))
     cum = np.concatenate([[0.0], np.cumsum(0.5 * (measure[1:] + measure[:-1]) * np.diff(fine))])
     uniform = np.interp(np.linspace(0.0, cum[-1], segments + 1), cum, fine)
     uniform[0], uniform[-1] = 0.0, 1.0

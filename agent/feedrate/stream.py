@@ -8,12 +8,13 @@ waits until the 15-block planner queue has room; only then does it answer `ok` (
 for a bad line). The documented rule for the sender: the sum of the lengths, '\n' included, of
 the lines sent and not yet acknowledged must never exceed the receive buffer size. So we keep
 those lengths in a FIFO, send the next line only when sum + its length <= rx_buffer_bytes (128;
-gnea's stream.py keeps one byte more margin, < 127), and pair each `ok` / `error:N` with the
-oldest line, so every line sent is acknowledged exactly once. Real-time commands ('?', '!', '~',
-0x18) are taken out of the byte stream by GRBL's receive interrupt: they never occupy the
-buffer and are never acknowledged, so they are sent at any time outside the accounting; '?' is
-answered by a `<...>` status report. `ALARM:N` is fatal. With max_lines_in_flight=1 the same
-code is the plain send-and-wait-for-`ok` protocol (gnea's simple_stream.py), the baseline.
+gnea's stream.py stops at sum >= 127, two bytes of extra margin), and pair each `ok` /
+`error:N` with the oldest line, so every line sent is acknowledged exactly once. Real-time
+commands ('?', '!', '~', 0x18) are taken out of the byte stream by GRBL's receive interrupt:
+they never occupy the buffer and are never acknowledged, so they are sent at any time outside
+the accounting; '?' is answered by a `<...>` status report. `ALARM:N` is fatal. With
+max_lines_in_flight=1 the same code is the plain send-and-wait-for-`ok` protocol (gnea's
+simple_stream.py), the baseline.
 
 DNC drip feed with XON/XOFF software flow control: no acknowledgements; the controller sends
 XOFF (0x13) when its buffer is high and XON (0x11) once it has drained. The sender writes in
@@ -268,6 +269,7 @@ class GrblOptions:
     write_timeout_s: float = 5.0
     stop_on_error: bool = True
     hold_on_abort: bool = True  # send '!' when stopping on an error or a stall
+    wait_idle: bool = False  # after the last answer, poll '?' until the machine is Idle
     progress_interval_s: float = 0.1
 
     def __post_init__(self) -> None:
@@ -386,15 +388,33 @@ class _Session:
                 self.status = parse_status(line)
         elif line.startswith("ALARM:"):
             code = _code(line)
-            raise self.fail(f"{line} {GRBL_ALARMS.get(code or -1, 'unknown alarm')} (the "
-                            "controller halted; it needs a reset and probably homing)", "alarm",
-                            code)
+            raise self.fail(f"{line} {GRBL_ALARMS.get(code or -1, 'unknown alarm')}: the "
+                            "controller halted (this line was the oldest unanswered) and needs "
+                            "a reset", "alarm", code)
         elif line.startswith(GRBL_BANNER_PREFIX):
             raise self.fail(f"the controller reset mid-stream ({line!r}): buffered lines lost",
                             "reset")
         else:
             return False
         return True
+
+    def wait_idle(self, interval_s: float, stall_s: float, write_s: float,
+                  handle: Callable[[str], object]) -> None:
+        """Poll '?' until the controller reports Idle: the machine has run the program out."""
+        self.status, quiet = None, time.monotonic()
+        while self.status is None or self.status.state != "Idle":
+            if not self.paused:
+                self.write(b"?", write_s)
+            answers = self.read(interval_s)
+            now = time.monotonic()
+            if answers:
+                quiet = now
+                for line in answers:
+                    handle(line)
+            elif now - quiet > stall_s:
+                raise self.fail(f"controller stalled: no status report for {stall_s:g} s while "
+                                "waiting for Idle", "stalled")
+            self.report(now)
 
     def report(self, now: float, force: bool = False) -> None:
         if self.progress is None or (not force and now - self.last_report < self.interval_s):
@@ -521,6 +541,9 @@ class _Grbl(_Session):
                 with contextlib.suppress(ChannelLost, ChannelTimeout, OSError):
                     self.channel.write(b"!", 0.5)
             raise
+        if opt.wait_idle:
+            self.wait_idle(opt.status_interval_s or 0.05, opt.stall_timeout_s,
+                           opt.write_timeout_s, self.answer)
         return self.result(self.errors)
 
 
@@ -543,7 +566,7 @@ class _Dnc(_Session):
                  reversals: Callable[[], int] | None, source: str | None) -> None:
         super().__init__(channel, progress, reversals, source, opt.progress_interval_s)
         self.opt = opt
-        self.quiet_since = time.monotonic()
+        self.quiet_since = self.next_write = time.monotonic()
 
     def take(self, timeout_s: float) -> None:
         """Read for up to timeout_s; a DNC controller speaks only to complain (or report)."""
@@ -551,28 +574,37 @@ class _Dnc(_Session):
         if lines:
             self.quiet_since = time.monotonic()
         for line in lines:
-            if line.startswith("error:"):
-                code = _code(line) or 0
-                raise self.fail(f"{line} {GRBL_ERRORS.get(code, 'unknown error')} reported at "
-                                "or before this line (DNC has no per-line answers)", "error", code)
-            self.common(line)
+            self.take_line(line)
+
+    def take_line(self, line: str) -> None:
+        if line.startswith("error:"):
+            code = _code(line) or 0
+            raise self.fail(f"{line} {GRBL_ERRORS.get(code, 'unknown error')} reported at or "
+                            "before this line (DNC has no per-line answers)", "error", code)
+        self.common(line)
 
     def send(self, data: bytes) -> None:
         opt, pace = self.opt, self.opt.line_rate_bytes_s
         for i in range(0, len(data), opt.chunk_bytes):
             chunk = data[i:i + opt.chunk_bytes]
-            self.take(0.0)
-            while self.paused:
-                self.take(0.05)
-                if self.paused and time.monotonic() - self.quiet_since > opt.stall_timeout_s:
-                    raise self.fail(f"controller stalled: XOFF held for {opt.stall_timeout_s:g} s"
-                                    " with no byte from it", "stalled")
-                self.report(time.monotonic())
-            self.quiet_since = time.monotonic()
+            while True:  # listen until the line is free and the controller not paused
+                self.take(0.0)
+                now = time.monotonic()
+                if self.paused:
+                    if now - self.quiet_since > opt.stall_timeout_s:
+                        raise self.fail(f"controller stalled: XOFF held {opt.stall_timeout_s:g} s"
+                                        " with no byte from it", "stalled")
+                    self.take(0.05)
+                    self.report(now)
+                elif now < self.next_write:
+                    self.take(self.next_write - now)
+                else:
+                    break
+            self.quiet_since = now
             self.write(chunk, opt.write_timeout_s)
             self.bytes_sent += len(chunk)
-            if pace:
-                self.take(len(chunk) / pace)  # the wire's time for the chunk, listening
+            if pace:  # the wire's time for the chunk
+                self.next_write = max(now, self.next_write) + len(chunk) / pace
 
     def run(self, lines: Iterable[str]) -> StreamResult:
         opt = self.opt
@@ -584,19 +616,9 @@ class _Dnc(_Session):
             self.acked += 1
             self.report(time.monotonic())
         if opt.wait_idle:
-            self.wait_idle()
+            self.wait_idle(opt.status_interval_s, opt.stall_timeout_s, opt.write_timeout_s,
+                           self.take_line)
         return self.result()
-
-    def wait_idle(self) -> None:
-        opt, self.status = self.opt, None
-        while self.status is None or self.status.state != "Idle":
-            if not self.paused:
-                self.write(b"?", opt.write_timeout_s)
-            self.take(opt.status_interval_s)
-            if time.monotonic() - self.quiet_since > opt.stall_timeout_s:
-                raise self.fail(f"controller never reported Idle within {opt.stall_timeout_s:g}"
-                                " s of silence", "stalled")
-            self.report(time.monotonic())
 
 
 def stream_dnc(lines: Iterable[str], channel: Channel, options: DncOptions | None = None, *,
@@ -613,17 +635,16 @@ def stream_to_port(lines: Iterable[str], port: str, *, protocol: Literal["grbl",
                    progress: ProgressFn | None = None,
                    reversals_modulated: Callable[[], int] | None = None,
                    source: str | None = None) -> StreamResult:
-    """Open `port` (device or pty path), stream, close it whatever happens."""
+    """Open `port` (device or pty path), stream with `protocol`, close the port whatever
+    happens. `options` must match the protocol (GrblOptions or DncOptions)."""
     channel = open_serial(port, baudrate)
+    kw: dict[str, Any] = {"progress": progress, "reversals_modulated": reversals_modulated,
+                          "source": source}
     try:
-        if protocol == "grbl":
-            if not (options is None or isinstance(options, GrblOptions)):
-                raise ValueError("stream_to_port: protocol 'grbl' takes GrblOptions")
-            return stream_grbl(lines, channel, options, progress=progress,
-                               reversals_modulated=reversals_modulated, source=source)
-        if not (options is None or isinstance(options, DncOptions)):
-            raise ValueError("stream_to_port: protocol 'dnc' takes DncOptions")
-        return stream_dnc(lines, channel, options, progress=progress,
-                          reversals_modulated=reversals_modulated, source=source)
+        if protocol == "grbl" and not isinstance(options, DncOptions):
+            return stream_grbl(lines, channel, options, **kw)
+        if protocol == "dnc" and not isinstance(options, GrblOptions):
+            return stream_dnc(lines, channel, options, **kw)
+        raise ValueError(f"stream_to_port: {type(options).__name__} for protocol {protocol!r}")
     finally:
         channel.close()

@@ -402,12 +402,13 @@ class Grbl:
         self.stats: dict[str, Any] = dict.fromkeys(
             ("lines_received", "oks_sent", "errors_sent", "alarms_sent", "rx_max_bytes",
              "rx_overflow_bytes", "planner_full_waits", "status_reports", "resets", "xoff_sent",
-             "xon_sent", "max_bytes_after_xoff", "bytes_received"), 0)
+             "xon_sent", "max_bytes_after_xoff", "bytes_received", "max_read_bytes"), 0)
         self.after_xoff = 0
 
     # -- receive interrupt
     def isr(self, data: bytes) -> None:
         self.stats["bytes_received"] += len(data)
+        self.stats["max_read_bytes"] = max(self.stats["max_read_bytes"], len(data))
         if self.xoff_counting:
             self.after_xoff += len(data)
             self.stats["max_bytes_after_xoff"] = max(self.stats["max_bytes_after_xoff"],

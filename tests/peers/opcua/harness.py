@@ -64,7 +64,7 @@ VARIABLE_TRIGGER = """\
 
 # Driver timings for tests: short timeouts and backoff so faults show within a second.
 TEST_TIMING = {
-    "request_timeout_s": 1.0,
+    "request_timeout_s": 2.0,
     "connect_timeout_s": 3.0,
     "reconnect_initial_s": 0.1,
     "reconnect_max_s": 0.4,

@@ -58,9 +58,13 @@ class UrEmulator:
     def start(self, timeout_s: float = 15.0) -> UrEmulator:
         env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.peers.ur_controller", "--host", self.host, *self.args],
+            [
+                *(sys.executable, "-m", "tests.peers.ur_controller", "--exit-with-stdin"),
+                *("--host", self.host, *self.args),
+            ],
             cwd=REPO_ROOT,
             env=env,
+            stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._log,
         )

@@ -80,6 +80,7 @@ class Emulator:
         self.control = socket.create_server((args.host, 0))
         self.done = threading.Event()
         self.rt_priority = args.rt_priority
+        self.exit_with_stdin = args.exit_with_stdin
 
     def apply(self, req: dict[str, Any]) -> Any:
         c = self.controller
@@ -130,6 +131,10 @@ class Emulator:
             return "ok"
         raise ValueError(f"unknown op {op!r}")
 
+    def _watch_stdin(self) -> None:
+        sys.stdin.buffer.read()
+        self.done.set()
+
     def _serve_control(self) -> None:
         while True:
             try:
@@ -152,6 +157,9 @@ class Emulator:
         for server in (self.rtde, self.dashboard, self.scripts):
             server.start()
         threading.Thread(target=self._serve_control, daemon=True).start()
+        if self.exit_with_stdin:
+            # The test that started us may die without killing us: end when its pipe closes.
+            threading.Thread(target=self._watch_stdin, daemon=True).start()
         cycle = threading.Thread(
             target=self.controller.run, args=(self.apply, self.rt_priority), daemon=True
         )
@@ -180,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--program-state", default="STOPPED", choices=("STOPPED", "PLAYING"))
     p.add_argument("--local", action="store_true", help="pendant in local mode")
     p.add_argument("--rt-priority", type=int, default=0, help="SCHED_FIFO for the cycle, 0: off")
+    p.add_argument("--exit-with-stdin", action="store_true", help="shut down at stdin EOF")
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr)
