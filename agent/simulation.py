@@ -6,12 +6,11 @@ so both see exactly the same joint.
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 
 import numpy as np
 
-from agent.capture import Capture, CaptureMeta
+from agent.capture import Capture
 from agent.config import JointSettings
 from agent.encoder import angle_to_counts, unwrap_counts
 from agent.models.joint import ConstantSpeedTest, JointPhysics, simulate_constant_speed
@@ -73,16 +72,6 @@ def simulate_backlash_capture(
             "link_pos_rad": link_pos,
             "current_a": run.current_a,
         },
-        meta=CaptureMeta(
-            machine=machine,
-            joint=cycle.joint,
-            cycle=cycle.kind,
-            commanded_speed_rad_s=cycle.motor_speed_rad_s,
-            gear_ratio=cycle.gear_ratio,
-            encoder_bits=cycle.encoder_bits,
-            sample_rate_hz=cycle.sample_rate_hz,
-            started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            extra={"driver": "sim", "seed": seed},
-        ),
+        meta=cycle.capture_meta(machine, {"driver": "sim", "seed": seed}),
         source=f"sim:{machine}/{cycle.joint}",
     )

@@ -8,13 +8,14 @@ A driver knows its protocol and nothing of estimation, files or reports.
 from __future__ import annotations
 
 import abc
+import datetime as dt
 import enum
 import importlib.metadata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from agent.capture import Capture
+from agent.capture import Capture, CaptureMeta
 from agent.errors import DriverError
 
 ENTRY_POINT_GROUP = "joint_health_agent.drivers"
@@ -70,6 +71,25 @@ class BacklashCycle:
     @property
     def kind(self) -> str:
         return "backlash"
+
+    def capture_meta(
+        self, machine: str, extra: Mapping[str, Any], encoder_bits: int | None = None
+    ) -> CaptureMeta:
+        """Metadata of a capture of this cycle: what an estimator needs to read it.
+
+        `encoder_bits` is what the controller reported, when it reports its own.
+        """
+        return CaptureMeta(
+            machine=machine,
+            joint=self.joint,
+            cycle=self.kind,
+            commanded_speed_rad_s=self.motor_speed_rad_s,
+            gear_ratio=self.gear_ratio,
+            encoder_bits=self.encoder_bits if encoder_bits is None else encoder_bits,
+            sample_rate_hz=self.sample_rate_hz,
+            started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            extra=dict(extra),
+        )
 
 
 class Driver(abc.ABC):

@@ -10,7 +10,6 @@ the capture finishing or failing, the link breaking), not for each of 8,000 fram
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
 import math
 import socket
@@ -24,7 +23,7 @@ import can
 import numpy as np
 import numpy.typing as npt
 
-from agent.capture import Capture, CaptureMeta
+from agent.capture import Capture
 from agent.encoder import unwrap_counts
 from agent.errors import DriverError
 from drivers.base import BacklashCycle
@@ -186,16 +185,10 @@ class CaptureRecorder:
                 "link_counts": self.link_counts.astype(np.float64),
                 "link_pos_rad": link_pos,
             },
-            meta=CaptureMeta(
-                machine=machine,
-                joint=cycle.joint,
-                cycle=cycle.kind,
-                commanded_speed_rad_s=cycle.motor_speed_rad_s,
-                gear_ratio=cycle.gear_ratio,
+            meta=cycle.capture_meta(
+                machine,
+                {**extra, "frames": self.received, "lost_frames": self.lost},
                 encoder_bits=bits,
-                sample_rate_hz=cycle.sample_rate_hz,
-                started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-                extra={**extra, "frames": self.received, "lost_frames": self.lost},
             ),
             source=f"can:{machine}/{cycle.joint}",
         )

@@ -14,7 +14,6 @@ Pure code: no asyncua here, so every rule is testable without a server.
 from __future__ import annotations
 
 import collections
-import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,7 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agent.capture import Capture, CaptureMeta
+from agent.capture import Capture
 from agent.encoder import counts_per_turn, unwrap_counts
 from agent.errors import DriverError
 from drivers.base import BacklashCycle
@@ -211,8 +210,14 @@ class CaptureAssembler:
     def complete(self) -> bool:
         return abs(self.samples - self.expected_samples) <= self.tolerance
 
-    def capture(self, cycle: BacklashCycle, *, machine: str, source: str,
-                extra: Mapping[str, Any] | None = None) -> Capture:
+    def capture(
+        self,
+        cycle: BacklashCycle,
+        *,
+        machine: str,
+        source: str,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Capture:
         """The capture in SI units; raises ChunkError unless every expected sample is in."""
         if not self.complete:
             raise ChunkError(
@@ -235,22 +240,16 @@ class CaptureAssembler:
             channels["current_a"] = np.concatenate(
                 [c.current_a for c in self.chunks if c.current_a is not None]
             )
-        meta = CaptureMeta(
-            machine=machine,
-            joint=cycle.joint,
-            cycle=cycle.kind,
-            commanded_speed_rad_s=cycle.motor_speed_rad_s,
-            gear_ratio=cycle.gear_ratio,
-            encoder_bits=bits,
-            sample_rate_hz=cycle.sample_rate_hz,
-            started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            extra={
+        meta = cycle.capture_meta(
+            machine,
+            {
                 "driver": "opcua",
                 "chunks": len(self.chunks),
                 "first_sequence": self.first_sequence,
                 "controller_time0_s": float(time_raw[0]),
                 **dict(extra or {}),
             },
+            encoder_bits=bits,
         )
         # The controller's clock has its own epoch; captures start at 0 like the simulation's.
         return Capture(time_s=time_raw - time_raw[0], channels=channels, meta=meta, source=source)

@@ -183,7 +183,7 @@ class OpcUaSession:
             raise
         except BaseException as exc:
             await _disconnect_quietly(client)
-            if isinstance(exc, asyncio.CancelledError):
+            if not isinstance(exc, Exception):  # cancellation, interrupt: not a failed connect
                 raise
             kind = RejectedError if _is_rejection(exc) else DriverError
             raise kind(f"cannot connect to {s.endpoint}: {_describe(exc)}") from None
@@ -335,7 +335,7 @@ async def _disconnect_quietly(client: Client) -> None:
     try:
         await asyncio.wait_for(client.disconnect(), 2.0)
     except BaseException as exc:  # a dead peer cannot be told goodbye; the socket is closed
-        if isinstance(exc, asyncio.CancelledError):
+        if not isinstance(exc, Exception):
             raise
         log.debug("event=opcua_disconnect_failed error=%r", exc)
         with contextlib.suppress(Exception):

@@ -9,7 +9,6 @@ shorten the capture). Raw counts become radians here, through agent.encoder.unwr
 
 from __future__ import annotations
 
-import datetime as dt
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agent.capture import Capture, CaptureMeta
+from agent.capture import Capture
 from agent.encoder import counts_per_turn, unwrap_counts
 from agent.errors import DriverError
 from drivers.base import BacklashCycle
@@ -97,17 +96,7 @@ def assemble_capture(
     return Capture(
         time_s=full / cycle.sample_rate_hz,
         channels=out,
-        meta=CaptureMeta(
-            machine=machine,
-            joint=cycle.joint,
-            cycle=cycle.kind,
-            commanded_speed_rad_s=cycle.motor_speed_rad_s,
-            gear_ratio=cycle.gear_ratio,
-            encoder_bits=bits,
-            sample_rate_hz=cycle.sample_rate_hz,
-            started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-            extra=extra,
-        ),
+        meta=cycle.capture_meta(machine, extra, encoder_bits=bits),
         source=f"serial:{where}",
     )
 

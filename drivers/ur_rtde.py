@@ -56,8 +56,9 @@ class StreamStats:
     """What the RTDE stream delivered over a while (the benchmark's figure)."""
 
     samples: int
-    missed: int
+    missed: int  # by every path
     seconds: float
+    missed_by_path: tuple[int, ...] = ()  # what each receive interface alone would have missed
 
     @property
     def rate_hz(self) -> float:
@@ -350,6 +351,7 @@ class UrRtdeDriver(Driver):
                 dashboard_port=self._s.dashboard_port,
                 frequency_hz=self._s.frequency_hz,
                 rt_priority=self._s.rt_priority,
+                paths=self._s.rtde_paths,
             )
         except (DriverError, CycleAborted, OSError) as exc:
             self._last_error = str(exc)
@@ -506,4 +508,9 @@ class UrRtdeDriver(Driver):
         out = await link.request(
             "stream", duration_s + 10.0, duration_s=duration_s, stale_after_s=self._s.stale_after_s
         )
-        return StreamStats(samples=out["samples"], missed=out["missed"], seconds=out["seconds"])
+        return StreamStats(
+            samples=out["samples"],
+            missed=out["missed"],
+            seconds=out["seconds"],
+            missed_by_path=tuple(out["missed_by_path"]),
+        )

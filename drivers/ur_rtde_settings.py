@@ -53,9 +53,13 @@ class UrRtdeSettings:
     status_period_s: float = field(
         default=0.05, metadata={"gt": 0.0, "le": 1.0, "doc": "interlock poll during motion"}
     )
-    # SCHED_FIFO priority of the capture loop and of ur_rtde's receive thread (0: normal); on
-    # a busy edge PC this is what keeps 500 Hz without a missed package.
-    rt_priority: int = field(default=0, metadata={"ge": 0, "le": 99})
+    # SCHED_FIFO priority of the capture loop and of ur_rtde's receive threads (0: normal); on
+    # a busy edge PC this is what keeps 500 Hz without a missed package. Without the right to
+    # it (CAP_SYS_NICE) the worker logs that and runs at normal priority.
+    rt_priority: int = field(default=20, metadata={"ge": 0, "le": 99})
+    # Receive interfaces reading the same recipe, each on its own CPU; a package is lost only
+    # when all of them miss it (see drivers/ur_rtde_stream.py).
+    rtde_paths: int = field(default=2, metadata={"ge": 1, "le": 4})
     connect_timeout_s: float = field(default=10.0, metadata={"gt": 0.0})
     request_timeout_s: float = field(
         default=3.0, metadata={"gt": 0.0, "doc": "a status read (dashboard times out at 2.5 s)"}

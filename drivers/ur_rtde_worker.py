@@ -11,9 +11,11 @@ replies `{"id", "ok": True, "result"}` or `{"id", "ok": False, "kind", "error"}`
 "abort" (the controller refused or stopped the motion) or "driver" (communication failed). While a
 cycle runs, `{"id", "event": "aborting", "error"}` announces an abort before the stop is sent.
 
-Threads: the main thread serves requests (status reads use the dashboard and the receive
-interface); a cycle thread owns the control interface and the capture loop. ur_rtde releases the
-GIL in its blocking calls, so a slow dashboard answer does not delay the capture loop.
+Threads: the main thread reads requests and serves stop and close at once; a request thread
+serves connect and status reads (dashboard and receive interface) in turn; a cycle thread owns the
+control interface and merges the capture from the pollers of the receive paths
+(drivers.ur_rtde_stream). ur_rtde releases the GIL in its blocking calls, so a slow dashboard
+answer delays neither a stop nor the capture.
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ import threading
 import time
 from collections.abc import Callable
 from typing import Any
+
+from drivers.ur_rtde_stream import (
+    Row,
+    StreamError,
+    StreamReader,
+    path_cpus,
+    realtime,
+    threads,
+)
 
 _LEN = struct.Struct(">I")
 # Output recipe of the receive interface: the capture channels and the interlock signals.
@@ -56,7 +67,7 @@ RUNTIME_PLAYING = 2
 # safety_status_bits that mean the arm is stopped by safety: protective, safeguard, emergency
 # (system, robot, any), violation, fault, "stopped due to safety".
 SAFETY_STOP_BITS = sum(1 << b for b in (2, 4, 5, 6, 7, 8, 9, 10))
-_POLL_S = 0.0002  # capture poll: 10 polls per 500 Hz period
+_WAIT_S = 0.002  # longest wait for the next package before checking stop, kicks, silence
 _KICK_S = 0.05
 _MOVING_RAD_S = 1e-4  # target joint speed above which the speedJ run-up has begun
 
@@ -92,17 +103,6 @@ def recv_msg(sock: socket.socket) -> Any:
     return None if body is None else pickle.loads(body)
 
 
-def _threads() -> set[int]:
-    return {int(t) for t in os.listdir("/proc/self/task")}
-
-
-def _realtime(tid: int, priority: int) -> None:
-    try:
-        os.sched_setscheduler(tid, os.SCHED_FIFO, os.sched_param(priority))
-    except OSError as exc:
-        print(f"ur_rtde worker: no real-time priority for thread {tid}: {exc}", flush=True)
-
-
 def _ask(call: Callable[[], str], request: str) -> str:
     try:
         return call()
@@ -120,7 +120,9 @@ class Worker:
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.lock = threading.Lock()
-        self.recv: Any = None
+        self.recv: Any = None  # path 0: status reads and moves
+        self.recvs: list[Any] = []
+        self.cpus: list[int | None] = []
         self.dash: Any = None
         self.ctrl: Any = None
         self.host = ""
@@ -171,7 +173,7 @@ class Worker:
         send_msg(self.sock, self.lock, out)
 
     def op_connect(
-        self, host: str, dashboard_port: int, frequency_hz: float, rt_priority: int
+        self, host: str, dashboard_port: int, frequency_hz: float, rt_priority: int, paths: int
     ) -> dict[str, Any]:
         import dashboard_client
         import rtde_receive
@@ -190,16 +192,22 @@ class Worker:
             raise Fault(
                 f"a CB3 controller ({text}) streams RTDE at 125 Hz at most, not {frequency_hz:g}"
             )
-        before = _threads()
-        self.recv = rtde_receive.RTDEReceiveInterface(
-            host, frequency_hz, VARIABLES, False, False, rt_priority
-        )
-        if rt_priority > 0:
-            # ur_rtde raises its receive thread's priority only on a PREEMPT_RT kernel; on any
-            # other kernel a descheduled receive thread reads two packages at once and keeps
-            # only the newer, so the priority is set here on the thread(s) it just started.
-            for tid in _threads() - before:
-                _realtime(tid, rt_priority)
+        self.recvs = []
+        for cpu in path_cpus(paths):
+            before = threads()
+            self.recvs.append(
+                rtde_receive.RTDEReceiveInterface(
+                    host, frequency_hz, VARIABLES, False, False, rt_priority
+                )
+            )
+            if rt_priority > 0:
+                # ur_rtde raises its receive thread's priority only on a PREEMPT_RT kernel;
+                # elsewhere a descheduled receive thread reads two packages at once and keeps
+                # only the newer, so the priority is set here on the threads it just started.
+                for tid in threads() - before:
+                    realtime(tid, rt_priority, cpu)
+        self.recv = self.recvs[0]
+        self.cpus = path_cpus(paths)
         return {"version": text}
 
     def op_status(self, stale_after_s: float) -> dict[str, Any]:
@@ -286,7 +294,7 @@ class Worker:
         if self.rt_priority > 0:
             # The capture loop must see every package: a real-time thread is not delayed by
             # the machine's other work (it sleeps between polls, so it cannot starve it).
-            _realtime(0, self.rt_priority)
+            realtime(0, self.rt_priority)
         self.reply(msg["id"], fn, msg)
 
     # Stream checks -------------------------------------------------------------------------
@@ -409,83 +417,72 @@ class Worker:
         if miss > 1e-3:
             raise Fault(f"moveJ ended {miss:.4f} rad from its target", "abort")
 
-    def _capture(self, ctrl: Any, p: dict[str, Any]) -> list[tuple[Any, ...]]:
-        """Every package from the motion start to the end of the window, or a Fault."""
-        r, j = self.recv, p["index"]
-        period = 1.0 / self.frequency_hz
-        need = p["n_pre"] + p["n_out"]
-        rows: list[tuple[Any, ...]] = []
-        last_ts, since, kicked = r.getTimestamp(), time.monotonic(), time.monotonic()
-        start_by = since + p["start_timeout_s"]
-        while len(rows) < need:
-            if self.stop_requested.is_set():
-                raise Fault("stop requested", "abort")
-            now = time.monotonic()
-            if now - kicked > _KICK_S:
-                ctrl.kickWatchdog()
-                kicked = now
-            ts = self._wait_new(last_ts, since, p["stale_after_s"])
-            if ts is None:
-                if not rows and now > start_by:
-                    raise Fault("the joint did not start moving after speedJ", "abort")
-                time.sleep(_POLL_S)
-                continue
-            row = self._read_row(ts)
-            ts = row[0]
-            steps = round((ts - last_ts) / period)
-            if steps < 1 or not math.isclose(ts - last_ts, steps * period, rel_tol=0.01):
-                raise Fault(f"RTDE stream is garbled (timestamp {last_ts!r} -> {ts!r})")
-            # The motion starts with the first package whose target_qd for the joint is not 0.
-            moving = bool(rows) or abs(row[5][j]) > _MOVING_RAD_S
-            if moving and steps != 1:
-                raise Fault(f"{steps - 1} RTDE package(s) missed at t = {ts:.3f} s")
-            last_ts, since = ts, now
-            self._check_sample(row[8], row[9], row[10])
-            if moving:
-                rows.append(row)
-        return rows[p["n_pre"] :]
+    def _reader(self) -> StreamReader:
+        return StreamReader(self.recvs, self.frequency_hz, self.rt_priority, self.cpus)
 
-    def _read_row(self, ts: float) -> tuple[Any, ...]:
-        """All fields of one package: read until the timestamp is the same before and after."""
-        r = self.recv
-        for _ in range(3):
-            row = (
-                ts,
-                r.getActualQ(),
-                r.getActualQd(),
-                r.getActualCurrent(),
-                r.getTargetQ(),
-                r.getTargetQd(),
-                r.getTargetCurrent(),
-                r.getJointTemperatures(),
-                r.getRobotMode(),
-                r.getSafetyStatusBits(),
-                r.getRuntimeState(),
-            )
-            after = r.getTimestamp()
-            if after == ts:
-                return row
-            ts = after
-        raise Fault("RTDE packages arrive faster than they can be read")
+    def _silence(self, reader: StreamReader, stale_after_s: float) -> None:
+        silent = time.monotonic() - reader.last_new_at
+        if silent > stale_after_s:
+            if not reader.connected():
+                raise Fault("RTDE connection to the controller lost during the cycle")
+            raise Fault(f"RTDE data stale: no new package for {silent:.2f} s")
+
+    def _capture(self, ctrl: Any, p: dict[str, Any]) -> list[Row]:
+        """Every package from the motion start to the end of the window, or a Fault."""
+        j, need = p["index"], p["n_pre"] + p["n_out"]
+        rows: list[Row] = []
+        kicked = time.monotonic()
+        start_by = kicked + p["start_timeout_s"]
+        with self._reader() as reader:
+            while len(rows) < need:
+                if self.stop_requested.is_set():
+                    raise Fault("stop requested", "abort")
+                now = time.monotonic()
+                if now - kicked > _KICK_S:
+                    ctrl.kickWatchdog()
+                    kicked = now
+                try:
+                    got = reader.next_row(_WAIT_S)
+                except StreamError as exc:
+                    raise Fault(str(exc)) from None
+                if got is None:
+                    self._silence(reader, p["stale_after_s"])
+                    if not rows and now > start_by:
+                        raise Fault("the joint did not start moving after speedJ", "abort")
+                    continue
+                row, missed = got
+                # The motion starts with the first package whose target_qd for the joint is
+                # not 0; from the package before it on, none may be missing.
+                moving = bool(rows) or abs(row[5][j]) > _MOVING_RAD_S
+                if moving and missed:
+                    raise Fault(f"{missed} RTDE package(s) missed at t = {row[0]:.3f} s")
+                self._check_sample(row[8], row[9], row[10])
+                if moving:
+                    rows.append(row)
+        return rows[p["n_pre"] :]
 
     def op_stream(self, duration_s: float, stale_after_s: float, **_: Any) -> dict[str, Any]:
         """Count packages for a while without moving anything (the benchmark)."""
-        r = self.recv
-        period = 1.0 / self.frequency_hz
         samples = missed = 0
-        last_ts, since = r.getTimestamp(), time.monotonic()
-        end = since + duration_s
-        while time.monotonic() < end:
-            ts = self._wait_new(last_ts, since, stale_after_s)
-            if ts is None:
-                time.sleep(_POLL_S)
-                continue
-            self._read_row(ts)
-            steps = round((ts - last_ts) / period)
-            missed += max(0, steps - 1)
-            samples += 1
-            last_ts, since = ts, time.monotonic()
-        return {"samples": samples, "missed": missed, "seconds": duration_s}
+        end = time.monotonic() + duration_s
+        with self._reader() as reader:
+            while time.monotonic() < end:
+                try:
+                    got = reader.next_row(_WAIT_S)
+                except StreamError as exc:
+                    raise Fault(str(exc)) from None
+                if got is None:
+                    self._silence(reader, stale_after_s)
+                    continue
+                samples += 1
+                missed += got[1] if samples > 1 else 0
+            by_path = list(reader.missed_by_path)
+        return {
+            "samples": samples,
+            "missed": missed,
+            "seconds": duration_s,
+            "missed_by_path": by_path,
+        }
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -419,22 +419,32 @@ async def _faulted_cycle(
 def _fault(
     tmp_path: Path, action: dict[str, Any], *extra: str, **settings: Any
 ) -> tuple[str, dict[str, Any], UrEmulator]:
+    """Run a cycle, `action` 0.5 s into the motion; the abort, and what the emulator saw.
+
+    Afterwards the driver is asked for the status again, as the daemon does: it answers (or
+    fails fast with a DriverError), it does not hang; the answer is in state["after"].
+    """
     host, path, ctrl, joint = setup(tmp_path, **FAST, **settings)
     emu = UrEmulator(host, *emulator_args(path), *extra).start()
     emu.call("on_motion", delay_s=0.5, action=action)
 
-    async def go() -> str:
+    async def go() -> tuple[str, str]:
         exc, driver = await _faulted_cycle(ctrl, joint)
+        await asyncio.sleep(0.3)  # reconnect backoff after a link failure
+        try:
+            after = (await asyncio.wait_for(driver.read_status(), 5.0)).mode.value
+        except DriverError as status_exc:
+            after = f"DriverError: {status_exc}"
         await driver.close()
-        return f"{type(exc).__name__}: {exc}"
+        return f"{type(exc).__name__}: {exc}", after
 
     try:
-        message = run(go())
+        message, after = run(go())
     except BaseException:
         emu.kill()
         raise
     state = wait_until(emu, lambda s: not s["moving"]) if emu.alive else {}
-    return message, state, emu
+    return message, {**state, "after": after}, emu
 
 
 def test_protective_stop_during_speedj_aborts(tmp_path: Path) -> None:
@@ -444,6 +454,7 @@ def test_protective_stop_during_speedj_aborts(tmp_path: Path) -> None:
         assert "CycleAborted" in message and "protective" in message.lower()
         assert not state["moving"] and state["safety_mode"] == "PROTECTIVE_STOP"
         assert "speedj" in state["commands"]
+        assert state["after"] == "fault"
 
 
 def test_program_leaving_playing_aborts(tmp_path: Path) -> None:
@@ -451,6 +462,7 @@ def test_program_leaving_playing_aborts(tmp_path: Path) -> None:
     with emu:
         assert "CycleAborted" in message and "no longer PLAYING" in message
         assert not state["moving"] and not state["script_running"]
+        assert state["after"] == "stopped"
 
 
 def test_robot_mode_leaving_running_aborts(tmp_path: Path) -> None:
@@ -458,7 +470,7 @@ def test_robot_mode_leaving_running_aborts(tmp_path: Path) -> None:
     with emu:
         assert "CycleAborted" in message
         assert "robot mode left RUNNING" in message or "robot mode POWER_OFF" in message
-        assert not state["moving"]
+        assert not state["moving"] and state["after"] == "fault"
 
 
 def test_missed_packages_abort_and_stop(tmp_path: Path) -> None:
@@ -466,7 +478,7 @@ def test_missed_packages_abort_and_stop(tmp_path: Path) -> None:
     with emu:
         assert "3 RTDE package(s) missed" in message
         assert state["commands"][-3:] == ["speed_stop", "stopj", "stop_script"]
-        assert not state["moving"]
+        assert not state["moving"] and state["after"] == "stopped"  # a fresh worker answers
 
 
 def test_stale_stream_aborts_and_the_watchdog_stops_the_arm(tmp_path: Path) -> None:
@@ -569,3 +581,15 @@ def test_cb3_streams_at_125_hz_and_refuses_500(tmp_path: Path) -> None:
         message, stats = run(scenario())
     assert "CB3" in message and "125 Hz" in message
     assert stats.missed == 0 and 110 <= stats.samples <= 130
+
+
+def test_cycles_a_ur_joint_cannot_run_are_refused_before_any_motion(tmp_path: Path) -> None:
+    _, _, ctrl, joint = setup(tmp_path, joint_limit_rad=6.2832)
+    driver = driver_for(ctrl)  # never connected: the refusal needs no controller
+    with pytest.raises(DriverError, match="beyond the joint limit"):
+        run(driver.run_cycle(backlash_cycle(ctrl, joint)))
+    fast = dataclasses.replace(
+        joint, backlash_cycle=dataclasses.replace(joint.backlash_cycle, motor_speed_rps=100.0)
+    )
+    with pytest.raises(DriverError, match=r"6.28 rad/s at the joint"):
+        run(driver.run_cycle(backlash_cycle(ctrl, fast)))

@@ -193,9 +193,22 @@ def nominal_model(
     )
 
 
-def nmse_nm(measured: Array, predicted: Array) -> tuple[float, Array]:
-    """Paper 004 section 4.5: sum over joints of MSE / mean |torque|. (total, per joint)."""
-    per_joint = np.mean((measured - predicted) ** 2, axis=0) / np.mean(np.abs(measured), axis=0)
+def nmse_nm(
+    measured: Array, predicted: Array, moving: npt.NDArray[np.bool_] | None = None
+) -> tuple[float, Array]:
+    """Paper 004 section 4.5: sum over joints of MSE / mean |torque|; (total, per joint).
+
+    `moving` (N, n) keeps, per joint, the samples where it moves: at rest the friction is
+    anything up to breakaway and no model predicts it (the standstill before and after an
+    excitation would otherwise dominate the figure).
+    """
+    use = np.ones(measured.shape, dtype=bool) if moving is None else moving
+    per_joint = np.array(
+        [
+            np.mean((m[u] - p[u]) ** 2) / np.mean(np.abs(m[u])) if u.any() else np.nan
+            for m, p, u in zip(measured.T, predicted.T, use.T, strict=True)
+        ]
+    )
     return float(per_joint.sum()), per_joint
 
 
@@ -395,7 +408,7 @@ def _identify(
     predicted += model.coulomb_nm * dec["sgn"] + model.viscous_nm_s_rad * dec["thd"]
     if settings.model == "rigid":  # the prior friction that was compensated
         predicted += dec["tau"] - dec["tau_j"] - ia * dec["thdd"]
-    total, per_joint = nmse_nm(dec["tau"], predicted)
+    total, per_joint = nmse_nm(dec["tau"], predicted, ~slow)
     rel = {**dict(zip(names, sol.relative_std_pct, strict=True)), **rel_k}
     joints = tuple(
         JointHealth(
@@ -531,19 +544,30 @@ def validate(
     robot: RobotDescription,
     captures: tuple[Capture, ...] | list[Capture],
     settings: IdentificationSettings | None = None,
+    reference: DynamicModel | None = None,
 ) -> Validation:
     """Torque NMSE of `model` on a capture not used for its estimation (paper 004 section 5);
-    measured and predicted torques through the same chain as in the estimation."""
+    measured and predicted torques go through the same chain as in the estimation.
+
+    With `reference` (in simulation, the true robot's model) the torque compared against is
+    that model's prediction instead of the measured one: the error of the parameters alone,
+    without what neither model contains.
+    """
     s = settings or IdentificationSettings()
     signals = robot_signals(captures, robot, saturation_fraction=s.saturation_fraction)
     kin = kinematics(signals, s.filter)
     if not s.use_link_encoder:
         kin = replace(kin, q=kin.th, qd=kin.thd, qdd=kin.thdd)
     keep = decimation_index(kin.q.shape[0], kin.flt)
+    sub = subgrid(kin.q.shape[0], keep, kin.flt)
     with single_thread_blas():
-        measured = parallel_decimate(kin.tau, kin.flt, keep)
-        predicted = model.decimated_torque(robot, kin, keep, subgrid(kin.q.shape[0], keep, kin.flt))
-    total, per_joint = nmse_nm(measured, predicted)
+        if reference is None:
+            measured = parallel_decimate(kin.tau, kin.flt, keep)
+        else:
+            measured = reference.decimated_torque(robot, kin, keep, sub)
+        predicted = model.decimated_torque(robot, kin, keep, sub)
+    moving = ~_slow_rows(kin.thd, kin.flt, s.min_friction_speed_rad_s)[keep]
+    total, per_joint = nmse_nm(measured, predicted, moving)
     return Validation(total, per_joint)
 
 

@@ -7,7 +7,8 @@ least-squares problem, and the (weighted) least-squares solve itself.
   2. every column of the observation matrix and the measurement vector -> the same zero-phase
      Butterworth ("parallel filtering", section 4.2) -> keep every 20th sample (decimation);
   3. OLS, then WLS with each equation group (a joint) weighted by the reciprocal of the standard
-     deviation of its OLS residual (eq. 13-14); relative standard deviation of every estimate.
+     deviation of its OLS residual (eq. 13-14), the weights re-estimated from the WLS residual
+     until they settle; relative standard deviation of every estimate.
 
 Paper 004 does not give the cut-off of the parallel filter (lost in the extraction). The value
 used here is the usual one for decimation (Gautier's IDIM practice, and Matlab's `decimate`):
@@ -47,6 +48,8 @@ BANDWIDTH_FACTOR = 5.0  # paper 004 section 4.1: cut-off = 5 x the frequency of 
 DEFAULT_DECIMATION = 20  # paper 004 section 4.2
 PARALLEL_NYQUIST_FRACTION = 0.8  # see the module docstring
 BANDWIDTH_FLOOR = 1e-3  # see dynamics_bandwidth_hz
+WLS_ITERATIONS = 5
+WLS_TOLERANCE = 0.01
 
 
 @dataclass(frozen=True)
@@ -461,20 +464,28 @@ def least_squares(
         res = y_ - a_ @ theta
         sigma = _group_sigma(res, a_, g_, n_groups)
         weights = np.ones(n_groups)
+        aw = a_
         if method == "wls":
-            if np.any(sigma <= 0.0):
-                raise EstimationError("a joint's equations fit exactly: WLS weights undefined")
-            weights = 1.0 / sigma
-            w_rows = weights[g_]
-            theta, cov = _solve(a_ * w_rows[:, None], y_ * w_rows)
-            res = y_ - a_ @ theta
-            sigma = _group_sigma(res, a_, g_, n_groups)
-            aw = a_ * w_rows[:, None]
+            # Paper 004 weights by the OLS residual once. That residual still carries the OLS
+            # error of the noisy groups into the quiet ones, so the weights are re-estimated
+            # from the WLS residual until they settle (a few passes).
+            for _ in range(WLS_ITERATIONS):
+                if np.any(sigma <= 0.0):
+                    raise EstimationError("a joint's equations fit exactly: WLS weights undefined")
+                new_weights = 1.0 / sigma
+                settled = np.allclose(new_weights, weights, rtol=WLS_TOLERANCE)
+                weights = new_weights
+                w_rows = weights[g_]
+                aw = a_ * w_rows[:, None]
+                theta, cov = _solve(aw, y_ * w_rows)
+                res = y_ - a_ @ theta
+                sigma = _group_sigma(res, a_, g_, n_groups)
+                if settled:
+                    break
         else:
             # OLS: one variance for all rows
             dof = max(a_.shape[0] - a_.shape[1], 1)
             cov = cov * float(res @ res) / dof
-            aw = a_
         sv = np.linalg.svd(aw, compute_uv=False)
     cond = float(sv[0] / sv[-1]) if sv[-1] > 0 else math.inf
     return LsqSolution(theta, cov, sigma, weights, res, cond, method)

@@ -45,6 +45,7 @@ from agent.feedrate.filter_window import (
     build_window,
     chord_step_mm,
     circumradius,
+    end_step_mm,
     unit_shape,
 )
 from agent.feedrate.filter_fast import FastModalState
@@ -78,6 +79,7 @@ class FilterStats:
     at_run_start: int  # reversal at the first move of a run (after a rapid, an F change...)
     forced: int  # windows decided early because the lookahead was full
     added_time_s: float  # sum over windows of the time beyond the nominal feed's
+    replaced_blocks: int  # input lines written as segments (all others pass through)
     max_pending_lines: int
     planner: dict[str, int]
 
@@ -145,6 +147,7 @@ class FeedrateFilter:
         self._lines_out = 0
         self._turning = self._modulated = self._too_short = self._at_start = self._forced = 0
         self._added_s = 0.0
+        self._replaced = 0
         self._max_pending = 0
 
     # -- public -------------------------------------------------------------------------------
@@ -157,7 +160,7 @@ class FeedrateFilter:
     def stats(self) -> FilterStats:
         return FilterStats(self._n, self._lines_out, self._turning, self._modulated,
                            self._too_short, self._at_start, self._forced, self._added_s,
-                           self._max_pending, self._planner.stats.to_dict())
+                           self._replaced, self._max_pending, self._planner.stats.to_dict())
 
     def feed(self, text: str) -> list[str]:
         """Take one input line (its terminator included); return the output ready so far."""
@@ -447,6 +450,7 @@ class FeedrateFilter:
         self._emitted_s = item.s1
 
     def _replace(self, item: _Item) -> None:
+        self._replaced += 1
         block = item.block
         feed = block.feed_mm_s
         assert feed is not None
@@ -477,11 +481,16 @@ class FeedrateFilter:
             self._nominal(chain, item, cursor, target, feed)
             break
         points, dts = chain.finish(block.end_mm)
+        units = block.modal.units
+        points, written, dts = _as_written(block.start_mm, points, dts, units,
+                                           self._dialect.coordinate_decimals(units))
         if block.modal.feed_mode is FeedMode.INVERSE_TIME or self.machine.inverse_time:
             self._write(self._emitter.replace(block, points, durations_s=dts))
         else:
+            # Feeds from the positions the controller really takes (the written, rounded
+            # coordinates): on a segment of a few micrometres rounding is a large part of it.
             feeds = [max(math.dist(a, b), 1e-12) / dt for a, b, dt in
-                     zip([block.start_mm, *points[:-1]], points, dts, strict=True)]
+                     zip([block.start_mm, *written[:-1]], written, dts, strict=True)]
             self._write(self._emitter.replace(block, points, feeds_mm_s=feeds))
 
     def _leave_window(self) -> None:
@@ -499,8 +508,14 @@ class FeedrateFilter:
         n = max(1, math.ceil(span / step)) if math.isfinite(step) else 1
         for k in range(1, n + 1):
             s = s_from + span * k / n
-            point = item.block.end_mm if s >= item.s1 else prim.point(s - item.s0)
-            chain.add(point, span / n / feed)
+            if k < n or s_to < item.s1:
+                chain.add(prim.point(s - item.s0), span / n / feed)
+                continue
+            if end_step_mm(prim) > 1e-9:  # the arc's last point, then the step to the end
+                chain.add(prim.point(prim.length), 0.999 * span / n / feed)
+                chain.add(item.block.end_mm, 0.001 * span / n / feed)
+            else:
+                chain.add(item.block.end_mm, span / n / feed)
 
     def _chord_eps_for_item(self, item: _Item) -> float:
         units = item.block.modal.units
@@ -558,6 +573,47 @@ def _same_circle(item: _Item, ref: ArcSegment) -> bool:
             and abs(prim.radius - ref.radius) <= tol
             and math.dist(prim.centre, ref.centre) <= tol + abs(prim.start[ref.plane.value[2]]
                                                                 - ref.start[ref.plane.value[2]]))
+
+
+def _as_written(start: Vec3, points: list[Vec3], dts: list[float], units: Units,
+               decimals: int) -> tuple[list[Vec3], list[Vec3], list[float]]:
+    """The points that survive rounding, where the controller goes for each, and their
+    durations. An axis moves to the rounded coordinate when that differs from the rounded
+    previous one (the emitter then writes it); a point that moves no axis is dropped and its
+    time given to the next, so neither a feed is lost nor a G4 dwell (a planner stop) written.
+    """
+    scale = units.mm_per_unit
+    kept: list[Vec3] = []
+    written: list[Vec3] = []
+    times: list[float] = []
+    prev = start
+    prev_r = (round(start[0] / scale, decimals), round(start[1] / scale, decimals),
+              round(start[2] / scale, decimals))
+    carry = 0.0
+    last = len(points) - 1
+    for k, p in enumerate(points):
+        r = (round(p[0] / scale, decimals), round(p[1] / scale, decimals),
+             round(p[2] / scale, decimals))
+        if r == prev_r:
+            if k < last:
+                carry += dts[k]
+                continue
+            if kept:  # the end rounds onto the last point kept: it takes that point's place
+                kept[-1] = written[-1] = p
+                times[-1] += dts[k] + carry
+                break
+        if k == last:
+            q = p  # a block's end is the program's own, written as given
+        else:
+            q = (prev[0] if r[0] == prev_r[0] else r[0] * scale,
+                 prev[1] if r[1] == prev_r[1] else r[1] * scale,
+                 prev[2] if r[2] == prev_r[2] else r[2] * scale)
+        kept.append(p)
+        written.append(q)
+        times.append(dts[k] + carry)
+        carry = 0.0
+        prev, prev_r = q, r
+    return kept, written, times
 
 
 def _word_free(text: str, line_no: int) -> bool:

@@ -361,24 +361,56 @@ def build_window(shape: UnitShape, tp_s: float, feed_mm_s: float, half_window_s:
     last: dict[float, int] = {}
     s_list: list[float] = []
     t_list: list[float] = []
-    by_end = {sp.s1: sp.end_mm for sp in spans}
+    by_end = {sp.s1: sp for sp in spans}
     n_spans = len(spans)
-    for k, (tau, sk, end) in enumerate(samples):
-        t_list.append(half_window_s * (2.0 * tau - 1.0))
-        s_list.append(sk)
+    prev_span = -1
+    for tau, sk, end in samples:
+        t = half_window_s * (2.0 * tau - 1.0)
         if end is not None:
-            points.append(by_end[end])
-            last[end] = k
+            sp = by_end[end]
+            if prev_span >= 0 and spans[prev_span] is sp:
+                _arc_end_step(sp, s_list, t_list, points, t)
+            last[end] = len(points)
+            points.append(sp.end_mm)
+            s_list.append(end)
+            t_list.append(t)
+            prev_span = -2 - spans.index(sp)  # "at the end of this span"
             continue
         j = bisect.bisect_right(starts, sk) - 1
-        sp = spans[0 if j < 0 else (j if j < n_spans else n_spans - 1)]
+        j = 0 if j < 0 else (j if j < n_spans else n_spans - 1)
+        sp = spans[j]
+        if prev_span <= -2 and spans[-2 - prev_span] is sp:
+            _arc_end_step(sp, s_list, t_list, points, t)  # back from the end onto the arc
         local = sk - sp.s0
         length = sp.s1 - sp.s0
         points.append(sp.prim.point(0.0 if local < 0.0 else (length if local > length
                                                                else local)))
+        s_list.append(sk)
+        t_list.append(t)
+        prev_span = j
     reach = shape.excursion * scale
     return Window(tp_s, feed_mm_s, half_window_s, s_list, t_list, points, last, tp_s - reach,
                   tp_s + reach, axes)
+
+
+def end_step_mm(prim: PathPrimitive) -> float:
+    """How far an arc's end point lies off its circle (the parser accepts a small radius
+    mismatch; the controller reaches the end by a last short straight step)."""
+    if not isinstance(prim, ArcSegment):
+        return 0.0
+    return math.dist(prim.point(prim.length), prim.end)
+
+
+def _arc_end_step(sp: Span, s_list: list[float], t_list: list[float], points: list[Vec3],
+                  t_next: float) -> None:
+    """Between an arc sample and the arc's block end: the arc's own last point first, so the
+    output follows the controller's final straight step instead of cutting across it."""
+    if end_step_mm(sp.prim) <= 1e-9:
+        return
+    t_prev = t_list[-1] if t_list else t_next
+    points.append(sp.prim.point(sp.prim.length))
+    s_list.append(sp.s1)
+    t_list.append(t_prev + 0.999 * (t_next - t_prev))
 
 
 def _first(sample: tuple[float, float, float | None]) -> float:

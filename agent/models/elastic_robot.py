@@ -335,8 +335,8 @@ def simulate(
     controller: PdController | None = None,
     model: RobotDescription | None = None,
     record_every: int = 1,
-    max_passes: int = 10,
-    tol_rad: float = 1e-8,
+    max_passes: int = 12,
+    tol_rad: float = 1e-7,
 ) -> ElasticRun:
     """Run the reference through the PD-controlled elastic robot, starting at rest.
 

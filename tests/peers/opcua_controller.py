@@ -90,7 +90,7 @@ class Peer:
         s = self.server
         if a.users:
             pairs = dict(u.split(":", 1) for u in a.users)
-            s = self.server = Server(user_manager=_Users(pairs))  # type: ignore[arg-type]
+            s = self.server = Server(user_manager=_Users(pairs))
         await s.init()
         s.set_server_name("jha test controller")
         await s.set_application_uri(APPLICATION_URI)
@@ -116,7 +116,7 @@ class Peer:
                     if cert.public_bytes(Encoding.DER) not in trusted:
                         raise ua.uaerrors.BadCertificateUntrusted()
 
-                s.set_certificate_validator(validate)  # type: ignore[arg-type]
+                s.set_certificate_validator(validate)
         if a.users:
             s.set_identity_tokens([ua.UserNameIdentityToken])
         idx = await s.register_namespace(NAMESPACE)
@@ -174,8 +174,8 @@ class Peer:
             if writable:
                 await node.set_writable()
             self.nodes[name] = node
-        s.set_attribute_value_setter(_nid("Cycle.Start"), self._on_start_write)  # type: ignore[arg-type]
-        s.set_attribute_value_setter(_nid("Cycle.Stop"), self._on_stop_write)  # type: ignore[arg-type]
+        s.set_attribute_value_setter(_nid("Cycle.Start"), self._on_start_write)
+        s.set_attribute_value_setter(_nid("Cycle.Stop"), self._on_stop_write)
 
         def arg(name: str, t: int) -> ua.Argument:
             return ua.Argument(Name=name, DataType=ua.NodeId(t), ValueRank=-1,
@@ -261,7 +261,7 @@ class Peer:
 
     async def _start_from_variables(self) -> None:
         read = self.server.read_attribute_value
-        values = [read(_nid(f"Cycle.{n}")).Value.Value  # type: ignore[union-attr]
+        values = [read(_nid(f"Cycle.{n}")).Value.Value
                   for n in ("JointIndex", "MotorSpeed", "SettleS", "DurationS", "SampleRateHz")]
         await self.write("Cycle.Start", False, ua.VariantType.Boolean)
         result = await self.start_cycle(int(values[0]), *(float(v) for v in values[1:]))

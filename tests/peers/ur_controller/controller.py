@@ -321,6 +321,7 @@ class Controller:
         with self.lock:
             return {
                 "timestamp": self.tick_count / self.hz,
+                "ticks": self.tick_count,
                 "robot_mode": self.robot_mode,
                 "safety_mode": self.safety_mode,
                 "program_state": self.program_state,

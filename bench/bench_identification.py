@@ -1,0 +1,354 @@
+"""Papers 002 and 004 reproduced in simulation, and the identification timed.
+
+1. What the elastic-joint identification can see (paper 002 section 5): counts per class.
+2. Paper 002, 2-DoF planar arm: normalised mean parameter error with all parameters (paper
+   0.103) and without static friction (paper 0.00862); the paper's settings next to ours.
+3. Paper 002, SNR sweep (20, 70, 80, 100, 200 dB and no noise) as a table: the paper's
+   protocol (noise on positions, speeds and accelerations) and noise on the raw encoders.
+4. Paper 002, PUMA 560 with K = 2000 N·m/rad: normalised mean error (paper 0.123).
+5. Paper 004, UR5e: excitation with minimised condition number, IDIM-WLS with rotor-side
+   compensation on a 31 s capture, torque NMSE of the calibrated and the CAD model on three
+   validation trajectories (paper: 16.5 % to 28.5 % better); WLS against OLS when the torque
+   noise differs across joints; the identification timed (target: under 2 s).
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from agent.capture_io import save_capture
+from agent.estimation.excitation import (
+    ExcitationSettings,
+    FourierTrajectory,
+    design_excitation,
+    random_excitation,
+)
+from agent.estimation.identification import (
+    IdentificationSettings,
+    elastic_base,
+    identify,
+    identify_kinematics,
+    kinematics,
+    nominal_model,
+    normalised_mean_error,
+    true_parameters,
+    validate,
+)
+from agent.estimation.signal_chain import FilterSettings, robot_signals
+from agent.models import elastic_robot as er
+from agent.models.robot import RobotDescription, load_robot
+
+ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
+SNR_DB = (None, 200.0, 100.0, 80.0, 70.0, 20.0)
+# The paper-002 pipeline as far as the text gives it: 5th-order 20 Hz Butterworth, least
+# squares on every sample. (Its derivatives were first-order differences; ours stay central.)
+PAPER_002 = IdentificationSettings(
+    method="ols", filter=FilterSettings(order=5, cutoff_hz=20.0), min_friction_speed_rad_s=0.0
+)
+OURS = IdentificationSettings()
+
+
+def robot(name: str) -> RobotDescription:
+    return load_robot(ROBOTS / f"{name}.yaml")
+
+
+def simulate(
+    truth: RobotDescription,
+    traj: FourierTrajectory,
+    periods: int,
+    *,
+    model: RobotDescription | None = None,
+    friction: er.FrictionNonlinearity | None = None,
+    hold_s: float = 0.5,
+) -> er.ElasticRun:
+    t, q, qd, qdd = traj.sample(1000.0, periods, hold_s)
+    started = time.perf_counter()
+    run = er.simulate(truth, t, q, qd, qdd, friction=friction, model=model)
+    print(
+        f"  simulated {t[-1]:.1f} s of {truth.name} in {time.perf_counter() - started:.1f} s "
+        f"({run.passes} passes, last change {run.last_change_rad:.1e} rad), max deflection "
+        + ", ".join(
+            f"{np.degrees(d):.3f}" for d in np.abs(run.motor_pos_rad - run.link_pos_rad).max(0)
+        )
+        + " deg"
+    )
+    return run
+
+
+def errors_line(label: str, result_all: float, result_nofc: float) -> str:
+    return f"  {label:34s} {result_all:10.5f} {result_nofc:14.5f}"
+
+
+# ------------------------------------------------------------------------------- 1
+
+
+def identifiability() -> None:
+    print("\n-- what the elastic-joint identification sees (14 parameters per joint)")
+    for name in ("planar2", "puma560", "ur5e"):
+        r = robot(name)
+        b = elastic_base(r)
+        counts = {c: len(b.of_class(c)) for c in ("identifiable", "combination", "unidentifiable")}
+        drive = [
+            n
+            for n, c in zip(b.names, b.classes, strict=True)
+            if n.rstrip("0123456789") in ("Ia", "fc", "fv", "k") and c != "identifiable"
+        ]
+        print(
+            f"  {name:8s} {14 * r.n_joints} parameters -> {b.count} base "
+            f"({counts['identifiable']} alone, {counts['combination']} in combinations, "
+            f"{counts['unidentifiable']} invisible); rotor inertia, friction, stiffness: "
+            + ("all identifiable on their own" if not drive else f"not alone: {drive}")
+        )
+
+
+# ------------------------------------------------------------------------------- 2, 3
+
+
+def paper002_planar(quick: bool) -> tuple[RobotDescription, er.ElasticRun]:
+    print("\n-- paper 002, 2-DoF planar arm (a = 0.5 m, l = 0.25 m, m = 20 / 10 kg)")
+    r = robot("planar2")
+    period = 4.0 if quick else 8.0
+    ex = design_excitation(r, ExcitationSettings(period_s=period, harmonics=4, maxiter=60))
+    print(
+        f"  excitation: cond {ex.initial_condition_number:.1f} -> {ex.condition_number:.1f} "
+        f"in {ex.seconds:.1f} s"
+    )
+    nl = er.FrictionNonlinearity.typical(r, stribeck=0.5, ripple=0.05)
+    run = simulate(r, ex.trajectory, 1, friction=nl, hold_s=0.45)
+    caps = er.measure(run, r)  # 1,250,000 counts per turn, as in the paper
+    print(f"  {len(run.time_s)} samples (paper: 8900)")
+    print(f"  {'':34s} {'all params':>10s} {'w/o static fr.':>14s}")
+    print(errors_line("paper 002 (its Table 1)", 0.103, 0.00862))
+    for label, s in (
+        ("paper's settings (OLS, 20 Hz, 5th)", PAPER_002),
+        ("ours (WLS, 5x bw, no slow rows)", OURS),
+    ):
+        res = identify(caps, r, s)
+        e_all, per = normalised_mean_error(res, r)
+        e_nofc, _ = normalised_mean_error(res, r, skip=("fc",))
+        print(errors_line(label, e_all, e_nofc))
+    print(
+        f"  {'parameter':26s} {'true':>12s} {'estimate':>12s} {'error %':>9s} {'rel. std %':>11s}"
+    )
+    best = identify(caps, r, OURS)
+    _, per = normalised_mean_error(best, r)
+    for name, est, tv, rel in zip(
+        best.names, best.estimate, true_parameters(r, best), best.rel_std_pct, strict=True
+    ):
+        label = best.combinations[int(name[4:]) - 1] if name.startswith("base") else name
+        err = f"{100 * per[name]:9.4f}" if name in per else "   (zero)"
+        print(f"  {label[:26]:26s} {tv:12.6g} {est:12.6g} {err} {rel:11.3g}")
+    return r, run
+
+
+def snr_sweep(r: RobotDescription, run: er.ElasticRun) -> None:
+    print("\n-- paper 002, noise (SN in dB: noise std = std(signal) * 10^(-SN/20))")
+    print("  SN      paper protocol: noise on q,q',q'',th,th',th''   noise on the raw encoders")
+    print("          all params   w/o static fr.                     all params   w/o static fr.")
+    clean = kinematics(robot_signals(er.measure(run, r), r), OURS.filter)
+    for snr in SNR_DB:
+        rng = np.random.default_rng(2)
+        kin = clean
+        if snr is not None:
+            noisy = {
+                f: er.add_noise_snr(getattr(clean, f), snr, rng)
+                for f in ("q", "qd", "qdd", "th", "thd", "thdd")
+            }
+            kin = replace(clean, **noisy)
+        cells = []
+        for source in ("kinematics", "encoders"):
+            try:
+                if source == "kinematics":
+                    res = identify_kinematics(kin, r, OURS)
+                else:
+                    res = identify(er.measure(run, r, snr_db=snr, seed=3), r, OURS)
+                cells.append(
+                    f"{normalised_mean_error(res, r)[0]:10.4g} "
+                    f"{normalised_mean_error(res, r, skip=('fc',))[0]:14.4g}"
+                )
+            except Exception as exc:  # a refusal is a result of the sweep too
+                cells.append(f"  refused: {str(exc)[:30]}")
+        label = "none" if snr is None else f"{snr:g}"
+        print(f"  {label:6s} {cells[0]:36s} {'':14s} {cells[1]}")
+
+
+# ------------------------------------------------------------------------------- 4
+
+
+def paper002_puma(quick: bool) -> None:
+    print("\n-- paper 002, PUMA 560 with elastic joints (K = 2000 N·m/rad)")
+    r = robot("puma560")
+    s = ExcitationSettings(
+        period_s=5.0 if quick else 10.0,
+        harmonics=5,
+        maxiter=10 if quick else 40,
+        position_halfrange_rad=1.2,
+    )
+    ex = design_excitation(r, s)
+    print(
+        f"  excitation: cond {ex.initial_condition_number:.1f} -> {ex.condition_number:.1f} "
+        f"in {ex.seconds:.1f} s"
+    )
+    nl = er.FrictionNonlinearity.typical(r, stribeck=0.5, ripple=0.05)
+    run = simulate(r, ex.trajectory, 1, friction=nl)
+    caps = er.measure(run, r)
+    print(f"  {'':34s} {'all params':>10s} {'w/o static fr.':>14s}")
+    print(errors_line("paper 002", 0.123, float("nan")))
+    for label, st in (("paper's settings", PAPER_002), ("ours", OURS)):
+        res = identify(caps, r, st)
+        e_all, per = normalised_mean_error(res, r)
+        print(errors_line(label, e_all, normalised_mean_error(res, r, skip=("fc",))[0]))
+    worst = sorted(per.items(), key=lambda kv: -kv[1])[:4]
+    rel = dict(zip(res.names, res.rel_std_pct, strict=True))
+    print(
+        "  worst: " + ", ".join(f"{n} {100 * e:.0f} % (rel. std {rel[n]:.0f} %)" for n, e in worst)
+    )
+    print(
+        "  (k6: joint 6 carries ~1e-3 N·m, its deflection is below one count of the link encoder)"
+    )
+
+
+# ------------------------------------------------------------------------------- 5
+
+
+def paper004_ur5e(quick: bool) -> None:
+    print("\n-- paper 004, UR5e: calibrated vs CAD model on three validation trajectories")
+    cad = robot("ur5e")
+    truth = er.perturbed(cad, seed=7)  # the robot as built: masses, CoM, inertias, friction off
+    nl = er.FrictionNonlinearity.typical(truth, stribeck=0.5, ripple=0.05, load_fraction=0.02)
+    period = 4.0 if quick else 10.0
+    ex = design_excitation(cad, ExcitationSettings(period_s=period, maxiter=5 if quick else 40))
+    print(
+        f"  excitation: cond {ex.initial_condition_number:.1f} -> {ex.condition_number:.1f} "
+        f"in {ex.seconds:.1f} s, limits used {ex.peak_use}"
+    )
+    run = simulate(truth, ex.trajectory, 1 if quick else 3, model=cad, friction=nl)
+    noise = np.array([1.0, 1.0, 0.5, 0.1, 0.1, 0.1])  # drive torque noise, N·m (link side)
+    caps = er.measure(run, truth, torque_noise_nm=noise, seed=1)
+    vals = []
+    for k in range(3):
+        tr = random_excitation(
+            cad, ExcitationSettings(period_s=(3.0 if quick else 6.0) + 2 * k), seed=100 + k
+        )
+        vals.append(
+            er.measure(
+                simulate(truth, tr, 1, model=cad, friction=nl),
+                truth,
+                torque_noise_nm=noise,
+                seed=10 + k,
+            )
+        )
+    rigid = IdentificationSettings(model="rigid")
+    cad_model = nominal_model(cad)
+    variants = (
+        ("IDIM-WLS, rotor-side compensation", rigid),
+        ("  same, OLS", replace(rigid, method="ols")),
+        ("  same, q from the motor encoder", replace(rigid, use_link_encoder=False)),
+        (
+            "  same, prior friction (20 % off)",
+            replace(
+                rigid,
+                prior_friction=replace(
+                    nl, stribeck_nm=tuple(0.8 * v for v in nl.stribeck_nm), load_fraction=0.024
+                ),
+            ),
+        ),
+        ("elastic model (paper 002), WLS", OURS),
+    )
+    print(f"  {'model':36s} " + "  ".join(f"traj {k + 1}: NMSE N·m (gain)" for k in range(3)))
+    cad_nmse = [validate(cad_model, cad, v, rigid).nmse_nm for v in vals]
+    print(f"  {'CAD (the robot file)':36s} " + "  ".join(f"{c:10.4f}{'':16s}" for c in cad_nmse))
+    print(f"  {'paper 004':36s} 16.5 % to 28.5 % better than CAD, by trajectory (its Table 5")
+    print(f"  {'':36s} with each trajectory's value is lost in the extraction)")
+    for label, s in variants:
+        res = identify(caps, cad, s)
+        cells = []
+        for v, c in zip(vals, cad_nmse, strict=True):
+            n = validate(res.dynamic_model, cad, v, s).nmse_nm
+            cells.append(f"{n:10.4f} ({100 * (1 - n / c):5.1f} %)      ")
+        print(f"  {label:36s} " + "  ".join(cells))
+    wls_vs_ols(cad, truth, run, vals)
+    timing(cad, caps)
+
+
+def wls_vs_ols(
+    cad: RobotDescription, truth: RobotDescription, run: er.ElasticRun, vals: list
+) -> None:
+    print(
+        "\n-- WLS against OLS with torque noise that differs across joints (N·m: 4 on joints "
+        "1-3, 0.02 on 4-6)"
+    )
+    truth_model = nominal_model(truth)
+    true_base = truth_model.link_base
+    print("  |base error|: norm of the base-parameter error; model NMSE: torque NMSE against the")
+    print("  true robot's model on the validation trajectories (parameters alone); measured")
+    print("  NMSE: against the measured torque (dominated by what neither model contains)")
+    print(
+        "  seed  model    |base error| OLS   WLS   model NMSE OLS    WLS   measured NMSE OLS   WLS"
+    )
+    for seed in range(3):
+        caps = er.measure(run, truth, torque_noise_nm=[4.0, 4.0, 4.0, 0.02, 0.02, 0.02], seed=seed)
+        for model in ("rigid", "elastic"):
+            err, nm, mm = [], [], []
+            for method in ("ols", "wls"):
+                s = IdentificationSettings(model=model, method=method)  # type: ignore[arg-type]
+                res = identify(caps, cad, s)
+                err.append(float(np.linalg.norm(res.dynamic_model.link_base - true_base)))
+                nm.append(
+                    float(np.mean([validate(res.dynamic_model, cad, v, s).nmse_nm for v in vals]))
+                )
+                mm.append(
+                    float(
+                        np.mean(
+                            [
+                                validate(res.dynamic_model, cad, v, s, truth_model).nmse_nm
+                                for v in vals
+                            ]
+                        )
+                    )
+                )
+            print(
+                f"  {seed:4d}  {model:8s} {err[0]:13.4f} {err[1]:7.4f} {mm[0]:14.5f} {mm[1]:8.5f}"
+                f" {nm[0]:15.4f} {nm[1]:7.4f}"
+            )
+
+
+def timing(cad: RobotDescription, caps: tuple) -> None:
+    print("\n-- identification time of the capture above (target: 31 s at 1 kHz in <= 2 s)")
+    from agent.capture_io import load_capture
+
+    times, total = [], []
+    with tempfile.TemporaryDirectory() as tmp:
+        for c in caps:
+            save_capture(c, Path(tmp) / f"{c.meta.joint}.npz")
+        for _ in range(3):
+            started = time.perf_counter()
+            loaded = [load_capture(f) for f in sorted(Path(tmp).iterdir())]
+            t0 = time.perf_counter()
+            res = identify(loaded, cad, IdentificationSettings(model="rigid"))
+            times.append(time.perf_counter() - t0)
+            identify(loaded, cad, OURS)
+            total.append(time.perf_counter() - started)
+    print(
+        f"  {res.n_samples} samples ({res.n_samples / 1000:.1f} s): IDIM-WLS median "
+        f"{statistics.median(times):.2f} s; files + IDIM-WLS + elastic median "
+        f"{statistics.median(total):.2f} s"
+    )
+
+
+def main(quick: bool = False) -> None:
+    identifiability()
+    r, run = paper002_planar(quick)
+    snr_sweep(r, run)
+    paper002_puma(quick)
+    paper004_ur5e(quick)
+
+
+if __name__ == "__main__":
+    main()
