@@ -48,6 +48,7 @@ from drivers.base import (
 log = logging.getLogger("jha.daemon")
 
 EX_NO_STOP = 75  # EX_TEMPFAIL: --once saw no production stop in time
+EX_NO_CONTROLLER = 74  # EX_IOERR: --once could not connect to the controller in time
 
 
 def _utcnow() -> dt.datetime:
@@ -114,8 +115,8 @@ class Agent:
     async def _controller_task(self, ctrl: ControllerSettings) -> int:
         driver = self._make_driver(ctrl)
         self.drivers[ctrl.name] = driver
-        await driver.connect()
-        log.info("event=connected controller=%s driver=%s", ctrl.name, ctrl.driver)
+        if not await self._connect(driver, ctrl):
+            return EX_NO_CONTROLLER
         try:
             while True:
                 if not await self._wait_for_stop(driver, ctrl):
@@ -134,6 +135,33 @@ class Agent:
                 await self._wait_for_production(driver, ctrl)
         finally:
             await driver.close()
+
+    async def _connect(self, driver: Driver, ctrl: ControllerSettings) -> bool:
+        """Connect, retrying with backoff: a controller that is off at start-up comes later.
+
+        With --once the retries end with the wait for the production stop.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.wait_for_stop_s
+        backoff_s = 0.5
+        while True:
+            try:
+                await driver.connect()
+            except Exception as exc:  # any driver failure: log it, wait, try again
+                log.warning(
+                    "event=connect_failed controller=%s error=%r retry_s=%.1f",
+                    ctrl.name,
+                    str(exc),
+                    backoff_s,
+                )
+                if self.once and loop.time() + backoff_s > deadline:
+                    log.error("event=controller_unreachable controller=%s", ctrl.name)
+                    return False
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(30.0, backoff_s * 2)
+                continue
+            log.info("event=connected controller=%s driver=%s", ctrl.name, ctrl.driver)
+            return True
 
     async def _status_or_none(
         self, driver: Driver, ctrl: ControllerSettings

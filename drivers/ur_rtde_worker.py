@@ -69,6 +69,7 @@ RUNTIME_PLAYING = 2
 SAFETY_STOP_BITS = sum(1 << b for b in (2, 4, 5, 6, 7, 8, 9, 10))
 _WAIT_S = 0.002  # longest wait for the next package before checking stop, kicks, silence
 _KICK_S = 0.05
+_SWITCH_S = 0.0005  # GIL switch interval with real-time threads (Python's default is 5 ms)
 _MOVING_RAD_S = 1e-4  # target joint speed above which the speedJ run-up has begun
 
 
@@ -179,6 +180,13 @@ class Worker:
         import rtde_receive
 
         self.host, self.frequency_hz, self.rt_priority = host, frequency_hz, rt_priority
+        if rt_priority > 0:
+            # Every thread of the worker real-time (threads started later inherit it): a thread
+            # holding the GIL must not wait behind the machine's other work while the pollers
+            # wait for the GIL; a short switch interval bounds how long they wait for it.
+            realtime(os.getpid(), rt_priority)
+            realtime(0, rt_priority)
+            sys.setswitchinterval(_SWITCH_S)
         self.dash = dashboard_client.DashboardClient(host, dashboard_port)
         self.dash.connect()
         if not self.dash.isConnected():
@@ -429,7 +437,10 @@ class Worker:
 
     def _capture(self, ctrl: Any, p: dict[str, Any]) -> list[Row]:
         """Every package from the motion start to the end of the window, or a Fault."""
-        j, need = p["index"], p["n_pre"] + p["n_out"]
+        j, need, speed = p["index"], p["n_pre"] + p["n_out"], p["speed_rad_s"]
+        # After the run-up the target speed is the commanded one: anything else (a program
+        # that took over, the speed slider) would make a capture of some other motion.
+        run_up = math.ceil(abs(speed) / p["accel_rad_s2"] * self.frequency_hz) + 1
         rows: list[Row] = []
         kicked = time.monotonic()
         start_by = kicked + p["start_timeout_s"]
@@ -459,6 +470,12 @@ class Worker:
                 self._check_sample(row[8], row[9], row[10])
                 if moving:
                     rows.append(row)
+                    if len(rows) > run_up and abs(row[5][j] - speed) > 1e-3 * abs(speed):
+                        raise Fault(
+                            f"the joint's target speed left {speed:.4f} rad/s "
+                            f"({row[5][j]:.4f} rad/s at t = {row[0]:.3f} s)",
+                            "abort",
+                        )
         return rows[p["n_pre"] :]
 
     def op_stream(self, duration_s: float, stale_after_s: float, **_: Any) -> dict[str, Any]:

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from agent.config import load_config
-from agent.daemon import EX_NO_STOP, Agent
+from agent.daemon import EX_NO_CONTROLLER, EX_NO_STOP, Agent
+from agent.errors import DriverError
 from agent.store import HistoryStore
 from drivers.base import ControllerMode
 from drivers.sim import SimDriver
@@ -292,6 +293,43 @@ def test_once_without_a_production_stop_gives_up_without_a_report(tmp_path: Path
     assert run.code == EX_NO_STOP
     assert run.agent.reports == []
     assert not (tmp_path / "state" / "history.sqlite").exists()
+
+
+class FlakyConnectDriver(SimDriver):
+    """A controller that is still booting: the first `failures` connects are refused."""
+
+    failures = 2
+
+    async def connect(self) -> None:
+        if FlakyConnectDriver.failures > 0:
+            FlakyConnectDriver.failures -= 1
+            raise DriverError(f"{self.controller}: connection refused")
+        await super().connect()
+
+
+def _run_with_driver(config: Path, cls: type[SimDriver], wait_s: float) -> tuple[int, Agent]:
+    agent = Agent(
+        load_config(config),
+        once=True,
+        wait_for_stop_s=wait_s,
+        driver_factory=lambda c: cls(c.name, c.settings, c.joints),
+    )
+    return asyncio.run(agent.run()), agent
+
+
+def test_a_controller_that_is_down_at_start_is_retried(tmp_path: Path) -> None:
+    FlakyConnectDriver.failures = 2
+    code, agent = _run_with_driver(write_config(tmp_path), FlakyConnectDriver, 10.0)
+    assert code == 0
+    assert FlakyConnectDriver.failures == 0
+    assert len(agent.reports) == 1
+
+
+def test_once_gives_up_on_a_controller_that_never_answers(tmp_path: Path) -> None:
+    FlakyConnectDriver.failures = 10**6
+    code, agent = _run_with_driver(write_config(tmp_path), FlakyConnectDriver, 1.0)
+    assert code == EX_NO_CONTROLLER
+    assert agent.reports == []
 
 
 # --- the simulation-sweep calibration ---------------------------------------------------------

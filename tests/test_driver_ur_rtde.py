@@ -430,18 +430,19 @@ def _fault(
 
     async def go() -> tuple[str, str]:
         exc, driver = await _faulted_cycle(ctrl, joint)
-        await asyncio.sleep(0.3)  # reconnect backoff after a link failure
         try:
+            await asyncio.sleep(0.3)  # reconnect backoff after a link failure
             after = (await asyncio.wait_for(driver.read_status(), 5.0)).mode.value
         except DriverError as status_exc:
             after = f"DriverError: {status_exc}"
-        await driver.close()
+        finally:
+            await driver.close()
         return f"{type(exc).__name__}: {exc}", after
 
     try:
         message, after = run(go())
     except BaseException:
-        emu.kill()
+        emu.close()
         raise
     state = wait_until(emu, lambda s: not s["moving"]) if emu.alive else {}
     return message, {**state, "after": after}, emu
@@ -465,6 +466,15 @@ def test_program_leaving_playing_aborts(tmp_path: Path) -> None:
         assert state["after"] == "stopped"
 
 
+def test_production_program_taking_over_aborts(tmp_path: Path) -> None:
+    # Someone starts production mid-cycle: the program is PLAYING again, only not ours; the
+    # joint's target speed leaving the commanded one is what shows it.
+    message, state, emu = _fault(tmp_path, {"op": "set", "program_state": "PLAYING"})
+    with emu:
+        assert "CycleAborted" in message and "target speed left" in message
+        assert state["program_kind"] == "production" and state["after"] == "production"
+
+
 def test_robot_mode_leaving_running_aborts(tmp_path: Path) -> None:
     message, state, emu = _fault(tmp_path, {"op": "set", "robot_mode": "POWER_OFF"})
     with emu:
@@ -484,9 +494,13 @@ def test_missed_packages_abort_and_stop(tmp_path: Path) -> None:
 def test_stale_stream_aborts_and_the_watchdog_stops_the_arm(tmp_path: Path) -> None:
     # The emulator stops sending data packages but keeps every socket open: the receive
     # interface keeps returning its last values, only the frozen timestamp shows it.
-    message, state, emu = _fault(tmp_path, {"op": "set", "rtde_stall": True}, stop_timeout_s=0.5)
+    message, state, emu = _fault(
+        tmp_path, {"op": "set", "rtde_stall": True}, stop_timeout_s=0.5, connect_timeout_s=2.0
+    )
     with emu:
         assert "stale" in message
+        # Still stalled: a new receive interface gets no data, the connect times out.
+        assert state["after"].startswith("DriverError") and "connect" in state["after"]
         assert "speed_stop" in state["commands"]  # the stop went out; its answer never came
         state = wait_until(emu, lambda s: s["watchdog_trips"] > 0)
         assert state["watchdog_trips"] == 1 and not state["moving"]

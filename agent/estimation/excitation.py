@@ -104,6 +104,7 @@ class ExcitationSettings:
     speed_fraction: float = 1.0
     accel_fraction: float = 1.0
     margin: float = 0.98  # of every limit, so a sampled trajectory stays inside between samples
+    rotor: bool = True  # rotor inertias among the parameters to excite (excitation_base)
     maxiter: int = 60
     seed: int = 0
 
@@ -133,19 +134,23 @@ class ExcitationResult:
 
 
 @functools.lru_cache(maxsize=16)
-def excitation_base(robot: RobotDescription) -> BaseParameters:
-    """Base parameters the excitation must make identifiable (rigid body + friction)."""
-    return base_parameters(robot, friction=True)
+def excitation_base(robot: RobotDescription, rotor: bool = True) -> BaseParameters:
+    """Base parameters the excitation must make identifiable: rigid body, friction and (by
+    default) rotor inertia. Where a gear's twist is too small to see, a rotor inertia and the
+    inertia of its link about the same axis part only through the motion of the other joints;
+    an excitation blind to that leaves them collinear."""
+    return base_parameters(robot, rotor=rotor, friction=True)
 
 
 def condition_number(
-    robot: RobotDescription, q: Array, qd: Array, qdd: Array, base: BaseParameters | None = None
+    robot: RobotDescription, q: Array, qd: Array, qdd: Array, rotor: bool = True
 ) -> float:
-    """cond of the base regressor (rigid body + Coulomb and viscous friction) stacked over the
-    samples, columns in SI units: the quantity the excitation minimises and the identification
-    checks."""
-    b = base or excitation_base(robot)
-    y = regressor(robot, q, qd, qdd, friction=True)
+    """cond of the base regressor (rigid body, rotor inertia if `rotor`, Coulomb and viscous
+    friction) stacked over the samples, columns in SI units: what the excitation minimises.
+    (The identification checks the same without rotor columns: Ia is known or has its own
+    equation there.)"""
+    b = excitation_base(robot, rotor)
+    y = regressor(robot, q, qd, qdd, rotor=rotor, friction=True)
     w = b.reduce(y).reshape(-1, b.count)
     with single_thread_blas():
         sv = np.linalg.svd(w, compute_uv=False)
@@ -243,7 +248,7 @@ def design_excitation(
     started = time.perf_counter()
     design = _Design(robot, s)
     center, half, speed, accel = _limits(robot, s)
-    base = excitation_base(robot)
+    base = excitation_base(robot, s.rotor)
     geo = chain_geometry(robot)
     n, per = robot.n_joints, design.per_joint
     n_x = n * per
@@ -265,7 +270,7 @@ def design_excitation(
         k = xs.shape[0]
         y = regressor(
             robot, q.reshape(-1, n), qd.reshape(-1, n), qdd.reshape(-1, n),
-            friction=True, geometry=geo,
+            rotor=s.rotor, friction=True, geometry=geo,
         )  # fmt: skip
         w = base.reduce(y).reshape(k, -1, base.count)
         sv = np.linalg.svd(w, compute_uv=False)

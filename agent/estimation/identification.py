@@ -22,8 +22,11 @@ rigid (paper 004, IDIM with rotor-side compensation): tau_J = tau - Ia theta'' -
     friction at the rotor speed; stiffness afterwards from tau_J against the deflection.
 
 Beyond the papers: rotor-equation rows within one parallel-filter length of a speed below
-`min_friction_speed_rad_s` are left out (the Stribeck hump lives there and a sign column
-cannot follow it), and the zero-phase chain keeps speed and torque in step.
+`min_friction_speed_rad_s` are left out of the fit and of the torque NMSE (the Stribeck hump
+lives there, a sign column cannot follow it, and at rest friction is anything up to
+breakaway); the WLS weights are iterated (signal_chain.least_squares); in the elastic model
+the gear itself is the link-side torque sensor (K delta), which keeps the link parameters free
+of every friction error (bench: 5-10 times smaller base-parameter error than the rigid model).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from agent.errors import EstimationError
 from agent.estimation.base_params import (
     BaseParameters,
     base_parameters,
+    joint_axis_along_y,
     preference_order,
     random_states,
     reduce_regressor,
@@ -68,6 +72,9 @@ from agent.models.robot import RobotDescription
 Array = npt.NDArray[np.float64]
 Model = Literal["elastic", "rigid"]
 DRIVE = ("Ia", "fc", "fv", "k")  # per-joint parameters of the rotor equation
+# A joint's stiffness is taken as seen when its rotor equation alone pins it to this relative
+# standard deviation (%); above, the twist is lost in the encoder quantisation (_fit_elastic).
+STIFFNESS_SEEN_REL_STD_PCT = 5.0
 
 
 @dataclass(frozen=True)
@@ -114,7 +121,8 @@ def elastic_base(robot: RobotDescription, n_samples: int = 60, seed: int = 0) ->
     motor_rows[:, joints, fv] = thd
     motor_rows[:, joints, kcols] = delta
     stacked = np.concatenate([link_rows, motor_rows]).reshape(-1, len(names))
-    return reduce_regressor(stacked, names, order=preference_order(names))
+    order = preference_order(names, joint_axis_along_y(robot))
+    return reduce_regressor(stacked, names, order=order)
 
 
 # ------------------------------------------------------------------------------- kinematics
@@ -273,6 +281,22 @@ class IdentificationResult:
     dynamic_model: DynamicModel = field(repr=False)
     seconds: float = 0.0
     warnings: tuple[str, ...] = ()
+    # Evidence for the report's measured-vs-predicted plots: the decimated rows of the fit
+    # (time from the start of the capture; NaN where a joint stood still and was left out).
+    time_s: Array = field(default_factory=lambda: np.zeros(0), repr=False)
+    measured_torque_nm: Array = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+    predicted_torque_nm: Array = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+
+    def __post_init__(self) -> None:
+        for a in (
+            self.estimate,
+            self.rel_std_pct,
+            self.group_sigma,
+            self.time_s,
+            self.measured_torque_nm,
+            self.predicted_torque_nm,
+        ):
+            a.setflags(write=False)
 
     def value(self, name: str) -> float:
         return float(self.estimate[self.names.index(name)])
@@ -280,7 +304,17 @@ class IdentificationResult:
     def indicator_rows(self) -> tuple[IndicatorRow, ...]:
         return tuple(r for j in self.joints for r in j.rows())
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, evidence: bool = False) -> dict[str, Any]:
+        d = self._summary()
+        if evidence:
+            d["evidence"] = {
+                "time_s": self.time_s.tolist(),
+                "measured_torque_nm": _nan_to_none(self.measured_torque_nm),
+                "predicted_torque_nm": _nan_to_none(self.predicted_torque_nm),
+            }
+        return d
+
+    def _summary(self) -> dict[str, Any]:
         return {
             "robot": self.robot,
             "model": self.model,
@@ -290,7 +324,7 @@ class IdentificationResult:
                 for n, v, s in zip(self.names, self.estimate, self.rel_std_pct, strict=True)
             ],
             "combinations": list(self.combinations),
-            "group_sigma": dict(zip(self.group_names, map(float, self.group_sigma), strict=True)),
+            "group_sigma": dict(zip(self.group_names, map(_finite, self.group_sigma), strict=True)),
             "condition_number": self.condition_number,
             "n_samples": self.n_samples,
             "n_rows": self.n_rows,
@@ -304,6 +338,10 @@ class IdentificationResult:
 
 def _finite(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
+
+
+def _nan_to_none(a: Array) -> list[list[float | None]]:
+    return [[_finite(v) for v in row] for row in a.tolist()]
 
 
 # ------------------------------------------------------------------------------- identification
@@ -383,11 +421,19 @@ def _identify(
         )
     k: Array | None
     rel_k: dict[str, float] = {}
+    warnings: list[str] = []
     if settings.model == "elastic":
-        sol, names, groups = _fit_elastic(y_b, dec, slow, settings.method)
+        sol, names, groups, twist_rel = _fit_elastic(y_b, dec, slow, settings.method)
         est = dict(zip(names, sol.theta, strict=True))
-        k = np.array([est[f"k{j + 1}"] for j in range(n)])
+        k = np.array([est.get(f"k{j + 1}", math.nan) for j in range(n)])
         ia = np.array([est[f"Ia{j + 1}"] for j in range(n)])
+        warnings += [
+            f"joint {robot.joints[j].name}: stiffness not seen (the gear twist is too small "
+            f"for the encoders: {twist_rel[j]:.3g} % relative std from the rotor equation); "
+            "the joint is fitted as rigid"
+            for j in range(n)
+            if math.isnan(k[j])
+        ]
     else:
         sol, names, groups = _fit_rigid(y_b, dec, slow, settings.method)
         est = dict(zip(names, sol.theta, strict=True))
@@ -415,18 +461,18 @@ def _identify(
             spec.name,
             float(model.coulomb_nm[j]),
             float(model.viscous_nm_s_rad[j]),
-            None if k is None else float(k[j]),
+            None if k is None or math.isnan(k[j]) else float(k[j]),
             float(ia[j]),
             float(per_joint[j]),
             {p: float(rel[f"{p}{j + 1}"]) for p in DRIVE if f"{p}{j + 1}" in rel},
         )
         for j, spec in enumerate(robot.joints)
     )
-    warnings = tuple(
+    warnings += [
         f"{name}: relative standard deviation {r:.0f} %"
         for name, r in zip(names, sol.relative_std_pct, strict=True)
         if r > 50.0
-    )
+    ]
     return IdentificationResult(
         robot=robot.name,
         model=settings.model,
@@ -445,7 +491,10 @@ def _identify(
         nmse_nm=total,
         dynamic_model=model,
         seconds=time.perf_counter() - t0,
-        warnings=warnings,
+        warnings=tuple(warnings),
+        time_s=keep / flt.sample_rate_hz,
+        measured_torque_nm=np.where(slow, np.nan, dec["tau"]),
+        predicted_torque_nm=np.where(slow, np.nan, predicted),
     )
 
 
@@ -475,26 +524,61 @@ def _names(prefixes: tuple[str, ...], n: int) -> list[str]:
     return [f"{p}{j + 1}" for p in prefixes for j in range(n)]
 
 
+def _twist_seen(dec: dict[str, Array], slow: npt.NDArray[np.bool_]) -> Array:
+    """Relative std (%) of each joint's stiffness from its rotor equation alone."""
+    rel = np.empty(dec["tau"].shape[1])
+    for j in range(rel.size):
+        rows = ~slow[:, j]
+        a = np.stack([dec[key][rows, j] for key in ("thdd", "sgn", "thd", "delta")], axis=1)
+        if rows.sum() <= a.shape[1] or np.any(np.all(a == 0.0, axis=0)):
+            rel[j] = math.inf
+            continue
+        sol = least_squares(a, dec["tau"][rows, j], np.zeros(int(rows.sum()), np.intp), "ols")
+        rel[j] = sol.relative_std_pct[3]
+    return rel
+
+
 def _fit_elastic(
     y_b: Array, dec: dict[str, Array], slow: npt.NDArray[np.bool_], method: Method
-) -> tuple[LsqSolution, list[str], tuple[str, ...]]:
-    """Stacked link and rotor equations (paper 002); groups: link j, then rotor j."""
+) -> tuple[LsqSolution, list[str], tuple[str, ...], Array]:
+    """Stacked link and rotor equations (paper 002); groups: link j, then rotor j.
+
+    The link equation is homogeneous: only the twist term K_j delta_j in the rotor equation
+    gives it a scale. A joint whose twist stays within a few encoder counts (the PUMA's wrist
+    at K = 2000 N·m/rad) has none, and a weighted fit then drifts towards pi = 0, K = 0, which
+    zeroes those rows. Such a joint is fitted as rigid instead (link + rotor equations summed:
+    Y_j pi + Ia theta'' + friction = tau) and its stiffness is reported as not seen.
+    Returns also the rotor-equation relative std of every stiffness (%).
+    """
     n_d, n, b = y_b.shape
-    j = np.arange(n)
-    p = b + 4 * n
-    link = np.zeros((n_d, n, p))
-    link[..., :b] = y_b
-    link[:, j, b + 3 * n + j] = -dec["delta"]
-    rotor = np.zeros((n_d, n, p))
-    for k, key in enumerate(("thdd", "sgn", "thd", "delta")):
-        rotor[:, j, b + k * n + j] = dec[key]
-    keep = ~slow
-    a = np.concatenate([link.reshape(-1, p), rotor[keep]])
-    y = np.concatenate([np.zeros(n_d * n), dec["tau"][keep]])
-    groups = np.concatenate([np.tile(j, n_d), np.nonzero(keep)[1] + n])
-    sol = least_squares(a, y, groups, method)
-    names = [f"base{i + 1}" for i in range(b)] + _names(DRIVE, n)
-    return sol, names, (*_names(("link",), n), *_names(("rotor",), n))
+    twist_rel = _twist_seen(dec, slow)
+    seen = [j for j in range(n) if twist_rel[j] <= STIFFNESS_SEEN_REL_STD_PCT]
+    kcol = {j: b + 3 * n + i for i, j in enumerate(seen)}
+    p = b + 3 * n + len(seen)
+    blocks, rhs, groups = [], [], []
+    for j in range(n):
+        moving = ~slow[:, j]
+        rotor = np.zeros((n_d, p))
+        for c, key in enumerate(("thdd", "sgn", "thd")):
+            rotor[:, b + c * n + j] = dec[key][:, j]
+        if j in kcol:
+            link = np.zeros((n_d, p))
+            link[:, :b] = y_b[:, j]
+            link[:, kcol[j]] = -dec["delta"][:, j]
+            rotor[:, kcol[j]] = dec["delta"][:, j]
+            blocks += [link, rotor[moving]]
+            rhs += [np.zeros(n_d), dec["tau"][moving, j]]
+            groups += [np.full(n_d, j), np.full(int(moving.sum()), n + j)]
+        else:
+            rotor[:, :b] = y_b[:, j]
+            blocks.append(rotor[moving])
+            rhs.append(dec["tau"][moving, j])
+            groups.append(np.full(int(moving.sum()), n + j))
+    sol = least_squares(np.vstack(blocks), np.concatenate(rhs), np.concatenate(groups), method)
+    names = [f"base{i + 1}" for i in range(b)] + _names(DRIVE[:3], n)
+    names += [f"k{j + 1}" for j in seen]
+    group_names = (*_names(("link",), n), *_names(("rotor",), n))
+    return sol, names, group_names, twist_rel
 
 
 def _fit_rigid(
@@ -507,7 +591,7 @@ def _fit_rigid(
     a[..., :b] = y_b
     a[:, j, b + j] = dec["sgn"]
     a[:, j, b + n + j] = dec["thd"]
-    # a slow row keeps its rigid-body information; only the friction columns' rows go
+    # one row holds the rigid body and the friction: a slow joint's row goes whole
     keep = ~slow
     rows = a[keep]
     groups = np.nonzero(keep)[1]

@@ -49,6 +49,7 @@ DEFAULT_DECIMATION = 20  # paper 004 section 4.2
 PARALLEL_NYQUIST_FRACTION = 0.8  # see the module docstring
 BANDWIDTH_FLOOR = 1e-3  # see dynamics_bandwidth_hz
 WLS_ITERATIONS = 5
+CLIP_RUN_S = 0.1  # torque exactly at its extreme this long: a clipping drive
 WLS_TOLERANCE = 0.01
 
 
@@ -377,7 +378,10 @@ def _check_saturation(
         return
     at_peak = mag == peak
     run = _longest_run(at_peak)
-    if run >= 10:
+    # A smooth peak read through a coarse torque quantisation also sits on one value for a
+    # while (a few tens of ms at 0.1 N·m steps); a drive clipping for 0.1 s is no such peak.
+    rate = (t.size - 1) / (t[-1] - t[0])
+    if run >= max(10, CLIP_RUN_S * rate):
         first = int(np.flatnonzero(at_peak)[0])
         raise CaptureError(
             source,
@@ -426,6 +430,9 @@ def _group_sigma(res: Array, a: Array, groups: npt.NDArray[np.intp], n_groups: i
     for g in range(n_groups):
         rows = groups == g
         r_g = int(np.count_nonzero(rows))
+        if r_g == 0:  # a group with no rows (left out) has no residual
+            sigma[g] = math.nan
+            continue
         b_g = int(np.count_nonzero(np.any(a[rows] != 0.0, axis=0)))
         dof = max(r_g - b_g, 1)
         sigma[g] = math.sqrt(float(res[rows] @ res[rows]) / dof)
@@ -473,7 +480,7 @@ def least_squares(
                 if np.any(sigma <= 0.0):
                     raise EstimationError("a joint's equations fit exactly: WLS weights undefined")
                 new_weights = 1.0 / sigma
-                settled = np.allclose(new_weights, weights, rtol=WLS_TOLERANCE)
+                settled = np.allclose(new_weights, weights, rtol=WLS_TOLERANCE, equal_nan=True)
                 weights = new_weights
                 w_rows = weights[g_]
                 aw = a_ * w_rows[:, None]

@@ -35,6 +35,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from agent.feedrate.filter_fast import FastModalState
 from agent.feedrate.filter_window import (
     AXIS_INDEX,
     Geometry,
@@ -48,8 +49,7 @@ from agent.feedrate.filter_window import (
     end_step_mm,
     unit_shape,
 )
-from agent.feedrate.filter_fast import FastModalState
-from agent.feedrate.gcode import Block, FeedMode, Motion, Units
+from agent.feedrate.gcode import Block, DistanceMode, FeedMode, Motion, Units
 from agent.feedrate.gcode_emit import GcodeEmitter
 from agent.feedrate.gcode_lex import GcodeError, lex_line
 from agent.feedrate.geometry import (
@@ -90,7 +90,7 @@ class FilterStats:
 class _Item:
     """One input line waiting to be written."""
 
-    __slots__ = ("block", "kind", "s0", "s1", "prim", "duration_s")
+    __slots__ = ("block", "duration_s", "kind", "prim", "s0", "s1")
 
     def __init__(self, block: Block, kind: int, s0: float, s1: float, prim: Any,
                  duration_s: float) -> None:
@@ -101,7 +101,7 @@ class _Item:
 class _Pending:
     """An undecided turning point."""
 
-    __slots__ = ("tp", "feed_mm_s", "geom", "axes", "seq")
+    __slots__ = ("axes", "feed_mm_s", "geom", "seq", "tp")
 
     def __init__(self, tp: TurningPoint, feed_mm_s: float, geom: Geometry,
                  axes: tuple[str, ...], seq: int) -> None:
@@ -296,7 +296,10 @@ class FeedrateFilter:
         if self._head >= len(self._items) - 1:
             return False
         item = self._items[self._head]
-        while self._tps and self._tps[0].tp.s - self._reach(self._tps[0].feed_mm_s) < item.s1:
+        # Turning points on this item lose their back room once it is written: decide them
+        # now, with what is known ahead. Those further on keep the room between this item's
+        # end and themselves (windows never reach back past what is written).
+        while self._tps and self._tps[0].tp.s <= item.s1 + _TINY_MM:
             self._forced += 1
             self._decide(self._tps.popleft(), self._frontier)
         self._emit_one(item)
@@ -304,17 +307,21 @@ class FeedrateFilter:
 
     def _end_run(self) -> None:
         while self._tps:
-            self._decide(self._tps.popleft(), self._frontier)
+            self._decide(self._tps.popleft(), self._frontier, run_end=True)
         self._run_feed = None
         self._run_mode = None
         self._last_move = None
         self._emit_ready(everything=True)
 
-    def _decide(self, p: _Pending, fwd_limit: float) -> None:
+    def _decide(self, p: _Pending, fwd_limit: float, *, run_end: bool = False) -> None:
         tp, feed = p.tp, p.feed_mm_s
         back_limit = max(self._run_start, self._emitted_s, self._region_hi)
         if self._tps:
             fwd_limit = min(fwd_limit, 0.5 * (tp.s + self._tps[0].tp.s))
+        elif not run_end and fwd_limit - tp.s < self._reach(feed):
+            # Decided early (lookahead full): the next turning point may be right at the
+            # frontier, so leave it half of what lies between.
+            fwd_limit = 0.5 * (tp.s + fwd_limit)
         room = min(tp.s - back_limit, fwd_limit - tp.s)
         if p.geom.osculating:
             room = min(room, self._osculating_room(p))
@@ -425,7 +432,7 @@ class FeedrateFilter:
                     continue
             self._head = head = head + 1
             self._emit_one_unchecked(item)
-        if head > 4096 and head * 2 > n:
+        if head >= 128 and head * 2 >= n:  # drop what is written; pending stays small
             del items[:head]
             self._base += head
             self._head = 0
@@ -482,8 +489,9 @@ class FeedrateFilter:
             break
         points, dts = chain.finish(block.end_mm)
         units = block.modal.units
-        points, written, dts = _as_written(block.start_mm, points, dts, units,
-                                           self._dialect.coordinate_decimals(units))
+        points, written, dts = _as_written(
+            block.start_mm, points, dts, units, self._dialect.coordinate_decimals(units),
+            block.modal.distance is DistanceMode.INCREMENTAL)
         if block.modal.feed_mode is FeedMode.INVERSE_TIME or self.machine.inverse_time:
             self._write(self._emitter.replace(block, points, durations_s=dts))
         else:
@@ -530,7 +538,7 @@ class _Chain:
     """Points and durations of one replaced block; zero-length steps give their time to the
     next step, so every output segment has a length and a duration."""
 
-    __slots__ = ("points", "dts", "carry", "last")
+    __slots__ = ("carry", "dts", "last", "points")
 
     def __init__(self, start: Vec3) -> None:
         self.points: list[Vec3] = []
@@ -576,13 +584,19 @@ def _same_circle(item: _Item, ref: ArcSegment) -> bool:
 
 
 def _as_written(start: Vec3, points: list[Vec3], dts: list[float], units: Units,
-               decimals: int) -> tuple[list[Vec3], list[Vec3], list[float]]:
+               decimals: int, incremental: bool) -> tuple[list[Vec3], list[Vec3], list[float]]:
     """The points that survive rounding, where the controller goes for each, and their
-    durations. An axis moves to the rounded coordinate when that differs from the rounded
-    previous one (the emitter then writes it); a point that moves no axis is dropped and its
-    time given to the next, so neither a feed is lost nor a G4 dwell (a planner stop) written.
+    durations. A point that would move no axis is dropped and its time given to the next, so
+    neither a feed is lost nor a G4 dwell (a planner stop) written.
+
+    Absolute coordinates: an axis moves to the rounded coordinate when that differs from the
+    rounded previous one (the emitter then writes it), else stays. Incremental: the emitter
+    carries each rounding into the next increment, so the controller stays within half a
+    unit of the point; a point is kept only when it is 1.5 units from the last one on some
+    axis, so no increment rounds to zero (the emitter's carry is not built for that case).
     """
     scale = units.mm_per_unit
+    unit = 10.0 ** -decimals * scale
     kept: list[Vec3] = []
     written: list[Vec3] = []
     times: list[float] = []
@@ -592,17 +606,21 @@ def _as_written(start: Vec3, points: list[Vec3], dts: list[float], units: Units,
     carry = 0.0
     last = len(points) - 1
     for k, p in enumerate(points):
-        r = (round(p[0] / scale, decimals), round(p[1] / scale, decimals),
-             round(p[2] / scale, decimals))
+        if incremental:
+            r = prev_r if max(abs(p[0] - prev[0]), abs(p[1] - prev[1]),
+                              abs(p[2] - prev[2])) < 1.5 * unit else (p[0], p[1], p[2])
+        else:
+            r = (round(p[0] / scale, decimals), round(p[1] / scale, decimals),
+                 round(p[2] / scale, decimals))
         if r == prev_r:
             if k < last:
                 carry += dts[k]
                 continue
-            if kept:  # the end rounds onto the last point kept: it takes that point's place
+            if kept:  # the end is too close to the last point kept: it takes its place
                 kept[-1] = written[-1] = p
                 times[-1] += dts[k] + carry
                 break
-        if k == last:
+        if k == last or incremental:
             q = p  # a block's end is the program's own, written as given
         else:
             q = (prev[0] if r[0] == prev_r[0] else r[0] * scale,

@@ -28,6 +28,7 @@ passed exactly), plus subdivisions on arcs so that no chord sags more than the c
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -113,7 +114,7 @@ def unit_shape(ratio: float, degree: int, segments: int, retrograde: bool) -> Un
     cuts = [0.0, *stops, 1.0]
     pieces = []
     inverse = []
-    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+    for a, b in itertools.pairwise(cuts):
         pieces.append((int(np.searchsorted(base, a)), int(np.searchsorted(base, b))))
         tau = np.linspace(a, b, max(65, int(_DENSE * (b - a))))
         sig = sigma(tau)
@@ -340,8 +341,9 @@ def build_window(shape: UnitShape, tp_s: float, feed_mm_s: float, half_window_s:
     scale = feed_mm_s * half_window_s  # mm of path per unit sigma
     inv = 1.0 / scale
     # (tau, s, block end or None), sorted by tau at the end.
-    samples = [(tau, tp_s + scale * sig, None)
-               for tau, sig in zip(shape.base_tau, shape.base_sigma, strict=True)]
+    samples: list[tuple[float, float, float | None]] = [
+        (tau, tp_s + scale * sig, None)
+        for tau, sig in zip(shape.base_tau, shape.base_sigma, strict=True)]
     ends = [sp.s1 for sp in spans[:-1]]  # interior block ends
     base_sigma = shape.base_sigma
     if ends:
@@ -361,25 +363,26 @@ def build_window(shape: UnitShape, tp_s: float, feed_mm_s: float, half_window_s:
     last: dict[float, int] = {}
     s_list: list[float] = []
     t_list: list[float] = []
-    by_end = {sp.s1: sp for sp in spans}
+    by_end = {sp.s1: i for i, sp in enumerate(spans)}
     n_spans = len(spans)
-    prev_span = -1
+    prev_span = -1  # span of the previous sample; -2 - i: at the end of span i
     for tau, sk, end in samples:
         t = half_window_s * (2.0 * tau - 1.0)
         if end is not None:
-            sp = by_end[end]
-            if prev_span >= 0 and spans[prev_span] is sp:
+            i = by_end[end]
+            sp = spans[i]
+            if prev_span == i:
                 _arc_end_step(sp, s_list, t_list, points, t)
             last[end] = len(points)
             points.append(sp.end_mm)
             s_list.append(end)
             t_list.append(t)
-            prev_span = -2 - spans.index(sp)  # "at the end of this span"
+            prev_span = -2 - i
             continue
         j = bisect.bisect_right(starts, sk) - 1
         j = 0 if j < 0 else (j if j < n_spans else n_spans - 1)
         sp = spans[j]
-        if prev_span <= -2 and spans[-2 - prev_span] is sp:
+        if prev_span == -2 - j:
             _arc_end_step(sp, s_list, t_list, points, t)  # back from the end onto the arc
         local = sk - sp.s0
         length = sp.s1 - sp.s0
@@ -423,7 +426,7 @@ def _subdivide_arcs(shape: UnitShape, tp_s: float, inv: float,
     """More samples where a chord on an arc would sag more than the budget."""
     out = [samples[0]]
     n_spans = len(starts)
-    for prev, cur in zip(samples[:-1], samples[1:], strict=True):
+    for prev, cur in itertools.pairwise(samples):
         ds = cur[1] - prev[1]
         j = bisect.bisect_right(starts, 0.5 * (prev[1] + cur[1])) - 1
         step = steps[0 if j < 0 else (j if j < n_spans else n_spans - 1)]

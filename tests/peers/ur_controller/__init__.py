@@ -76,8 +76,9 @@ class UrEmulator:
             if line.startswith(b"READY") or not line:
                 break
         if not line.startswith(b"READY"):
-            self.kill()
-            raise RuntimeError(f"emulator did not start: {self.log_text()}")
+            text = self.log_text()
+            self.close()
+            raise RuntimeError(f"emulator did not start: {text}")
         port = int(line.split()[1])
         self._sock = socket.create_connection((self.host, port), timeout=5.0)
         self._reader = self._sock.makefile("rb")
@@ -119,7 +120,11 @@ class UrEmulator:
     def __enter__(self) -> UrEmulator:
         return self.start() if self.proc is None else self
 
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
+        """Kill the process and delete its log."""
         self.kill()
         self._log.close()
         Path(self._log_path).unlink(missing_ok=True)
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

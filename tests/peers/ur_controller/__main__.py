@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import random
 import socket
 import sys
@@ -192,6 +193,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--log-level", default="WARNING")
     args = p.parse_args(argv)
     logging.basicConfig(level=args.log_level, stream=sys.stderr)
+    if args.rt_priority > 0:
+        # All threads real-time (they inherit it): one holding the GIL must not be held up by
+        # the machine's other work while the controller cycle waits for the GIL.
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(args.rt_priority))
+        except OSError as exc:
+            logging.warning("no real-time priority: %s", exc)
+        sys.setswitchinterval(0.0005)
     Emulator(args).run()
     return 0
 

@@ -144,7 +144,8 @@ class Controller:
 
     def play_production(self) -> None:
         with self.lock:
-            self.script = None
+            if self.script is not None:
+                self.stop_program("production program started")  # its motion ends with it
             self.program_state, self.program_kind = "PLAYING", "production"
 
     def set_robot_mode(self, mode: str) -> None:

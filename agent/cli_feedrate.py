@@ -1,0 +1,285 @@
+"""`jha feedrate ...`: the feedrate-modulation filter and paper 001's numbers (issue 3 part 7).
+
+  jha feedrate filter [IN.gcode|-] [-o OUT.gcode] --machine FILE
+  jha feedrate stream IN.gcode --port PATH --machine FILE [--protocol grbl|dnc]
+  jha feedrate simulate --example farouki2022 [--ratio R] [--json]
+  jha feedrate sweep [--points N] [--json] [--plot FILE.svg]
+
+`stream` takes the serial port and the machine file directly: the agent's configuration
+(agent.config) has no CNC controller section yet, so `--config FILE --controller NAME` cannot
+name one. Exit codes follow sysexits (65 bad G-code, 74 stream failure, 78 bad machine file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from agent.errors import EX_OK
+
+# The digits section 4.2 prints, for the comparison `simulate` shows.
+_PAPER_FORMAT = {
+    "gamma_1_s": "{:.0f}", "lambda_1_s": "{:.6f}", "motor_gain_rad_m_s2": "{:.6e}",
+    "p": "{:.6f}", "q": "{:.6f}", "phi_rad": "{:.6f}", "steady_backlash_s": "{:.6f}",
+    "reversal_lag_s": "{:.6f}",
+}
+_PAPER_NAMES = {
+    "gamma_1_s": ("gamma", "1/s"), "lambda_1_s": ("lambda", "1/s"),
+    "motor_gain_rad_m_s2": ("C", "rad/(m s^2)"), "p": ("p", ""), "q": ("q", ""),
+    "phi_rad": ("phi", "rad"), "steady_backlash_s": ("backlash interval", "s"),
+    "reversal_lag_s": ("reversal lag", "s"),
+}
+
+
+def register(subparsers: Any) -> None:
+    """Add the `feedrate` command group to the `jha` parser's subparsers."""
+    group = subparsers.add_parser(
+        "feedrate", help="feedrate modulation at axis reversals (paper 001)"
+    ).add_subparsers(dest="feedrate_command", required=True)
+
+    flt = group.add_parser("filter", help="modulate a G-code program (file or stdin)")
+    flt.add_argument("input", nargs="?", default="-", help="G-code file, or - for stdin")
+    flt.add_argument("-o", "--output", default="-", help="output file (default stdout)")
+    flt.add_argument("--machine", required=True, type=Path, help="machine description YAML")
+    flt.add_argument("--stats", action="store_true", help="print the filter's counts as JSON")
+    flt.set_defaults(func=_cmd_filter)
+
+    stm = group.add_parser("stream", help="filter a program on the fly and stream it to a "
+                           "controller on a serial port")
+    stm.add_argument("input", help="G-code file, or - for stdin")
+    stm.add_argument("--port", required=True, help="serial device or pty path")
+    stm.add_argument("--machine", required=True, type=Path, help="machine description YAML")
+    stm.add_argument("--protocol", choices=["grbl", "dnc"], default="grbl")
+    stm.add_argument("--baudrate", type=int, default=115_200)
+    stm.add_argument("--no-filter", action="store_true", help="stream the program unchanged")
+    stm.add_argument("--quiet", action="store_true", help="no progress line")
+    stm.set_defaults(func=_cmd_stream)
+
+    sim = group.add_parser("simulate", help="paper 001's worked example (section 4.2)")
+    sim.add_argument("--example", choices=["farouki2022"], required=True)
+    sim.add_argument("--ratio", type=float, help="also run section 6's turning point with "
+                     "V(1/2)/V_c = R (n = 10, t* = 0.5 s) against the constant feed")
+    sim.add_argument("--model", choices=["paper", "dead_zone"], default="paper",
+                     help="backlash model for --ratio (default: the paper's single gap)")
+    sim.add_argument("--json", action="store_true")
+    sim.set_defaults(func=_cmd_simulate)
+
+    swp = group.add_parser("sweep", help="figure 11: radial error against V(1/2)/V_c")
+    swp.add_argument("--points", type=int, default=26, help="ratios from -1 to 1.5")
+    swp.add_argument("--model", choices=["paper", "dead_zone"], default="paper")
+    swp.add_argument("--json", action="store_true")
+    swp.add_argument("--plot", type=Path, metavar="FILE.svg")
+    swp.set_defaults(func=_cmd_sweep)
+
+
+# ------------------------------------------------------------------------------- filter
+
+
+def _input_lines(name: str) -> Iterator[str]:
+    from agent.feedrate.gcode import read_lines
+
+    if name == "-":
+        yield from read_lines(sys.stdin.buffer)
+        return
+    with open(name, "rb") as f:
+        yield from read_lines(f)
+
+
+def _cmd_filter(args: argparse.Namespace) -> int:
+    from agent.feedrate.filter import FeedrateFilter, filter_lines
+    from agent.feedrate.gcode import encode_line
+    from agent.feedrate.machine import load_machine
+
+    machine = load_machine(args.machine)
+    source = "<stdin>" if args.input == "-" else args.input
+    filt = FeedrateFilter(machine, source=source)
+    chunks = filter_lines(_input_lines(args.input), machine, filt=filt)
+    if args.output == "-":
+        out = sys.stdout.buffer
+        for chunk in chunks:
+            out.write(encode_line(chunk))
+        out.flush()
+    else:
+        from agent.atomic import atomic_writer
+
+        with atomic_writer(args.output, "wb") as f:
+            for chunk in chunks:
+                f.write(encode_line(chunk))
+    stats = filt.stats
+    if args.stats:
+        print(json.dumps(stats.to_dict(), indent=2), file=sys.stderr)
+    else:
+        print(f"{source}: {stats.lines_in} lines in, {stats.lines_out} out; "
+              f"{stats.modulated} of {stats.turning_points} reversals modulated, "
+              f"+{stats.added_time_s:.3f} s", file=sys.stderr)
+    return EX_OK
+
+
+# ------------------------------------------------------------------------------- stream
+
+
+class _Progress:
+    """One status line on stderr, rewritten in place: lines, time, reversals modulated."""
+
+    def __init__(self, out: IO[str], enabled: bool) -> None:
+        self.out, self.enabled, self.width = out, enabled, 0
+
+    def __call__(self, p: Any) -> None:
+        if not self.enabled:
+            return
+        rev = "" if p.reversals_modulated is None else f"  reversals {p.reversals_modulated}"
+        state = f"  {p.status.state}" if p.status is not None else ""
+        pause = "  XOFF" if p.paused else ""
+        text = (f"lines {p.lines_acked}/{p.lines_sent}  time {p.elapsed_s:7.1f} s{rev}"
+                f"{state}{pause}")
+        self.width = max(self.width, len(text))
+        self.out.write("\r" + text.ljust(self.width))
+        self.out.flush()
+
+    def done(self) -> None:
+        if self.enabled and self.width:
+            self.out.write("\n")
+            self.out.flush()
+
+
+def _cmd_stream(args: argparse.Namespace) -> int:
+    from agent.feedrate.filter import FeedrateFilter, filtered_lines
+    from agent.feedrate.machine import load_machine
+    from agent.feedrate.stream import DncOptions, GrblOptions, stream_to_port
+
+    machine = load_machine(args.machine)
+    source = "<stdin>" if args.input == "-" else args.input
+    filt = FeedrateFilter(machine, source=source)
+    lines: Iterator[str] = (_input_lines(args.input) if args.no_filter
+                            else filtered_lines(_input_lines(args.input), machine, filt=filt))
+    options: GrblOptions | DncOptions
+    if args.protocol == "grbl":
+        limit = machine.emitter_dialect.max_line_chars
+        options = GrblOptions(max_line_chars=limit if limit is not None else 79)
+    else:
+        options = DncOptions(max_line_chars=machine.emitter_dialect.max_line_chars)
+    progress = _Progress(sys.stderr, not args.quiet)
+    started = time.monotonic()
+    try:
+        result = stream_to_port(
+            lines, args.port, protocol=args.protocol, baudrate=args.baudrate, options=options,
+            progress=progress,
+            reversals_modulated=None if args.no_filter else (lambda: filt.reversals_modulated),
+            source=source)
+    finally:
+        progress.done()
+    stats = filt.stats
+    print(f"{source}: {result.lines_acked} lines acknowledged of {result.lines_sent} sent "
+          f"({stats.lines_in} program lines), {time.monotonic() - started:.1f} s, "
+          f"{stats.modulated} reversals modulated", file=sys.stderr)
+    return EX_OK
+
+
+# ------------------------------------------------------------------------------- paper
+
+
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    from agent.feedrate.example import (
+        PAPER_AMPLITUDE_M,
+        PAPER_HALF_WINDOW_S,
+        PAPER_REVERSAL_INTERVAL_S,
+        farouki2022_example,
+        simulate_turning_point,
+    )
+    from agent.feedrate.profile import symmetric_feedrate
+
+    ex = farouki2022_example()
+    values = ex.to_dict()
+    rounded = {k: float(fmt.format(values[k])) for k, fmt in _PAPER_FORMAT.items()}
+    agree = {k: rounded[k] == float(fmt.format(ex.printed[k]))
+             for k, fmt in _PAPER_FORMAT.items()}
+    out: dict[str, Any] = {
+        "example": "farouki2022",
+        **{k: values[k] for k in _PAPER_FORMAT},
+        "discriminant_s2": values["discriminant_s2"],
+        "omega_rad_s": values["omega_rad_s"],
+        "period_s": values["period_s"],
+        "printed": {k: ex.printed[k] for k in _PAPER_FORMAT},
+        "rounded_to_printed_digits": rounded,
+        "agrees_with_paper": all(agree.values()),
+        "params": values["params"],
+    }
+    if args.ratio is not None:
+        vc = PAPER_AMPLITUDE_M * math.pi / PAPER_REVERSAL_INTERVAL_S
+        runs = {}
+        for name, ratio in (("constant", 1.0), ("modulated", args.ratio)):
+            prof = symmetric_feedrate(vc, PAPER_HALF_WINDOW_S, ratio=ratio, allow_retrograde=True)
+            run = simulate_turning_point(prof, radius_m=PAPER_AMPLITUDE_M, model=args.model)
+            runs[name] = {"ratio": ratio, "max_radial_error": run.max_radial_error,
+                          "rms_radial_error": run.rms_radial_error,
+                          "x_backlash_s": run.x_backlash_s,
+                          "time_penalty_s": max(0.0, prof.time_penalty_s)}
+        out["turning_point"] = {"model": args.model, "half_window_s": PAPER_HALF_WINDOW_S,
+                                "degree": 10, **runs}
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return EX_OK
+    print("paper 001, section 4.2 (b = 0.0005 s^2, c = 0.005 s, N = 25, eta = 0.35, r = 1 m/rad,"
+          " tau = 1 s, dtheta_m = 0.125664 rad; X = 0.25 sin(pi t / 6) m)")
+    print(f"{'quantity':20s} {'computed':>14s} {'paper':>14s}")
+    for k, fmt in _PAPER_FORMAT.items():
+        name, unit = _PAPER_NAMES[k]
+        label = f"{name} ({unit})" if unit else name
+        mark = "" if agree[k] else "  DIFFERS"
+        print(f"{label:20s} {fmt.format(values[k]):>14s} {fmt.format(ex.printed[k]):>14s}{mark}")
+    if "turning_point" in out:
+        tp = out["turning_point"]
+        print(f"\nturning point (section 6, n = 10, t* = 0.5 s, model {args.model}):")
+        for name in ("constant", "modulated"):
+            r = tp[name]
+            print(f"  V(1/2)/V_c = {r['ratio']:5.2f}: max |e| {r['max_radial_error']:.3e}, "
+                  f"RMS {r['rms_radial_error']:.3e}, +{r['time_penalty_s']:.3f} s")
+    return EX_OK
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from agent.feedrate.example import figure11_sweep
+
+    if args.points < 2:
+        raise ValueError(f"--points: expected at least 2, got {args.points}")
+    sweep = figure11_sweep(points=args.points, model=args.model)
+    constant = min(sweep.rows, key=lambda r: abs(r.ratio - 1.0))
+    shallow = sweep.minimum(0.0, 1.0)
+    deepest = sweep.minimum(-1.0, 0.0)
+    if args.plot:
+        from agent.atomic import atomic_write_text
+        from agent.svg import HLine, Series, line_plot
+
+        ratios = [r.ratio for r in sweep.rows]
+        atomic_write_text(args.plot, line_plot(
+            [Series("max |e|", ratios, [r.max_radial_error for r in sweep.rows],
+                    color="#c0392b", markers=True),
+             Series("RMS e", ratios, [r.rms_radial_error for r in sweep.rows],
+                    color="#1f5fa8", markers=True)],
+            title=f"paper 001 figure 11: radial error at a turning point ({args.model} model)",
+            x_label="V(1/2) / V_c", y_label="fractional radial error e = (r - rho0) / rho0",
+            hlines=[HLine(constant.max_radial_error, "constant feed, max", dashed=True)]))
+    if args.json:
+        print(json.dumps({**sweep.to_dict(), "shallow_minimum": shallow.to_dict(),
+                          "deepest_minimum": deepest.to_dict()}, indent=2))
+        return EX_OK
+    print(f"figure 11 (n = {sweep.degree}, t* = {sweep.half_window_s} s, Theta* = pi/2, "
+          f"model {sweep.model})")
+    print(f"{'V(1/2)/Vc':>9s} {'f':>8s} {'max |e|':>11s} {'RMS e':>11s} {'gap (s)':>8s}")
+    for r in sweep.rows:
+        gap = "-" if r.x_backlash_s is None else f"{r.x_backlash_s:.4f}"
+        print(f"{r.ratio:9.3f} {r.middle_factor:8.3f} {r.max_radial_error:11.4e} "
+              f"{r.rms_radial_error:11.4e} {gap:>8s}")
+    print(f"shallow minimum without retrograde motion: {shallow.ratio:g} "
+          f"(max |e| {shallow.max_radial_error:.3e}); deepest with retrograde motion: "
+          f"{deepest.ratio:g} (max |e| {deepest.max_radial_error:.3e}); constant feed "
+          f"{constant.max_radial_error:.3e}")
+    if args.plot:
+        print(f"plot: {args.plot}")
+    return EX_OK
