@@ -241,9 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
     drv.set_defaults(func=_cmd_drivers)
 
     # Command groups of the other estimators live beside their code.
-    from agent import cli_stiffness
+    from agent import cli_identify, cli_stiffness
 
     cli_stiffness.register(sub)
+    cli_identify.register(sub)
     return p
 
 

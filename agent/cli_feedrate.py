@@ -149,15 +149,28 @@ class _Progress:
 
 
 def _cmd_stream(args: argparse.Namespace) -> int:
-    from agent.feedrate.filter import FeedrateFilter, filtered_lines
+    from collections import deque
+
+    from agent.feedrate.filter import FeedrateFilter, filtered_lines_with_origin
     from agent.feedrate.machine import load_machine
-    from agent.feedrate.stream import DncOptions, GrblOptions, stream_to_port
+    from agent.feedrate.stream import DncOptions, GrblOptions, StreamError, stream_to_port
 
     machine = load_machine(args.machine)
     source = "<stdin>" if args.input == "-" else args.input
     filt = FeedrateFilter(machine, source=source)
-    lines: Iterator[str] = (_input_lines(args.input) if args.no_filter
-                            else filtered_lines(_input_lines(args.input), machine, filt=filt))
+    # Output line -> program line, for the lines a failure can concern (those in flight): a
+    # bounded window, so a program of any length streams in constant memory.
+    origins: deque[tuple[int, int]] = deque(maxlen=4096)
+
+    def lines() -> Iterator[str]:
+        if args.no_filter:
+            yield from _input_lines(args.input)
+            return
+        for n, (line, origin) in enumerate(
+                filtered_lines_with_origin(_input_lines(args.input), machine, filt=filt), 1):
+            origins.append((n, origin))
+            yield line
+
     options: GrblOptions | DncOptions
     if args.protocol == "grbl":
         limit = machine.emitter_dialect.max_line_chars
@@ -168,16 +181,27 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         result = stream_to_port(
-            lines, args.port, protocol=args.protocol, baudrate=args.baudrate, options=options,
-            progress=progress,
+            lines(), args.port, protocol=args.protocol, baudrate=args.baudrate,
+            options=options, progress=progress,
             reversals_modulated=None if args.no_filter else (lambda: filt.reversals_modulated),
-            source=source)
+            source=source if args.no_filter else None)
+    except StreamError as exc:
+        if args.no_filter or exc.line_no is None:
+            raise
+        program_line = dict(origins).get(exc.line_no)
+        if program_line is None:
+            raise
+        raise StreamError(program_line, exc.text,
+                          f"{exc.reason} (line {exc.line_no} of the filtered stream)",
+                          kind=exc.kind, code=exc.code, sent=exc.sent, acked=exc.acked,
+                          source=source) from exc
     finally:
         progress.done()
     stats = filt.stats
-    print(f"{source}: {result.lines_acked} lines acknowledged of {result.lines_sent} sent "
-          f"({stats.lines_in} program lines), {time.monotonic() - started:.1f} s, "
-          f"{stats.modulated} reversals modulated", file=sys.stderr)
+    program = f" ({stats.lines_in} program lines)" if not args.no_filter else ""
+    print(f"{source}: {result.lines_acked} lines acknowledged of {result.lines_sent} sent"
+          f"{program}, {time.monotonic() - started:.1f} s, {stats.modulated} reversals "
+          "modulated", file=sys.stderr)
     return EX_OK
 
 

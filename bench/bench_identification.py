@@ -302,7 +302,7 @@ def wls_vs_ols(
     true_base = truth_model.link_base
     print("  |base error|: norm of the base-parameter error; model NMSE: torque NMSE against the")
     print("  true robot's model on the validation trajectories (parameters alone); measured")
-    print("  NMSE: against the measured torque (dominated by what neither model contains)")
+    print("  NMSE: against the measured torque (noise, ripple and Stribeck hump included)")
     print(
         "  seed  model    |base error| OLS   WLS   model NMSE OLS    WLS   measured NMSE OLS   WLS"
     )

@@ -23,7 +23,7 @@ import pytest
 
 from agent.cli_feedrate import register
 from agent.errors import EX_CONFIG, EX_DATAERR, EX_IOERR, EX_OK, AgentError
-from agent.feedrate.filter import filter_lines
+from agent.feedrate.filter import filter_lines, filtered_lines_with_origin
 from agent.feedrate.machine import load_machine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -178,6 +178,26 @@ class Peer:
         assert line.startswith("READY"), f"peer did not start: {line!r}"
         self.path = line.split()[1]
 
+    def wait_idle(self, timeout_s: float = 10.0) -> Any:
+        """Poll '?' until the controller reports Idle (all planned motion executed)."""
+        from agent.feedrate.stream import open_serial, parse_status
+
+        channel = open_serial(self.path)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                channel.write(b"?", 1.0)
+                buf = b""
+                while b">" not in buf and time.monotonic() < deadline:
+                    buf += channel.read(0.05)
+                status = parse_status(buf[buf.rindex(b"<"):buf.rindex(b">") + 1].decode())
+                if status.state == "Idle":
+                    return status
+                time.sleep(0.02)
+        finally:
+            channel.close()
+        raise AssertionError("the controller never became Idle")
+
     def stats(self) -> dict[str, Any]:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -223,11 +243,12 @@ def test_stream_filters_on_the_fly_to_a_grbl_controller(
     assert f"{n_out} lines acknowledged of {n_out} sent (40 program lines)" in err
     assert "38 reversals modulated" in err
     assert "\rlines " in err and "reversals " in err  # the progress line
+    idle = p.wait_idle()
+    assert math.dist(idle.machine_mm[:2], (20.0, 19.5)) < 1e-3  # where the program ends
     stats = p.stats()
     assert stats["lines_received"] == stats["oks_sent"] == n_out
     assert stats["errors_sent"] == 0 and stats["rx_overflow_bytes"] == 0
     assert stats["rx_max_bytes"] <= 128
-    assert math.dist(stats["position_mm"][:2], (0.0, 19.5)) < 1e-3  # ends where the program does
 
 
 def test_stream_stops_at_an_error_and_names_the_line(
@@ -236,8 +257,18 @@ def test_stream_stops_at_an_error_and_names_the_line(
     machine.write_text(GRBL_MACHINE)
     src = tmp_path / "zz.gcode"
     src.write_text(zigzag(10))
-    p = peer("--time-scale", "200", "--error-at", "7:33")
+    sent = list(filtered_lines_with_origin(zigzag(10).splitlines(keepends=True),
+                                           load_machine(machine)))
+    line, origin = sent[11]
+    assert origin in (2, 3) and line.startswith("G1 ")  # a segment of a replaced block
+    p = peer("--time-scale", "200", "--error-at", "12:33")
     assert jha("feedrate", "stream", str(src), "--port", p.path, "--machine", str(machine),
-               "--quiet") == EX_IOERR
+               "--quiet") == EX_DATAERR
     err = capsys.readouterr().err
-    assert "line 7" in err and "error:33" in err
+    compact = "".join(line.split())  # GRBL streams drop spaces
+    assert f"{src}:{origin} ({compact!r}): error:33" in err, err
+    assert "(line 12 of the filtered stream)" in err
+    disconnect = peer("--time-scale", "200", "--disconnect-at", "3")
+    assert jha("feedrate", "stream", str(src), "--port", disconnect.path, "--machine",
+               str(machine), "--quiet") == EX_IOERR
+    assert "filtered stream" in capsys.readouterr().err

@@ -142,6 +142,8 @@ class FeedrateFilter:
         self._emitted_s = 0.0  # path position written so far
         self._region_hi = -math.inf
         self._out: list[str] = []
+        self._origin: list[int] = []  # the program line each output chunk comes from
+        self.origins: list[int] = []  # of the chunks feed() or finish() returned last
         self._chord_eps: dict[Units, float] = {}
         # statistics
         self._lines_out = 0
@@ -179,6 +181,7 @@ class FeedrateFilter:
             self._append(_Item(block, _BREAK, self._frontier, self._frontier, None, 0.0))
             self._emit_ready()
         out, self._out = self._out, []
+        self.origins, self._origin = self._origin, []
         return out
 
     def finish(self) -> list[str]:
@@ -187,8 +190,9 @@ class FeedrateFilter:
         self._emit_ready()
         tail = self._emitter.flush()
         if tail:
-            self._write(tail)
+            self._write(tail, self._n)
         out, self._out = self._out, []
+        self.origins, self._origin = self._origin, []
         return out
 
     # -- input --------------------------------------------------------------------------------
@@ -389,8 +393,9 @@ class FeedrateFilter:
 
     # -- output -------------------------------------------------------------------------------
 
-    def _write(self, text: str) -> None:
+    def _write(self, text: str, line_no: int) -> None:
         self._out.append(text)
+        self._origin.append(line_no)
         self._lines_out += text.count("\n")
 
     def _safe_until(self) -> float:
@@ -427,6 +432,7 @@ class FeedrateFilter:
                     self._pending_s -= item.duration_s
                     text = self._emitter.passthrough(item.block)
                     self._out.append(text)
+                    self._origin.append(item.block.line_no)
                     self._lines_out += 1 if text is item.block.text else text.count("\n")
                     self._emitted_s = item.s1
                     continue
@@ -444,14 +450,14 @@ class FeedrateFilter:
 
     def _emit_one_unchecked(self, item: _Item) -> None:
         if item.kind != _MOVE:
-            self._write(self._emitter.passthrough(item.block))
+            self._write(self._emitter.passthrough(item.block), item.block.line_no)
             if item.kind == _BREAK and item.prim is not None:
                 self._emitted_s = item.s1
             return
         self._pending_s -= item.duration_s
         if self._inside is None and (not self._windows
                                      or self._windows[0].s_entry >= item.s1 - _TINY_MM):
-            self._write(self._emitter.passthrough(item.block))
+            self._write(self._emitter.passthrough(item.block), item.block.line_no)
         else:
             self._replace(item)
         self._emitted_s = item.s1
@@ -493,13 +499,13 @@ class FeedrateFilter:
             block.start_mm, points, dts, units, self._dialect.coordinate_decimals(units),
             block.modal.distance is DistanceMode.INCREMENTAL)
         if block.modal.feed_mode is FeedMode.INVERSE_TIME or self.machine.inverse_time:
-            self._write(self._emitter.replace(block, points, durations_s=dts))
+            self._write(self._emitter.replace(block, points, durations_s=dts), block.line_no)
         else:
             # Feeds from the positions the controller really takes (the written, rounded
             # coordinates): on a segment of a few micrometres rounding is a large part of it.
             feeds = [max(math.dist(a, b), 1e-12) / dt for a, b, dt in
                      zip([block.start_mm, *written[:-1]], written, dts, strict=True)]
-            self._write(self._emitter.replace(block, points, feeds_mm_s=feeds))
+            self._write(self._emitter.replace(block, points, feeds_mm_s=feeds), block.line_no)
 
     def _leave_window(self) -> None:
         self._inside = None
@@ -654,11 +660,28 @@ def filtered_lines(lines: Iterable[str], machine: MachineSettings, *,
                    source: str | None = None, filt: FeedrateFilter | None = None
                    ) -> Iterator[str]:
     """Like filter_lines, one output line per item (for a controller stream)."""
-    for chunk in filter_lines(lines, machine, source=source, filt=filt):
-        if chunk.count("\n") <= 1:
-            yield chunk
-        else:
-            yield from chunk.splitlines(keepends=True)
+    for line, _ in filtered_lines_with_origin(lines, machine, source=source, filt=filt):
+        yield line
 
 
-__all__ = ["AXIS_INDEX", "FeedrateFilter", "FilterStats", "filter_lines", "filtered_lines"]
+def filtered_lines_with_origin(lines: Iterable[str], machine: MachineSettings, *,
+                               source: str | None = None, filt: FeedrateFilter | None = None
+                               ) -> Iterator[tuple[str, int]]:
+    """(output line, the program line it comes from), one output line at a time."""
+    f = filt if filt is not None else FeedrateFilter(machine, source=source)
+
+    def split(chunks: list[str]) -> Iterator[tuple[str, int]]:
+        for chunk, origin in zip(chunks, f.origins, strict=True):
+            if chunk.count("\n") <= 1:
+                yield chunk, origin
+            else:
+                for line in chunk.splitlines(keepends=True):
+                    yield line, origin
+
+    for line in lines:
+        yield from split(f.feed(line))
+    yield from split(f.finish())
+
+
+__all__ = ["AXIS_INDEX", "FeedrateFilter", "FilterStats", "filter_lines", "filtered_lines",
+           "filtered_lines_with_origin"]
