@@ -144,7 +144,7 @@ class FeedrateFilter:
         self._out: list[str] = []
         self._origin: list[int] = []  # the program line each output chunk comes from
         self.origins: list[int] = []  # of the chunks feed() or finish() returned last
-        self._chord_eps: dict[Units, float] = {}
+        self._chord_eps_by_units: dict[Units, float] = {}
         # statistics
         self._lines_out = 0
         self._turning = self._modulated = self._too_short = self._at_start = self._forced = 0
@@ -176,6 +176,8 @@ class FeedrateFilter:
             self._append(_Item(block, _NEUTRAL, self._frontier, self._frontier, None, 0.0))
             if self._run_feed is None:
                 self._emit_ready()
+            elif len(self._items) - self._head > self.machine.lookahead.lines + 1:
+                self._advance()  # comment lines count against the lookahead too
         else:
             self._end_run()
             self._append(_Item(block, _BREAK, self._frontier, self._frontier, None, 0.0))
@@ -337,7 +339,7 @@ class FeedrateFilter:
             return
         reach = self._shape.excursion * feed * t_star
         spans = self._spans(tp.s - reach, tp.s + reach, p.seq)
-        chord_eps = self._chord_eps_for(spans, p)
+        chord_eps = self._chord_eps(self._items[p.seq - self._base])
         window = build_window(self._shape, tp.s, feed, t_star, spans, chord_eps, p.axes)
         self._windows.append(window)
         self._region_hi = window.region_hi
@@ -377,10 +379,10 @@ class FeedrateFilter:
                                    kappa=f.kappa, torsion=f.torsion)
         return min(p.tp.s - items[lo].s0, items[hi].s1 - p.tp.s, extent)
 
-    def _chord_eps_for(self, spans: list[Span], p: _Pending) -> float:
-        item = self._items[p.seq - self._base]
+    def _chord_eps(self, item: _Item) -> float:
+        """How far a chord may sag: eps less what rounding the written coordinates moves."""
         units = item.block.modal.units
-        eps = self._chord_eps.get(units)
+        eps = self._chord_eps_by_units.get(units)
         if eps is None:
             eps = self.machine.eps_mm - rounding_mm(self._dialect, inch=units is Units.INCH)
             if eps < 0.1 * self.machine.eps_mm:
@@ -388,7 +390,7 @@ class FeedrateFilter:
                                  f"eps_m {self.machine.eps_m:g} is too small for the rounding of "
                                  f"{units.name.lower()} coordinates in dialect "
                                  f"{self._dialect.name}", self._source)
-            self._chord_eps[units] = eps
+            self._chord_eps_by_units[units] = eps
         return eps
 
     # -- output -------------------------------------------------------------------------------
@@ -518,7 +520,7 @@ class FeedrateFilter:
         if span <= _TINY_MM:
             return
         prim = item.prim
-        step = chord_step_mm(prim, self._chord_eps_for_item(item))
+        step = chord_step_mm(prim, self._chord_eps(item))
         n = max(1, math.ceil(span / step)) if math.isfinite(step) else 1
         for k in range(1, n + 1):
             s = s_from + span * k / n
@@ -530,14 +532,6 @@ class FeedrateFilter:
                 chain.add(item.block.end_mm, 0.001 * span / n / feed)
             else:
                 chain.add(item.block.end_mm, span / n / feed)
-
-    def _chord_eps_for_item(self, item: _Item) -> float:
-        units = item.block.modal.units
-        eps = self._chord_eps.get(units)
-        if eps is None:
-            eps = self.machine.eps_mm - rounding_mm(self._dialect, inch=units is Units.INCH)
-            self._chord_eps[units] = eps
-        return eps
 
 
 class _Chain:
