@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.errors import EX_OK, CaptureError
+from agent.store import Estimate
+
+if TYPE_CHECKING:  # the estimator loads scipy: imported by the command, not by `jha --help`
+    from agent.estimation.identification import IndicatorRow
 
 CAPTURE_SUFFIXES = (".npz", ".csv")
 
@@ -61,6 +67,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cutoff-hz", type=float, help="position filter cut-off (default 5x bandwidth)")
     p.add_argument("--decimation", type=int, default=20)
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    from agent.cli_report import add_record_options
+
+    add_record_options(p)
     p.set_defaults(func=_cmd_identify)
 
 
@@ -82,12 +91,29 @@ def capture_files(paths: Sequence[Path]) -> list[Path]:
     return files
 
 
+def identification_estimates(
+    rows: Sequence[IndicatorRow], detail: Mapping[str, Any]
+) -> dict[str, list[Estimate]]:
+    """History records of indicator rows, by joint in row order; the relative sd in the
+    detail. A non-finite value cannot be stored and is left out."""
+    by_joint: dict[str, list[Estimate]] = {}
+    for r in rows:
+        found = by_joint.setdefault(r.joint, [])
+        if math.isfinite(r.value):
+            found.append(Estimate(r.indicator, r.value, r.unit,
+                                  {**detail, "rel_std_pct": r.rel_std_pct}))
+    return by_joint
+
+
 def _cmd_identify(args: argparse.Namespace) -> int:
     from agent.capture_io import load_capture
+    from agent.cli_report import record_joint_estimates, recording_target
     from agent.estimation.identification import IdentificationSettings, identify
     from agent.estimation.signal_chain import FilterSettings
     from agent.models.robot import load_robot
 
+    target = recording_target(args)  # a bad config or controller fails before the fit
+    started = datetime.now(UTC)
     robot = load_robot(args.robot)
     files = capture_files(args.capture)
     captures = [load_capture(f) for f in files]
@@ -102,6 +128,13 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         settings = replace(settings, max_condition_number=args.max_condition)
     where = str(args.capture[0]) if len(args.capture) == 1 else f"{len(files)} capture files"
     result = identify(captures, robot, settings, where=where)
+    if target is not None:
+        detail = {"method": result.method, "model": result.model, "source": where}
+        recorded = identification_estimates(result.indicator_rows(), detail)
+        record_joint_estimates(target[0], target[1], "identification", recorded, started)
+        # stderr: --json output on stdout stays one JSON document
+        print(f"recorded {sum(map(len, recorded.values()))} indicators of {len(recorded)} "
+              f"joints in {target[0]} (controller {target[1]})", file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return EX_OK

@@ -18,6 +18,7 @@ import argparse
 import json
 import math
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,7 @@ from agent.models.compliance import (
     with_payload,
 )
 from agent.models.robot import load_robot
+from agent.store import Estimate
 
 if TYPE_CHECKING:  # the estimators load scipy: imported by the commands, not by `jha --help`
     from agent.estimation.stiffness import StiffnessEstimate, StiffnessPrior
@@ -293,9 +295,32 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def stiffness_estimates(
+    est: StiffnessEstimate, source: str
+) -> tuple[dict[str, list[Estimate]], dict[str, str]]:
+    """History records of an estimate: stiffness_nm_rad per identified joint (sd and interval
+    in the detail), and the joints the data did not inform with the reason they are left out
+    (their value is the prior's: recording it would fake a trend)."""
+    recorded: dict[str, list[Estimate]] = {}
+    skipped: dict[str, str] = {}
+    for i, name in enumerate(est.joint_names):
+        if name in est.unidentified:
+            skipped[name] = f"{est.method}: stiffness not determined by the data (prior only)"
+            continue
+        lo, hi = est.intervals_nm_rad[i]
+        detail = {"std": float(est.std_nm_rad[i]), "interval": [float(lo), float(hi)],
+                  "confidence": 1.0 - est.alpha, "method": est.method, "source": source,
+                  "converged": est.converged}
+        recorded[name] = [Estimate("stiffness_nm_rad", float(est.k_nm_rad[i]), "N·m/rad", detail)]
+    return recorded, skipped
+
+
 def _cmd_estimate(args: argparse.Namespace) -> int:
+    from agent.cli_report import record_joint_estimates, recording_target
     from agent.estimation.stiffness import estimate_dual_encoder, estimate_stiffness
 
+    target = recording_target(args)  # a bad config or controller fails before the fit
+    started = datetime.now(UTC)
     model = _model(args)
     prior = _prior(model, args)
     if args.method == "dual-encoder":
@@ -311,6 +336,12 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         _print_json(data)
     else:
         _print_estimate(est)
+    if target is not None:
+        recorded, skipped = stiffness_estimates(est, str(args.file))
+        record_joint_estimates(target[0], target[1], "stiffness", recorded, started, skipped)
+        # stderr: --json output on stdout stays one JSON document
+        print(f"recorded stiffness of {len(recorded)} joints in {target[0]} "
+              f"(controller {target[1]})", file=sys.stderr)
     return EX_OK
 
 
@@ -430,6 +461,9 @@ def register(subparsers: Any) -> None:
     e.add_argument("file", type=Path, metavar="MEAS.csv")
     e.add_argument("--alpha", type=float, default=0.05, help="1 - confidence (0.05)")
     e.add_argument("-o", "--output", type=Path, metavar="ESTIMATE.json")
+    from agent.cli_report import add_record_options
+
+    add_record_options(e)
     e.set_defaults(func=_cmd_estimate)
 
     p = sub.add_parser("predict", help="TCP deviation under a force, with its uncertainty")

@@ -336,6 +336,8 @@ class Agent:
             )
 
     def _write_report(self, ctrl: ControllerSettings, jobs: list[_JointJob]) -> None:
+        from agent.report import indicator_summaries
+
         created = _utcnow()
         joints: list[JointReport] = []
         with HistoryStore(self.state_dir / "history.sqlite") as store:
@@ -351,6 +353,7 @@ class Agent:
                         history=history,
                         capture_path=None if job.capture_path is None else str(job.capture_path),
                         error=job.error,
+                        indicators=indicator_summaries(store, ctrl.name, job.joint.name),
                     )
                 )
         report = Report(

@@ -4,7 +4,12 @@ JSON schema "jha.report/1" (keys only ever get added within a major version):
   schema, created_at, agent_version, host, machines[], summary{worst_status, counts{status: n}},
   joints[]{controller, joint, status, reason, indicator, value, unit, limits{watch, alert},
            error, capture_path, result (BacklashResult.to_dict, or null), trend (Trend.to_dict,
-           or null), history[]{time, value}}
+           or null), history[]{time, value}, indicators[] (see below)}
+  (indicators and indicator_joints are there only when not empty.)
+  indicator_joints[]: joints with no backlash cycle but other indicators (stiffness,
+           identification); same keys as joints[], status "unknown", not counted in summary.
+  indicators[]{indicator, unit, latest_value, latest_time, n_points, trend (no limits, or
+           null), history[]{time, value}}: each non-backlash indicator of the joint's history.
 Non-finite numbers are written as null so that the file is strict JSON.
 
 The HTML needs no network and no JavaScript: inline CSS, inline SVG (in HTML5 an inline <svg>
@@ -30,11 +35,51 @@ from agent.atomic import atomic_write_text
 from agent.config import ThresholdSettings
 from agent.estimation.results import BacklashResult
 from agent.health import Status, Trend, assess_backlash, days_since, indicator_info, trend, worst
-from agent.store import TrendPoint
+from agent.store import HistoryStore, TrendPoint
 from agent.svg import HLine, Series, clean_text, line_plot
 
 REPORT_SCHEMA = "jha.report/1"
 TABLE_WIDTH = 100
+
+
+@dataclass(frozen=True)
+class IndicatorSummary:
+    """One non-backlash indicator of a joint (stiffness, friction...) over its history."""
+
+    indicator: str
+    unit: str
+    history: Sequence[TrendPoint]
+    trend: Trend | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "history", tuple(self.history))
+
+    @property
+    def latest(self) -> TrendPoint | None:
+        return self.history[-1] if self.history else None
+
+    def to_dict(self) -> dict[str, Any]:
+        last = self.latest
+        return {
+            "indicator": self.indicator,
+            "unit": self.unit,
+            "latest_value": None if last is None else last.value,
+            "latest_time": None if last is None else last.time_iso,
+            "n_points": len(self.history),
+            "trend": None if self.trend is None else self.trend.to_dict(),
+            "history": [p.to_dict() for p in self.history],
+        }
+
+
+def indicator_summaries(
+    store: HistoryStore, controller: str, joint: str
+) -> tuple[IndicatorSummary, ...]:
+    """Every non-backlash indicator of the joint in the history, with a trend (no limits)."""
+    found = []
+    for name, unit in store.indicators(controller, joint):
+        points = store.history(controller, joint, name)
+        found.append(IndicatorSummary(name, unit, points, trend(points, indicator=name)))
+    return tuple(found)
 
 
 @dataclass(frozen=True)
@@ -51,9 +96,13 @@ class JointReport:
     capture_path: str | None
     # The indicator judged and trended; derived from the result when not given.
     indicator: str | None = None
+    # The judged value when there is no result in hand (a report built from the history).
+    latest_value: float | None = None
+    indicators: Sequence[IndicatorSummary] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "history", tuple(self.history))
+        object.__setattr__(self, "indicators", tuple(self.indicators))
 
     @property
     def indicator_name(self) -> str:
@@ -66,7 +115,7 @@ class JointReport:
     @property
     def value(self) -> float | None:
         if self.result is None:
-            return None
+            return self.latest_value
         if self.indicator_name == "backlash_rad":
             return self.result.backlash_rad
         return self.result.amplitude_rad_s
@@ -83,10 +132,13 @@ class Report:
     joints: tuple[JointReport, ...]
     agent_version: str = __version__
     host: str = ""
+    # Joints with other indicators only (no backlash cycle): shown, but given no status.
+    indicator_joints: tuple[JointReport, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "machines", tuple(self.machines))
         object.__setattr__(self, "joints", tuple(self.joints))
+        object.__setattr__(self, "indicator_joints", tuple(self.indicator_joints))
 
     @property
     def worst_status(self) -> Status:
@@ -111,6 +163,7 @@ def joint_report(
     capture_path: str | None = None,
     error: str | None = None,
     indicator: str | None = None,
+    indicators: Sequence[IndicatorSummary] = (),
 ) -> JointReport:
     """Verdict and trend of one joint. `history` is the judged indicator's, this cycle included."""
     verdict = assess_backlash(result, thresholds)
@@ -122,7 +175,7 @@ def joint_report(
     return JointReport(
         controller=controller, joint=joint, status=status, verdict_reason=reason, result=result,
         error=error, thresholds=thresholds, trend=trend(history, watch, alert, name),
-        history=history, capture_path=capture_path, indicator=name,
+        history=history, capture_path=capture_path, indicator=name, indicators=indicators,
     )
 
 
@@ -143,7 +196,7 @@ def report_dir(state_dir: str | Path, created_at: datetime) -> Path:
 
 def joint_to_dict(j: JointReport, evidence: bool = False) -> dict[str, Any]:
     watch, alert = j.limits
-    return {
+    found = {
         "controller": j.controller,
         "joint": j.joint,
         "status": j.status.value,
@@ -158,13 +211,16 @@ def joint_to_dict(j: JointReport, evidence: bool = False) -> dict[str, Any]:
         "trend": None if j.trend is None else j.trend.to_dict(),
         "history": [p.to_dict() for p in j.history],
     }
+    if j.indicators:
+        found["indicators"] = [s.to_dict() for s in j.indicators]
+    return found
 
 
 def report_to_dict(report: Report, evidence: bool = False) -> dict[str, Any]:
     counts = {s.value: 0 for s in Status}
     for j in report.joints:
         counts[j.status.value] += 1
-    return _json_safe({
+    found = {
         "schema": REPORT_SCHEMA,
         "created_at": report.created_at_iso,
         "agent_version": report.agent_version,
@@ -172,7 +228,10 @@ def report_to_dict(report: Report, evidence: bool = False) -> dict[str, Any]:
         "machines": list(report.machines),
         "summary": {"worst_status": report.worst_status.value, "counts": counts},
         "joints": [joint_to_dict(j, evidence) for j in report.joints],
-    })
+    }
+    if report.indicator_joints:
+        found["indicator_joints"] = [joint_to_dict(j, evidence) for j in report.indicator_joints]
+    return _json_safe(found)
 
 
 def write_report(report: Report, directory: str | Path) -> tuple[Path, Path]:
@@ -267,7 +326,7 @@ def short_reason(j: JointReport) -> str:
 
 def value_text(j: JointReport) -> str:
     """Backlash in mrad, or the amplitude A when uncalibrated."""
-    if j.result is None:
+    if j.value is None:
         return "-"
     info = indicator_info(j.indicator_name)
     prefix = "A " if j.indicator_name == "amplitude_rad_s" else ""
@@ -286,6 +345,10 @@ def summary_table(report: Report, width: int = TABLE_WIDTH) -> str:
     for j in report.joints:
         lines.append(row(f"{j.controller}/{j.joint}", value_text(j), j.status.value.upper(),
                          short_reason(j)))
+    for j in report.indicator_joints:
+        text = ", ".join(f"{s.indicator} {_num(s.latest.value, '.4g', s.unit)}"
+                         for s in j.indicators if s.latest is not None)
+        lines.append(row(f"{j.controller}/{j.joint}", "-", "-", text))
     lines.append(_cell(f"worst: {report.worst_status.value.upper()}  ({len(report.joints)} joints)",
                        width))
     return "\n".join(line.rstrip() for line in lines)
@@ -339,6 +402,13 @@ def _summary_html(report: Report) -> str:
             f'<tr><td>{_e(j.controller)}</td><td><a href="#joint-{i}">{_e(j.joint)}</a></td>'
             f'<td class="num">{_e(value_text(j))}</td><td>{_badge(j.status)}</td>'
             f"<td>{_e(reason_text(j))}</td></tr>"
+        )
+    for i, j in enumerate(report.indicator_joints, len(report.joints)):
+        shown = ", ".join(f"{s.indicator} {_num(s.latest.value, '.4g', s.unit)}"
+                          for s in j.indicators if s.latest is not None)
+        rows.append(
+            f'<tr><td>{_e(j.controller)}</td><td><a href="#joint-{i}">{_e(j.joint)}</a></td>'
+            f'<td class="num">-</td><td>-</td><td>{_e(shown)}</td></tr>'
         )
     return (
         "<table><thead><tr><th>controller</th><th>joint</th><th>value</th><th>status</th>"
@@ -420,7 +490,42 @@ def _diagnostics_html(j: JointReport) -> str:
     return f"<table class=\"diag\"><tbody>{body}</tbody></table>"
 
 
+def _indicators_html(j: JointReport) -> str:
+    """'Other indicators': a compact table and one small trend plot per indicator."""
+    rows = []
+    for s in j.indicators:
+        slope = "n/a" if s.trend is None else _num(s.trend.slope_per_day, "+.3g", f"{s.unit}/day")
+        latest = "n/a" if s.latest is None else _num(s.latest.value, ".5g", s.unit)
+        rows.append(f"<tr><td>{_e(s.indicator)}</td><td class=\"num\">{_e(latest)}</td>"
+                    f'<td class="num">{len(s.history)}</td><td class="num">{_e(slope)}</td></tr>')
+    parts = [
+        "<h3>Other indicators</h3>",
+        '<table class="indicators"><thead><tr><th>indicator</th><th>latest</th><th>points</th>'
+        "<th>trend per day</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>",
+    ]
+    for s in j.indicators:
+        if len(s.history) < 2:
+            continue  # one point is in the table; a plot of it says nothing more
+        days = days_since(s.history)
+        series = [Series(s.indicator, days, np.array([p.value for p in s.history]), markers=True)]
+        if s.trend is not None:
+            x = np.array([0.0, float(days[-1])])
+            series.append(Series("Theil-Sen trend", x, np.array([s.trend.line_at(v) for v in x]),
+                                 color="#555555", dashed=True))
+        parts.append(line_plot(series, title=f"Trend of {s.indicator}", width=480, height=220,
+                               x_label=f"days since {_when(s.history[0].time_iso)}",
+                               y_label=f"{s.indicator} [{s.unit}]", xmlns=False))
+    return "\n".join(parts)
+
+
 def _joint_html(i: int, j: JointReport) -> str:
+    if j.result is None and j.value is None and not j.history and j.indicators and not j.error:
+        # Only other indicators: no backlash verdict to show.
+        return "\n".join([
+            f'<section class="joint" id="joint-{i}">',
+            f"<h2>{_e(j.controller)} / {_e(j.joint)}</h2>",
+            _indicators_html(j), "</section>",
+        ])
     parts = [
         f'<section class="joint" id="joint-{i}">',
         f"<h2>{_e(j.controller)} / {_e(j.joint)} {_badge(j.status)}</h2>",
@@ -434,6 +539,8 @@ def _joint_html(i: int, j: JointReport) -> str:
     parts.append(_trend_svg(j))
     parts.append(f"<h3>{'Fit diagnostics' if j.result is not None else 'Evidence'}</h3>")
     parts.append(_diagnostics_html(j))
+    if j.indicators:
+        parts.append(_indicators_html(j))
     parts.append("</section>")
     return "\n".join(parts)
 
@@ -453,7 +560,8 @@ def render_html(report: Report) -> str:
         f" Machines: {_e(machines)}. Worst status: {_badge(report.worst_status)}</p>\n"
     )
     summary = f"<h2>Summary</h2>\n{_summary_html(report)}\n"
-    joints = "\n".join(_joint_html(i, j) for i, j in enumerate(report.joints))
+    everyone = (*report.joints, *report.indicator_joints)
+    joints = "\n".join(_joint_html(i, j) for i, j in enumerate(everyone))
     foot = (f'\n<p class="note">Report schema {_e(REPORT_SCHEMA)}; the same data is in '
             "report.json beside this file.</p>\n</body>\n</html>\n")
     return head + header + summary + joints + foot

@@ -31,6 +31,9 @@ from agent.estimation.results import BacklashResult
 
 OUTCOMES = ("ok", "aborted", "rejected", "error")
 
+# What a backlash cycle records (estimates_for); every other indicator is "other" to the report.
+BACKLASH_INDICATORS = ("amplitude_rad_s", "backlash_rad")
+
 # Fixed-width UTC text so that ORDER BY on the text is chronological order.
 _ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
 
@@ -401,6 +404,29 @@ class HistoryStore:
             (controller, joint, indicator, -1 if limit is None else int(limit)),
         ).fetchall()
         return [TrendPoint(t, float(v)) for t, v in reversed(rows)]
+
+    def indicators(
+        self, controller: str, joint: str, exclude: Sequence[str] = BACKLASH_INDICATORS
+    ) -> list[tuple[str, str]]:
+        """(indicator, unit) recorded by successful cycles of a joint, by name; the backlash
+        ones left out. The unit is the latest cycle's (a unit should never change anyway)."""
+        rows = self._conn.execute(
+            "SELECT e.indicator, e.unit FROM estimates e JOIN cycles c ON c.id = e.cycle_id"
+            " WHERE c.controller = ? AND c.joint = ? AND c.outcome = 'ok'"
+            " ORDER BY c.started_at, c.id",
+            (controller, joint),
+        ).fetchall()
+        found = {str(i): str(u) for i, u in rows if i not in exclude}
+        return sorted(found.items())
+
+    def joints(self, controller: str) -> list[str]:
+        """Every joint of a controller with a cycle in the history, in order of first cycle."""
+        rows = self._conn.execute(
+            "SELECT joint FROM cycles WHERE controller = ? GROUP BY joint"
+            " ORDER BY MIN(started_at), MIN(id)",
+            (controller,),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
 
     def latest(
         self, controller: str, joint: str, outcome: str | None = None

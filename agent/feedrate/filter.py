@@ -121,6 +121,8 @@ class FeedrateFilter:
         self._planner = WindowPlanner(machine.axis_params(), self._shape, policy=mod.policy,
                                       cap_s=mod.half_window_s)
         self._reach_per_feed = mod.half_window_s * self._shape.excursion * (1.0 + 1e-9)
+        self._look_lines = machine.lookahead.lines
+        self._look_s = machine.lookahead.seconds
         self._state = FastModalState(position_mm=start_mm, source=source)
         self._tracker = TurningPointTracker()
         self._emitter = GcodeEmitter(machine.emitter_dialect, inverse_time=machine.inverse_time)
@@ -205,14 +207,14 @@ class FeedrateFilter:
     def _move(self, block: Block, motion: Motion) -> None:
         arc = block.arc
         prim = LineSegment(block.start_mm, block.end_mm) if arc is None else arc
-        tracker = self._tracker
-        s0 = tracker.arc_length
-        tps = tracker.feed(prim)
-        s1 = tracker.arc_length
+        # The tracker's arc length is the frontier: both add each positive length in turn.
+        s0 = self._frontier
+        tps = self._tracker.feed(prim)
+        s1 = s0 + prim.length
+        self._frontier = s1
         feed = block.feed_mm_s
         if motion is Motion.RAPID or feed is None:
             self._end_run()
-            self._frontier = s1
             self._append(_Item(block, _BREAK, s0, s1, prim, 0.0))
             self._emit_ready()
             return
@@ -227,18 +229,43 @@ class FeedrateFilter:
         items = self._items
         items.append(item)
         self._pending_s += duration
-        self._frontier = s1
         if tps:
             self._turning_points(tps, item, feed, len(items) - 1 + self._base)
         self._last_move = item
         # The lookahead (the line just read never counts: a block longer than the lookahead
         # is still held until the next one shows whether its end is a turning point).
-        lookahead = self.machine.lookahead
-        if (self._tps or len(items) - self._head > lookahead.lines + 1
-                or self._pending_s - duration > lookahead.seconds):
+        head = self._head
+        n = len(items)
+        if (self._tps or n - head > self._look_lines + 1
+                or self._pending_s - duration > self._look_s):
             self._advance()
-        else:
+            return
+        if self._windows or self._inside is not None:
             self._emit_ready()
+            return
+        # The common case, inline: no window near, write what no future window can reach.
+        if n - head > self._max_pending:
+            self._max_pending = n - head
+        limit = s1 - feed * self._reach_per_feed
+        emitter, out, origin = self._emitter, self._out, self._origin
+        while head < n:
+            it = items[head]
+            if it.kind == _MOVE:
+                if it.s1 > limit:
+                    break
+                self._pending_s -= it.duration_s
+                self._emitted_s = it.s1
+            head += 1
+            blk = it.block
+            text = emitter.passthrough(blk)
+            out.append(text)
+            origin.append(blk.line_no)
+            self._lines_out += 1 if text is blk.text else text.count("\n")
+        self._head = head
+        if head >= 128 and head * 2 >= n:
+            del items[:head]
+            self._base += head
+            self._head = 0
 
     def _turning_points(self, tps: list[TurningPoint], item: _Item, feed: float,
                         seq: int) -> None:

@@ -69,6 +69,7 @@ class UnitShape:
     inverse: tuple[tuple[tuple[float, ...], tuple[float, ...]], ...]
     excursion: float  # max |sigma|: the window's reach on the path per unit V t*
     half_arc: float  # sigma(1) = s*/(V t*) (eq. 27)
+    stop_taus: frozenset[float] = frozenset()  # where the feed passes through zero
 
     @property
     def time_penalty(self) -> float:
@@ -122,7 +123,8 @@ def unit_shape(ratio: float, degree: int, segments: int, retrograde: bool) -> Un
             sig, tau = sig[::-1], tau[::-1]
         inverse.append((tuple(sig.tolist()), tuple(tau.tolist())))
     return UnitShape(prof, tuple(base.tolist()), tuple(sigma(base).tolist()), tuple(pieces),
-                     tuple(inverse), float(prof.excursion_m), float(prof.half_arc_m))
+                     tuple(inverse), float(prof.excursion_m), float(prof.half_arc_m),
+                     frozenset(float(t) for t in base if any(abs(t - x) < 1e-15 for x in stops)))
 
 
 # ------------------------------------------------------------------------------- geometry
@@ -355,6 +357,7 @@ def build_window(shape: UnitShape, tp_s: float, feed_mm_s: float, half_window_s:
                 if lo < u < hi:
                     samples.append((shape.tau_at(p, u), e, e))
         samples.sort(key=_first)
+        samples = _thin(shape, samples)
     starts = [sp.s0 for sp in spans]
     steps = [chord_step_mm(sp.prim, chord_eps_mm) for sp in spans]
     if any(st != math.inf for st in steps):
@@ -418,6 +421,32 @@ def _arc_end_step(sp: Span, s_list: list[float], t_list: list[float], points: li
 
 def _first(sample: tuple[float, float, float | None]) -> float:
     return sample[0]
+
+
+def _thin(shape: UnitShape, samples: list[tuple[float, float, float | None]]
+          ) -> list[tuple[float, float, float | None]]:
+    """Drop the uniform samples that lie within half their spacing of a block end: the block
+    end then marks that step of the speed (every block a window touches is written as its own
+    segments anyway), and short blocks get one segment instead of two or three."""
+    n = len(samples)
+    if n < 3:
+        return samples
+    base = shape.base_tau
+    out = [samples[0]]
+    for k in range(1, n - 1):
+        tau, _, end = samples[k]
+        if end is None and tau not in shape.stop_taus:
+            i = bisect.bisect_left(base, tau)
+            lo = base[i] - base[i - 1] if 0 < i < len(base) else math.inf
+            hi = base[i + 1] - base[i] if i + 1 < len(base) else math.inf
+            half = 0.5 * min(lo, hi)
+            before, after = samples[k - 1], samples[k + 1]
+            if ((before[2] is not None and tau - before[0] < half)
+                    or (after[2] is not None and after[0] - tau < half)):
+                continue
+        out.append(samples[k])
+    out.append(samples[-1])
+    return out
 
 
 def _subdivide_arcs(shape: UnitShape, tp_s: float, inv: float,
