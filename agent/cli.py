@@ -241,8 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
     drv.set_defaults(func=_cmd_drivers)
 
     # Command groups of the other estimators live beside their code.
-    from agent import cli_identify, cli_report, cli_stiffness
+    from agent import cli_feedrate, cli_identify, cli_report, cli_stiffness
 
+    cli_feedrate.register(sub)
     cli_stiffness.register(sub)
     cli_identify.register(sub)
     cli_report.register(sub)

@@ -1,28 +1,15 @@
-"""Modulation windows for the streaming filter: the unit profile, the choice of t*, the samples.
+"""Modulation windows for the streaming filter: the unit profile and the samples of a window.
 
 The profile of eq. 26 scales: at feed V and half-window t* the arc length about the turning
 point is s(t) = V t* sigma(tau), t = t* (2 tau - 1), with sigma the arc of the same profile at
 V = 1, t* = 1 (eqs. 27-29). `UnitShape` tabulates sigma once per machine, so a window costs a
-few vectorised numpy operations, not a new polynomial.
+few dozen float operations, not a new polynomial. The choice of t* is agent.feedrate.filter_plan's.
 
-t* (`WindowPlanner`): policy "fixed" takes the machine's half_window_s; policy "shortest" the
-least t* whose backlash take-up, simulated on the dead-zone axis model (agent.models.axis_pid,
-the gap opening when the axis really reverses), ends inside the window (section 5.3: t* >= dt),
-at most half_window_s. The command seen by the reversing axis depends on the geometry:
-  * smooth turning points (arc quadrant points, tangent-continuous vertices, and vertices of
-    finely chorded curves, whose radius is the circle through the neighbouring vertices) use
-    the osculating circle, X = rho (cos(s/rho) - 1) (eq. 30, `take_up_instant_s`);
-  * corners use the two straight legs, X = a_in s for s < 0 and a_out s after.
-A simulation takes ~40 ms and a bisection ~10 of them, so results are cached per axis, feed
-(2 % bins), radius (5 % bins) or leg components (0.02 steps), in a bounded LRU.
-The geometry then caps t*: the window's excursion must fit the room on both sides of the
-turning point (neighbouring windows, the lookahead, the feed run) and, for smooth points, the
-stretch over which the osculating circle stays within eps of the path (eq. 6; for G-code arcs
-the contiguous arcs on the same circle).
-
-Samples (`build_window`): uniform in tau plus the instants where the feed stops (retrograde),
-plus every crossing of a block end (each chord then lies on one primitive, and a corner is
-passed exactly), plus subdivisions on arcs so that no chord sags more than the chord budget.
+Samples (`build_window`): the profile's base instants (equal steps of speed change, plus the
+instants where the feed stops, for retrograde profiles), every crossing of a block end (each
+chord then lies on one primitive, and a corner is passed exactly; base samples within half
+their spacing of one are dropped), and subdivisions on arcs so that no chord sags more than the
+chord budget. An arc whose end point is off its circle keeps its last straight step.
 """
 
 from __future__ import annotations
@@ -30,25 +17,18 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from agent.feedrate.geometry import ArcSegment, PathPrimitive, Vec3
-from agent.feedrate.profile import BernsteinFeedrate, symmetric_feedrate, take_up_instant_s
-from agent.models.axis import AxisParams
-from agent.models.axis_pid import simulate_axis
+from agent.feedrate.geometry import ArcSegment, LineSegment, PathPrimitive, Vec3
+from agent.feedrate.profile import BernsteinFeedrate, symmetric_feedrate
 
 Array = npt.NDArray[np.float64]
-AXIS_INDEX = {"X": 0, "Y": 1, "Z": 2}
-MM = 1e-3  # m per mm
 _DENSE = 4097
-_CACHE_SIZE = 512
-_LEAD_S = 1.5  # steady motion simulated before a window (start-up transient e^-gamma t)
 
 
 # ------------------------------------------------------------------------------- unit shape
@@ -127,163 +107,6 @@ def unit_shape(ratio: float, degree: int, segments: int, retrograde: bool) -> Un
                      frozenset(float(t) for t in base if any(abs(t - x) < 1e-15 for x in stops)))
 
 
-# ------------------------------------------------------------------------------- geometry
-
-
-class Geometry(NamedTuple):
-    """What the planner needs of a turning point: a radius (smooth) or the legs (corner).
-
-    `osculating` marks a smooth point on G-code arcs: the window must then stay on the arcs of
-    the same circle (the osculating circle's extent, eq. 6)."""
-
-    kind: Literal["smooth", "corner"]
-    radius_mm: float
-    tangent_in: Vec3
-    tangent_out: Vec3
-    osculating: bool = False
-
-
-def circumradius(a: Vec3, b: Vec3, c: Vec3) -> float:
-    """Radius of the circle through three points (inf when they are collinear)."""
-    ab, bc, ca = math.dist(a, b), math.dist(b, c), math.dist(c, a)
-    u = (b[0] - a[0], b[1] - a[1], b[2] - a[2])
-    v = (c[0] - a[0], c[1] - a[1], c[2] - a[2])
-    cross = (u[1] * v[2] - u[2] * v[1], u[2] * v[0] - u[0] * v[2], u[0] * v[1] - u[1] * v[0])
-    twice_area = math.sqrt(cross[0] ** 2 + cross[1] ** 2 + cross[2] ** 2)
-    if twice_area <= 1e-15 * max(ab * bc, 1e-300):
-        return math.inf
-    return ab * bc * ca / (2.0 * twice_area)
-
-
-# ------------------------------------------------------------------------------- planner
-
-
-def _bin(value: float, step: float) -> float:
-    """value rounded to a logarithmic grid of relative spacing `step`."""
-    k = round(math.log(value) / math.log1p(step))
-    return math.exp(k * math.log1p(step))
-
-
-def shortest_half_window(take_up: Callable[[float], float | None], cap_s: float,
-                         rel_tol: float = 1e-3) -> tuple[float, bool]:
-    """Least t* in (0, cap] with take_up(t*) <= t* (bisection), and whether one exists."""
-    end = take_up(cap_s)
-    if end is None or end > cap_s:
-        return cap_s, False
-    lo, hi = 0.0, cap_s
-    while hi - lo > rel_tol * hi:
-        mid = 0.5 * (lo + hi)
-        e = take_up(mid)
-        if e is not None and e <= mid:
-            hi = mid
-        else:
-            lo = mid
-    return hi, True
-
-
-def corner_take_up_s(axis: AxisParams, profile: BernsteinFeedrate, a_in: float, a_out: float,
-                     *, step_s: float = 1e-3) -> float | None:
-    """When the gear has taken up the backlash at a corner whose legs move the axis with
-    direction cosines a_in then a_out (opposite signs), t = 0 at the corner; None if a gap is
-    still open a window-length after the window (as take_up_instant_s for the circle)."""
-
-    def command(t: Array) -> tuple[Array, Array]:
-        s = np.asarray(profile.arc_length_m(t))
-        a = np.where(s < 0.0, a_in, a_out)
-        return a * s, a * np.asarray(profile.speed_m_s(t))
-
-    window = profile.window_end_s - profile.window_start_s
-    run = simulate_axis(axis, command, profile.window_start_s - _LEAD_S,
-                        profile.window_end_s + window, step_s=step_s, trigger="reversal")
-    ends = [i.end_s for i in run.intervals if i.start_s <= profile.window_end_s]
-    if not ends or any(e is None for e in ends):
-        return None
-    return float(max(e for e in ends if e is not None))
-
-
-@dataclass(frozen=True)
-class PlanStats:
-    simulated: int
-    cache_hits: int
-    not_contained: int  # keys where even the longest window ends before the take-up
-
-    def to_dict(self) -> dict[str, int]:
-        return {"simulated": self.simulated, "cache_hits": self.cache_hits,
-                "not_contained": self.not_contained}
-
-
-class WindowPlanner:
-    """t* needed at a turning point (policy "shortest") or the machine's t* ("fixed")."""
-
-    def __init__(self, axes: dict[str, AxisParams], shape: UnitShape, *,
-                 policy: Literal["shortest", "fixed"], cap_s: float) -> None:
-        self.axes = axes
-        self.shape = shape
-        self.policy = policy
-        self.cap_s = cap_s
-        self._cache: OrderedDict[tuple[object, ...], float] = OrderedDict()
-        self._simulated = self._hits = self._not_contained = 0
-
-    @property
-    def stats(self) -> PlanStats:
-        return PlanStats(self._simulated, self._hits, self._not_contained)
-
-    def needed_s(self, axes: Sequence[str], feed_mm_s: float, geom: Geometry) -> float:
-        """The t* the reversing `axes` need at this feed and geometry (at most cap_s)."""
-        if self.policy == "fixed":
-            return self.cap_s
-        need = 0.0
-        for name in axes:
-            params = self.axes.get(name)
-            if params is None or params.backlash_motor_rad == 0.0:
-                continue
-            need = max(need, self._needed_axis(name, params, feed_mm_s, geom))
-        return need
-
-    def _needed_axis(self, name: str, params: AxisParams, feed_mm_s: float,
-                     geom: Geometry) -> float:
-        v = _bin(feed_mm_s * MM, 0.02)
-        if geom.kind == "smooth":
-            key: tuple[object, ...] = (name, "smooth", v, _bin(geom.radius_mm * MM, 0.05))
-        else:
-            k = AXIS_INDEX[name]
-            key = (name, "corner", v, round(abs(geom.tangent_in[k]) / 0.02) * 0.02,
-                   round(abs(geom.tangent_out[k]) / 0.02) * 0.02)
-        hit = self._cache.get(key)
-        if hit is not None:
-            self._cache.move_to_end(key)
-            self._hits += 1
-            return hit
-        coeffs = tuple(c * v for c in self.shape.profile.coefficients_m_s)
-
-        def profile(ts: float) -> BernsteinFeedrate:
-            return BernsteinFeedrate(coeffs, ts)
-
-        def step(ts: float) -> float:
-            return min(1e-3, ts / 50.0)
-
-        take_up: Callable[[float], float | None]
-        if geom.kind == "smooth":
-            radius_m = float(key[3])  # type: ignore[arg-type]
-
-            def take_up(ts: float) -> float | None:
-                return take_up_instant_s(params, profile(ts), radius_m, step_s=step(ts),
-                                         lead_s=_LEAD_S)
-        else:
-            a_in, a_out = float(key[3]), -float(key[4])  # type: ignore[arg-type]
-
-            def take_up(ts: float) -> float | None:
-                return corner_take_up_s(params, profile(ts), a_in, a_out, step_s=step(ts))
-
-        value, contained = shortest_half_window(take_up, self.cap_s)
-        self._simulated += 1
-        self._not_contained += not contained
-        self._cache[key] = value
-        if len(self._cache) > _CACHE_SIZE:
-            self._cache.popitem(last=False)
-        return value
-
-
 # ------------------------------------------------------------------------------- windows
 
 
@@ -302,7 +125,9 @@ class Window:
     """The samples of one modulation window, in time order (absolute path arc s in mm).
 
     `last[b]` is the last sample index at block end b (exact vertex): the filter cuts the
-    sample sequence there, so each replaced block ends on its own end point."""
+    sample sequence there, so each replaced block ends on its own end point. `inner[k]`: the
+    sample lies inside a straight block, so leaving it out keeps the path (its neighbours are
+    on the same line or are that line's ends)."""
 
     tp_s: float
     feed_mm_s: float
@@ -311,6 +136,7 @@ class Window:
     t: list[float]
     points: list[Vec3]
     last: dict[float, int]
+    inner: list[bool]
     region_lo: float
     region_hi: float
     axes: tuple[str, ...]
@@ -366,6 +192,7 @@ def build_window(shape: UnitShape, tp_s: float, feed_mm_s: float, half_window_s:
     last: dict[float, int] = {}
     s_list: list[float] = []
     t_list: list[float] = []
+    inner: list[bool] = []
     by_end = {sp.s1: i for i, sp in enumerate(spans)}
     n_spans = len(spans)
     prev_span = -1  # span of the previous sample; -2 - i: at the end of span i
@@ -375,28 +202,30 @@ def build_window(shape: UnitShape, tp_s: float, feed_mm_s: float, half_window_s:
             i = by_end[end]
             sp = spans[i]
             if prev_span == i:
-                _arc_end_step(sp, s_list, t_list, points, t)
+                _arc_end_step(sp, s_list, t_list, points, inner, t)
             last[end] = len(points)
             points.append(sp.end_mm)
             s_list.append(end)
             t_list.append(t)
+            inner.append(False)
             prev_span = -2 - i
             continue
         j = bisect.bisect_right(starts, sk) - 1
         j = 0 if j < 0 else (j if j < n_spans else n_spans - 1)
         sp = spans[j]
         if prev_span == -2 - j:
-            _arc_end_step(sp, s_list, t_list, points, t)  # back from the end onto the arc
+            _arc_end_step(sp, s_list, t_list, points, inner, t)  # from the end onto the arc
         local = sk - sp.s0
         length = sp.s1 - sp.s0
         points.append(sp.prim.point(0.0 if local < 0.0 else (length if local > length
                                                                else local)))
         s_list.append(sk)
         t_list.append(t)
+        inner.append(isinstance(sp.prim, LineSegment))
         prev_span = j
     reach = shape.excursion * scale
-    return Window(tp_s, feed_mm_s, half_window_s, s_list, t_list, points, last, tp_s - reach,
-                  tp_s + reach, axes)
+    return Window(tp_s, feed_mm_s, half_window_s, s_list, t_list, points, last, inner,
+                  tp_s - reach, tp_s + reach, axes)
 
 
 def end_step_mm(prim: PathPrimitive) -> float:
@@ -408,7 +237,7 @@ def end_step_mm(prim: PathPrimitive) -> float:
 
 
 def _arc_end_step(sp: Span, s_list: list[float], t_list: list[float], points: list[Vec3],
-                  t_next: float) -> None:
+                  inner: list[bool], t_next: float) -> None:
     """Between an arc sample and the arc's block end: the arc's own last point first, so the
     output follows the controller's final straight step instead of cutting across it."""
     if end_step_mm(sp.prim) <= 1e-9:
@@ -417,6 +246,7 @@ def _arc_end_step(sp: Span, s_list: list[float], t_list: list[float], points: li
     points.append(sp.prim.point(sp.prim.length))
     s_list.append(sp.s1)
     t_list.append(t_prev + 0.999 * (t_next - t_prev))
+    inner.append(False)
 
 
 def _first(sample: tuple[float, float, float | None]) -> float:
