@@ -8,17 +8,19 @@ A driver knows its protocol and nothing of estimation, files or reports.
 from __future__ import annotations
 
 import abc
+import asyncio
 import datetime as dt
 import enum
 import importlib.metadata
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from agent.capture import Capture, CaptureMeta
 from agent.errors import DriverError
 
 ENTRY_POINT_GROUP = "joint_health_agent.drivers"
+T = TypeVar("T")
 
 
 class Capability(enum.Flag):
@@ -129,6 +131,17 @@ class Driver(abc.ABC):
     def control_period_s(self) -> float:
         """How often the interlock watcher polls during motion."""
         return 0.01
+
+
+async def within(awaitable: Awaitable[T], timeout_s: float | None) -> T:
+    """`await awaitable`; TimeoutError after timeout_s (None: no limit). wait_for done right.
+
+    On Python 3.11 wait_for can swallow a cancellation that arrives just as the awaited thing
+    completes; a driver woken by every frame meets that race often, and a cancelled cycle must
+    never keep running. asyncio.timeout cancels and re-raises correctly.
+    """
+    async with asyncio.timeout(timeout_s):
+        return await awaitable
 
 
 def available_drivers() -> dict[str, importlib.metadata.EntryPoint]:

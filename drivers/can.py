@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from agent.capture import Capture
 from agent.errors import CycleAborted, DriverError
-from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver
+from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver, within
 from drivers.can_dbc import (
     MODES,
     REJECT_REASONS,
@@ -101,7 +101,7 @@ class CanDriver(Driver):
         loop = asyncio.get_running_loop()
         opening = loop.run_in_executor(None, open_bus, s, proto.receive_filters())
         try:
-            bus = await asyncio.wait_for(asyncio.shield(opening), s.connect_timeout_s)
+            bus = await within(asyncio.shield(opening), s.connect_timeout_s)
         except BaseException as exc:
             # The handshake thread cannot be interrupted: close the bus if it opens later.
             opening.add_done_callback(_shutdown_late_bus)
@@ -152,7 +152,7 @@ class CanDriver(Driver):
         """Fail fast on a refused socketcand port (python-can would retry it for 10 s)."""
         s = self._settings
         try:
-            _, writer = await asyncio.wait_for(
+            _, writer = await within(
                 asyncio.open_connection(s.host, s.resolved_port), s.connect_timeout_s
             )
         except (OSError, TimeoutError) as exc:
@@ -375,7 +375,7 @@ class CanDriver(Driver):
             if ready():
                 return True
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), min(left, _POLL_S))
+                await within(changed.wait(), min(left, _POLL_S))
         return True
 
     async def _await_ack(self, link: BusLink, rec: CaptureRecorder, counter: int) -> None:

@@ -123,8 +123,13 @@ class OpcUaDriver(Driver):
         try:
             s = self._s
             b = s.buffers
-            buffers = {"sequence": b.sequence, "time": b.time, "motor_counts": b.motor_counts,
-                       "link_counts": b.link_counts, "current": b.current}
+            buffers = {
+                "sequence": b.sequence,
+                "time": b.time,
+                "motor_counts": b.motor_counts,
+                "link_counts": b.link_counts,
+                "current": b.current,
+            }
             link = _Link(
                 session=session,
                 status=tuple((r, session.node(t)) for r, t in status_roles(s.status).items()),
@@ -149,8 +154,13 @@ class OpcUaDriver(Driver):
             # attempt like any other, with its cause kept in the log.
             log.exception("event=opcua_connect_error controller=%s", self.controller)
             raise DriverError(f"cannot set up the session: {type(exc).__name__}: {exc}") from None
-        log.info("event=opcua_connected controller=%s endpoint=%s security=%s/%s",
-                 self.controller, s.endpoint, s.security.policy, s.security.mode)
+        log.info(
+            "event=opcua_connected controller=%s endpoint=%s security=%s/%s",
+            self.controller,
+            s.endpoint,
+            s.security.policy,
+            s.security.mode,
+        )
         return link
 
     async def _open_with_backoff(self, deadline: float | None) -> _Link:
@@ -174,8 +184,13 @@ class OpcUaDriver(Driver):
                     raise DriverError(
                         f"{self.controller}: gave up after {attempt} attempt(s): {exc}"
                     ) from None
-                log.warning("event=opcua_connect_failed controller=%s attempt=%d retry_in_s=%.2f "
-                            "error=%r", self.controller, attempt, delay, str(exc))
+                log.warning(
+                    "event=opcua_connect_failed controller=%s attempt=%d retry_in_s=%.2f error=%r",
+                    self.controller,
+                    attempt,
+                    delay,
+                    str(exc),
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2.0, self._s.reconnect_max_s)
 
@@ -196,8 +211,11 @@ class OpcUaDriver(Driver):
             except DriverError:
                 return  # only when closing
             self.reconnects += 1
-            log.info("event=opcua_reconnected controller=%s reconnects=%d",
-                     self.controller, self.reconnects)
+            log.info(
+                "event=opcua_reconnected controller=%s reconnects=%d",
+                self.controller,
+                self.reconnects,
+            )
             if self._stop_pending and self._link is not None:
                 # The controller may have kept moving while unreachable (a hang, not a crash).
                 await self._stop_quietly(self._link)
@@ -227,11 +245,10 @@ class OpcUaDriver(Driver):
 
     async def read_status(self) -> ControllerStatus:
         link = self._require_link()
-        values = await link.session.read([n for _, n in link.status],
-                                         f"read the status of {self.controller}")
-        raw = {
-            role: _raw(node, dv) for (role, node), dv in zip(link.status, values, strict=True)
-        }
+        values = await link.session.read(
+            [n for _, n in link.status], f"read the status of {self.controller}"
+        )
+        raw = {role: _raw(node, dv) for (role, node), dv in zip(link.status, values, strict=True)}
         try:
             return decode_status(raw, self._s.status, self.joints)
         except DriverError as exc:
@@ -264,16 +281,23 @@ class OpcUaDriver(Driver):
         link = self._require_link()
         if not any(j.name == cycle.joint for j in self.joints):
             raise DriverError(f"{self.controller}: no joint named {cycle.joint!r}")
-        stream = CaptureStream(link.session, self._s, link.buffers, link.cycle_status, link.state,
-                               machine=self.controller)
+        stream = CaptureStream(
+            link.session,
+            self._s,
+            link.buffers,
+            link.cycle_status,
+            link.state,
+            machine=self.controller,
+        )
         triggered = False
         self._cycle_active = True
         try:
             await stream.open()
             await stream.snapshot(cycle)
             triggered = True  # set before the call: a call that times out may still start motion
-            await link.session.perform(link.trigger, cycle_values(cycle),
-                                       f"the cycle trigger of {self.controller}")
+            await link.session.perform(
+                link.trigger, cycle_values(cycle), f"the cycle trigger of {self.controller}"
+            )
             capture = await stream.collect(cycle)
             triggered = False  # the controller reported the cycle done: nothing moves
             return capture

@@ -23,33 +23,51 @@ from asyncua.common.node import Node
 from asyncua.crypto.security_policies import SecurityPolicyBasic256Sha256
 
 from agent.errors import DriverError
+from drivers.base import within
 from drivers.opcua_settings import CycleParameter, OpcUaAction, OpcUaSettings
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _INTEGER_TYPES = {
-    ua.VariantType.SByte, ua.VariantType.Byte, ua.VariantType.Int16, ua.VariantType.UInt16,
-    ua.VariantType.Int32, ua.VariantType.UInt32, ua.VariantType.Int64, ua.VariantType.UInt64,
+    ua.VariantType.SByte,
+    ua.VariantType.Byte,
+    ua.VariantType.Int16,
+    ua.VariantType.UInt16,
+    ua.VariantType.Int32,
+    ua.VariantType.UInt32,
+    ua.VariantType.Int64,
+    ua.VariantType.UInt64,
 }
 _FLOAT_TYPES = {ua.VariantType.Float, ua.VariantType.Double}
 # Status codes after which the session cannot be used again: reconnect.
 _FATAL_STATUS = {
-    ua.StatusCodes.BadConnectionClosed, ua.StatusCodes.BadSessionClosed,
-    ua.StatusCodes.BadSessionIdInvalid, ua.StatusCodes.BadSecureChannelClosed,
-    ua.StatusCodes.BadSecureChannelIdInvalid, ua.StatusCodes.BadServerNotConnected,
-    ua.StatusCodes.BadShutdown, ua.StatusCodes.BadTimeout, ua.StatusCodes.BadNotConnected,
+    ua.StatusCodes.BadConnectionClosed,
+    ua.StatusCodes.BadSessionClosed,
+    ua.StatusCodes.BadSessionIdInvalid,
+    ua.StatusCodes.BadSecureChannelClosed,
+    ua.StatusCodes.BadSecureChannelIdInvalid,
+    ua.StatusCodes.BadServerNotConnected,
+    ua.StatusCodes.BadShutdown,
+    ua.StatusCodes.BadTimeout,
+    ua.StatusCodes.BadNotConnected,
 }
 
 
 # The server refused who we are: retrying the same credentials will not help.
 _REJECTED_STATUS = {
-    ua.StatusCodes.BadUserAccessDenied, ua.StatusCodes.BadIdentityTokenInvalid,
-    ua.StatusCodes.BadIdentityTokenRejected, ua.StatusCodes.BadCertificateInvalid,
-    ua.StatusCodes.BadCertificateUntrusted, ua.StatusCodes.BadCertificateUriInvalid,
-    ua.StatusCodes.BadCertificateTimeInvalid, ua.StatusCodes.BadCertificateRevoked,
-    ua.StatusCodes.BadCertificateUseNotAllowed, ua.StatusCodes.BadSecurityChecksFailed,
-    ua.StatusCodes.BadSecurityPolicyRejected, ua.StatusCodes.BadSecurityModeRejected,
+    ua.StatusCodes.BadUserAccessDenied,
+    ua.StatusCodes.BadIdentityTokenInvalid,
+    ua.StatusCodes.BadIdentityTokenRejected,
+    ua.StatusCodes.BadCertificateInvalid,
+    ua.StatusCodes.BadCertificateUntrusted,
+    ua.StatusCodes.BadCertificateUriInvalid,
+    ua.StatusCodes.BadCertificateTimeInvalid,
+    ua.StatusCodes.BadCertificateRevoked,
+    ua.StatusCodes.BadCertificateUseNotAllowed,
+    ua.StatusCodes.BadSecurityChecksFailed,
+    ua.StatusCodes.BadSecurityPolicyRejected,
+    ua.StatusCodes.BadSecurityModeRejected,
 }
 
 
@@ -148,8 +166,11 @@ class OpcUaSession:
     async def open(cls, settings: OpcUaSettings) -> OpcUaSession:
         """Connect, authenticate, and check that every configured node can be used."""
         s = settings
-        client = Client(s.endpoint, timeout=s.request_timeout_s,
-                        watchdog_intervall=max(s.request_timeout_s, 0.5))
+        client = Client(
+            s.endpoint,
+            timeout=s.request_timeout_s,
+            watchdog_intervall=max(s.request_timeout_s, 0.5),
+        )
         client.application_uri = s.security.application_uri
         client.session_timeout = 600_000  # ms: a dead agent's session is dropped in 10 min
         client.name = client.description = "joint-health-agent"
@@ -178,7 +199,7 @@ class OpcUaSession:
                 pw = password(s)
                 if pw is not None:
                     client.set_password(pw)
-            await asyncio.wait_for(client.connect(), s.request_timeout_s * 2)
+            await within(client.connect(), s.request_timeout_s * 2)
         except DriverError:
             raise
         except BaseException as exc:
@@ -204,16 +225,18 @@ class OpcUaSession:
 
     def mark_lost(self, reason: str) -> None:
         if not self.lost.is_set():
-            log.warning("event=opcua_connection_lost endpoint=%s reason=%r",
-                        self.settings.endpoint, reason)
+            log.warning(
+                "event=opcua_connection_lost endpoint=%s reason=%r", self.settings.endpoint, reason
+            )
             self.lost_reason = reason
             self.lost.set()
 
     def node(self, text: str) -> Node:
         return self.client.get_node(resolve_text(text, self.namespaces))
 
-    async def request(self, awaitable: Awaitable[T], what: str, *, timeout: float | None = None
-                      ) -> T:
+    async def request(
+        self, awaitable: Awaitable[T], what: str, *, timeout: float | None = None
+    ) -> T:
         """Await one request under the timeout; failures become DriverError (and may mark lost)."""
         if self.lost.is_set():
             close = getattr(awaitable, "close", None)
@@ -222,7 +245,7 @@ class OpcUaSession:
             raise DriverError(f"cannot {what}: {self.lost_reason}")
         limit = timeout if timeout is not None else self.settings.request_timeout_s
         try:
-            return await asyncio.wait_for(awaitable, limit)
+            return await within(awaitable, limit)
         except TimeoutError:
             self.mark_lost(f"no answer within {limit:g} s")
             raise DriverError(f"cannot {what}: no answer within {limit:g} s") from None
@@ -288,12 +311,11 @@ class OpcUaSession:
                 f"{what} method {action.method} takes {len(args)} argument(s) ({names}); the "
                 f"config gives {len(action.arguments)} ({', '.join(action.arguments) or 'none'})"
             )
-        return tuple(
-            _variant_type(a.DataType, f"{what} method argument {a.Name}") for a in args
-        )
+        return tuple(_variant_type(a.DataType, f"{what} method argument {a.Name}") for a in args)
 
-    async def perform(self, action: ResolvedAction, values: Mapping[CycleParameter, Any],
-                      what: str) -> Any:
+    async def perform(
+        self, action: ResolvedAction, values: Mapping[CycleParameter, Any], what: str
+    ) -> Any:
         """Call the method or write the parameters then the trigger variable."""
         if action.method is not None:
             assert action.object is not None
@@ -307,8 +329,10 @@ class OpcUaSession:
         assert action.variable is not None and action.variable_type is not None
         if action.parameters:
             nodes = [node for _, node, _ in action.parameters]
-            dvs = [ua.DataValue(convert(values[name], vtype, f"{what} parameter {name}"))
-                   for name, _, vtype in action.parameters]
+            dvs = [
+                ua.DataValue(convert(values[name], vtype, f"{what} parameter {name}"))
+                for name, _, vtype in action.parameters
+            ]
             await self._write(nodes, dvs, f"write the {what} parameters")
         dv = ua.DataValue(convert(action.value, action.variable_type, f"{what} variable"))
         await self._write([action.variable], [dv], f"write the {what} variable")
@@ -316,8 +340,9 @@ class OpcUaSession:
 
     async def _write(self, nodes: list[Node], dvs: list[ua.DataValue], what: str) -> None:
         results = await self.request(
-            self.client.uaclient.write_attributes([n.nodeid for n in nodes], dvs,
-                                                  ua.AttributeIds.Value),
+            self.client.uaclient.write_attributes(
+                [n.nodeid for n in nodes], dvs, ua.AttributeIds.Value
+            ),
             what,
         )
         bad = [(n, r) for n, r in zip(nodes, results, strict=True) if not r.is_good()]
@@ -333,7 +358,7 @@ class OpcUaSession:
 
 async def _disconnect_quietly(client: Client) -> None:
     try:
-        await asyncio.wait_for(client.disconnect(), 2.0)
+        await within(client.disconnect(), 2.0)
     except BaseException as exc:  # a dead peer cannot be told goodbye; the socket is closed
         if not isinstance(exc, Exception):
             raise

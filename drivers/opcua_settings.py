@@ -79,8 +79,9 @@ class OpcUaSecurity:
                 out.append(("mode", f"expected None with policy None, found {self.mode!r}"))
             return out
         if self.mode == "None":
-            out.append(("mode", f"expected Sign or SignAndEncrypt with policy {self.policy}, "
-                                "found 'None'"))
+            out.append(
+                ("mode", f"expected Sign or SignAndEncrypt with policy {self.policy}, found 'None'")
+            )
         for name in ("certificate", "private_key", "server_certificate"):
             if getattr(self, name) is None:
                 out.append((name, f"required with policy {self.policy}: expected a file path"))
@@ -99,8 +100,12 @@ class OpcUaUser:
     def check(self) -> list[tuple[str, str]]:
         given = [n for n in ("password_file", "password_env") if getattr(self, n) is not None]
         if len(given) != 1:
-            return [("password_file", "expected exactly one of password_file, password_env, "
-                                      f"found {len(given)}")]
+            return [
+                (
+                    "password_file",
+                    f"expected exactly one of password_file, password_env, found {len(given)}",
+                )
+            ]
         return []
 
 
@@ -239,6 +244,10 @@ class OpcUaSettings:
             found = f"found {self.endpoint!r}"
             out.append(("endpoint", f"expected opc.tcp://host:port[/path], {found}"))
         if self.reconnect_max_s < self.reconnect_initial_s:
-            out.append(("reconnect_max_s", f"expected a number >= reconnect_initial_s "
-                                           f"({self.reconnect_initial_s:g})"))
+            out.append(
+                (
+                    "reconnect_max_s",
+                    f"expected a number >= reconnect_initial_s ({self.reconnect_initial_s:g})",
+                )
+            )
         return out

@@ -18,8 +18,14 @@ from drivers.base import ControllerMode, ControllerStatus
 from drivers.opcua_settings import CycleStatus, OpcUaStatusNodes
 
 # The status roles read in one request, in this order (optional ones only when configured).
-STATUS_ROLES = ("state", "permission", "joint_positions", "alarms", "speed_override",
-                "operator_present")
+STATUS_ROLES = (
+    "state",
+    "permission",
+    "joint_positions",
+    "alarms",
+    "speed_override",
+    "operator_present",
+)
 
 
 @dataclass(frozen=True)

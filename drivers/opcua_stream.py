@@ -21,7 +21,7 @@ from asyncua.common.node import Node
 
 from agent.capture import Capture
 from agent.errors import CycleAborted, DriverError
-from drivers.base import BacklashCycle, ControllerMode
+from drivers.base import BacklashCycle, ControllerMode, within
 from drivers.opcua_capture import (
     CaptureAssembler,
     ChunkError,
@@ -111,26 +111,35 @@ class CaptureStream:
             Priority=0,
         )
         session = self.session
-        self._sub = await session.request(session.client.create_subscription(params, self.watch),
-                                          "create the capture subscription")
+        self._sub = await session.request(
+            session.client.create_subscription(params, self.watch),
+            "create the capture subscription",
+        )
         # StatusValueTimestamp: a chunk equal to the previous one still notifies (the server
         # stamps each write), so the k-th value of each buffer stays chunk k.
         flt = ua.DataChangeFilter(Trigger=ua.DataChangeTrigger.StatusValueTimestamp)
         requests = [
             ua.MonitoredItemCreateRequest(
-                ItemToMonitor=ua.ReadValueId(NodeId=self.nodes[role].nodeid,
-                                             AttributeId=ua.AttributeIds.Value),
+                ItemToMonitor=ua.ReadValueId(
+                    NodeId=self.nodes[role].nodeid, AttributeId=ua.AttributeIds.Value
+                ),
                 MonitoringMode=ua.MonitoringMode.Reporting,
                 RequestedParameters=ua.MonitoringParameters(
-                    ClientHandle=handle, SamplingInterval=0.0, QueueSize=s.queue_size,
-                    DiscardOldest=True, Filter=flt),
+                    ClientHandle=handle,
+                    SamplingInterval=0.0,
+                    QueueSize=s.queue_size,
+                    DiscardOldest=True,
+                    Filter=flt,
+                ),
             )
             for handle, role in self.handles.items()
         ]
-        results = await session.request(self._sub.create_monitored_items(requests),
-                                        "subscribe to the sample buffers")
-        bad = [(self.handles[i + 1], r) for i, r in enumerate(results)
-               if isinstance(r, ua.StatusCode)]
+        results = await session.request(
+            self._sub.create_monitored_items(requests), "subscribe to the sample buffers"
+        )
+        bad = [
+            (self.handles[i + 1], r) for i, r in enumerate(results) if isinstance(r, ua.StatusCode)
+        ]
         if bad:
             role, code = bad[0]
             raise DriverError(f"cannot monitor the {role} node: {code.name}")
@@ -158,12 +167,13 @@ class CaptureStream:
             if left <= 0 or self.session.lost.is_set():
                 raise DriverError("no initial values from the capture subscription")
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(watch.changed.wait(), left)
+                await within(watch.changed.wait(), left)
         seq = snap["sequence"]
         modulus = s.buffers.sequence_modulus
         if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq < modulus:
-            raise DriverError(f"the sequence number node holds {seq!r}, "
-                              f"expected an integer in 0..{modulus - 1}")
+            raise DriverError(
+                f"the sequence number node holds {seq!r}, expected an integer in 0..{modulus - 1}"
+            )
         if decode_cycle_status(watch.cycle_status.popleft(), s.cycle.status_values) == "running":
             raise DriverError("the controller is already running a cycle")
         decode_mode(watch.state.popleft(), s.status.state_values)
@@ -189,10 +199,15 @@ class CaptureStream:
             if watch.error is not None:
                 raise watch.error
             while (raw := watch.pairer.pop()) is not None:
-                assembler.add(decode_chunk(
-                    raw, encoder_bits=cycle.encoder_bits, time_unit_s=s.buffers.time_unit_s,
-                    current_unit_a=s.buffers.current_unit_a,
-                    sequence_modulus=s.buffers.sequence_modulus))
+                assembler.add(
+                    decode_chunk(
+                        raw,
+                        encoder_bits=cycle.encoder_bits,
+                        time_unit_s=s.buffers.time_unit_s,
+                        current_unit_a=s.buffers.current_unit_a,
+                        sequence_modulus=s.buffers.sequence_modulus,
+                    )
+                )
                 deadline = loop.time() + s.stall_timeout_s
             while watch.state:
                 mode = decode_mode(watch.state.popleft(), s.status.state_values)
@@ -208,7 +223,9 @@ class CaptureStream:
                     deadline = min(deadline, loop.time() + s.stall_timeout_s)
             if done and assembler.complete:
                 return assembler.capture(
-                    cycle, machine=self.machine, source=f"opcua:{self.machine}/{cycle.joint}",
+                    cycle,
+                    machine=self.machine,
+                    source=f"opcua:{self.machine}/{cycle.joint}",
                     extra={"endpoint": s.endpoint},
                 )
             if self.session.lost.is_set():
@@ -216,11 +233,15 @@ class CaptureStream:
             left = deadline - loop.time()
             if left <= 0:
                 if done:
-                    raise ChunkError(f"capture incomplete: {assembler.samples} of "
-                                     f"{assembler.expected_samples} samples arrived before the "
-                                     "controller reported done (the last chunk(s) were lost)")
-                raise DriverError(f"the controller stalled: no chunk for {s.stall_timeout_s:g} s "
-                                  f"({assembler.samples} samples in)")
+                    raise ChunkError(
+                        f"capture incomplete: {assembler.samples} of "
+                        f"{assembler.expected_samples} samples arrived before the "
+                        "controller reported done (the last chunk(s) were lost)"
+                    )
+                raise DriverError(
+                    f"the controller stalled: no chunk for {s.stall_timeout_s:g} s "
+                    f"({assembler.samples} samples in)"
+                )
             await self._wait(left)
 
     async def _wait(self, timeout_s: float) -> None:
@@ -228,8 +249,9 @@ class CaptureStream:
         lost = asyncio.ensure_future(self.session.lost.wait())
         changed = asyncio.ensure_future(self.watch.changed.wait())
         try:
-            await asyncio.wait({lost, changed}, timeout=timeout_s,
-                               return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(
+                {lost, changed}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
         finally:
             lost.cancel()
             changed.cancel()

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from agent.capture import Capture
 from agent.errors import CycleAborted, DriverError
 from agent.simulation import simulate_backlash_capture
-from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver
+from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver, within
 from drivers.sim_settings import SimJointSettings, SimSettings
 
 
@@ -130,7 +130,7 @@ class SimDriver(Driver):
                 if left <= 0:
                     break
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop_requested.wait(), timeout=min(left, 0.05))
+                    await within(self._stop_requested.wait(), min(left, 0.05))
             self._poses[cycle.joint] = cycle.test_pose_rad
             return capture
         finally:

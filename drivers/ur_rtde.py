@@ -38,7 +38,7 @@ import numpy as np
 
 from agent.capture import Capture, CaptureMeta
 from agent.errors import ConfigError, CycleAborted, DriverError
-from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver
+from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver, within
 from drivers.ur_rtde_settings import UR_JOINT_VELOCITY_MAX_RAD_S, UrRtdeSettings
 
 log = logging.getLogger("jha.driver.ur_rtde")
@@ -235,7 +235,7 @@ class _Link:
     async def _died(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.proc.wait(), 1.0)
+                await within(self.proc.wait(), 1.0)
         if self._dead is None:
             rc = None if self.proc is None else self.proc.returncode
             how = f"signal {-rc}" if rc is not None and rc < 0 else f"exit code {rc}"
@@ -267,7 +267,7 @@ class _Link:
         try:
             self._writer.write(_LEN.pack(len(data)) + data)
             await self._writer.drain()
-            reply = await asyncio.wait_for(asyncio.shield(fut), wait_s)
+            reply = await within(asyncio.shield(fut), wait_s)
         except TimeoutError:
             raise DriverError(f"{self.label}: no answer to {op!r} in {wait_s:g} s") from None
         except ConnectionError as exc:
@@ -288,7 +288,7 @@ class _Link:
         """Wait for the process to end (killing it after `timeout_s`) and release its pipes."""
         if self.proc is not None:
             try:
-                await asyncio.wait_for(self.proc.wait(), timeout_s)
+                await within(self.proc.wait(), timeout_s)
             except TimeoutError:
                 self.kill("did not exit")
                 await self.proc.wait()
@@ -466,7 +466,7 @@ class UrRtdeDriver(Driver):
             await self._stop_quietly(link)
             # Let the worker finish (stop script, disconnect) so the next cycle finds it idle.
             with contextlib.suppress(BaseException):
-                await asyncio.wait_for(request, _CLEANUP_S)
+                await within(request, _CLEANUP_S)
             raise
         except DriverError as exc:
             self._drop_link(str(exc))

@@ -249,6 +249,7 @@ class FeedrateFilter:
                     break
                 self._pending_s -= it.duration_s
                 self._emitted_s = it.s1
+                writer.controller_mm = None  # at the program's own coordinates again
             head += 1
             blk = it.block
             text = emitter.passthrough(blk)

@@ -65,6 +65,9 @@ def as_written(start: Vec3, points: list[Vec3], dts: list[float], inner: list[bo
                ) -> tuple[list[Vec3], list[Vec3], list[float]]:
     """The points worth writing, where the controller goes for each, and their durations.
 
+    `start` is where the controller is: the block's start as the program wrote it, or as the
+    emitter wrote it (rounded) when the previous block was replaced too.
+
     A point left out gives its time to the next, so the timing stays exact: a point inside a
     straight block closer than 10 units of the last written digit to the last point kept
     (such a step says nothing a controller can use, and its rounding would show as a jump in
@@ -105,8 +108,8 @@ def as_written(start: Vec3, points: list[Vec3], dts: list[float], inner: list[bo
                 kept[-1] = written[-1] = p
                 times[-1] += dts[k] + carry
                 break
-        if k == last or incremental:
-            q = p  # a block's end is the program's own, written as given
+        if incremental:
+            q = p  # within half a unit, by the emitter's carry
         else:
             q = (prev[0] if r[0] == prev_r[0] else r[0] * scale,
                  prev[1] if r[1] == prev_r[1] else r[1] * scale,

@@ -17,7 +17,7 @@ from agent.feedrate.filter_window import Window, chord_step_mm, end_step_mm
 from agent.feedrate.gcode import Block, DistanceMode, FeedMode, Units
 from agent.feedrate.gcode_emit import GcodeEmitter
 from agent.feedrate.gcode_lex import GcodeError
-from agent.feedrate.geometry import PathPrimitive
+from agent.feedrate.geometry import PathPrimitive, Vec3
 from agent.feedrate.machine import MachineSettings, rounding_mm
 
 
@@ -35,6 +35,9 @@ class BlockWriter:
         self.origin: list[int] = []  # the program line each output chunk comes from
         self.lines_out = 0
         self.replaced = 0
+        # Where the controller is after the last replaced block (its end as written, rounded
+        # to the dialect's digits); None after a move passed through as the program wrote it.
+        self.controller_mm: Vec3 | None = None
         self._chord_eps_by_mode: dict[tuple[Units, DistanceMode], float] = {}
 
     def quiet(self, s1: float) -> bool:
@@ -43,6 +46,8 @@ class BlockWriter:
                                         or self.windows[0].s_entry >= s1 - TINY_MM)
 
     def passthrough(self, block: Block) -> None:
+        if block.motion is not None:
+            self.controller_mm = None
         text = self.emitter.passthrough(block)
         self.out.append(text)
         self.origin.append(block.line_no)
@@ -117,16 +122,18 @@ class BlockWriter:
             break
         points, dts, inner = chain.finish(block.end_mm)
         units = block.modal.units
+        at = block.start_mm if self.controller_mm is None else self.controller_mm
         points, written, dts = as_written(
-            block.start_mm, points, dts, inner, units, self.dialect.coordinate_decimals(units),
+            at, points, dts, inner, units, self.dialect.coordinate_decimals(units),
             block.modal.distance is DistanceMode.INCREMENTAL)
+        self.controller_mm = written[-1]
         if block.modal.feed_mode is FeedMode.INVERSE_TIME or self.machine.inverse_time:
             self.write(self.emitter.replace(block, points, durations_s=dts), block.line_no)
         else:
             # Feeds from the positions the controller really takes (the written, rounded
             # coordinates): on a segment of a few micrometres rounding is a large part of it.
             feeds = [max(math.dist(a, b), 1e-12) / dt for a, b, dt in
-                     zip([block.start_mm, *written[:-1]], written, dts, strict=True)]
+                     zip([at, *written[:-1]], written, dts, strict=True)]
             self.write(self.emitter.replace(block, points, feeds_mm_s=feeds), block.line_no)
 
     def _leave_window(self) -> None:
