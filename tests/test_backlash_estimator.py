@@ -180,3 +180,15 @@ def test_signature_basis_is_the_periodic_eq7() -> None:
     ref = paper_signature(t, SignatureParams(1.0, ts - tf, tau, om, 0.0, dur, td, tf, n=10))
     assert np.allclose(s[0], ref, atol=2e-6)
     assert np.abs(c[0]).max() > 0.5
+
+
+def test_exactly_two_load_turns_are_enough_and_keep_the_commanded_period() -> None:
+    """A capture of exactly 2 turns is accepted; over so few turns a signal period that
+    disagrees with the commanded motion is reported but does not overrule it."""
+    t, r, _ = synthetic(turns=2.0, seed=10)
+    assert t[-1] == pytest.approx(2 * TF_S)
+    res = fit_backlash_residual(t, r, TF_S, BacklashFitSettings(seed=1))
+    assert res.params["Tf_s"] == pytest.approx(TF_S)
+    off = fit_backlash_residual(t, r, TF_S * 0.96, BacklashFitSettings(seed=1))
+    assert off.params["Tf_s"] == pytest.approx(TF_S * 0.96)
+    assert any("commanded period is kept" in w for w in off.warnings)

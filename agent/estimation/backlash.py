@@ -182,8 +182,10 @@ def fit_backlash_residual(
     tf_center, tf_est, mismatch, tf_band = _load_turn_period(
         r, dt, duration, period_metadata_s, settings, source, notes
     )
-    turns = duration / tf_center
-    if turns < 2.0:
+    # The commanded motion defines how many turns were captured; the signal only when it is all
+    # there is. The tolerance absorbs rounding of a capture of exactly two turns.
+    turns = duration / (period_metadata_s or tf_center)
+    if turns < 2.0 - 1e-6:
         raise EstimationError(
             f"{source}: the capture covers {turns:.2f} load turns "
             f"(T_f = {tf_center:.4g} s); at least 2 are needed"
@@ -295,6 +297,15 @@ def _load_turn_period(
         if est is None:
             return meta_s, None, None, 0.0
         mismatch = (est - meta_s) / meta_s
+        # Over fewer than 3 turns the autocorrelation peak is too weak to overrule the
+        # commanded motion: the mismatch is reported, the metadata kept.
+        if abs(mismatch) > settings.period_tolerance and duration < 3.0 * meta_s:
+            notes.append(
+                f"load-turn period from speed and gear ratio is {meta_s:.4g} s but the signal "
+                f"seems to repeat every {est:.4g} s ({100 * mismatch:+.1f} %); too few turns to "
+                "tell, the commanded period is kept"
+            )
+            return meta_s, est, mismatch, 0.0
         if abs(mismatch) > settings.period_tolerance:
             notes.append(
                 f"load-turn period from speed and gear ratio is {meta_s:.4g} s but the signal "

@@ -104,8 +104,10 @@ def as_written(start: Vec3, points: list[Vec3], dts: list[float], inner: list[bo
             if k < last:
                 carry += dts[k]
                 continue
-            if kept:  # the end is too close to the last point kept: it takes its place
-                kept[-1] = written[-1] = p
+            if kept:  # the end rounds onto the last point kept: it takes that point's place
+                kept[-1] = p  # (written the same way: where the controller goes is unchanged)
+                if incremental:
+                    written[-1] = p
                 times[-1] += dts[k] + carry
                 break
         if incremental:
