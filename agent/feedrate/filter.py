@@ -341,8 +341,9 @@ class FeedrateFilter:
             return
         reach = self._shape.excursion * feed * t_star
         spans = self._spans(tp.s - reach, tp.s + reach, p.seq)
-        chord_eps = self._writer.chord_eps(self._items[p.seq - self._base].block)
-        window = build_window(self._shape, tp.s, feed, t_star, spans, chord_eps, p.axes)
+        block = self._items[p.seq - self._base].block
+        window = build_window(self._shape, tp.s, feed, t_star, spans,
+                              self._writer.chord_eps(block), p.axes, self._writer.rounding(block))
         self._writer.windows.append(window)
         self._region_hi = window.region_hi
         self._modulated += 1

@@ -53,10 +53,16 @@ class SegmentChain:
             self.points.append(end)
             self.dts.append(max(self.carry, 1e-9))
             self.inner.append(False)
-        else:
+        elif math.dist(self.points[-1], end) <= TINY_MM:
             self.points[-1] = end
             self.dts[-1] += self.carry
             self.inner[-1] = False
+        else:  # an arc's last point, off its end: the controller's final straight step
+            dt = self.dts[-1] + self.carry
+            self.dts[-1] = 0.999 * dt
+            self.points.append(end)
+            self.dts.append(0.001 * dt)
+            self.inner.append(False)
         return self.points, self.dts, self.inner
 
 

@@ -150,10 +150,17 @@ class Window:
         return self.s[-1]
 
 
-def chord_step_mm(prim: PathPrimitive, chord_eps_mm: float) -> float:
-    """Longest arc length whose chord stays within chord_eps of the primitive."""
+def chord_step_mm(prim: PathPrimitive, chord_eps_mm: float, rounding_mm: float = 0.0) -> float:
+    """Longest arc length whose chord stays within chord_eps of the primitive.
+
+    An arc whose end lies off its circle by e ends with a straight step; when e is so small
+    that its last point and its end round to the same written coordinates (e < 2 rounding),
+    the last chord runs to the end instead and may stray e/2 further: the budget allows it."""
     if not isinstance(prim, ArcSegment):
         return math.inf
+    e = end_step_mm(prim)
+    if e < 2.0 * rounding_mm:
+        chord_eps_mm = max(chord_eps_mm - 0.5 * e, 1e-3 * chord_eps_mm)
     r = prim.radius
     if chord_eps_mm >= r:
         return prim.length
@@ -161,8 +168,8 @@ def chord_step_mm(prim: PathPrimitive, chord_eps_mm: float) -> float:
 
 
 def build_window(shape: UnitShape, tp_s: float, feed_mm_s: float, half_window_s: float,
-                 spans: Sequence[Span], chord_eps_mm: float,
-                 axes: tuple[str, ...]) -> Window:
+                 spans: Sequence[Span], chord_eps_mm: float, axes: tuple[str, ...],
+                 rounding_mm: float = 0.0) -> Window:
     """Samples of the window about the turning point at tp_s (see the module docstring).
 
     `spans` must cover [tp_s - excursion, tp_s + excursion] and be in path order."""
@@ -185,7 +192,7 @@ def build_window(shape: UnitShape, tp_s: float, feed_mm_s: float, half_window_s:
         samples.sort(key=_first)
         samples = _thin(shape, samples)
     starts = [sp.s0 for sp in spans]
-    steps = [chord_step_mm(sp.prim, chord_eps_mm) for sp in spans]
+    steps = [chord_step_mm(sp.prim, chord_eps_mm, rounding_mm) for sp in spans]
     if any(st != math.inf for st in steps):
         samples = _subdivide_arcs(shape, tp_s, inv, samples, starts, steps)
     points: list[Vec3] = []

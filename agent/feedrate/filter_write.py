@@ -69,6 +69,10 @@ class BlockWriter:
         self.origin.append(line_no)
         self.lines_out += text.count("\n")
 
+    def rounding(self, block: Block) -> float:
+        """The most that writing moves a point of this block (mm)."""
+        return rounding_mm(self.dialect, inch=block.modal.units is Units.INCH)
+
     def chord_eps(self, block: Block) -> float:
         """How far a chord may sag: eps less what rounding the written coordinates moves a
         point, and in G91 less the 1.5 units a point may be left out by (see as_written)."""
@@ -146,7 +150,7 @@ class BlockWriter:
         span = s_to - s_from
         if span <= TINY_MM:
             return
-        step = chord_step_mm(prim, self.chord_eps(block))
+        step = chord_step_mm(prim, self.chord_eps(block), self.rounding(block))
         n = max(1, math.ceil(span / step)) if math.isfinite(step) else 1
         for k in range(1, n + 1):
             s = s_from + span * k / n
