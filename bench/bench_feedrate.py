@@ -206,7 +206,8 @@ def circular(quick: bool) -> None:
     policies = {"fixed t*=0.5 s": replace(base_m, modulation=replace(
         base_m.modulation, policy="fixed", half_window_s=0.5))}
     if not quick:
-        policies["shortest t*"] = base_m
+        policies["shortest t*"] = replace(base_m, modulation=replace(
+            base_m.modulation, policy="shortest", half_window_s=0.5))
     print(f"\ncircular test, radius {radius:g} mm, section 4.2 axes (dead-zone model), "
           "ratio 0.25, n = 10:")
     print(f"{'feed mm/min':>11s} {'policy':>15s} {'max err um':>16s} {'RMS um':>14s} "

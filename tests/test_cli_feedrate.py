@@ -156,7 +156,9 @@ def test_filter_errors_name_the_file_and_line(
     src = tmp_path / "in.gcode"
     src.write_text("G21 G90 F600\nG1 X10\nG1 X5 Q1\n")
     assert jha("feedrate", "filter", str(src), "--machine", str(bad_machine)) == EX_CONFIG
-    assert f"{bad_machine}:15: eps_m: expected a number > 0" in capsys.readouterr().err
+    line = 1 + next(i for i, text in enumerate(bad_machine.read_text().splitlines())
+                    if text.startswith("eps_m: -1"))
+    assert f"{bad_machine}:{line}: eps_m: expected a number > 0" in capsys.readouterr().err
     out = tmp_path / "out.gcode"
     assert jha("feedrate", "filter", str(src), "-o", str(out), "--machine",
                str(EXAMPLE)) == EX_DATAERR

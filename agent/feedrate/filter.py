@@ -132,7 +132,7 @@ class FeedrateFilter:
         self._source = source
         self._n = 0
         self._items: list[_Item] = []
-        self._base = 0  # sequence number of self._items[self._head]... minus head
+        self._base = 0  # sequence number of self._items[0] (written items are dropped)
         self._head = 0
         self._pending_s = 0.0
         self._frontier = 0.0

@@ -42,7 +42,7 @@ class UnitShape:
     would dominate."""
 
     profile: BernsteinFeedrate
-    base_tau: tuple[float, ...]  # uniform samples and the stop instants, sorted
+    base_tau: tuple[float, ...]  # equal steps of speed change, and the stop instants, sorted
     base_sigma: tuple[float, ...]
     pieces: tuple[tuple[int, int], ...]  # base index ranges on which sigma is monotone
     # Per piece: sigma ascending and the matching tau, densely, for inversion by bisection.
@@ -76,6 +76,7 @@ class UnitShape:
 
 
 def unit_shape(ratio: float, degree: int, segments: int, retrograde: bool) -> UnitShape:
+    """The machine's profile (V(1/2)/V_c = ratio, degree n) tabulated with `segments` steps."""
     prof = symmetric_feedrate(1.0, 1.0, ratio=ratio, degree=degree, allow_retrograde=retrograde)
     stops = sorted(0.5 * (t + 1.0) for t in prof.stop_times_s)
 
