@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agent.publish.settings import PublishSettings
+
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 PAPER_SWEEP_BACKLASH_RAD = (0.0, 3e-4, 5e-4, 7e-4, 9e-4, 11e-4, 13e-4, 15e-4, 17e-4, 19e-4, 21e-4)
@@ -120,6 +122,7 @@ class ControllerSettings:
 class Config:
     controllers: tuple[ControllerSettings, ...] = field(metadata={"min_len": 1})
     agent: AgentSettings = field(default_factory=AgentSettings)
+    publish: PublishSettings = field(default_factory=PublishSettings)
     source: str = field(default="<memory>", metadata={"internal": True})
 
 

@@ -4,6 +4,9 @@
 set -euo pipefail
 NEEDED=(
   "ip:iproute2"          # network namespaces for the CAN udp_multicast test
+  "mosquitto:mosquitto"  # the MQTT broker the publishing tests start
+  "chromium:chromium"    # headless screenshot test of the HTML report
+  "systemd-analyze:systemd"  # verify and security-score the unit
 )
 missing=()
 for entry in "${NEEDED[@]}"; do

@@ -285,7 +285,7 @@ def test_missing_file(tmp_path: Path) -> None:
         (
             "controllers:",
             "source: here\ncontrollers:",
-            ["c.yaml:1: source: unknown key; expected one of: controllers, agent"],
+            ["c.yaml:1: source: unknown key; expected one of: controllers, agent, publish"],
         ),
     ],
 )

@@ -1,0 +1,1 @@
+"""Publishing joint health where maintenance already looks: MQTT, an OPC UA server."""
