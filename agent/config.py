@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agent.identification_settings import IdentificationCycleSettings
 from agent.publish.settings import PublishSettings
 
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -114,6 +115,7 @@ class ControllerSettings:
     driver: str = field(metadata={"doc": "entry point in joint_health_agent.drivers"})
     joints: tuple[JointSettings, ...] = field(metadata={"min_len": 1})
     interlocks: InterlockSettings = field(default_factory=InterlockSettings)
+    identification: IdentificationCycleSettings | None = None
     # Validated by the driver's own settings_type; the raw mapping is kept when it has none.
     settings: Any = None
 

@@ -45,6 +45,43 @@ def worst(statuses: Sequence[Status]) -> Status:
     return max(statuses, key=lambda s: s.severity, default=Status.OK)
 
 
+class Ne107(StrEnum):
+    """NAMUR NE 107 status signals, the form plant asset-management systems read."""
+
+    NORMAL = "normal"  # N: valid estimate, inside the watch limit
+    MAINTENANCE_REQUIRED = "maintenance_required"  # M: wear past the watch limit, plan work
+    OUT_OF_SPECIFICATION = "out_of_specification"  # S: past the alert limit
+    FAILURE = "failure"  # F: the health of this joint could not be measured (cycle/analysis error)
+    CHECK_FUNCTION = "check_function"  # C: a test cycle is running, or no valid estimate yet
+
+    @property
+    def letter(self) -> str:
+        return _NE107_LETTER[self]
+
+
+_NE107_LETTER = {
+    Ne107.NORMAL: "N",
+    Ne107.MAINTENANCE_REQUIRED: "M",
+    Ne107.OUT_OF_SPECIFICATION: "S",
+    Ne107.FAILURE: "F",
+    Ne107.CHECK_FUNCTION: "C",
+}
+
+
+def ne107_of(status: Status, *, running: bool = False, failed: bool = False) -> Ne107:
+    """NE 107 signal of a joint: `running` while its test cycle moves the machine, `failed` when
+    its last cycle or analysis ended in an error (not when an interlock merely refused it)."""
+    if running:
+        return Ne107.CHECK_FUNCTION
+    if status is Status.ALERT:
+        return Ne107.OUT_OF_SPECIFICATION
+    if status is Status.WATCH:
+        return Ne107.MAINTENANCE_REQUIRED
+    if status is Status.OK:
+        return Ne107.NORMAL
+    return Ne107.FAILURE if failed else Ne107.CHECK_FUNCTION
+
+
 @dataclass(frozen=True)
 class Indicator:
     """How an indicator is shown to people: SI value * scale, in `display_unit`."""

@@ -74,6 +74,11 @@ class BacklashCycle:
     def kind(self) -> str:
         return "backlash"
 
+    @property
+    def start_pose_rad(self) -> Mapping[str, float]:
+        """Where each joint the cycle moves must stand before motion (checked by interlocks)."""
+        return {self.joint: self.test_pose_rad}
+
     def capture_meta(
         self, machine: str, extra: Mapping[str, Any], encoder_bits: int | None = None
     ) -> CaptureMeta:
