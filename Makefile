@@ -35,3 +35,14 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) var build *.egg-info
+
+# Install as a systemd service (docs/service.md); as root, or into DESTDIR= for a staged tree.
+# PREFIX, SYSCONFDIR, UNITDIR, SYSUSERSDIR, PYTHON, JHA_DEPS_SITE: see scripts/install.sh.
+INSTALL_VARS = DESTDIR='$(DESTDIR)' PREFIX='$(PREFIX)' SYSCONFDIR='$(SYSCONFDIR)' \
+	UNITDIR='$(UNITDIR)' SYSUSERSDIR='$(SYSUSERSDIR)' JHA_DEPS_SITE='$(JHA_DEPS_SITE)'
+.PHONY: install uninstall
+install:
+	$(INSTALL_VARS) $(if $(INSTALL_PYTHON),PYTHON='$(INSTALL_PYTHON)') scripts/install.sh
+
+uninstall:
+	$(INSTALL_VARS) scripts/uninstall.sh

@@ -30,6 +30,7 @@ from agent.atomic import atomic_write_bytes, atomic_write_text, atomic_writer
 from agent.capture import CHANNEL_UNITS, Array, Capture, CaptureMeta
 from agent.encoder import MAX_BITS, MIN_BITS, counts_per_turn, unwrap_counts
 from agent.errors import CaptureError
+from agent.yaml_lines import TextLines, physical_line
 
 StrPath = str | os.PathLike[str]
 
@@ -168,20 +169,27 @@ def _read_sidecar(path: Path) -> CaptureMeta:
         raise CaptureError(source, f"not UTF-8 text (byte {e.start})") from None
     except OSError as e:
         raise CaptureError(source, f"cannot read: {e.strerror or e}") from None
+    loader: yaml.SafeLoader | None = None
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-        raw = yaml.safe_load(text)
+        # One parse: the node tree gives the key lines, the same tree builds the values.
+        loader = yaml.SafeLoader(text)
+        node = loader.get_single_node()
+        raw = loader.construct_document(node) if node is not None else None
     except Exception as e:
         # PyYAML raises ValueError, AttributeError or RecursionError as well as YAMLError on
         # some malformed input (a timestamp with month 13, deep nesting).
         mark = getattr(e, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        where = f"{source}:{physical_line(text, mark.index)}" if mark is not None else source
         problem = getattr(e, "problem", None) or str(e) or type(e).__name__
         raise CaptureError(where, f"invalid YAML: {problem}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     lines: dict[str, int] = {}
     if isinstance(node, yaml.MappingNode):
+        text_lines = TextLines(text)
         for key_node, _ in node.value:
-            lines[str(key_node.value)] = key_node.start_mark.line + 1
+            lines[str(key_node.value)] = text_lines.at(key_node.start_mark.index)[0]
     return _meta_from_mapping(raw, source, lines)
 
 
@@ -515,6 +523,10 @@ def read_npz(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
             raise CaptureError(source, f"the archive has no {required} entry")
     merged = _check_meta(_merge_meta(_npz_meta(entries.pop("meta_json"), source), meta), source)
     time_s = entries.pop("time_s")
+    if time_s.dtype.kind not in "iuf":
+        # Capture would cast it: a complex time base loses its imaginary part, Booleans become
+        # 0 and 1, both without a word (found by tests/fuzz/test_fuzz_capture.py).
+        raise CaptureError(source, f"time_s must hold real numbers, not {time_s.dtype} values")
     # Capture checks names, shapes, number types and finiteness; the rest is checked after.
     first = Capture(time_s, entries, merged, source)
     channels = _check_content(source, first.time_s, first.channels, merged, _at_sample(source))

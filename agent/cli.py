@@ -18,11 +18,9 @@ log = logging.getLogger("jha")
 
 
 def _setup_logging(level: str) -> None:
-    logging.basicConfig(
-        level=getattr(logging, level.upper()),
-        stream=sys.stderr,
-        format="%(asctime)s level=%(levelname)s logger=%(name)s %(message)s",
-    )
+    from agent.logfmt import setup_logging
+
+    setup_logging(level)
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
@@ -41,14 +39,26 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     from agent.config import load_config
     from agent.daemon import Agent
+    from agent.sd_notify import Notifier
 
     config = load_config(args.config)
     _setup_logging(args.log_level or config.agent.log_level)
-    agent = Agent(config, once=args.once, wait_for_stop_s=args.wait_for_stop, out=sys.stdout)
+    notifier = Notifier()
+    agent = Agent(
+        config,
+        once=args.once,
+        wait_for_stop_s=args.wait_for_stop,
+        out=sys.stdout,
+        dry_run=args.dry_run,
+        notifier=notifier,
+        handle_signals=True,
+    )
     try:
         return asyncio.run(agent.run())
     except KeyboardInterrupt:
         return EX_OK
+    finally:
+        notifier.close()
 
 
 def _cmd_analyze_backlash(args: argparse.Namespace) -> int:
@@ -200,6 +210,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --once: how long to wait for a production stop (default 60)",
     )
     run.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="everything but motion: status read, interlocks checked, cycles logged as dry_run",
+    )
     run.set_defaults(func=_cmd_run)
 
     cfg = sub.add_parser("config", help="configuration tools").add_subparsers(
@@ -241,12 +256,13 @@ def build_parser() -> argparse.ArgumentParser:
     drv.set_defaults(func=_cmd_drivers)
 
     # Command groups of the other estimators live beside their code.
-    from agent import cli_feedrate, cli_identify, cli_report, cli_stiffness
+    from agent import cli_feedrate, cli_identify, cli_report, cli_service, cli_stiffness
 
     cli_feedrate.register(sub)
     cli_stiffness.register(sub)
     cli_identify.register(sub)
     cli_report.register(sub)
+    cli_service.register(sub)
     return p
 
 

@@ -1,13 +1,15 @@
 """`jha feedrate ...`: the feedrate-modulation filter and paper 001's numbers (issue 3 part 7).
 
   jha feedrate filter [IN.gcode|-] [-o OUT.gcode] --machine FILE
+  jha feedrate stream IN.gcode --config FILE --controller NAME
   jha feedrate stream IN.gcode --port PATH --machine FILE [--protocol grbl|dnc]
   jha feedrate simulate --example farouki2022 [--ratio R] [--json]
   jha feedrate sweep [--points N] [--json] [--plot FILE.svg]
 
-`stream` takes the serial port and the machine file directly: the agent's configuration
-(agent.config) has no CNC controller section yet, so `--config FILE --controller NAME` cannot
-name one. Exit codes follow sysexits (65 bad G-code, 74 stream failure, 78 bad machine file).
+`stream --config` takes the CNC from the agent's config: a controller with `driver: grbl`
+(drivers/grbl_settings.py: port, protocol, machine file or inline machine, filter, timeouts).
+`--port --machine` names port and machine directly, for a bench without a config file.
+Exit codes follow sysexits (65 bad G-code, 74 stream failure, 78 bad config or machine file).
 """
 
 from __future__ import annotations
@@ -53,10 +55,13 @@ def register(subparsers: Any) -> None:
     stm = group.add_parser("stream", help="filter a program on the fly and stream it to a "
                            "controller on a serial port")
     stm.add_argument("input", help="G-code file, or - for stdin")
-    stm.add_argument("--port", required=True, help="serial device or pty path")
-    stm.add_argument("--machine", required=True, type=Path, help="machine description YAML")
-    stm.add_argument("--protocol", choices=["grbl", "dnc"], default="grbl")
-    stm.add_argument("--baudrate", type=int, default=115_200)
+    stm.add_argument("--config", type=Path, help="the agent's config file")
+    stm.add_argument("--controller", help="the CNC's controller name in --config")
+    stm.add_argument("--port", help="serial device or pty path (without --config)")
+    stm.add_argument("--machine", type=Path, help="machine description YAML (without --config)")
+    stm.add_argument("--protocol", choices=["grbl", "dnc"], default=None,
+                     help="without --config (default grbl)")
+    stm.add_argument("--baudrate", type=int, default=None, help="without --config")
     stm.add_argument("--no-filter", action="store_true", help="stream the program unchanged")
     stm.add_argument("--quiet", action="store_true", help="no progress line")
     stm.set_defaults(func=_cmd_stream)
@@ -73,6 +78,8 @@ def register(subparsers: Any) -> None:
     swp = group.add_parser("sweep", help="figure 11: radial error against V(1/2)/V_c")
     swp.add_argument("--points", type=int, default=26, help="ratios from -1 to 1.5")
     swp.add_argument("--model", choices=["paper", "dead_zone"], default="paper")
+    swp.add_argument("--half-window", type=float, default=0.5, metavar="SECONDS",
+                     help="t* (the paper's 0.5 s)")
     swp.add_argument("--json", action="store_true")
     swp.add_argument("--plot", type=Path, metavar="FILE.svg")
     swp.set_defaults(func=_cmd_sweep)
@@ -148,14 +155,89 @@ class _Progress:
             self.out.flush()
 
 
+def _stream_target(args: argparse.Namespace) -> tuple[Any, Any]:
+    """(GrblDriver, MachineSettings) from --config/--controller or from --port/--machine."""
+    from agent.errors import ConfigError
+    from drivers.grbl import GrblDriver
+    from drivers.grbl_settings import GrblSettings, StreamFilterSettings
+
+    direct = [f"--{n}" for n in ("port", "machine", "protocol", "baudrate")
+              if getattr(args, n) is not None]
+    if args.config is not None or args.controller is not None:
+        if args.config is None or args.controller is None:
+            raise ConfigError("feedrate stream: --config and --controller go together")
+        if direct:
+            raise ConfigError(f"feedrate stream: {', '.join(direct)} cannot be combined with "
+                              "--config (the controller's settings say it)")
+        return _configured_target(args.config, args.controller)
+    if args.port is None or args.machine is None:
+        raise ConfigError("feedrate stream: give --config FILE --controller NAME, or --port "
+                          "PATH --machine FILE")
+    settings = GrblSettings(
+        port=args.port, machine=str(args.machine), protocol=args.protocol or "grbl",
+        baudrate=args.baudrate or 115_200,
+        filter=StreamFilterSettings(enabled=not args.no_filter))
+    return GrblDriver("cli", settings), settings.machine_settings()
+
+
+def _configured_target(path: Path, name: str) -> tuple[Any, Any]:
+    from dataclasses import replace
+
+    from agent import schema
+    from agent.config import load_config
+    from agent.errors import ConfigError
+    from agent.feedrate.machine import MachineSettings
+    from agent.yaml_lines import load_yaml
+    from drivers.base import Capability, load_driver_class
+    from drivers.grbl_settings import GrblSettings
+
+    config = load_config(path)
+    index = next((i for i, c in enumerate(config.controllers) if c.name == name), None)
+    if index is None:
+        names = ", ".join(c.name for c in config.controllers)
+        raise ConfigError(f"{path}: no controller named {name!r} (controllers: {names})")
+    entry = config.controllers[index]
+    cls = load_driver_class(entry.driver)
+    if not Capability.TOOLPATH_STREAMING & cls.capabilities or not isinstance(
+            entry.settings, GrblSettings):
+        raise ConfigError(f"{path}: controller {name!r} has driver {entry.driver}; G-code is "
+                          "streamed to a serial CNC controller with driver: grbl")
+    settings: GrblSettings = entry.settings
+    if isinstance(settings.machine, str):
+        machine = settings.machine_settings(path.parent)
+    else:  # built from the config's own tree, so a mistake names this file and line
+        where: list[str | int] = ["controllers", index, "settings", "machine"]
+        node = load_yaml(path).find(where)
+        assert node is not None
+        machine = replace(schema.build(MachineSettings, node, str(path),
+                                       path=f"controllers[{index}].settings.machine"),
+                          source=f"{path}:{node.line}")
+    driver = cls(entry.name, settings, entry.joints)
+    return driver, machine
+
+
+def _with_lookahead(machine: Any, settings: Any) -> Any:
+    from dataclasses import replace
+
+    f = settings.filter
+    if f.lookahead_lines is None and f.lookahead_s is None:
+        return machine
+    look = replace(machine.lookahead,
+                   **({"lines": f.lookahead_lines} if f.lookahead_lines is not None else {}),
+                   **({"seconds": f.lookahead_s} if f.lookahead_s is not None else {}))
+    return replace(machine, lookahead=look)
+
+
 def _cmd_stream(args: argparse.Namespace) -> int:
     from collections import deque
 
     from agent.feedrate.filter import FeedrateFilter, filtered_lines_with_origin
-    from agent.feedrate.machine import load_machine
-    from agent.feedrate.stream import DncOptions, GrblOptions, StreamError, stream_to_port
+    from agent.feedrate.stream import StreamError
 
-    machine = load_machine(args.machine)
+    driver, machine = _stream_target(args)
+    settings = driver.settings
+    machine = _with_lookahead(machine, settings)
+    unfiltered = args.no_filter or not settings.filter.enabled
     source = "<stdin>" if args.input == "-" else args.input
     filt = FeedrateFilter(machine, source=source)
     # Output line -> program line, for the lines a failure can concern (those in flight): a
@@ -163,7 +245,7 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     origins: deque[tuple[int, int]] = deque(maxlen=4096)
 
     def lines() -> Iterator[str]:
-        if args.no_filter:
+        if unfiltered:
             yield from _input_lines(args.input)
             return
         for n, (line, origin) in enumerate(
@@ -171,22 +253,15 @@ def _cmd_stream(args: argparse.Namespace) -> int:
             origins.append((n, origin))
             yield line
 
-    options: GrblOptions | DncOptions
-    if args.protocol == "grbl":
-        limit = machine.emitter_dialect.max_line_chars
-        options = GrblOptions(max_line_chars=limit if limit is not None else 79)
-    else:
-        options = DncOptions(max_line_chars=machine.emitter_dialect.max_line_chars)
     progress = _Progress(sys.stderr, not args.quiet)
     started = time.monotonic()
     try:
-        result = stream_to_port(
-            lines(), args.port, protocol=args.protocol, baudrate=args.baudrate,
-            options=options, progress=progress,
-            reversals_modulated=None if args.no_filter else (lambda: filt.reversals_modulated),
-            source=source if args.no_filter else None)
+        result = driver.stream(
+            lines(), max_line_chars=machine.emitter_dialect.max_line_chars, progress=progress,
+            reversals_modulated=None if unfiltered else (lambda: filt.reversals_modulated),
+            source=source if unfiltered else None)
     except StreamError as exc:
-        if args.no_filter or exc.line_no is None:
+        if unfiltered or exc.line_no is None:
             raise
         program_line = dict(origins).get(exc.line_no)
         if program_line is None:
@@ -198,7 +273,7 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     finally:
         progress.done()
     stats = filt.stats
-    program = f" ({stats.lines_in} program lines)" if not args.no_filter else ""
+    program = f" ({stats.lines_in} program lines)" if not unfiltered else ""
     print(f"{source}: {result.lines_acked} lines acknowledged of {result.lines_sent} sent"
           f"{program}, {time.monotonic() - started:.1f} s, {stats.modulated} reversals "
           "modulated", file=sys.stderr)
@@ -272,7 +347,9 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
     if args.points < 2:
         raise ValueError(f"--points: expected at least 2, got {args.points}")
-    sweep = figure11_sweep(points=args.points, model=args.model)
+    if not 0.0 < args.half_window <= 10.0:
+        raise ValueError(f"--half-window: expected 0 < t* <= 10 s, got {args.half_window:g}")
+    sweep = figure11_sweep(points=args.points, model=args.model, half_window_s=args.half_window)
     constant = min(sweep.rows, key=lambda r: abs(r.ratio - 1.0))
     shallow = sweep.minimum(0.0, 1.0)
     deepest = sweep.minimum(-1.0, 0.0)
@@ -293,7 +370,7 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
         print(json.dumps({**sweep.to_dict(), "shallow_minimum": shallow.to_dict(),
                           "deepest_minimum": deepest.to_dict()}, indent=2))
         return EX_OK
-    print(f"figure 11 (n = {sweep.degree}, t* = {sweep.half_window_s} s, Theta* = pi/2, "
+    print(f"figure 11 (n = {sweep.degree}, t* = {sweep.half_window_s:g} s, Theta* = pi/2, "
           f"model {sweep.model})")
     print(f"{'V(1/2)/Vc':>9s} {'f':>8s} {'max |e|':>11s} {'RMS e':>11s} {'gap (s)':>8s}")
     for r in sweep.rows:

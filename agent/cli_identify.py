@@ -1,10 +1,13 @@
 """`jha identify CAPTURE --robot FILE [--method ols|wls] [--json]`: dynamic identification of a
-robot with two encoders per joint (papers 002 and 004) from an excitation capture.
+robot with two encoders per joint (papers 002 and 004) from an excitation capture, and
+`jha simulate identification --robot FILE -o CAPTURE.npz`: such a capture from the simulated
+robot (the sim driver's excitation cycle), to try it.
 
-CAPTURE is a directory holding one capture file per joint (.npz, or .csv with its .meta.yaml
-sidecar), or the files themselves. Each has link_pos_rad (or link_counts), motor_pos_rad (or
-motor_counts) and motor_torque_nm on the same time base; the metadata field `joint` names its
-joint (else the files are taken in the robot's joint order). A capture that misses an encoder
+CAPTURE is a multi-joint capture (.npz of the excitation cycle), a directory holding one
+capture file per joint (.npz, or .csv with its .meta.yaml sidecar), or the files themselves.
+Each joint has link_pos_rad (or link_counts), motor_pos_rad (or motor_counts) and
+motor_torque_nm on the same time base; the metadata field `joint` names it (else the files are
+taken in the robot's joint order). A capture that misses an encoder
 channel, whose drive saturated or whose motion does not excite the dynamics is refused with the
 reason and exit code 65.
 """
@@ -21,10 +24,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.errors import EX_OK, CaptureError
+from agent.errors import EX_OK, CaptureError, ConfigError
 from agent.store import Estimate
 
 if TYPE_CHECKING:  # the estimator loads scipy: imported by the command, not by `jha --help`
+    from agent.capture import Capture
     from agent.estimation.identification import IndicatorRow
 
 CAPTURE_SUFFIXES = (".npz", ".csv")
@@ -71,6 +75,112 @@ def register(subparsers: Any) -> None:
 
     add_record_options(p)
     p.set_defaults(func=_cmd_identify)
+    simulate = _subcommands(subparsers, "simulate")
+    if simulate is not None and "identification" not in simulate.choices:
+        register_simulate(simulate)
+
+
+def _subcommands(subparsers: Any, name: str) -> Any:
+    """The sub-parsers of the existing command `name` (argparse has no public way to them)."""
+    parser = subparsers.choices.get(name)
+    if parser is None:
+        return None
+    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
+def register_simulate(simulate_subparsers: Any) -> None:
+    """Add `identification` to `jha simulate`'s sub-parsers."""
+    p = simulate_subparsers.add_parser(
+        "identification",
+        help="excitation capture of a simulated robot with elastic joints (papers 002, 004)",
+    )
+    p.add_argument("--robot", required=True, type=Path, help="robot description (YAML)")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="CAPTURE.npz")
+    p.add_argument("--period-s", type=float, default=4.0, help="excitation period")
+    p.add_argument("--harmonics", type=int, default=4)
+    p.add_argument("--periods", type=int, default=2, help="periods captured")
+    p.add_argument("--sample-rate", type=float, default=1000.0)
+    p.add_argument("--maxiter", type=int, default=40, help="excitation design iterations")
+    p.add_argument(
+        "--friction-scale",
+        action="append",
+        default=[],
+        metavar="JOINT=X",
+        help="wear: that joint's friction times X (repeatable)",
+    )
+    p.add_argument(
+        "--stiffness-scale", action="append", default=[], metavar="JOINT=X",
+        help="wear: that joint's stiffness times X (repeatable)",
+    )  # fmt: skip
+    p.add_argument("--torque-noise-nm", type=float, default=0.0, help="drive torque noise std")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_simulate_identification)
+
+
+def _scales(items: Sequence[str], option: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        joint, _, value = item.partition("=")
+        try:
+            out[joint.strip()] = float(value)
+        except ValueError:
+            raise ConfigError(f"{option}: expected JOINT=NUMBER, found {item!r}") from None
+        if not (joint.strip() and out[joint.strip()] > 0):
+            raise ConfigError(f"{option}: expected JOINT=NUMBER > 0, found {item!r}")
+    return out
+
+
+def _cmd_simulate_identification(args: argparse.Namespace) -> int:
+    from agent.capture_multi import save_multi_capture
+    from agent.config import ControllerSettings
+    from agent.identification_job import excitation_cycle
+    from agent.identification_settings import (
+        ExcitationDesignSettings,
+        IdentificationCycleSettings,
+    )
+    from drivers.sim_excitation import SimJointWear, SimRobotSettings, simulate_excitation
+
+    friction = _scales(args.friction_scale, "--friction-scale")
+    stiffness = _scales(args.stiffness_scale, "--stiffness-scale")
+    wear = {
+        j: SimJointWear(friction_scale=friction.get(j, 1.0), stiffness_scale=stiffness.get(j, 1.0))
+        for j in {*friction, *stiffness}
+    }
+    settings = IdentificationCycleSettings(
+        robot=str(args.robot),
+        sample_rate_hz=args.sample_rate,
+        settle_s=0.0,
+        trajectory=ExcitationDesignSettings(
+            period_s=args.period_s,
+            harmonics=args.harmonics,
+            periods=args.periods,
+            maxiter=args.maxiter,
+            seed=args.seed,
+        ),
+    )
+    cycle = excitation_cycle(ControllerSettings(name="sim", driver="sim", identification=settings))
+    truth = SimRobotSettings(robot=str(args.robot), wear=wear, torque_noise_nm=args.torque_noise_nm)
+    capture = simulate_excitation(cycle, truth, args.seed, "sim")
+    save_multi_capture(capture, args.output)
+    print(
+        f"{args.output}: {len(capture)} samples of {len(capture.joints)} joints at "
+        f"{capture.sample_rate_hz:g} Hz ({cycle.robot}, {cycle.periods} x {cycle.period_s:g} s)"
+    )
+    return EX_OK
+
+
+def load_captures(files: Sequence[Path]) -> list[Capture]:
+    """Per-joint captures from the files; a multi-joint .npz gives one per joint."""
+    from agent.capture_io import load_capture
+    from agent.capture_multi import is_multi_capture, load_multi_capture
+
+    captures: list[Capture] = []
+    for f in files:
+        if f.suffix.lower() == ".npz" and is_multi_capture(f):
+            captures += load_multi_capture(f).joint_captures()
+        else:
+            captures.append(load_capture(f))
+    return captures
 
 
 def capture_files(paths: Sequence[Path]) -> list[Path]:
@@ -106,7 +216,6 @@ def identification_estimates(
 
 
 def _cmd_identify(args: argparse.Namespace) -> int:
-    from agent.capture_io import load_capture
     from agent.cli_report import record_joint_estimates, recording_target
     from agent.estimation.identification import IdentificationSettings, identify
     from agent.estimation.signal_chain import FilterSettings
@@ -116,7 +225,7 @@ def _cmd_identify(args: argparse.Namespace) -> int:
     started = datetime.now(UTC)
     robot = load_robot(args.robot)
     files = capture_files(args.capture)
-    captures = [load_capture(f) for f in files]
+    captures = load_captures(files)
     settings = IdentificationSettings(
         method=args.method,
         model=args.model,

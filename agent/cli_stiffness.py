@@ -26,6 +26,13 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.atomic import atomic_write_text
+from agent.cli_report import (
+    add_record_options,
+    print_json,
+    record_joint_estimates,
+    recording_target,
+    run_standalone,
+)
 from agent.errors import EX_OK, CaptureError, EstimationError
 from agent.models.compliance import (
     ComplianceModel,
@@ -181,10 +188,6 @@ def _joints(args: argparse.Namespace) -> tuple[str, ...] | None:
     return tuple(args.joints) if getattr(args, "joints", None) else None
 
 
-def _print_json(data: dict[str, Any]) -> None:
-    print(json.dumps(data, indent=2))
-
-
 def _cmd_design(args: argparse.Namespace) -> int:
     from agent.estimation.stiffness_design import (
         TcpDesignSettings,
@@ -221,7 +224,7 @@ def _cmd_design(args: argparse.Namespace) -> int:
     if args.output:
         atomic_write_text(args.output, json.dumps(data, indent=2) + "\n")
     if args.json:
-        _print_json(data)
+        print_json(data, allow_nan=True)
     else:
         _print_design(design, prior, model)
     return EX_OK
@@ -316,7 +319,6 @@ def stiffness_estimates(
 
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
-    from agent.cli_report import record_joint_estimates, recording_target
     from agent.estimation.stiffness import estimate_dual_encoder, estimate_stiffness
 
     target = recording_target(args)  # a bad config or controller fails before the fit
@@ -333,7 +335,7 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     if args.output:
         atomic_write_text(args.output, json.dumps(data, indent=2) + "\n")
     if args.json:
-        _print_json(data)
+        print_json(data, allow_nan=True)
     else:
         _print_estimate(est)
     if target is not None:
@@ -391,7 +393,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     pred = predict_deviation(model, q, args.force, k, cov)
     data = {"robot": str(args.robot), "stiffness_from": origin, **pred.to_dict()}
     if args.json:
-        _print_json(data)
+        print_json(data, allow_nan=True)
     else:
         dev, sd = pred.deviation_m[0] * 1e6, pred.std_m[0] * 1e6
         axes = "  ".join(f"{a} {d:9.2f} +- {s:.2f}" for a, d, s in zip("xyz", dev, sd, strict=True))
@@ -461,8 +463,6 @@ def register(subparsers: Any) -> None:
     e.add_argument("file", type=Path, metavar="MEAS.csv")
     e.add_argument("--alpha", type=float, default=0.05, help="1 - confidence (0.05)")
     e.add_argument("-o", "--output", type=Path, metavar="ESTIMATE.json")
-    from agent.cli_report import add_record_options
-
     add_record_options(e)
     e.set_defaults(func=_cmd_estimate)
 
@@ -476,14 +476,5 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_cmd_predict)
 
 
-if __name__ == "__main__":  # pragma: no cover - stand-alone use until agent.cli registers it
-    from agent.errors import AgentError
-
-    parser = argparse.ArgumentParser(prog="jha")
-    register(parser.add_subparsers(dest="command", required=True))
-    ns = parser.parse_args()
-    try:
-        sys.exit(ns.func(ns))
-    except AgentError as exc:
-        print(f"jha: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+if __name__ == "__main__":  # pragma: no cover - stand-alone use
+    run_standalone(register)

@@ -22,6 +22,12 @@ PAPER_SWEEP_BACKLASH_RAD = (0.0, 3e-4, 5e-4, 7e-4, 9e-4, 11e-4, 13e-4, 15e-4, 17
 class AgentSettings:
     state_dir: str = field(default="var", metadata={"doc": "history, captures, reports go here"})
     log_level: LogLevel = "info"
+    # The control socket's path when systemd gives no RUNTIME_DIRECTORY (default:
+    # <state_dir>/control.sock).
+    control_socket: str | None = None
+    poll_s: float = field(
+        default=0.2, metadata={"gt": 0.0, "le": 10.0, "doc": "status poll period while idle"}
+    )
 
 
 @dataclass(frozen=True)
@@ -107,14 +113,45 @@ class InterlockSettings:
     pose_tolerance_rad: float = field(default=0.01, metadata={"gt": 0.0})
     require_no_alarm: bool = True
     require_full_override: bool = True
+    # A person near the machine (light curtain, area scanner): unknown presence counts as present.
+    require_operator_absent: bool = False
+
+
+@dataclass(frozen=True)
+class ProductionStopTrigger:
+    """Cycle when the controller reports a production stop expected to last at least this long
+    (a stop of unknown length counts only when the minimum is 0)."""
+
+    min_expected_stop_s: float = field(default=0.0, metadata={"ge": 0.0})
+
+
+@dataclass(frozen=True)
+class ScheduleTrigger:
+    """Queue every joint's cycle on a schedule; the cycles still wait for a stop and interlocks."""
+
+    every_s: float | None = field(default=None, metadata={"gt": 0.0})
+    cron: str | None = field(default=None, metadata={"doc": "m h dom mon dow (local time)"})
+    window: str | None = field(default=None, metadata={"doc": "HH:MM-HH:MM (local time)"})
+
+
+@dataclass(frozen=True)
+class TriggerSettings:
+    """What queues cycles; on demand (`jha cycle now`) is always on."""
+
+    production_stop: ProductionStopTrigger | None = field(default_factory=ProductionStopTrigger)
+    schedule: ScheduleTrigger | None = None
+    # Added to each cycle's settle + duration when fitting cycles into a stop.
+    cycle_margin_s: float = field(default=2.0, metadata={"ge": 0.0})
 
 
 @dataclass(frozen=True)
 class ControllerSettings:
     name: str
     driver: str = field(metadata={"doc": "entry point in joint_health_agent.drivers"})
-    joints: tuple[JointSettings, ...] = field(metadata={"min_len": 1})
+    # Empty only for a driver without Capability.CYCLES (checked in _driver_settings).
+    joints: tuple[JointSettings, ...] = field(default=())
     interlocks: InterlockSettings = field(default_factory=InterlockSettings)
+    triggers: TriggerSettings = field(default_factory=TriggerSettings)
     identification: IdentificationCycleSettings | None = None
     # Validated by the driver's own settings_type; the raw mapping is kept when it has none.
     settings: Any = None
@@ -252,7 +289,25 @@ def _check_joint(j: JointSettings) -> list[tuple[str, str]]:
     ]
 
 
+def _check_schedule(t: ScheduleTrigger) -> list[tuple[str, str]]:
+    from agent.triggers import parse_cron, parse_window
+
+    out = []
+    if (t.every_s is None) == (t.cron is None):
+        out.append(("every_s", "expected exactly one of every_s or cron"))
+    for name, parse in (("cron", parse_cron), ("window", parse_window)):
+        text = getattr(t, name)
+        if text is None:
+            continue
+        try:
+            parse(text)
+        except ValueError as exc:
+            out.append((name, str(exc)))
+    return out
+
+
 _CHECKS: dict[type, Check] = {
+    ScheduleTrigger: _check_schedule,
     ThresholdSettings: _check_thresholds,
     CalibrationSettings: _check_calibration,
     EstimatorSettings: _check_estimator,
@@ -322,6 +377,7 @@ def _driver_settings(root: Node, file: str) -> tuple[list[object], list[ConfigIs
             issues.append(ConfigIssue(file, driver.line, f"{base}.driver", problem))
             settings.append(None)
             continue
+        issues += _missing_joints(c, driver.value, base, file)
         if settings_type is None:  # the driver takes its settings as they are
             settings.append(None if raw is None else raw.plain())
             continue
@@ -360,6 +416,28 @@ def _unknown_joint_keys(
         )
         out.append(ConfigIssue(file, key.line, join_path(f"{base}.settings.joints", key.name), msg))
     return out
+
+
+def _missing_joints(controller: Node, driver: str, base: str, file: str) -> list[ConfigIssue]:
+    """A driver that runs cycles needs joints to cycle; a streaming-only one may have none."""
+    joints = controller.get("joints") if controller.kind == "mapping" else None
+    if joints is not None and (joints.kind != "sequence" or joints.items):
+        return []  # a wrong type is the schema's to report
+    if not _driver_runs_cycles(driver):
+        return []
+    line = controller.line if joints is None else joints.line
+    found = "required key is missing" if joints is None else "found an empty list"
+    msg = f"expected at least 1 joint (driver {driver!r} runs test cycles), {found}"
+    return [ConfigIssue(file, line, f"{base}.joints", msg)]
+
+
+def _driver_runs_cycles(name: str) -> bool:
+    from drivers.base import Capability, load_driver_class
+
+    try:
+        return Capability.CYCLES in load_driver_class(name).capabilities
+    except Exception:  # not importable yet: assume the strict case
+        return True
 
 
 def _settings_type(name: str) -> tuple[type | None, str | None]:

@@ -12,12 +12,17 @@ import asyncio
 import contextlib
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from agent.capture import Capture
 from agent.config import ControllerSettings, InterlockSettings, JointSettings
 from agent.errors import CycleAborted, InterlockError
-from drivers.base import BacklashCycle, ControllerMode, ControllerStatus, Driver
+from drivers.base import BacklashCycle, ControllerMode, ControllerStatus, Cycle, Driver
+
+if TYPE_CHECKING:
+    from agent.capture_multi import MultiCapture
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +55,13 @@ def interlock_violations(
     joint: JointSettings | None,
     *,
     running: bool = False,
+    start_pose_rad: Mapping[str, float] | None = None,
 ) -> list[str]:
     """Every interlock that does not hold, as a sentence; empty means motion may go on.
 
-    Before motion (running=False) the joint must also stand at its test pose; during motion the
-    pose changes by design and is not checked.
+    Before motion (running=False) every joint the cycle moves must stand at its start pose
+    (`start_pose_rad`, by default the joint's test pose); during motion the pose changes by
+    design and is not checked, but the end of the announced stop is.
     """
     problems: list[str] = []
     allowed = _RUN_MODES if running else _START_MODES
@@ -62,21 +69,36 @@ def interlock_violations(
         problems.append(f"controller is in {status.mode.value} mode")
     elif rules.require_production_stop and status.mode not in allowed:
         problems.append(f"controller is in {status.mode.value} mode, not stopped for production")
+    elif (
+        rules.require_production_stop
+        and status.stop_expected_s is not None
+        and status.stop_expected_s <= 0
+    ):
+        problems.append("the production stop is over (stop_expected_s ran out)")
     if rules.require_permission and not status.permission:
         problems.append("permission signal is off")
     if rules.require_no_alarm and status.alarms:
         problems.append("active alarm: " + ", ".join(status.alarms))
     if rules.require_full_override and not math.isclose(status.speed_override, 1.0, abs_tol=1e-3):
         problems.append(f"speed override is {100 * status.speed_override:.0f} %, not 100 %")
-    if not running and joint is not None:
-        pos = status.joint_positions_rad.get(joint.name)
-        if pos is None:
-            problems.append(f"position of joint {joint.name} is unknown")
-        elif abs(pos - joint.test_pose_rad) > rules.pose_tolerance_rad:
-            problems.append(
-                f"joint {joint.name} stands at {pos:.4f} rad, test pose is "
-                f"{joint.test_pose_rad:.4f} +- {rules.pose_tolerance_rad:g} rad"
-            )
+    if rules.require_operator_absent and status.operator_present is not False:
+        problems.append(
+            "operator presence is unknown"
+            if status.operator_present is None
+            else "an operator is present"
+        )
+    if not running:
+        if start_pose_rad is None:
+            start_pose_rad = {} if joint is None else {joint.name: joint.test_pose_rad}
+        for name, target in start_pose_rad.items():
+            pos = status.joint_positions_rad.get(name)
+            if pos is None:
+                problems.append(f"position of joint {name} is unknown")
+            elif abs(pos - target) > rules.pose_tolerance_rad:
+                problems.append(
+                    f"joint {name} stands at {pos:.4f} rad, test pose is "
+                    f"{target:.4f} +- {rules.pose_tolerance_rad:g} rad"
+                )
     return problems
 
 
@@ -87,22 +109,35 @@ class CycleLimits:
     overrun_margin_s: float = 10.0
 
 
-async def run_guarded_cycle(
+async def check_interlocks(
     driver: Driver,
-    cycle: BacklashCycle,
+    cycle: Cycle,
     rules: InterlockSettings,
-    joint: JointSettings,
+    joint: JointSettings | None,
     limits: CycleLimits | None = None,
-) -> Capture:
-    """Check, run and watch one cycle. Raises InterlockError (nothing moved) or CycleAborted."""
+) -> ControllerStatus:
+    """The check right before motion (and all of a dry run): the status, or InterlockError."""
     limits = limits or CycleLimits()
     try:
         status = await _read_status(driver, limits.status_timeout_s)
     except Exception as exc:  # any failure to read the controller means: do not move
         raise InterlockError(f"cannot read controller status: {str(exc) or 'timeout'}") from exc
-    problems = interlock_violations(status, rules, joint)
+    problems = interlock_violations(status, rules, joint, start_pose_rad=cycle.start_pose_rad)
     if problems:
         raise InterlockError("; ".join(problems))
+    return status
+
+
+async def run_guarded_cycle(
+    driver: Driver,
+    cycle: Cycle,
+    rules: InterlockSettings,
+    joint: JointSettings | None,
+    limits: CycleLimits | None = None,
+) -> Capture | MultiCapture:
+    """Check, run and watch one cycle. Raises InterlockError (nothing moved) or CycleAborted."""
+    limits = limits or CycleLimits()
+    await check_interlocks(driver, cycle, rules, joint, limits)
 
     nominal_s = cycle.settle_s + cycle.duration_s
     deadline = asyncio.get_running_loop().time() + (
@@ -152,7 +187,9 @@ async def _read_status(driver: Driver, timeout_s: float) -> ControllerStatus:
         return await driver.read_status()
 
 
-async def _stop_and_cancel(driver: Driver, task: asyncio.Task[Capture], reason: str) -> None:
+async def _stop_and_cancel(
+    driver: Driver, task: asyncio.Task[Capture | MultiCapture], reason: str
+) -> None:
     log.warning("event=cycle_abort reason=%r", reason)
     try:
         async with asyncio.timeout(2.0):

@@ -1,82 +1,54 @@
-"""The agent's service loop: stop -> interlocks -> cycle -> analysis -> history -> report.
+"""The agent's service: controllers watched, cycles run in production stops, results published.
 
-asyncio, one task per configured controller. Motion runs on the event loop (the interlock watcher
-must never be late); estimation runs in a process pool so a slow fit never delays a stop command.
-This is the foundation's minimal daemon; the production service (systemd notify, triggers,
-control socket, publishing) builds on it.
+asyncio, one task per configured controller (agent.service_controller). Motion runs on the event
+loop (the interlock watcher must never be late); estimation runs in a process pool made on first
+use, and every file or database write in a thread, so the systemd watchdog is pinged on time.
+This module holds the supervisor: systemd notifications, signals (SIGTERM/SIGINT stop, SIGHUP
+reload), the control socket, publishers and the report of each stop.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import datetime as dt
 import logging
-import multiprocessing
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from agent.calibration_sweep import (
-    cache_key,
-    cache_path,
-    calibration_from_points,
-    fit_settings,
-    load_cached,
-    sweep_point,
+from agent.config import Config, ControllerSettings, load_config
+from agent.control_socket import ControlServer, socket_path
+from agent.errors import ConfigError
+from agent.logfmt import kv
+from agent.sd_notify import Notifier
+from agent.service_controller import (
+    EX_NO_CONTROLLER,
+    EX_NO_STOP,
+    ControllerRunner,
+    RunnerEnv,
 )
-from agent.capture import Capture
-from agent.capture_io import save_capture
-from agent.config import Config, ControllerSettings, JointSettings
-from agent.cycles import backlash_cycle, run_guarded_cycle
-from agent.errors import AgentError, CycleAborted, InterlockError
-from agent.estimation.backlash import fit_backlash
-from agent.estimation.calibration import BacklashCalibration, fit_calibration
-from agent.estimation.results import BacklashResult
-from agent.health import assess_backlash
-from agent.report import JointReport, Report, joint_report, report_dir, summary_table, write_report
-from agent.store import HistoryStore, estimates_for
-from drivers.base import (
-    BacklashCycle,
-    ControllerMode,
-    ControllerStatus,
-    Driver,
-    load_driver_class,
+from agent.service_jobs import (
+    KINDS,
+    AnalysisContext,
+    CycleKind,
+    JointJob,
+    analyze_backlash_capture,
+    record_and_report,
 )
+from agent.service_pool import LazyPool
+from drivers.base import Driver, load_driver_class
+
+if TYPE_CHECKING:
+    from agent.publish.base import HealthPublisher
+    from agent.report import Report
+
+__all__ = ["EX_NO_CONTROLLER", "EX_NO_STOP", "Agent", "analyze_backlash_capture"]
 
 log = logging.getLogger("jha.daemon")
 
-EX_NO_STOP = 75  # EX_TEMPFAIL: --once saw no production stop in time
-EX_NO_CONTROLLER = 74  # EX_IOERR: --once could not connect to the controller in time
-
-
-def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-def _stamp(moment: dt.datetime) -> str:
-    return moment.strftime("%Y%m%dT%H%M%S_%fZ")
-
-
-def analyze_backlash_capture(
-    capture: Capture, joint: JointSettings, calibration: BacklashCalibration | None
-) -> BacklashResult:
-    """Process-pool entry point: one fit, pure."""
-    return fit_backlash(capture, fit_settings(joint), calibration)
-
-
-@dataclass
-class _JointJob:
-    controller: ControllerSettings
-    joint: JointSettings
-    cycle: BacklashCycle
-    started_at: dt.datetime
-    capture_path: Path | None = None
-    error: str | None = None
-    outcome: str = "ok"
-    result: BacklashResult | None = None
-    analysis: asyncio.Future[BacklashResult] | None = None
+POOL_WORKERS = 2
 
 
 @dataclass
@@ -87,8 +59,20 @@ class Agent:
     out: TextIO | None = None
     # Factory for the driver of a controller (tests pass one to reach the driver instance).
     driver_factory: Callable[[ControllerSettings], Driver] | None = None
+    dry_run: bool = False
+    notifier: Notifier = field(default_factory=lambda: Notifier({}))
+    handle_signals: bool = False  # the CLI installs SIGTERM/SIGINT/SIGHUP handlers
+    serve_control: bool | None = None  # default: in service mode, not with --once
+    # None: the config's publishers (agent.publish.factory); tests pass their own.
+    publishers: list[HealthPublisher] | None = None
     drivers: dict[str, Driver] = field(default_factory=dict)
     reports: list[Path] = field(default_factory=list)
+    runners: dict[str, ControllerRunner] = field(default_factory=dict)
+    state: str = "starting"
+    pool_idle_s: float = 60.0  # analysis workers are shut down after this long unused
+    pool_workers: int = POOL_WORKERS
+    _executor: LazyPool = field(init=False, repr=False)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
 
     @property
     def state_dir(self) -> Path:
@@ -100,270 +84,297 @@ class Agent:
         cls = load_driver_class(ctrl.driver)
         return cls(ctrl.name, ctrl.settings, ctrl.joints)
 
+    # -- the process pool: made on first use, so an idle daemon has no workers ---------------
+
+    def _pool(self) -> concurrent.futures.Executor:
+        return self._executor
+
+    async def _reap_pool(self) -> None:
+        while True:
+            await asyncio.sleep(min(10.0, self.pool_idle_s / 2))
+            if self._executor.reap():
+                log.info(kv("pool_released", idle_s=self.pool_idle_s))
+
+    # -- main --------------------------------------------------------------------------------
+
     async def run(self) -> int:
         """Run until stopped (or one pass with --once); returns the process exit code."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        ctx = multiprocessing.get_context("spawn")
-        with concurrent.futures.ProcessPoolExecutor(max_workers=2, mp_context=ctx) as pool:
-            self._pool = pool
-            self._calibrations: dict[str, asyncio.Future[BacklashCalibration | None]] = {}
-            codes = await asyncio.gather(
-                *(self._controller_task(c) for c in self.config.controllers)
-            )
-        return max(codes, default=0)
-
-    async def _controller_task(self, ctrl: ControllerSettings) -> int:
-        driver = self._make_driver(ctrl)
-        self.drivers[ctrl.name] = driver
-        if not await self._connect(driver, ctrl):
-            return EX_NO_CONTROLLER
+        self._executor = LazyPool(self.pool_workers, self.pool_idle_s)
+        self._background: set[asyncio.Task[Any]] = set()
+        self._kinds: dict[str, CycleKind] = {name: make() for name, make in KINDS.items()}
+        self._analysis = AnalysisContext(self.state_dir, self._pool)
+        self._control: ControlServer | None = None
+        self._publishers: list[HealthPublisher] = []
+        loop = asyncio.get_running_loop()
+        clean = False
         try:
-            while True:
-                if not await self._wait_for_stop(driver, ctrl):
-                    if self.once:
-                        log.error(
-                            "event=no_production_stop controller=%s waited_s=%.0f",
-                            ctrl.name,
-                            self.wait_for_stop_s,
-                        )
-                        return EX_NO_STOP
-                    continue
-                jobs = await self._run_stop(driver, ctrl)
-                self._write_report(ctrl, jobs)
-                if self.once:
-                    return 0
-                await self._wait_for_production(driver, ctrl)
+            await self._start_publishers()
+            if self.serve_control if self.serve_control is not None else not self.once:
+                await self._start_control()
+            if self.handle_signals:
+                loop.add_signal_handler(signal.SIGTERM, self.request_stop, "SIGTERM")
+                loop.add_signal_handler(signal.SIGINT, self.request_stop, "SIGINT")
+                loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+            for ctrl in self.config.controllers:
+                self._start_runner(ctrl)
+            self._spawn(self.notifier.watchdog_loop(), "watchdog")
+            self._spawn(self._reap_pool(), "pool reaper")
+            self.state = "running"
+            self.notifier.ready()
+            self._update_status()
+            log.info(
+                kv(
+                    "ready",
+                    controllers=len(self.config.controllers),
+                    once=self.once,
+                    dry_run=self.dry_run,
+                    watchdog_s=self.notifier.watchdog_s,
+                )
+            )
+            if self.once:
+                codes = await asyncio.gather(
+                    *(r.task for r in self.runners.values() if r.task is not None)
+                )
+                clean = True
+                return max(codes, default=0)
+            await self._stop.wait()
+            clean = True
+            return 0
         finally:
-            await driver.close()
+            self.state = "stopping"
+            self.notifier.stopping()
+            self.notifier.status("stopping")
+            await self._shutdown(clean)
+            if self.handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    loop.remove_signal_handler(sig)
 
-    async def _connect(self, driver: Driver, ctrl: ControllerSettings) -> bool:
-        """Connect, retrying with backoff: a controller that is off at start-up comes later.
-
-        With --once the retries end with the wait for the production stop.
-        """
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.wait_for_stop_s
-        backoff_s = 0.5
-        while True:
+    async def _shutdown(self, clean: bool) -> None:
+        tasks = [r.task for r in self.runners.values() if r.task is not None]
+        tasks += list(self._background)
+        for task in tasks:
+            task.cancel()  # a running cycle stops its motion through the driver on the way out
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for future in self._analysis.cache.values():
+            if isinstance(future, asyncio.Future):
+                future.cancel()
+        if self._control is not None:
+            await self._control.close()
+        for pub in self._publishers:
             try:
-                await driver.connect()
-            except Exception as exc:  # any driver failure: log it, wait, try again
-                log.warning(
-                    "event=connect_failed controller=%s error=%r retry_s=%.1f",
-                    ctrl.name,
-                    str(exc),
-                    backoff_s,
-                )
-                if self.once and loop.time() + backoff_s > deadline:
-                    log.error("event=controller_unreachable controller=%s", ctrl.name)
-                    return False
-                await asyncio.sleep(backoff_s)
-                backoff_s = min(30.0, backoff_s * 2)
-                continue
-            log.info("event=connected controller=%s driver=%s", ctrl.name, ctrl.driver)
-            return True
+                async with asyncio.timeout(3.0):
+                    await pub.close()
+            except Exception as exc:  # a publisher failing to close must not block the exit
+                log.warning(kv("publisher_close_failed", publisher=pub.name, error=str(exc)))
+        # Only --once waits (its work is done by now); a stopping service must exit within
+        # 5 s, so a fit still running is terminated (its capture is on disk already).
+        self._executor.shutdown(wait=clean and self.once, cancel_futures=True)
+        log.info(kv("stopped"))
 
-    async def _status_or_none(
-        self, driver: Driver, ctrl: ControllerSettings
-    ) -> ControllerStatus | None:
-        """A status read while idle; a dead link is logged and retried, never fatal."""
-        try:
-            return await driver.read_status()
-        except Exception as exc:  # the controller may be away for a while: keep waiting
-            log.warning("event=status_unavailable controller=%s error=%r", ctrl.name, str(exc))
-            return None
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
 
-    async def _wait_for_stop(self, driver: Driver, ctrl: ControllerSettings) -> bool:
+    def request_stop(self, why: str = "request") -> None:
+        if not self._stop.is_set():
+            log.info(kv("stopping", signal=why))
+            self.state = "stopping"
+            self.notifier.stopping()
+            self._stop.set()
+            if self.once:  # --once has no stop event to wait on: end the runners directly
+                for r in self.runners.values():
+                    if r.task is not None:
+                        r.task.cancel()
+
+    # -- controllers -------------------------------------------------------------------------
+
+    def _start_runner(self, ctrl: ControllerSettings) -> ControllerRunner:
+        env = RunnerEnv(
+            state_dir=self.state_dir,
+            kinds=self._kinds,
+            analysis=self._analysis,
+            make_driver=self._make_driver,
+            on_driver=self.drivers.__setitem__,
+            on_state=self._update_status,
+            on_jobs=self._report_jobs,
+            once=self.once,
+            dry_run=self.dry_run,
+            wait_for_stop_s=self.wait_for_stop_s,
+            poll_s=self.config.agent.poll_s,
+        )
+        runner = ControllerRunner(ctrl, env)
+        self.runners[ctrl.name] = runner
+        runner.start()
+        return runner
+
+    def status_text(self) -> str:
+        if self.state != "running":
+            return self.state
+        parts = [f"{name}: {r.state}" for name, r in self.runners.items()]
+        return "; ".join(parts) or "no controllers"
+
+    def _update_status(self) -> None:
+        if self.state == "running":
+            self.notifier.status(self.status_text())
+
+    # -- reports and publishing --------------------------------------------------------------
+
+    async def _report_jobs(self, ctrl: ControllerSettings, jobs: list[JointJob]) -> None:
+        """Record a stop's jobs and write its report, in the pool: the history's verdicts and
+        the report's trends need scipy, which the daemon's own process does without."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.wait_for_stop_s
-        backoff_s = 0.2
-        while loop.time() < deadline:
-            status = await self._status_or_none(driver, ctrl)
-            if status is not None and status.mode is ControllerMode.STOPPED:
-                log.info("event=production_stop controller=%s", ctrl.name)
-                return True
-            backoff_s = 0.2 if status is not None else min(5.0, backoff_s * 2)
-            await asyncio.sleep(backoff_s)
-        return False
-
-    async def _wait_for_production(self, driver: Driver, ctrl: ControllerSettings) -> None:
-        """After a stop's cycles, wait for production to resume before the next stop counts."""
-        while True:
-            status = await self._status_or_none(driver, ctrl)
-            if status is not None and status.mode is ControllerMode.PRODUCTION:
-                return
-            await asyncio.sleep(0.5)
-
-    def _calibration(
-        self, joint: JointSettings, cycle: BacklashCycle
-    ) -> asyncio.Future[BacklashCalibration | None]:
-        # Joints with the same model share one sweep (and one cache entry).
-        key = (
-            f"{joint.calibration.source}:{cache_key(joint, cycle, 1.0)}:{joint.calibration.points}"
+        written = await loop.run_in_executor(
+            self._pool(),
+            record_and_report,
+            self.state_dir,
+            ctrl.name,
+            jobs,
+            bool(self._publishers),
         )
-        if key not in self._calibrations:
-            self._calibrations[key] = asyncio.ensure_future(self._make_calibration(joint, cycle))
-        return self._calibrations[key]
-
-    async def _make_calibration(
-        self, joint: JointSettings, cycle: BacklashCycle
-    ) -> BacklashCalibration | None:
-        """The joint's delta = f(A), or None when the config gives no calibration."""
-        cal = joint.calibration
-        if cal.source == "points":
-            return fit_calibration(
-                [(p.amplitude_rad_s, p.backlash_rad) for p in cal.points], source="points"
-            )
-        if cal.source != "simulation":
-            return None
-        path = cache_path(joint, cycle, self.state_dir / "calibration")
-        cached = load_cached(path)
-        if cached is not None:
-            return cached
-        log.info(
-            "event=calibration_sweep joint=%s points=%d", joint.name, len(cal.sweep_backlash_rad)
-        )
-        loop = asyncio.get_running_loop()
-        points = await asyncio.gather(
-            *(
-                loop.run_in_executor(self._pool, sweep_point, joint, cycle, delta, 1.0, 101)
-                for delta in cal.sweep_backlash_rad
-            )
-        )
-        return calibration_from_points(list(points), path)
-
-    async def _run_stop(self, driver: Driver, ctrl: ControllerSettings) -> list[_JointJob]:
-        """Every joint's cycle in turn; each analysis starts as soon as its capture is in."""
-        loop = asyncio.get_running_loop()
-        jobs = []
-        for joint in ctrl.joints:
-            cycle = backlash_cycle(ctrl, joint)
-            job = _JointJob(ctrl, joint, cycle, _utcnow())
-            jobs.append(job)
-            try:
-                capture = await run_guarded_cycle(driver, cycle, ctrl.interlocks, joint)
-            except InterlockError as exc:
-                job.outcome, job.error = "rejected", f"interlock: {exc}"
-                log.warning(
-                    "event=cycle_refused controller=%s joint=%s reason=%r",
-                    ctrl.name,
-                    joint.name,
-                    str(exc),
-                )
-                continue
-            except CycleAborted as exc:
-                job.outcome, job.error = "aborted", str(exc)
-                continue
-            job.capture_path = (
-                self.state_dir
-                / "captures"
-                / ctrl.name
-                / joint.name
-                / f"{_stamp(job.started_at)}.npz"
-            )
-            save_capture(capture, job.capture_path)
-            log.info(
-                "event=captured controller=%s joint=%s samples=%d path=%s",
-                ctrl.name,
-                joint.name,
-                len(capture),
-                job.capture_path,
-            )
-            # Asked for only now: a refused or aborted cycle must not start a sweep for nothing.
-            calibration = self._calibration(joint, cycle)
-            job.analysis = asyncio.ensure_future(self._analyze(capture, joint, calibration, loop))
-        for job in jobs:
-            if job.analysis is None:
-                self._record(job)
-                continue
-            try:
-                job.result = await job.analysis
-            except AgentError as exc:
-                job.outcome, job.error = "error", str(exc)
-            except Exception as exc:  # a bug or a dead worker must not take the daemon down
-                log.exception(
-                    "event=analysis_failed controller=%s joint=%s", ctrl.name, job.joint.name
-                )
-                job.outcome, job.error = "error", f"analysis failed: {type(exc).__name__}: {exc}"
-            self._record(job)
-        return jobs
-
-    async def _analyze(
-        self,
-        capture: Capture,
-        joint: JointSettings,
-        calibration: asyncio.Future[BacklashCalibration | None],
-        loop: asyncio.AbstractEventLoop,
-    ) -> BacklashResult:
-        cal = await calibration
-        return await loop.run_in_executor(self._pool, analyze_backlash_capture, capture, joint, cal)
-
-    def _record(self, job: _JointJob) -> None:
-        with HistoryStore(self.state_dir / "history.sqlite") as store:
-            kind = job.cycle.kind
-            if job.result is None:
-                store.record_rejected(
-                    controller=job.controller.name,
-                    joint=job.joint.name,
-                    kind=kind,
-                    started_at=job.started_at,
-                    finished_at=_utcnow(),
-                    reason=job.error or "",
-                    outcome=job.outcome,
-                    capture_path=job.capture_path,
-                )
-                return
-            verdict = assess_backlash(job.result, job.joint.thresholds)
-            store.record_cycle(
-                controller=job.controller.name,
-                joint=job.joint.name,
-                kind=kind,
-                started_at=job.started_at,
-                finished_at=_utcnow(),
-                estimates=estimates_for(job.result),
-                status=str(verdict.status),
-                status_reason=verdict.reason,
-                capture_path=job.capture_path,
-            )
-            log.info(
-                "event=assessed controller=%s joint=%s amplitude_rad_s=%.4g backlash_rad=%s "
-                "status=%s",
-                job.controller.name,
-                job.joint.name,
-                job.result.amplitude_rad_s,
-                job.result.backlash_rad,
-                verdict.status,
-            )
-
-    def _write_report(self, ctrl: ControllerSettings, jobs: list[_JointJob]) -> None:
-        from agent.report import indicator_summaries
-
-        created = _utcnow()
-        joints: list[JointReport] = []
-        with HistoryStore(self.state_dir / "history.sqlite") as store:
-            for job in jobs:
-                verdict = assess_backlash(job.result, job.joint.thresholds)
-                history = store.history(ctrl.name, job.joint.name, verdict.indicator)
-                joints.append(
-                    joint_report(
-                        ctrl.name,
-                        job.joint.name,
-                        job.result,
-                        job.joint.thresholds,
-                        history=history,
-                        capture_path=None if job.capture_path is None else str(job.capture_path),
-                        error=job.error,
-                        indicators=indicator_summaries(store, ctrl.name, job.joint.name),
-                    )
-                )
-        report = Report(
-            created_at_iso=created.isoformat(), machines=(ctrl.name,), joints=tuple(joints)
-        )
-        directory = report_dir(self.state_dir, created)
-        json_path, html_path = write_report(report, directory)
-        self.reports.append(directory)
-        log.info("event=report controller=%s json=%s html=%s", ctrl.name, json_path, html_path)
+        self.reports.append(written.json_path.parent)
+        log.info(kv("report", controller=ctrl.name, json=written.json_path, html=written.html_path))
         if self.out is not None:
-            self.out.write(summary_table(report) + "\n")
-            self.out.write(f"report: {html_path}\n")
+            self.out.write(written.table + "\n")
+            self.out.write(f"report: {written.html_path}\n")
             self.out.flush()
+        if written.report is not None:
+            await self._publish(written.report)
+
+    async def _start_publishers(self) -> None:
+        wanted = self.config.publish.mqtt is not None or self.config.publish.opcua_server
+        if self.publishers is None and not wanted:
+            self.publishers = []  # nothing imported: the publishers pull in the report model
+        if self.publishers is None:
+            from agent.publish.factory import publishers_for
+
+            try:
+                self.publishers = publishers_for(self.config.publish, self.state_dir)
+            except Exception as exc:  # a missing publisher module must not stop the cycles
+                log.error(kv("publishers_unavailable", error=f"{type(exc).__name__}: {exc}"))
+                self.publishers = []
+        for pub in self.publishers:
+            try:
+                await pub.start()
+            except Exception as exc:  # logged; the agent runs on without this publisher
+                log.error(kv("publisher_start_failed", publisher=pub.name, error=str(exc)))
+                continue
+            self._publishers.append(pub)
+
+    async def _publish(self, report: Report) -> None:
+        for pub in self._publishers:
+            try:
+                await pub.publish(report)
+            except Exception as exc:  # never let a publisher's trouble reach the controller
+                log.error(
+                    kv("publish_failed", publisher=pub.name, error=f"{type(exc).__name__}: {exc}")
+                )
+
+    # -- the control socket ------------------------------------------------------------------
+
+    async def _start_control(self) -> None:
+        path = socket_path(self.state_dir, self.config.agent.control_socket)
+        server = ControlServer(path, self.handle_request)
+        try:
+            await server.start()
+        except OSError as exc:  # e.g. a path too long for a unix socket: run without it
+            log.error(kv("control_socket_failed", path=path, error=str(exc)))
+            return
+        self._control = server
+
+    async def handle_request(self, request: dict[str, Any]) -> dict[str, Any]:
+        cmd = request.get("cmd")
+        if cmd == "status":
+            return {
+                "ok": True,
+                "state": self.state,
+                "status": self.status_text(),
+                "dry_run": self.dry_run,
+                "config": self.config.source,
+                "controllers": {name: r.to_dict() for name, r in self.runners.items()},
+            }
+        if cmd == "cycle_now":
+            name, joint = request.get("controller"), request.get("joint")
+            if not isinstance(name, str) or not (joint is None or isinstance(joint, str)):
+                return {
+                    "ok": False,
+                    "error": "expected a string 'controller' and optional string 'joint'",
+                }
+            runner = self.runners.get(name)
+            if runner is None:
+                known = ", ".join(self.runners) or "none"
+                return {"ok": False, "error": f"unknown controller {name!r} (known: {known})"}
+            try:
+                queued = runner.enqueue(joint, "on_demand")
+            except ValueError as exc:
+                return {"ok": False, "error": str(exc)}
+            return {
+                "ok": True,
+                "queued": queued,
+                "controller": name,
+                "message": "queued: the cycle waits for a production stop it fits in and for "
+                "every interlock",
+            }
+        return {"ok": False, "error": f"unknown cmd {cmd!r}: expected 'status' or 'cycle_now'"}
+
+    # -- reload (SIGHUP) ---------------------------------------------------------------------
+
+    def request_reload(self) -> None:
+        self._spawn(self.reload(), "reload")
+
+    async def reload(self) -> bool:
+        """Re-read the config file: a broken one is refused (the old one stays); a good one
+        replaces the controllers that changed, each at its next idle point."""
+        self.notifier.reloading()
+        source = self.config.source
+        try:
+            new = await asyncio.to_thread(load_config, source)
+        except ConfigError as exc:
+            log.error(kv("reload_rejected", config=source, issues=str(exc)))
+            self.notifier.ready()
+            return False
+        except OSError as exc:
+            log.error(kv("reload_rejected", config=source, issues=str(exc)))
+            self.notifier.ready()
+            return False
+        old = {c.name: c for c in self.config.controllers}
+        fresh = {c.name: c for c in new.controllers}
+        for ignored in ("agent", "publish"):
+            if getattr(new, ignored) != getattr(self.config, ignored):
+                log.warning(
+                    kv("reload_partial", section=ignored, note="takes effect after a restart")
+                )
+        self.config = new
+        changed = [n for n in old if n not in fresh or old[n] != fresh[n]]
+        added = [n for n in fresh if n not in old]
+        for name in changed:
+            self._spawn(self._replace(name, fresh.get(name)), f"replace {name}")
+        for name in added:
+            self._start_runner(fresh[name])
+        log.info(
+            kv(
+                "reloaded",
+                config=source,
+                changed=",".join(changed) or None,
+                added=",".join(added) or None,
+            )
+        )
+        self.notifier.ready()
+        self._update_status()
+        return True
+
+    async def _replace(self, name: str, ctrl: ControllerSettings | None) -> None:
+        runner = self.runners[name]
+        runner.retire()
+        if runner.task is not None:
+            await asyncio.gather(runner.task, return_exceptions=True)
+        if self.runners.get(name) is runner:
+            del self.runners[name]
+            self.drivers.pop(name, None)
+        if ctrl is not None and not self._stop.is_set():
+            # Cycles still owed to joints that remain are owed by the new configuration too.
+            fresh = self._start_runner(ctrl)
+            fresh.queue = runner.queue.keep_only({j.name for j in ctrl.joints})
+        self._update_status()

@@ -101,6 +101,15 @@ class Indicator:
 INDICATORS: dict[str, Indicator] = {
     "backlash_rad": Indicator("backlash_rad", "backlash", "rad", "mrad", 1e3),
     "amplitude_rad_s": Indicator("amplitude_rad_s", "amplitude A", "rad/s", "rad/s", 1.0),
+    # The identification's (agent.estimation.identification.JointHealth.rows) and stiffness's.
+    "coulomb_friction_nm": Indicator("coulomb_friction_nm", "Coulomb friction", "N·m", "N·m",
+                                     1.0),
+    "viscous_friction_nm_s_rad": Indicator("viscous_friction_nm_s_rad", "viscous friction",
+                                           "N·m·s/rad", "N·m·s/rad", 1.0),
+    "stiffness_nm_rad": Indicator("stiffness_nm_rad", "stiffness", "N·m/rad", "kN·m/rad", 1e-3),
+    "rotor_inertia_kg_m2": Indicator("rotor_inertia_kg_m2", "rotor inertia", "kg·m²", "kg·m²",
+                                     1.0),
+    "torque_nmse_nm": Indicator("torque_nmse_nm", "torque-prediction NMSE", "N·m", "N·m", 1.0),
 }
 
 
@@ -334,15 +343,62 @@ def trend(
 def _forecast(
     name: str, limit: float | None, level: float, slope: float, low: float, high: float
 ) -> Forecast | None:
-    if limit is None or not slope > 0.0:
+    if limit is None:
         return None
     gap = limit - level
+    # Checked before the slope: a line already past the limit has reached it even when it
+    # now falls (after a repair, say) or stays flat.
     if gap <= 0.0:
         return Forecast(name, limit, 0.0, 0.0, 0.0)
+    if not slope > 0.0:
+        return None
     # Steeper slope -> sooner: the interval's high slope bounds the time from below.
     days_low = gap / max(high, slope)
     days_high = gap / low if low > 0.0 else None
     return Forecast(name, limit, gap / slope, days_low, days_high)
+
+
+def next_forecast(tr: Trend | None, passed: str | None = None) -> Forecast | None:
+    """The first limit the trend line has yet to reach, above the one the last value already
+    passed (`passed`: None, "watch" or "alert")."""
+    if tr is None or passed == "alert":
+        return None
+    ahead = (tr.forecast_alert,) if passed == "watch" else (tr.forecast_watch, tr.forecast_alert)
+    return next((fc for fc in ahead if fc is not None and not fc.reached), None)
+
+
+def passed_limit(status: Status) -> str | None:
+    """The limit a status says the last value is at or past."""
+    return {Status.WATCH: "watch", Status.ALERT: "alert"}.get(status)
+
+
+def forecast_sentence(tr: Trend | None, n_points: int = 0, passed: str | None = None) -> str:
+    """For people: how the trend goes and when it reaches the next limit, with the interval.
+    `passed` is the limit the last value is already at or past (see passed_limit)."""
+    if tr is None:
+        return (f"{n_points} point(s) in the history: a trend needs at least 3 at different "
+                "times.")
+    info = indicator_info(tr.indicator)
+    rate = f"{tr.slope_per_day * info.scale:+.3g} {info.display_unit}/day".replace(" /", "/")
+    parts = [f"Over {tr.n_points} cycles ({tr.span_days:.3g} days) {info.label} changes by "
+             f"{rate}."]
+    fc = next_forecast(tr, passed)
+    if fc is not None:
+        high = ("an open end (the rise is not certain)" if fc.days_high is None
+                else f"{fc.days_high:.3g} days")
+        parts.append(f"At this rate it reaches the {fc.limit_name} limit "
+                     f"{info.format(fc.limit)} in about {fc.days:.3g} days "
+                     f"({100 * tr.confidence:.0f} % interval: {fc.days_low:.3g} days to "
+                     f"{high}).")
+    elif passed == "alert" or (tr.forecast_alert is not None and tr.forecast_alert.reached):
+        parts.append("It is at or past the alert limit: no further limit to forecast.")
+    elif not tr.slope_per_day > 0:
+        parts.append("No limit crossing is forecast: it is not rising.")
+    elif tr.forecast_watch is None and tr.forecast_alert is None:
+        parts.append("No limit crossing is forecast: no limits are configured.")
+    else:
+        parts.append("The trend line is at or past the watch limit.")
+    return " ".join(parts)
 
 
 def _parse_time(text: str) -> datetime:

@@ -1,12 +1,106 @@
-"""Settings of the identification test cycle (`controllers[].identification:`), papers 002/004."""
+"""Settings of the identification test cycle (`controllers[].identification:`), papers 002/004.
+
+The cycle runs an optimised finite Fourier excitation (agent.estimation.excitation) on every
+joint at once; the job (agent.identification_job) identifies friction, stiffness and the
+dynamic model from its capture and refuses one it cannot trust. Constraints in the field
+metadata are enforced by agent.schema; check() adds the ones that tie fields together.
+"""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class ExcitationDesignSettings:
+    """The trajectory the optimiser may use; limits are the robot file's times the fractions."""
+
+    period_s: float = field(default=10.0, metadata={"gt": 0.0, "le": 120.0})
+    harmonics: int = field(default=5, metadata={"ge": 2, "le": 20})
+    periods: int = field(default=3, metadata={"ge": 1, "le": 60, "doc": "periods captured"})
+    hold_s: float = field(
+        default=0.5, metadata={"ge": 0.0, "le": 10.0, "doc": "at rest before and after motion"}
+    )
+    position_center_rad: tuple[float, ...] | None = field(
+        default=None, metadata={"doc": "centre of each joint's motion (default mid-range)"}
+    )
+    position_halfrange_rad: float = field(
+        default=1.5, metadata={"gt": 0.0, "le": math.pi, "doc": "cap on the excursion"}
+    )
+    speed_fraction: float = field(default=1.0, metadata={"gt": 0.0, "le": 1.0})
+    accel_fraction: float = field(default=1.0, metadata={"gt": 0.0, "le": 1.0})
+    maxiter: int = field(default=60, metadata={"ge": 1, "le": 1000, "doc": "SLSQP iterations"})
+    seed: int = field(default=0, metadata={"ge": 0, "doc": "the optimiser's random start"})
+
+    @property
+    def bandwidth_hz(self) -> float:
+        return self.harmonics / self.period_s
 
 
 @dataclass(frozen=True)
 class IdentificationCycleSettings:
-    robot: str = field(metadata={"doc": "robot description file (config/robots/*.yaml)"})
-    duration_s: float = field(default=31.0, metadata={"gt": 0.0, "le": 600.0})
+    robot: str = field(
+        metadata={"min_len": 1, "doc": "robot description file (config/robots/*.yaml)"}
+    )
     sample_rate_hz: float = field(default=1000.0, metadata={"gt": 0.0, "le": 100_000.0})
+    settle_s: float = field(
+        default=0.5, metadata={"ge": 0.0, "le": 60.0, "doc": "standstill before capture"}
+    )
+    trajectory: ExcitationDesignSettings = field(default_factory=ExcitationDesignSettings)
+    method: Literal["ols", "wls"] = "wls"
+    model: Literal["elastic", "rigid"] = field(
+        default="elastic",
+        metadata={"doc": "elastic: paper 002 (needs both encoders); rigid: paper 004 IDIM"},
+    )
+    # Refusals: a capture beyond these is not analysed (the reason is recorded instead).
+    max_condition_number: float = field(
+        default=500.0,
+        metadata={"gt": 1.0, "doc": "refuse a trajectory whose base regressor is worse"},
+    )
+    saturation_fraction: float = field(
+        default=0.999,
+        metadata={"gt": 0.0, "le": 1.0, "doc": "of the torque limit that counts as saturated"},
+    )
+    min_friction_speed_rad_s: float = field(
+        default=0.05, metadata={"ge": 0.0, "doc": "rows slower than this leave the fit"}
+    )
+    # Signal chain of paper 004 (None: derived, see agent.estimation.signal_chain).
+    bandwidth_hz: float | None = field(default=None, metadata={"gt": 0.0})
+    cutoff_hz: float | None = field(default=None, metadata={"gt": 0.0})
+    decimation: int = field(default=20, metadata={"ge": 1, "le": 1000})
+
+    @property
+    def duration_s(self) -> float:
+        """The captured part of the cycle: rest, the periods of motion, rest."""
+        t = self.trajectory
+        return t.periods * t.period_s + 2.0 * t.hold_s
+
+    def check(self) -> list[tuple[str, str]]:
+        found: list[tuple[str, str]] = []
+        t = self.trajectory
+        per_period = t.period_s * self.sample_rate_hz
+        if per_period < 100:
+            found.append(
+                (
+                    "sample_rate_hz",
+                    f"expected at least 100 samples per trajectory period ({t.period_s:g} s), "
+                    f"found {per_period:g}",
+                )
+            )
+        nyquist = self.sample_rate_hz / (2.0 * self.decimation)
+        if t.bandwidth_hz >= nyquist:
+            found.append(
+                (
+                    "trajectory.harmonics",
+                    f"the highest harmonic ({t.bandwidth_hz:g} Hz) must stay below the Nyquist "
+                    f"frequency after decimation ({nyquist:g} Hz)",
+                )
+            )
+        if self.cutoff_hz is not None and self.cutoff_hz >= self.sample_rate_hz / 2.0:
+            found.append(("cutoff_hz", f"expected below {self.sample_rate_hz / 2.0:g} Hz"))
+        if not Path(self.robot).is_file():
+            found.append(("robot", f"no robot description file {self.robot!r}"))
+        return found

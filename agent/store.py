@@ -1,16 +1,6 @@
-"""History of test cycles and their estimates in SQLite, with an ordered list of schema migrations.
+"""History of test cycles, their estimates, verdicts and reports in SQLite.
 
-Pragmas, and why:
-  journal_mode=WAL   readers (`jha report`, a dashboard) never block the daemon's writes and the
-                     daemon never blocks them; a crash mid-write leaves the last commit intact.
-  synchronous=NORMAL in WAL mode this cannot corrupt the database: a power cut can only lose the
-                     last few commits since the previous checkpoint. Those are re-runnable test
-                     cycles (their capture files are written atomically elsewhere), while FULL
-                     would fsync on every commit and wear the edge PC's flash for nothing.
-  foreign_keys=ON    estimates and verdicts cannot outlive or precede their cycle.
-
-Schema changes are new entries appended to MIGRATIONS, never edits of old ones: each runs in its
-own transaction together with the row that records it in `schema_version`.
+The schema, its pragmas and its migrations are in agent.store_schema (re-exported here).
 """
 
 from __future__ import annotations
@@ -21,84 +11,37 @@ import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from agent.errors import EX_SOFTWARE, AgentError
 from agent.estimation.results import BacklashResult
+from agent.store_schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Migration,
+    StoreError,
+    connect,
+    iso_utc,
+    migrate,
+    schema_version,
+)
+
+__all__ = [
+    "BACKLASH_INDICATORS", "MIGRATIONS", "OUTCOMES", "SCHEMA_VERSION", "TRIGGERS", "CycleRecord",
+    "Estimate", "HistoryStore", "Migration", "ReportRecord", "StoreError", "TrendPoint",
+    "connect", "estimates_for", "iso_utc", "migrate", "schema_version",
+]
 
 OUTCOMES = ("ok", "aborted", "rejected", "error")
 
+# What started a cycle. Checked here rather than by a CHECK constraint, which SQLite cannot
+# alter without rebuilding the table; "manual" is an estimate recorded from the command line.
+TRIGGERS = ("production_stop", "schedule", "on_demand", "once", "manual")
+
 # What a backlash cycle records (estimates_for); every other indicator is "other" to the report.
 BACKLASH_INDICATORS = ("amplitude_rad_s", "backlash_rad")
-
-# Fixed-width UTC text so that ORDER BY on the text is chronological order.
-_ISO_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
-
-
-class StoreError(AgentError):
-    """The history database cannot be used (newer schema, bad record...)."""
-
-    exit_code = EX_SOFTWARE
-
-
-@dataclass(frozen=True)
-class Migration:
-    version: int
-    description: str
-    statements: tuple[str, ...]
-
-
-# Statuses are deliberately not CHECK-constrained: NAMUR NE 107 statuses will join them, and a
-# CHECK cannot be altered in SQLite without rebuilding the table. Outcomes are a closed set.
-MIGRATIONS: tuple[Migration, ...] = (
-    Migration(
-        1,
-        "cycles, estimates, verdicts",
-        (
-            """CREATE TABLE cycles (
-                id           INTEGER PRIMARY KEY,
-                controller   TEXT NOT NULL,
-                joint        TEXT NOT NULL,
-                kind         TEXT NOT NULL,
-                started_at   TEXT NOT NULL,
-                finished_at  TEXT,
-                outcome      TEXT NOT NULL
-                             CHECK (outcome IN ('ok', 'aborted', 'rejected', 'error')),
-                reason       TEXT NOT NULL DEFAULT '',
-                capture_path TEXT
-            )""",
-            """CREATE TABLE estimates (
-                id          INTEGER PRIMARY KEY,
-                cycle_id    INTEGER NOT NULL REFERENCES cycles(id) ON DELETE CASCADE,
-                indicator   TEXT NOT NULL,
-                value       REAL NOT NULL,
-                unit        TEXT NOT NULL,
-                detail_json TEXT NOT NULL DEFAULT '{}',
-                UNIQUE (cycle_id, indicator)
-            )""",
-            """CREATE TABLE verdicts (
-                id       INTEGER PRIMARY KEY,
-                cycle_id INTEGER NOT NULL UNIQUE REFERENCES cycles(id) ON DELETE CASCADE,
-                joint    TEXT NOT NULL,
-                status   TEXT NOT NULL,
-                reason   TEXT NOT NULL DEFAULT ''
-            )""",
-        ),
-    ),
-    Migration(
-        2,
-        "indexes for per-joint history queries",
-        (
-            "CREATE INDEX cycles_joint_time ON cycles (controller, joint, started_at)",
-            "CREATE INDEX estimates_indicator ON estimates (indicator, cycle_id)",
-        ),
-    ),
-)
-
-SCHEMA_VERSION = MIGRATIONS[-1].version
 
 
 @dataclass(frozen=True)
@@ -146,6 +89,10 @@ class CycleRecord:
     estimates: tuple[Estimate, ...] = ()
     status: str | None = None
     status_reason: str | None = None
+    ne107: str | None = None
+    trigger: str | None = None
+    report_message_id: str | None = None
+    report_path: str | None = None
 
     def estimate(self, indicator: str) -> Estimate | None:
         return next((e for e in self.estimates if e.indicator == indicator), None)
@@ -164,20 +111,29 @@ class CycleRecord:
             "estimates": [e.to_dict() for e in self.estimates],
             "status": self.status,
             "status_reason": self.status_reason,
+            "ne107": self.ne107,
+            "trigger": self.trigger,
+            "report_message_id": self.report_message_id,
+            "report_path": self.report_path,
         }
 
 
-def iso_utc(moment: datetime | str) -> str:
-    """Timezone-aware datetime (or ISO text with an offset) -> fixed-width ISO UTC text."""
-    if isinstance(moment, str):
-        try:
-            moment = datetime.fromisoformat(moment)
-        except ValueError as exc:
-            raise StoreError(f"time {moment!r}: expected ISO 8601 text, e.g. "
-                             "2024-05-01T12:00:00Z") from exc
-    if moment.tzinfo is None or moment.utcoffset() is None:
-        raise StoreError(f"time {moment.isoformat()}: expected a timezone-aware time (UTC)")
-    return moment.astimezone(UTC).strftime(_ISO_FORMAT)
+@dataclass(frozen=True)
+class ReportRecord:
+    """A report written from the history: its message id (MQTT accounting) and where it is."""
+
+    message_id: str
+    created_at: str
+    path: str | None
+    cycle_ids: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "created_at": self.created_at,
+            "path": self.path,
+            "cycle_ids": list(self.cycle_ids),
+        }
 
 
 def estimates_for(result: BacklashResult) -> tuple[Estimate, ...]:
@@ -187,68 +143,6 @@ def estimates_for(result: BacklashResult) -> tuple[Estimate, ...]:
     if result.backlash_rad is not None:
         found.append(Estimate("backlash_rad", result.backlash_rad, "rad"))
     return tuple(found)
-
-
-def schema_version(conn: sqlite3.Connection) -> int:
-    """The version recorded in the database; 0 for a database without our tables."""
-    row = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version'"
-    ).fetchone()
-    if row is None:
-        return 0
-    (version,) = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version").fetchone()
-    return int(version)
-
-
-def migrate(
-    conn: sqlite3.Connection, migrations: Sequence[Migration] = MIGRATIONS, where: str = ""
-) -> int:
-    """Apply the migrations newer than the database's version, each in its own transaction.
-
-    `conn` must be in autocommit mode (isolation_level=None). Returns the resulting version.
-    """
-    known = migrations[-1].version if migrations else 0
-    if [m.version for m in migrations] != list(range(1, len(migrations) + 1)):
-        raise StoreError("migrations must be numbered 1, 2, 3... in order")
-    current = schema_version(conn)
-    if current > known:
-        raise StoreError(
-            f"{where or 'history database'}: schema version {current} is newer than this agent "
-            f"knows ({known}); upgrade the agent or point it at another state_dir"
-        )
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS schema_version ("
-        " version INTEGER PRIMARY KEY, description TEXT NOT NULL, applied_at TEXT NOT NULL)"
-    )
-    for migration in migrations[current:]:
-        # IMMEDIATE: take the write lock first, so two agents opening the same file at once
-        # serialise here and the second one sees the first one's version.
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            if schema_version(conn) >= migration.version:
-                conn.execute("ROLLBACK")
-                continue
-            for statement in migration.statements:
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO schema_version (version, description, applied_at) VALUES (?, ?, ?)",
-                (migration.version, migration.description, iso_utc(datetime.now(UTC))),
-            )
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-    return schema_version(conn)
-
-
-def connect(path: str | Path, timeout_s: float = 10.0) -> sqlite3.Connection:
-    """Open the database file with our pragmas, in autocommit mode (we issue BEGIN ourselves)."""
-    conn = sqlite3.connect(str(path), timeout=timeout_s, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("PRAGMA foreign_keys=ON")
-    return conn
 
 
 class HistoryStore:
@@ -337,18 +231,27 @@ class HistoryStore:
         outcome: str = "ok",
         reason: str = "",
         capture_path: str | Path | None = None,
+        trigger: str | None = None,
+        ne107: str | None = None,
     ) -> int:
-        """Write one cycle with its estimates and verdict in one transaction; returns its id."""
+        """Write one cycle with its estimates and verdict in one transaction; returns its id.
+
+        `ne107` defaults to agent.health.ne107_of(status) (failure for an 'error' outcome).
+        """
         if outcome not in OUTCOMES:
             raise StoreError(f"cycle outcome {outcome!r}: expected one of {', '.join(OUTCOMES)}")
+        if trigger is not None and trigger not in TRIGGERS:
+            raise StoreError(f"cycle trigger {trigger!r}: expected one of {', '.join(TRIGGERS)}")
         started = iso_utc(started_at)
         finished = None if finished_at is None else iso_utc(finished_at)
+        if status is not None:
+            ne107 = _ne107(str(status), outcome, ne107)
         with self.transaction() as conn:
             cursor = conn.execute(
                 "INSERT INTO cycles (controller, joint, kind, started_at, finished_at, outcome,"
-                " reason, capture_path) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " reason, capture_path, trigger) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (controller, joint, kind, started, finished, outcome, reason,
-                 None if capture_path is None else str(capture_path)),
+                 None if capture_path is None else str(capture_path), trigger),
             )
             cycle_id = cursor.lastrowid
             assert cycle_id is not None
@@ -366,8 +269,9 @@ class HistoryStore:
                 )
             if status is not None:
                 conn.execute(
-                    "INSERT INTO verdicts (cycle_id, joint, status, reason) VALUES (?, ?, ?, ?)",
-                    (cycle_id, joint, str(status), status_reason),
+                    "INSERT INTO verdicts (cycle_id, joint, status, reason, ne107)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (cycle_id, joint, str(status), status_reason, ne107),
                 )
         return cycle_id
 
@@ -382,6 +286,7 @@ class HistoryStore:
         reason: str,
         outcome: str = "rejected",
         capture_path: str | Path | None = None,
+        trigger: str | None = None,
     ) -> int:
         """A cycle that produced no estimate (rejected capture, aborted motion, error)."""
         if outcome == "ok":
@@ -389,7 +294,37 @@ class HistoryStore:
         return self.record_cycle(
             controller=controller, joint=joint, kind=kind, started_at=started_at,
             finished_at=finished_at, outcome=outcome, reason=reason, capture_path=capture_path,
+            trigger=trigger,
         )
+
+    def record_report(
+        self,
+        message_id: str,
+        created_at: datetime | str,
+        path: str | Path | None,
+        cycle_ids: Sequence[int],
+    ) -> int:
+        """Note that the cycles went into the report `message_id` (written at `path`); a cycle
+        already in a report moves to this one. Returns the report's row id."""
+        if not message_id:
+            raise StoreError("record_report: expected a non-empty message id")
+        created = iso_utc(created_at)
+        with self.transaction() as conn:
+            try:
+                cursor = conn.execute(
+                    "INSERT INTO reports (message_id, created_at, path) VALUES (?, ?, ?)",
+                    (message_id, created, None if path is None else str(path)),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise StoreError(f"report {message_id}: already recorded ({exc})") from exc
+            report_id = cursor.lastrowid
+            assert report_id is not None
+            for cycle_id in cycle_ids:
+                changed = conn.execute("UPDATE cycles SET report_id = ? WHERE id = ?",
+                                       (report_id, int(cycle_id))).rowcount
+                if changed != 1:
+                    raise StoreError(f"report {message_id}: no cycle with id {cycle_id}")
+        return report_id
 
     # -- reading ---------------------------------------------------------------------------
 
@@ -429,22 +364,38 @@ class HistoryStore:
         return [str(r[0]) for r in rows]
 
     def latest(
-        self, controller: str, joint: str, outcome: str | None = None
+        self, controller: str, joint: str, outcome: str | None = None, kind: str | None = None
     ) -> CycleRecord | None:
-        """The most recent cycle of a joint (of the given outcome, if any), with its estimates."""
-        sql = "SELECT * FROM cycles WHERE controller = ? AND joint = ?"
+        """The most recent cycle of a joint (of the given outcome and kind, if any), with its
+        estimates."""
+        sql = _CYCLE_SELECT + " WHERE controller = ? AND joint = ?"
         args: list[Any] = [controller, joint]
         if outcome is not None:
             sql += " AND outcome = ?"
             args.append(outcome)
-        row = self._conn.execute(sql + " ORDER BY started_at DESC, id DESC LIMIT 1", args)
+        if kind is not None:
+            sql += " AND kind = ?"
+            args.append(kind)
+        row = self._conn.execute(sql + " ORDER BY started_at DESC, cycles.id DESC LIMIT 1", args)
         found = self._records(row)
         return found[0] if found else None
+
+    def report(self, message_id: str) -> ReportRecord | None:
+        """A recorded report with the ids of its cycles, oldest first."""
+        row = self._conn.execute(
+            "SELECT id, message_id, created_at, path FROM reports WHERE message_id = ?",
+            (message_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        ids = self._conn.execute("SELECT id FROM cycles WHERE report_id = ? ORDER BY id",
+                                 (row[0],)).fetchall()
+        return ReportRecord(row[1], row[2], row[3], tuple(int(i) for (i,) in ids))
 
     def cycles(self, limit: int = 50) -> list[CycleRecord]:
         """The most recent cycles of every joint, newest first."""
         rows = self._conn.execute(
-            "SELECT * FROM cycles ORDER BY started_at DESC, id DESC LIMIT ?", (int(limit),)
+            _CYCLE_SELECT + " ORDER BY started_at DESC, cycles.id DESC LIMIT ?", (int(limit),)
         )
         return self._records(rows)
 
@@ -459,7 +410,7 @@ class HistoryStore:
                 (r["id"],),
             ).fetchall()
             verdict = self._conn.execute(
-                "SELECT status, reason FROM verdicts WHERE cycle_id = ?", (r["id"],)
+                "SELECT status, reason, ne107 FROM verdicts WHERE cycle_id = ?", (r["id"],)
             ).fetchone()
             records.append(
                 CycleRecord(
@@ -470,9 +421,36 @@ class HistoryStore:
                                     for i, v, u, d in est_rows),
                     status=None if verdict is None else verdict[0],
                     status_reason=None if verdict is None else verdict[1],
+                    ne107=None if verdict is None else verdict[2],
+                    trigger=r["trigger"], report_message_id=r["report_message_id"],
+                    report_path=r["report_path"],
                 )
             )
         return records
+
+
+# Cycles with the report they went into (the column names are those of CycleRecord).
+_CYCLE_SELECT = (
+    "SELECT cycles.*, reports.message_id AS report_message_id, reports.path AS report_path"
+    " FROM cycles LEFT JOIN reports ON reports.id = cycles.report_id"
+)
+
+
+def _ne107(status: str, outcome: str, given: str | None) -> str:
+    """The NE 107 signal recorded with a verdict: the caller's, else mapped from the status."""
+    from agent.health import Ne107, Status, ne107_of  # health imports this module
+
+    if given is not None:
+        try:
+            return Ne107(given).value
+        except ValueError:
+            raise StoreError(f"ne107 {given!r}: expected one of "
+                             f"{', '.join(n.value for n in Ne107)}") from None
+    try:
+        ours = Status(status)
+    except ValueError:
+        return Ne107.FAILURE.value if outcome == "error" else Ne107.CHECK_FUNCTION.value
+    return ne107_of(ours, failed=outcome == "error").value
 
 
 def _json_safe(value: Any) -> Any:

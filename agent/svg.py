@@ -18,6 +18,9 @@ import numpy.typing as npt
 SVG_NS = "http://www.w3.org/2000/svg"
 PALETTE = ("#1f5fa8", "#d9730d", "#2b8a3e", "#8e44ad", "#c0392b", "#555555")
 MAX_POINTS = 2000
+# Width of one character of an 11 px sans-serif label, a little above the average so that a
+# legend laid out with it never overlaps (SVG cannot measure text before it is drawn).
+LEGEND_CHAR_PX = 6.6
 
 # Characters XML 1.0 forbids (control characters, lone surrogates): a joint name from a
 # controller could hold any of them, and one would make the whole page unreadable.
@@ -138,8 +141,11 @@ def line_plot(
     x_lo, x_hi = min(x_lo, x_ticks[0]), max(x_hi, x_ticks[-1])
     y_lo, y_hi = min(y_lo, y_ticks[0]), max(y_hi, y_ticks[-1])
 
-    legend_rows = math.ceil((len(clean) + len(hlines)) / 3)
-    left, right, top = 64, 16, 30 + 16 * legend_rows + 8
+    left, right = 64, 16
+    entries = [s.label for s, _, _ in clean] + [h.label for h in hlines if math.isfinite(h.value)]
+    places = legend_layout(entries, left, max(10, width - left - right))
+    legend_rows = 1 + max((row for _, row in places), default=-1)
+    top = 30 + 16 * legend_rows + 8
     bottom = 44
     pw, ph = max(10, width - left - right), max(10, height - top - bottom)
 
@@ -201,16 +207,29 @@ def line_plot(
         out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" '
                    f'stroke={quoteattr(h.color)} stroke-width="1.2"{dash}/>')
 
-    col_w = pw / 3
-    for i, (label, color, dashed) in enumerate(legend):
-        lx = left + (i % 3) * col_w
-        ly = 36 + 16 * (i // 3)
+    for (label, color, dashed), (lx, row) in zip(legend, places, strict=True):
+        ly = 36 + 16 * row
         dash = ' stroke-dasharray="6 4"' if dashed else ""
         out.append(f'<line x1="{lx:.1f}" y1="{ly - 4}" x2="{lx + 22:.1f}" y2="{ly - 4}" '
                    f'stroke={quoteattr(color)} stroke-width="2"{dash}/>')
         out.append(f'<text x="{lx + 27:.1f}" y="{ly}">{_t(label)}</text>')
     out.append("</svg>")
     return "\n".join(out)
+
+
+def legend_layout(labels: Sequence[str], left: float, span: float) -> list[tuple[float, int]]:
+    """(x, row) of each legend entry: in columns of a third of the plot while the labels fit
+    there, else flowing left to right and wrapping, so that no two entries overlap."""
+    widths = [27.0 + LEGEND_CHAR_PX * len(label_text(label)) + 12.0 for label in labels]
+    if all(w <= span / 3 for w in widths):
+        return [(left + (i % 3) * span / 3, i // 3) for i in range(len(labels))]
+    places, x, row = [], left, 0
+    for w in widths:
+        if x > left and x + w > left + span:
+            x, row = left, row + 1
+        places.append((x, row))
+        x += w
+    return places
 
 
 def _clean(s: Series) -> tuple[Series, npt.NDArray[np.float64], npt.NDArray[np.float64]]:

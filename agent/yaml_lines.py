@@ -14,6 +14,7 @@ Lines and columns are 1-based. `ConfigIssue` is the one error record shared with
 from __future__ import annotations
 
 import ast
+import bisect
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -202,27 +203,55 @@ def load_yaml(path: str | Path) -> Node:
     return parse_yaml(text, file)
 
 
+class TextLines:
+    """Line and column of a character as an editor counts them: only LF ends a line.
+
+    YAML also breaks lines at NEL (U+0085), LS (U+2028), PS (U+2029) and a lone CR, so PyYAML's
+    own mark.line drifts from what an editor shows once one of those is in the file; an error
+    must name the line a person can go to.
+    """
+
+    def __init__(self, text: str) -> None:
+        self._starts = [0]
+        i = text.find("\n")
+        while i >= 0:
+            self._starts.append(i + 1)
+            i = text.find("\n", i + 1)
+        trailing = 1 if text.endswith("\n") else 0
+        self.last = max(1, len(self._starts) - trailing)
+
+    def at(self, index: int) -> tuple[int, int]:
+        """(line, column), both 1-based, of the character at `index` (clamped to the text)."""
+        k = min(bisect.bisect_right(self._starts, max(0, index)) - 1, self.last - 1)
+        return k + 1, max(0, index) - self._starts[k] + 1
+
+
+def physical_line(text: str, index: int) -> int:
+    """The 1-based line (LF-separated) holding character `index` of `text`."""
+    return TextLines(text).at(index)[0]
+
+
 def parse_yaml(text: str, file: str = "<string>") -> Node:
     """Parse YAML text holding one document; `file` is the name used in error messages."""
-    last_line = max(1, len(text.splitlines()))
+    lines = TextLines(text)
     try:
         loader = _Loader(text)  # the reader checks every character here
     except yaml.reader.ReaderError as exc:
-        raise config_error([_reader_issue(exc, text, file, last_line)]) from None
+        raise config_error([_reader_issue(exc, file, lines)]) from None
     try:
         try:
             root = loader.get_single_node()
         except yaml.MarkedYAMLError as exc:
-            raise config_error([_syntax_issue(exc, file, last_line)]) from None
+            raise config_error([_syntax_issue(exc, file, lines)]) from None
         except yaml.reader.ReaderError as exc:
-            raise config_error([_reader_issue(exc, text, file, last_line)]) from None
+            raise config_error([_reader_issue(exc, file, lines)]) from None
         except RecursionError:
             msg = "YAML nesting is too deep"
             raise config_error([ConfigIssue(file, 1, "", msg)]) from None
         if root is None:
             msg = "the file is empty: expected a YAML document (it holds only comments or blanks)"
             raise config_error([ConfigIssue(file, 1, "", msg)])
-        builder = _Builder(loader, file, last_line)
+        builder = _Builder(loader, file, lines)
         try:
             tree = builder.build(root, "")
         except RecursionError:
@@ -234,23 +263,21 @@ def parse_yaml(text: str, file: str = "<string>") -> Node:
         loader.dispose()
 
 
-def _syntax_issue(exc: yaml.MarkedYAMLError, file: str, last_line: int) -> ConfigIssue:
+def _syntax_issue(exc: yaml.MarkedYAMLError, file: str, lines: TextLines) -> ConfigIssue:
     mark = exc.problem_mark or exc.context_mark
-    line = min(mark.line + 1, last_line) if mark is not None else 1
-    notes = [f"column {mark.column + 1}"] if mark is not None else []
+    line, col = lines.at(mark.index) if mark is not None else (1, 1)
+    notes = [f"column {col}"] if mark is not None else []
     if exc.problem and exc.context:
         ctx_mark = exc.context_mark
-        where = f" at line {min(ctx_mark.line + 1, last_line)}" if ctx_mark is not None else ""
+        where = f" at line {lines.at(ctx_mark.index)[0]}" if ctx_mark is not None else ""
         notes.append(exc.context + where)
     problem = exc.problem or exc.context or "invalid YAML"
     note = f" ({'; '.join(notes)})" if notes else ""
     return ConfigIssue(file, line, "", f"YAML syntax error: {problem}{note}")
 
 
-def _reader_issue(
-    exc: yaml.reader.ReaderError, text: str, file: str, last_line: int
-) -> ConfigIssue:
-    line = min(len(text[: exc.position + 1].splitlines()) or 1, last_line)
+def _reader_issue(exc: yaml.reader.ReaderError, file: str, lines: TextLines) -> ConfigIssue:
+    line = lines.at(exc.position)[0]
     char = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "?")
     msg = f"character U+{char:04X} is not allowed in YAML ({exc.reason})"
     return ConfigIssue(file, line, "", msg)
@@ -259,10 +286,10 @@ def _reader_issue(
 class _Builder:
     """Turns PyYAML nodes into Nodes, collecting every duplicate key and unreadable scalar."""
 
-    def __init__(self, loader: _Loader, file: str, last_line: int) -> None:
+    def __init__(self, loader: _Loader, file: str, lines: TextLines) -> None:
         self.loader = loader
         self.file = file
-        self.last_line = last_line
+        self.lines = lines
         self.issues: list[ConfigIssue] = []
         self._memo: dict[int, Node] = {}  # aliases share one Node
         self._size: dict[int, int] = {}  # expanded size, to stop alias bombs
@@ -275,8 +302,7 @@ class _Builder:
         key = id(yn)
         if key in self._memo:
             return self._memo[key]
-        line = min(yn.start_mark.line + 1, self.last_line)
-        col = yn.start_mark.column + 1
+        line, col = self.lines.at(yn.start_mark.index)
         if key in self._active:
             self.add(line, path, "an alias refers to a node that contains it (recursive YAML)")
             return Node("scalar", line, col, tag=_NULL_TAG)

@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agent.feedrate.serial_channel import open_serial
 from agent.feedrate.stream import (
     DncOptions,
     GrblOptions,
     StreamResult,
-    open_serial,
     stream_dnc,
     stream_grbl,
 )

@@ -14,10 +14,14 @@ import enum
 import importlib.metadata
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar
 
 from agent.capture import Capture, CaptureMeta
 from agent.errors import DriverError
+
+if TYPE_CHECKING:  # numpy and the estimation package load only where a trajectory is evaluated
+    from agent.capture_multi import MultiCapture
+    from agent.estimation.excitation import FourierTrajectory
 
 ENTRY_POINT_GROUP = "joint_health_agent.drivers"
 T = TypeVar("T")
@@ -30,6 +34,7 @@ class Capability(enum.Flag):
     LINK_ENCODER = enum.auto()  # captures the link-side encoder too (dual-encoder joints)
     CURRENT = enum.auto()  # captures motor current
     TOOLPATH_STREAMING = enum.auto()  # streams G-code to a CNC
+    EXCITATION = enum.auto()  # runs an all-joint excitation trajectory (ExcitationCycle)
 
 
 class ControllerMode(enum.Enum):
@@ -99,6 +104,106 @@ class BacklashCycle:
         )
 
 
+@dataclass(frozen=True)
+class ExcitationCycle:
+    """Identification test of papers 002/004: every joint follows one finite Fourier series.
+
+    Joint j (in the order of `joints`) follows, with w = 2 pi / period_s and l = 1..L,
+        q_j(t) = q0_j + sum_l a_jl / (w l) sin(w l t) - b_jl / (w l) cos(w l t)
+    (agent.estimation.excitation.FourierTrajectory), starting and ending each period at rest in
+    the start pose q(0). The cycle is: settle_s standing still at the start pose (discarded),
+    then the captured part: hold_s at rest, `periods` periods of motion, hold_s at rest. Moving
+    to the start pose is not part of it: the interlocks require the robot to stand there.
+    The capture holds every joint's link position, motor position and motor torque
+    (agent.capture_multi.MultiCapture).
+    """
+
+    controller: str
+    robot: str  # the robot description's name (config/robots/*.yaml `name:`)
+    joints: tuple[str, ...]
+    period_s: float
+    q0_rad: tuple[float, ...]
+    a: tuple[tuple[float, ...], ...]  # (n, L) speed coefficients, rad/s
+    b: tuple[tuple[float, ...], ...]  # (n, L), rad/s
+    periods: int
+    hold_s: float
+    settle_s: float  # standing still at the start pose before capture starts, discarded
+    sample_rate_hz: float
+    gear_ratios: tuple[float, ...]  # motor turns per link turn, per joint
+    encoder_bits: int | None = None  # both encoders of every joint; None: not known
+
+    def __post_init__(self) -> None:
+        n = len(self.joints)
+        harmonics = {len(row) for row in (*self.a, *self.b)}
+        if n == 0 or len(self.q0_rad) != n or len(self.a) != n or len(self.b) != n:
+            raise ValueError(f"excitation cycle: q0_rad, a and b need one row per joint ({n})")
+        if len(harmonics) != 1 or 0 in harmonics:
+            raise ValueError("excitation cycle: every row of a and b needs the same harmonics")
+        if len(self.gear_ratios) != n:
+            raise ValueError(f"excitation cycle: gear_ratios needs {n} values")
+        if not (self.period_s > 0 and self.periods >= 1 and self.hold_s >= 0):
+            raise ValueError("excitation cycle: period_s > 0, periods >= 1, hold_s >= 0")
+        if not (self.settle_s >= 0 and self.sample_rate_hz > 0):
+            raise ValueError("excitation cycle: settle_s >= 0 and sample_rate_hz > 0")
+
+    @property
+    def joint(self) -> str:
+        return "all"
+
+    @property
+    def kind(self) -> str:
+        return "identification"
+
+    @property
+    def duration_s(self) -> float:
+        """The captured part: rest, the periods of motion, rest."""
+        return self.periods * self.period_s + 2.0 * self.hold_s
+
+    @property
+    def start_pose_rad(self) -> Mapping[str, float]:
+        """q(0) of the trajectory per joint: where the robot must stand (checked by interlocks)."""
+        return dict(zip(self.joints, self.trajectory().start_rad(), strict=True))
+
+    def trajectory(self) -> FourierTrajectory:
+        from agent.estimation.excitation import FourierTrajectory
+
+        return FourierTrajectory(self.period_s, self.q0_rad, self.a, self.b)
+
+    def capture_meta(
+        self, machine: str, extra: Mapping[str, Any], encoder_bits: int | None = None
+    ) -> CaptureMeta:
+        """Metadata of a capture of this cycle; the trajectory goes into `extra` so that the
+        capture alone says what motion it records."""
+        return CaptureMeta(
+            machine=machine,
+            joint=self.joint,
+            cycle=self.kind,
+            encoder_bits=self.encoder_bits if encoder_bits is None else encoder_bits,
+            sample_rate_hz=self.sample_rate_hz,
+            started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            extra={
+                "robot": self.robot,
+                "trajectory": self.trajectory().to_dict(),
+                "periods": self.periods,
+                "hold_s": self.hold_s,
+                **extra,
+            },
+        )
+
+
+Cycle: TypeAlias = BacklashCycle | ExcitationCycle
+
+
+def backlash_only(driver: Driver, cycle: Cycle) -> BacklashCycle:
+    """The cycle, for a driver that runs backlash cycles only; any other kind is refused."""
+    if isinstance(cycle, BacklashCycle):
+        return cycle
+    raise DriverError(
+        f"{driver.controller}: driver {driver.name!r} cannot run an {cycle.kind} cycle "
+        f"(no Capability.{Capability.EXCITATION.name})"
+    )
+
+
 class Driver(abc.ABC):
     """A connection to one controller.
 
@@ -126,7 +231,10 @@ class Driver(abc.ABC):
     async def read_status(self) -> ControllerStatus: ...
 
     @abc.abstractmethod
-    async def run_cycle(self, cycle: BacklashCycle) -> Capture: ...
+    async def run_cycle(self, cycle: Cycle) -> Capture | MultiCapture:
+        """Run one test cycle: a BacklashCycle gives a Capture, an ExcitationCycle (drivers
+        with Capability.EXCITATION) a MultiCapture; a driver refuses a kind it cannot run with
+        DriverError (backlash_only)."""
 
     @abc.abstractmethod
     async def stop_motion(self) -> None:

@@ -18,7 +18,16 @@ from typing import Any, ClassVar
 
 from agent.capture import Capture
 from agent.errors import CycleAborted, DriverError
-from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver, within
+from drivers.base import (
+    BacklashCycle,
+    Capability,
+    ControllerMode,
+    ControllerStatus,
+    Cycle,
+    Driver,
+    backlash_only,
+    within,
+)
 from drivers.can_dbc import (
     MODES,
     REJECT_REASONS,
@@ -286,7 +295,8 @@ class CanDriver(Driver):
             )
         return int(joint.index)
 
-    async def run_cycle(self, cycle: BacklashCycle) -> Capture:
+    async def run_cycle(self, cycle: Cycle) -> Capture:
+        cycle = backlash_only(self, cycle)
         proto = self._require_proto()
         joint_index = self._check_cycle(cycle, proto)
         link = await self._live_link()

@@ -9,6 +9,8 @@ code tables here, so a plant DBC may name its value tables as it likes.
 from __future__ import annotations
 
 import enum
+import functools
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -18,6 +20,7 @@ import cantools
 from cantools.database.can import Database as CanDatabase
 from cantools.database.can import Message
 
+from agent.errors import DriverError
 from drivers.base import ControllerMode
 from drivers.can_settings import CanMessageNames
 
@@ -152,16 +155,31 @@ class StatusFrame:
         return MODES.get(self.mode_code, ControllerMode.FAULT)
 
 
+class CanFrameError(DriverError, ValueError):
+    """A received frame does not decode as the DBC's message: the message names it and why."""
+
+
 def decode_numbers(message: Message, data: bytes, *, scaling: bool = True) -> dict[str, float]:
-    """The signals of one frame as numbers (value tables not applied)."""
-    decoded = message.decode(data, decode_choices=False, scaling=scaling)
+    """The signals of one frame as numbers (value tables not applied); CanFrameError if the
+    bytes are not a frame of `message` (wrong length, a container message)."""
+    where = f"{message.name} (id 0x{message.frame_id:X})"
+    try:
+        decoded = message.decode(bytes(data), decode_choices=False, scaling=scaling)
+    except Exception as exc:  # cantools raises DecodeError, or struct/bitstruct errors, of its own
+        raise CanFrameError(f"{where}: {len(data)}-byte frame does not decode: {exc}") from None
     if not isinstance(decoded, Mapping):
-        raise ValueError(f"{message.name} is a container message, not a frame of signals")
+        raise CanFrameError(f"{where} is a container message, not a frame of signals")
     return {str(k): v for k, v in decoded.items() if isinstance(v, int | float)}
 
 
 def decode_status(proto: CanProtocol, data: bytes) -> StatusFrame:
+    """The status frame, or CanFrameError if a signal is missing or not a finite number."""
     v = decode_numbers(proto.status, data)
+    missing = [n for n in REQUIRED_SIGNALS["status"] if n not in v]
+    bad = [n for n in REQUIRED_SIGNALS["status"] if n in v and not math.isfinite(v[n])]
+    if missing or bad:
+        where = f"{proto.status.name} (id 0x{proto.status.frame_id:X})"
+        raise CanFrameError(f"{where}: signals {', '.join(missing + bad)} are not numbers")
     return StatusFrame(
         mode_code=int(v["Mode"]),
         permission=bool(v["Permission"]),
@@ -196,10 +214,27 @@ def stream_bus_load(message: Message, frames_per_s: float, bitrate: int) -> floa
 
 
 def load_protocol(path: str, names: CanMessageNames) -> CanProtocol:
-    """Read the DBC and resolve every message the driver needs; raises DbcError naming the field."""
+    """Read the DBC and resolve every message the driver needs; raises DbcError naming the field.
+
+    A file read before with the same size and modification time is not parsed again: config
+    validation and the driver both load it, and cantools takes tens of milliseconds a file.
+    """
     file = Path(path)
-    if not file.is_file():
+    try:
+        st = file.stat()
+    except OSError:
+        st = None
+    if st is None or not file.is_file():
         raise DbcError("dbc", f"expected a readable DBC file, found no file at {path!r}")
+    return _load_protocol(path, names, st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+@functools.lru_cache(maxsize=16)
+def _load_protocol(
+    path: str, names: CanMessageNames, mtime_ns: int, size: int, inode: int
+) -> CanProtocol:
+    """load_protocol for one version of the file (the stat fields are the cache key)."""
+    file = Path(path)
     try:
         db = cantools.database.load_file(str(file), database_format="dbc", strict=True)
     except Exception as exc:  # cantools raises parser, OS and value errors of its own

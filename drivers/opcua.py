@@ -38,7 +38,7 @@ from asyncua.common.node import Node
 
 from agent.capture import Capture
 from agent.errors import DriverError
-from drivers.base import BacklashCycle, Capability, ControllerStatus, Driver
+from drivers.base import BacklashCycle, Capability, ControllerStatus, Cycle, Driver, backlash_only
 from drivers.opcua_session import OpcUaSession, RejectedError, ResolvedAction
 from drivers.opcua_settings import CycleParameter, OpcUaSettings
 from drivers.opcua_status import RawValue, decode_status, status_roles
@@ -277,7 +277,8 @@ class OpcUaDriver(Driver):
 
     # --- the cycle -------------------------------------------------------------------------
 
-    async def run_cycle(self, cycle: BacklashCycle) -> Capture:
+    async def run_cycle(self, cycle: Cycle) -> Capture:
+        cycle = backlash_only(self, cycle)
         link = self._require_link()
         if not any(j.name == cycle.joint for j in self.joints):
             raise DriverError(f"{self.controller}: no joint named {cycle.joint!r}")

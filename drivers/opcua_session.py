@@ -15,16 +15,21 @@ import logging
 import os
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 from asyncua import Client, ua
 from asyncua.common.node import Node
-from asyncua.crypto.security_policies import SecurityPolicyBasic256Sha256
 
 from agent.errors import DriverError
 from drivers.base import within
+from drivers.opcua_security import (
+    RejectedError,
+    describe_error,
+    read_text,
+    secure_channel,
+)
 from drivers.opcua_settings import CycleParameter, OpcUaAction, OpcUaSettings
+from drivers.opcua_trust import private_file_problem
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -69,11 +74,6 @@ _REJECTED_STATUS = {
     ua.StatusCodes.BadSecurityPolicyRejected,
     ua.StatusCodes.BadSecurityModeRejected,
 }
-
-
-class RejectedError(DriverError):
-    """The server refused the agent's identity, or does not match the config (a node, a method
-    signature, a file the config names): retrying the same thing will not help."""
 
 
 def resolve_text(text: str, namespaces: list[str]) -> ua.NodeId:
@@ -132,19 +132,15 @@ class ResolvedAction:
     parameters: tuple[tuple[CycleParameter, Node, ua.VariantType], ...]
 
 
-def _read_text(path: str, what: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8").strip()
-    except OSError as exc:
-        raise RejectedError(f"cannot read the {what} file {path}: {exc.strerror}") from None
-
-
 def password(settings: OpcUaSettings) -> str | None:
     user = settings.user
     if user is None:
         return None
     if user.password_file is not None:
-        return _read_text(user.password_file, "password")
+        problem = private_file_problem(user.password_file)
+        if problem is not None:
+            raise RejectedError(f"user.password_file {problem}")
+        return read_text(user.password_file, "password")
     assert user.password_env is not None  # the settings check allows exactly one
     value = os.environ.get(user.password_env)
     if value is None:
@@ -174,25 +170,15 @@ class OpcUaSession:
         client.application_uri = s.security.application_uri
         client.session_timeout = 600_000  # ms: a dead agent's session is dropped in 10 min
         client.name = client.description = "joint-health-agent"
-        sec = s.security
         try:
-            if sec.policy == "Basic256Sha256":
-                assert sec.certificate and sec.private_key and sec.server_certificate
-                key_password = (
-                    _read_text(sec.private_key_password_file, "private key password")
-                    if sec.private_key_password_file
-                    else None
-                )
-                for path in (sec.certificate, sec.private_key, sec.server_certificate):
-                    if not Path(path).is_file():
-                        raise RejectedError(f"security: file {path} does not exist")
-                await client.set_security(
-                    SecurityPolicyBasic256Sha256,
-                    certificate=sec.certificate,
-                    private_key=sec.private_key,
-                    private_key_password=key_password,
-                    server_certificate=sec.server_certificate,
-                    mode=getattr(ua.MessageSecurityMode, sec.mode),
+            if s.security.policy == "Basic256Sha256":
+                await secure_channel(client, s)
+            else:
+                # Allowed by the config (allow_none_security), but never quietly.
+                log.warning(
+                    "event=opcua_insecure_channel endpoint=%s policy=None "
+                    "why=allow_none_security_in_config",
+                    s.endpoint,
                 )
             if s.user is not None:
                 client.set_user(s.user.username)
@@ -207,7 +193,7 @@ class OpcUaSession:
             if not isinstance(exc, Exception):  # cancellation, interrupt: not a failed connect
                 raise
             kind = RejectedError if _is_rejection(exc) else DriverError
-            raise kind(f"cannot connect to {s.endpoint}: {_describe(exc)}") from None
+            raise kind(f"cannot connect to {s.endpoint}: {describe_error(exc)}") from None
         session = cls(client, s, [])
         # asyncua >= 2 reports a dropped transport here as soon as it sees it.
         client.connection_lost_callback = session._on_connection_lost
@@ -221,7 +207,7 @@ class OpcUaSession:
         return session
 
     async def _on_connection_lost(self, exc: Exception) -> None:
-        self.mark_lost(f"connection lost: {_describe(exc)}")
+        self.mark_lost(f"connection lost: {describe_error(exc)}")
 
     def mark_lost(self, reason: str) -> None:
         if not self.lost.is_set():
@@ -251,11 +237,11 @@ class OpcUaSession:
             raise DriverError(f"cannot {what}: no answer within {limit:g} s") from None
         except ua.UaStatusCodeError as exc:
             if exc.code in _FATAL_STATUS:
-                self.mark_lost(_describe(exc))
-            raise DriverError(f"cannot {what}: {_describe(exc)}") from None
+                self.mark_lost(describe_error(exc))
+            raise DriverError(f"cannot {what}: {describe_error(exc)}") from None
         except (ConnectionError, OSError, ua.UaError) as exc:
-            self.mark_lost(_describe(exc))
-            raise DriverError(f"cannot {what}: {_describe(exc)}") from None
+            self.mark_lost(describe_error(exc))
+            raise DriverError(f"cannot {what}: {describe_error(exc)}") from None
 
     async def read(self, nodes: list[Node], what: str) -> list[ua.DataValue]:
         return await self.request(self.client.read_attributes(nodes), what)
@@ -372,10 +358,3 @@ def _is_rejection(exc: BaseException) -> bool:
         return exc.code in _REJECTED_STATUS
     # asyncua says so when the server offers no endpoint with our policy, mode or token type.
     return isinstance(exc, ua.UaError) and "No matching endpoints" in str(exc)
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, ua.UaStatusCodeError):
-        return f"{type(exc).__name__} ({exc})"
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -60,21 +60,49 @@ def _default_status_values() -> dict[str | int, CycleStatus]:
 
 @dataclass(frozen=True)
 class OpcUaSecurity:
-    """Secure channel. Basic256Sha256 needs the agent's certificate and key, and the server's
-    certificate pinned (the agent does not trust whatever certificate an endpoint presents)."""
+    """Secure channel, secure by default: Basic256Sha256 with SignAndEncrypt, the agent's own
+    certificate and key, and the server's certificate checked against a pinned certificate or a
+    trust list before anything is sent. An untrusted server certificate is always refused.
+    Talking without security takes `policy: None` and `allow_none_security: true`, both."""
 
-    policy: SecurityPolicy = "None"
-    mode: SecurityMode = "None"
+    policy: SecurityPolicy = "Basic256Sha256"
+    # None means SignAndEncrypt with a security policy (and None without one).
+    mode: SecurityMode | None = None
     certificate: str | None = field(default=None, metadata={"doc": "client cert, DER or PEM"})
     private_key: str | None = field(default=None, metadata={"doc": "client key, PEM or DER"})
     private_key_password_file: str | None = None
     server_certificate: str | None = field(default=None, metadata={"doc": "pinned, DER or PEM"})
+    trusted_certificates: str | None = field(
+        default=None,
+        metadata={"doc": "directory of trusted server and CA certificates (DER or PEM)"},
+    )
+    revocation_lists: str | None = field(
+        default=None, metadata={"doc": "directory of CRLs of the CAs in trusted_certificates"}
+    )
+    allow_none_security: bool = field(
+        default=False, metadata={"doc": "accept policy None: no signature, no encryption"}
+    )
     # Must match the URI in the client certificate's subjectAltName; servers check it.
     application_uri: str = field(default="urn:joint-health-agent:client", metadata={"min_len": 1})
+
+    def __post_init__(self) -> None:
+        if self.mode is None:  # the default follows the policy; logs then show what is used
+            object.__setattr__(self, "mode", "None" if self.policy == "None" else "SignAndEncrypt")
+
+    @property
+    def effective_mode(self) -> SecurityMode:
+        return self.mode or "SignAndEncrypt"
 
     def check(self) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
         if self.policy == "None":
+            if not self.allow_none_security:
+                out.append((
+                    "policy",
+                    "policy None sends the interlock signals and the cycle trigger unsigned and "
+                    "in clear text; expected Basic256Sha256, or allow_none_security: true to "
+                    "accept that explicitly",
+                ))
             if self.mode != "None":
                 out.append(("mode", f"expected None with policy None, found {self.mode!r}"))
             return out
@@ -82,9 +110,17 @@ class OpcUaSecurity:
             out.append(
                 ("mode", f"expected Sign or SignAndEncrypt with policy {self.policy}, found 'None'")
             )
-        for name in ("certificate", "private_key", "server_certificate"):
+        for name in ("certificate", "private_key"):
             if getattr(self, name) is None:
                 out.append((name, f"required with policy {self.policy}: expected a file path"))
+        if self.server_certificate is None and self.trusted_certificates is None:
+            out.append((
+                "trusted_certificates",
+                f"required with policy {self.policy} (or server_certificate): the directory of "
+                "server certificates the agent trusts",
+            ))
+        if self.revocation_lists is not None and self.trusted_certificates is None:
+            out.append(("revocation_lists", "only used with trusted_certificates"))
         return out
 
 
@@ -218,7 +254,11 @@ class OpcUaSettings:
     status: OpcUaStatusNodes
     cycle: OpcUaCycleNodes
     buffers: OpcUaBuffers
-    security: OpcUaSecurity = field(default_factory=OpcUaSecurity)
+    # Required: a channel without security is a choice the config must state (policy None and
+    # allow_none_security), never what an omitted section falls back to.
+    security: OpcUaSecurity = field(
+        metadata={"doc": "Basic256Sha256 certificate, key and trust list; or policy None"}
+    )
     user: OpcUaUser | None = None
     request_timeout_s: float = field(default=2.0, metadata={"gt": 0.0, "le": 60.0})
     connect_timeout_s: float = field(

@@ -84,10 +84,21 @@ def _check_good(raw: RawValue, what: str) -> None:
         raise DriverError(f"{what} node {raw.node} has bad quality ({raw.status})")
 
 
+def _is_finite_number(v: Any) -> bool:
+    """A real number a float can hold: not a Boolean, not NaN or infinite, not an integer
+    too large for a float (math.isfinite raises OverflowError on those)."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def _number(raw: RawValue, what: str) -> float:
     v = raw.value
-    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-        raise DriverError(f"{what} node {raw.node} holds {v!r}, expected a finite number")
+    if not _is_finite_number(v):
+        raise DriverError(f"{what} node {raw.node} holds {v!r:.80}, expected a finite number")
     return float(v)
 
 
@@ -116,16 +127,20 @@ def _alarms(raw: RawValue) -> tuple[str, ...]:
 
 def _positions(raw: RawValue, joints: Sequence[Any], scale: float) -> dict[str, float]:
     v = raw.value
-    if not isinstance(v, list | tuple) or any(
-        isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x) for x in v
-    ):
+    if not isinstance(v, list | tuple) or not all(_is_finite_number(x) for x in v):
         raise DriverError(
             f"joint positions node {raw.node} holds {v!r:.80}, expected an array of numbers"
         )
     out: dict[str, float] = {}
     for j in joints:
         if j.index - 1 < len(v):  # a joint beyond the array stays unknown: interlocks refuse it
-            out[j.name] = float(v[j.index - 1]) * scale
+            rad = float(v[j.index - 1]) * scale
+            if not math.isfinite(rad):  # a huge raw value times the configured scale
+                raise DriverError(
+                    f"joint positions node {raw.node}: joint {j.name} at {v[j.index - 1]!r:.40} "
+                    f"x scale {scale:g} is not a finite angle"
+                )
+            out[j.name] = rad
     return out
 
 
@@ -143,11 +158,15 @@ def decode_status(
         else {}
     )
     alarms = _alarms(values["alarms"]) if "alarms" in values else ()
-    override = (
-        _number(values["speed_override"], "speed override") * nodes.speed_override_scale
-        if "speed_override" in values
-        else 1.0
-    )
+    override = 1.0
+    if "speed_override" in values:
+        raw_override = values["speed_override"]
+        override = _number(raw_override, "speed override") * nodes.speed_override_scale
+        if not math.isfinite(override):
+            raise DriverError(
+                f"speed override node {raw_override.node} holds {raw_override.value!r:.40}, "
+                f"beyond any override once scaled by {nodes.speed_override_scale:g}"
+            )
     operator = (
         _bool(values["operator_present"], "operator present")
         if "operator_present" in values

@@ -25,7 +25,15 @@ from typing import Any, ClassVar
 
 from agent.capture import Capture
 from agent.errors import CycleAborted, DriverError
-from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver
+from drivers.base import (
+    BacklashCycle,
+    Capability,
+    ControllerMode,
+    ControllerStatus,
+    Cycle,
+    Driver,
+    backlash_only,
+)
 from drivers.serial_capture import assemble_capture
 from drivers.serial_frames import (
     BOARD_TO_AGENT,
@@ -323,7 +331,8 @@ class SerialEncoderDriver(Driver):
 
     # --- the test cycle ---------------------------------------------------------------------
 
-    async def run_cycle(self, cycle: BacklashCycle) -> Capture:
+    async def run_cycle(self, cycle: Cycle) -> Capture:
+        cycle = backlash_only(self, cycle)
         self._require_link()
         joint = next((j for j in self.joints if j.name == cycle.joint), None)
         if joint is None:

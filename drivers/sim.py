@@ -16,7 +16,15 @@ from typing import Any, ClassVar
 from agent.capture import Capture
 from agent.errors import CycleAborted, DriverError
 from agent.simulation import simulate_backlash_capture
-from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver, within
+from drivers.base import (
+    Capability,
+    ControllerMode,
+    ControllerStatus,
+    Cycle,
+    Driver,
+    backlash_only,
+    within,
+)
 from drivers.sim_settings import SimJointSettings, SimSettings
 
 
@@ -47,6 +55,8 @@ class SimDriver(Driver):
         self._alarms: tuple[str, ...] = tuple(self._settings.alarms)
         self._override = self._settings.speed_override
         self._forced_mode: ControllerMode | None = None
+        self._operator = self._settings.operator_present
+        self._expected_override: float | None = None
         self._poses = {
             j.name: self._settings.joints.get(j.name, SimJointSettings()).pose_rad for j in joints
         }
@@ -58,36 +68,53 @@ class SimDriver(Driver):
         await self.stop_motion()
         self._connected_at = None
 
+    def _timeline(self) -> tuple[tuple[float, float], ...]:
+        s = self._settings
+        if s.stops:
+            return tuple((stop.at_s, stop.at_s + stop.length_s) for stop in s.stops)
+        return ((s.production_runs_s, s.production_runs_s + s.stop_length_s),)
+
+    def _stop_left_s(self) -> float | None:
+        """Seconds left of the stop the timeline is in; None outside every stop."""
+        if self._connected_at is None:
+            return None
+        elapsed = time.monotonic() - self._connected_at
+        for begin, end in self._timeline():
+            if begin <= elapsed < end:
+                return end - elapsed
+        return None
+
     def _production_mode(self) -> ControllerMode:
         if self._connected_at is None:
             return ControllerMode.DISCONNECTED
         if self._forced_mode is not None:
             return self._forced_mode
-        elapsed = time.monotonic() - self._connected_at
-        s = self._settings
-        if elapsed < s.production_runs_s or elapsed >= s.production_runs_s + s.stop_length_s:
+        if self._stop_left_s() is None:
             return ControllerMode.PRODUCTION
         return ControllerMode.STOPPED
+
+    @property
+    def control_period_s(self) -> float:
+        return self._settings.control_period_s
 
     async def read_status(self) -> ControllerStatus:
         mode = self._production_mode()
         if mode is ControllerMode.STOPPED and self._moving:
             mode = ControllerMode.TEST_CYCLE
         remaining = None
-        if self._connected_at is not None and mode in (
-            ControllerMode.STOPPED,
-            ControllerMode.TEST_CYCLE,
+        if mode in (ControllerMode.STOPPED, ControllerMode.TEST_CYCLE) and (
+            self._settings.announce_stop
         ):
-            s = self._settings
-            remaining = (
-                s.production_runs_s + s.stop_length_s - (time.monotonic() - self._connected_at)
-            )
+            remaining = self._expected_override
+            if remaining is None:
+                remaining = self._stop_left_s()
         return ControllerStatus(
             mode=mode,
             permission=self._permission,
             joint_positions_rad=dict(self._poses),
             alarms=self._alarms,
             speed_override=self._override,
+            operator_present=self._operator,
             stop_expected_s=remaining,
             time_s=time.monotonic(),
         )
@@ -96,7 +123,8 @@ class SimDriver(Driver):
         self.stop_motion_calls += 1
         self._stop_requested.set()
 
-    async def run_cycle(self, cycle: BacklashCycle) -> Capture:
+    async def run_cycle(self, cycle: Cycle) -> Capture:
+        cycle = backlash_only(self, cycle)
         if self._connected_at is None:
             raise DriverError(f"{self.controller}: not connected")
         joint = next((j for j in self.joints if j.name == cycle.joint), None)
@@ -145,6 +173,13 @@ class SimDriver(Driver):
 
     def inject_mode(self, mode: ControllerMode | None) -> None:
         self._forced_mode = mode
+
+    def inject_operator(self, present: bool | None) -> None:
+        self._operator = present
+
+    def inject_stop_expected(self, seconds: float | None) -> None:
+        """Announce another stop length than the timeline's (None: the timeline's again)."""
+        self._expected_override = seconds
 
     def inject_override(self, value: float) -> None:
         self._override = value

@@ -38,7 +38,16 @@ import numpy as np
 
 from agent.capture import Capture, CaptureMeta
 from agent.errors import ConfigError, CycleAborted, DriverError
-from drivers.base import BacklashCycle, Capability, ControllerMode, ControllerStatus, Driver, within
+from drivers.base import (
+    BacklashCycle,
+    Capability,
+    ControllerMode,
+    ControllerStatus,
+    Cycle,
+    Driver,
+    backlash_only,
+    within,
+)
 from drivers.ur_rtde_settings import UR_JOINT_VELOCITY_MAX_RAD_S, UrRtdeSettings
 
 log = logging.getLogger("jha.driver.ur_rtde")
@@ -454,7 +463,8 @@ class UrRtdeDriver(Driver):
             "start_timeout_s": _START_TIMEOUT_S + ramp_s,
         }
 
-    async def run_cycle(self, cycle: BacklashCycle) -> Capture:
+    async def run_cycle(self, cycle: Cycle) -> Capture:
+        cycle = backlash_only(self, cycle)
         params = self._cycle_params(cycle)
         link = await self._ensure_link()
         started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -43,3 +43,15 @@ def make_joint() -> Callable[..., JointSettings]:
         )
 
     return make
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
+    """Print the figures tests recorded in tests.summary (fuzzing, faults, security)."""
+    from tests.summary import render
+
+    lines = render()
+    if not lines:
+        return
+    terminalreporter.section("jha summary", sep="=")
+    for line in lines:
+        terminalreporter.write_line(line)

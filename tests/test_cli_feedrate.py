@@ -182,7 +182,8 @@ class Peer:
 
     def wait_idle(self, timeout_s: float = 10.0) -> Any:
         """Poll '?' until the controller reports Idle (all planned motion executed)."""
-        from agent.feedrate.stream import open_serial, parse_status
+        from agent.feedrate.grbl_protocol import parse_status
+        from agent.feedrate.serial_channel import open_serial
 
         channel = open_serial(self.path)
         try:

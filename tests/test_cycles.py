@@ -31,7 +31,7 @@ from drivers.sim import SimDriver
 from drivers.sim_settings import SimJointSettings, SimSettings
 
 TOLERANCE_RAD = 0.01
-RULES = InterlockSettings(pose_tolerance_rad=TOLERANCE_RAD)
+RULES = InterlockSettings(pose_tolerance_rad=TOLERANCE_RAD, require_operator_absent=True)
 # An abort must come within a few control periods (10 ms each; typically it takes under 10 ms).
 # The bound leaves room for a loaded two-core machine and stays far below the paced cycle's
 # length (SLOW_SCALE below), so a cycle that ran to its end cannot pass for an abort.
@@ -52,6 +52,11 @@ class RecordingSim(SimDriver):
         self.run_cycle_calls = 0
         self.cycle_ending: str | None = None
         self.status_failure: str | None = None
+        self.stop_motion_times: list[float] = []
+
+    async def stop_motion(self) -> None:
+        self.stop_motion_times.append(time.monotonic())
+        await super().stop_motion()
 
     async def read_status(self) -> ControllerStatus:
         if self.status_failure == "raise":
@@ -107,6 +112,7 @@ def sim(
 ) -> RecordingSim:
     settings_kw.setdefault("production_runs_s", 0.0)
     settings_kw.setdefault("stop_length_s", 3600.0)
+    settings_kw.setdefault("operator_present", False)  # the area scanner sees nobody
     sim_settings = SimSettings(
         joints={joint.name: SimJointSettings(backlash_rad=1e-3, pose_rad=joint.test_pose_rad)},
         **settings_kw,
@@ -154,6 +160,12 @@ REFUSALS: dict[str, tuple[Callable[[RecordingSim], None], str]] = {
     "pose_outside_below": (
         lambda d: d.inject_pose("j1", 0.3 - 1.001 * TOLERANCE_RAD),
         "joint j1 stands at 0.2900 rad",
+    ),
+    "operator_present": (lambda d: d.inject_operator(True), "an operator is present"),
+    "operator_unknown": (lambda d: d.inject_operator(None), "operator presence is unknown"),
+    "stop_over": (
+        lambda d: d.inject_stop_expected(0.0),
+        "the production stop is over (stop_expected_s ran out)",
     ),
     "status_error": (
         lambda d: setattr(d, "status_failure", "raise"),
@@ -285,6 +297,7 @@ DISABLED: dict[str, tuple[InterlockSettings, Callable[[RecordingSim], None]]] = 
     "alarm": (InterlockSettings(require_no_alarm=False), lambda d: d.inject_alarm("warning 7")),
     "override": (InterlockSettings(require_full_override=False), lambda d: d.inject_override(0.3)),
     "pose": (InterlockSettings(pose_tolerance_rad=0.5), lambda d: d.inject_pose("j1", 0.4)),
+    "operator": (InterlockSettings(), lambda d: d.inject_operator(None)),
 }
 
 
@@ -353,6 +366,8 @@ SURPRISES: dict[str, tuple[Callable[[RecordingSim], None], str]] = {
     "manual": (lambda d: d.inject_mode(ControllerMode.MANUAL), "controller is in manual mode"),
     "fault": (lambda d: d.inject_mode(ControllerMode.FAULT), "controller is in fault mode"),
     "production": (_production, "production mode, not stopped for production"),
+    "operator": (lambda d: d.inject_operator(True), "an operator is present"),
+    "stop_over": (lambda d: d.inject_stop_expected(0.0), "the production stop is over"),
     "status_error": (
         lambda d: setattr(d, "status_failure", "raise"),
         "controller status lost during motion: link lost",
@@ -515,3 +530,51 @@ def test_a_quiet_cycle_runs_to_its_end_without_a_stop(
     assert driver.stop_motion_calls == 0
     assert driver.cycle_ending == "finished"
     assert capture.meta.joint == "j1"
+
+
+def test_production_resuming_aborts_within_one_control_period(
+    make_joint: Callable[..., JointSettings],
+) -> None:
+    """The watcher reads the status once per control period of the driver (here 0.1 s, long
+    against the machine's scheduling noise): production resuming anywhere in a period is seen at
+    the next read, and stop_motion goes out then."""
+    joint = make_joint()
+    driver = sim(joint, time_scale=SLOW_SCALE, control_period_s=0.1)
+    period_s = driver.control_period_s
+    delays: list[float] = []
+
+    async def scenario() -> None:
+        await driver.connect()
+        for offset_s in (0.0, 0.03, 0.07):  # injections at several phases of the period
+            driver.inject_mode(None)
+            guarded = asyncio.create_task(run_guarded_cycle(driver, cycle_of(joint), RULES, joint))
+            await _wait_until_moving(driver)
+            await asyncio.sleep(offset_s)
+            driver.inject_mode(ControllerMode.PRODUCTION)
+            injected = time.monotonic()
+            with pytest.raises(CycleAborted, match="production mode"):
+                await guarded
+            delays.append(driver.stop_motion_times[-1] - injected)
+
+    run(scenario())
+    assert max(delays) <= period_s + 0.04, delays
+
+
+def test_every_joint_of_the_start_pose_is_checked(
+    make_joint: Callable[..., JointSettings],
+) -> None:
+    """A cycle that moves several joints names each one standing away from its start pose."""
+    joint = make_joint()
+    status = ControllerStatus(
+        mode=ControllerMode.STOPPED,
+        permission=True,
+        joint_positions_rad={"j1": 0.0, "j2": 0.5, "j3": -0.2},
+        operator_present=False,
+    )
+    pose = {"j1": 0.0, "j2": 0.1, "j3": -0.2, "j4": 0.0}
+    problems = interlock_violations(status, RULES, joint, start_pose_rad=pose)
+    assert problems == [
+        "joint j2 stands at 0.5000 rad, test pose is 0.1000 +- 0.01 rad",
+        "position of joint j4 is unknown",
+    ]
+    assert interlock_violations(status, RULES, joint, start_pose_rad={"j1": 0.0, "j3": -0.2}) == []

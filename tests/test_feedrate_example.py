@@ -100,6 +100,25 @@ def test_figure11_row_values_and_setup(sweep: Figure11Sweep) -> None:
     assert 2e-3 < one.max_radial_error < 2.5e-3
 
 
+def test_the_deep_minimum_is_a_kink_set_by_t_star() -> None:
+    """The deep minimum sits where the error during the gap (falling with the ratio) meets the
+    error after re-engagement (rising): -0.40 at the paper's t* = 0.5 s on a 0.01 grid, and
+    the paper's -0.45 only with t* = 0.45 s (see agent.feedrate.example's docstring)."""
+    ratios = [round(-0.50 + 0.01 * k, 2) for k in range(16)]  # -0.50 .. -0.35
+    paper = figure11_sweep(ratios)
+    deep = paper.minimum(-1.0, 0.0)
+    assert deep.ratio == pytest.approx(-0.40)
+    assert paper.minimum(-1.0, 0.0, "rms_radial_error").ratio == pytest.approx(-0.40)
+    rows = {round(r.ratio, 2): r for r in paper.rows}
+    # A kink, not a smooth bottom: the rise past it is several times the fall before it.
+    fall = rows[-0.41].max_radial_error - deep.max_radial_error
+    rise = rows[-0.39].max_radial_error - deep.max_radial_error
+    assert rise > 3 * fall > 0
+    shorter = figure11_sweep(ratios, half_window_s=0.45)
+    assert shorter.half_window_s == 0.45
+    assert -0.46 <= shorter.minimum(-1.0, 0.0).ratio <= -0.43
+
+
 def test_full_dead_zone_model_agrees_without_retrograde_motion() -> None:
     """Scheduling the gap at the commanded turning point (section 5.3) is a close approximation
     of the dead zone triggered by the axis's own reversal as long as the feed stays positive."""

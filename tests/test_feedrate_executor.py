@@ -10,17 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent.feedrate.circular_test import circle_program, circular_test, lead_mm, radial_error
 from agent.feedrate.example import PAPER_AXIS, simulate_turning_point
 from agent.feedrate.executor import (
     CommandedPath,
     MachineModel,
-    circle_program,
-    circular_test,
     execute_program,
     junction_speed,
-    lead_mm,
     plan_entry_speeds,
-    radial_error,
     trapezoid,
 )
 from agent.feedrate.gcode import ModalState, parse_lines

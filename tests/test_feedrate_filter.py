@@ -17,13 +17,9 @@ import numpy as np
 import pytest
 
 from agent.errors import ConfigError
+from agent.feedrate.circular_test import circle_program, circular_test, lead_mm
 from agent.feedrate.example import PAPER_AXIS
-from agent.feedrate.executor import (
-    circle_program,
-    circular_test,
-    execute_program,
-    lead_mm,
-)
+from agent.feedrate.executor import execute_program
 from agent.feedrate.filter import FeedrateFilter, filter_lines, filtered_lines
 from agent.feedrate.filter_plan import Geometry, WindowPlanner, corner_take_up_s
 from agent.feedrate.filter_window import unit_shape
@@ -34,7 +30,8 @@ from agent.feedrate.machine import (
     ModulationSettings,
     load_machine,
 )
-from agent.feedrate.profile import plan_window, symmetric_feedrate
+from agent.feedrate.profile import symmetric_feedrate
+from agent.feedrate.window_length import plan_window
 from tests.test_feedrate_filter_properties import check_output, machine, parse_program
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -249,7 +246,7 @@ def test_g94_feeds_give_the_same_timing_as_g93() -> None:
 
 
 def test_shortest_window_takes_up_the_backlash_inside_it() -> None:
-    """Policy "shortest" on a circle agrees with profile.plan_window; at a corner it finds the
+    """Policy "shortest" on a circle agrees with window_length.plan_window; at a corner it finds the
     least t* whose take-up (simulated on the dead-zone model) ends inside the window; both
     are cached."""
     shape = unit_shape(0.25, 10, 16, False)

@@ -21,12 +21,11 @@ from agent.feedrate.geometry import (
     OsculatingCircle,
     PathPrimitive,
     Plane,
-    TurningPointTracker,
     arc_centre_from_radius,
     osculating_extent,
-    turning_points,
 )
 from agent.feedrate.geometry_curves import ParametricCurve, bezier_curve, polynomial_curve
+from agent.feedrate.turning_points import TurningPointTracker, turning_points
 
 Derivs = Callable[[float], Sequence[Sequence[float]]]
 

@@ -19,10 +19,9 @@ from agent.feedrate.profile import (
     bernstein_integral,
     middle_factor,
     middle_ratio,
-    plan_window,
     symmetric_feedrate,
-    take_up_instant_s,
 )
+from agent.feedrate.window_length import plan_window, take_up_instant_s
 
 VC = 0.25 * math.pi / 6.0  # the paper's V_c = rho_0 Omega
 

@@ -40,7 +40,8 @@ from agent.feedrate.gcode_emit import (
     validate_output_line,
 )
 from agent.feedrate.gcode_lex import checksum, lex_line, strip_number_and_checksum
-from agent.feedrate.geometry import Plane, TurningPointTracker
+from agent.feedrate.geometry import Plane
+from agent.feedrate.turning_points import TurningPointTracker
 
 
 def parse(text: str, **kwargs: object) -> list[Block]:
@@ -482,6 +483,55 @@ def test_g91_rounding_is_carried_not_accumulated() -> None:
         out += _replace_evenly(em, b, 3, feeds_mm_s=10.0)
     end = parse(out)[-1].end_mm[0]
     assert end == pytest.approx(30 * 0.33333, abs=0.005)  # within half a unit, after 90 segments
+
+
+@st.composite
+def _incremental_programs(draw: st.DrawFn) -> tuple[int, list[tuple[float, float]], list[object]]:
+    """(decimals, the program's G91 increments (mm, 4 decimals, many below the printed
+    resolution), per move: None to pass it through or the sorted fractions of its length at
+    which the replacement's segments end, repeats giving zero-length segments)."""
+    decimals = draw(st.sampled_from([1, 2, 3]))
+    step = st.integers(-300, 300).map(lambda k: k / 10_000.0)
+    moves = draw(st.lists(st.tuples(step, step), min_size=1, max_size=25))
+    cuts: list[object] = []
+    for _ in moves:
+        if draw(st.booleans()) and draw(st.booleans()):
+            cuts.append(None)
+            continue
+        inner = draw(st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.5, 0.9, 1.0]),
+                              max_size=6))
+        cuts.append([*sorted(inner), 1.0])
+    return decimals, moves, cuts
+
+
+@settings(max_examples=200, deadline=None)
+@given(_incremental_programs())
+def test_g91_emitted_increments_sum_to_the_exact_end_point(
+        case: tuple[int, list[tuple[float, float]], list[object]]) -> None:
+    decimals, moves, cuts = case
+    text = "G21 G91 G1 F600\n" + "".join(f"X{dx:.4f} Y{dy:.4f}\n" for dx, dy in moves)
+    blocks = parse(text)
+    em = GcodeEmitter(Dialect("coarse", decimals=decimals))
+    out = em.passthrough(blocks[0])
+    for block, cut in zip(blocks[1:], cuts, strict=True):
+        if cut is None:
+            out += em.passthrough(block)
+            continue
+        s, e = block.start_mm, block.end_mm
+        fractions = list(cut)  # type: ignore[call-overload]
+        pts = [tuple(a + f * (b - a) for a, b in zip(s, e, strict=True)) for f in fractions]
+        out += em.replace(block, pts, feeds_mm_s=[10.0] * len(pts))  # type: ignore[arg-type]
+    out += em.flush()
+    total = [0.0, 0.0]
+    for n, line in enumerate(out.splitlines(), 1):
+        values = lex_line(line, n).values
+        for i, letter in enumerate("XY"):
+            total[i] += values.get(letter, 0.0)
+    exact = [sum(m[i] for m in moves) for i in range(2)]
+    # The carry keeps every axis within half a unit of the last printed digit of the program.
+    half_unit = 0.5 * 10.0 ** -decimals
+    for i in range(2):
+        assert abs(total[i] - exact[i]) <= half_unit + 1e-9, (i, total, exact, out)
 
 
 def test_replace_rejects_bad_requests() -> None:

@@ -25,15 +25,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.errors import EX_DATAERR, EX_IOERR
+from agent.feedrate.grbl_protocol import parse_status, prepare_line
+from agent.feedrate.serial_channel import FdChannel, open_serial
 from agent.feedrate.stream import (
     DncOptions,
-    FdChannel,
     GrblOptions,
     StreamError,
     StreamProgress,
-    open_serial,
-    parse_status,
-    prepare_line,
     stream_dnc,
     stream_grbl,
 )
@@ -454,3 +452,16 @@ def test_budget_rule_property(lengths: list[int], rx: int) -> None:
         b.close()
     assert result.lines_acked == len(lines)
     assert high[0] <= rx and result.max_bytes_in_flight <= rx
+
+
+def test_a_port_that_cannot_be_opened_stops_the_stream_before_the_first_line(
+        tmp_path: Path) -> None:
+    from agent.feedrate.serial_channel import ChannelLost
+    from agent.feedrate.stream import stream_to_port
+
+    missing = str(tmp_path / "ttyNONE")
+    with pytest.raises(ChannelLost, match="cannot open serial port"):
+        open_serial(missing)
+    with pytest.raises(StreamError, match="before the first line: cannot open serial port") as info:
+        stream_to_port(["G1 X1 F100\n"], missing)
+    assert info.value.kind == "disconnected" and info.value.sent == 0

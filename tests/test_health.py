@@ -15,7 +15,19 @@ from hypothesis import strategies as st
 from agent.config import ThresholdSettings
 from agent.errors import ConfigError
 from agent.estimation.results import BacklashResult
-from agent.health import Status, Verdict, assess, assess_backlash, trend, worst
+from agent.health import (
+    Ne107,
+    Status,
+    Verdict,
+    assess,
+    assess_backlash,
+    forecast_sentence,
+    ne107_of,
+    next_forecast,
+    passed_limit,
+    trend,
+    worst,
+)
 from agent.store import TrendPoint
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -215,3 +227,74 @@ def test_forecast_reaches_the_limit(level: float, slope: float, gap: float, n: i
     assert math.isclose(tr.level_now + tr.slope_per_day * fc.days, watch, rel_tol=1e-6)
     assert fc.days_low <= fc.days * (1 + 1e-9)
     assert fc.days_high is None or fc.days_high >= fc.days * (1 - 1e-9)
+
+
+# -- forecasts: falling, past the limit, sentences, interval coverage, NE 107 --------------------
+
+
+def test_a_falling_line_already_past_a_limit_has_reached_it() -> None:
+    """After a repair the trend falls, but while its line is above a limit that limit stays
+    reached (no 'never' forecast for a joint that is out of specification now)."""
+    days = [0.0, 1.0, 2.0, 3.0]
+    tr = trend(history(days, [9.0, 8.0, 7.0, 6.0]), watch=2.0, alert=6.5)
+    assert tr is not None and tr.slope_per_day == pytest.approx(-1.0)
+    assert tr.forecast_watch is not None and tr.forecast_watch.reached
+    assert tr.forecast_alert is None  # the line is below 6.5 now and falling
+    flat = trend(history(days, [3.0] * 4), watch=2.0, alert=None)
+    assert flat is not None and flat.forecast_watch is not None and flat.forecast_watch.reached
+
+
+def test_forecast_sentences() -> None:
+    days = list(range(10))
+    rising = trend(history(days, [0.5e-3 + 1e-5 * d for d in days]), 1e-3, 2e-3, "backlash_rad")
+    text = forecast_sentence(rising, 10)
+    assert "Over 10 cycles (9 days) backlash changes by +0.01 mrad/day." in text
+    assert "reaches the watch limit 1 mrad in about 41 days (95 % interval: 41 days to 41 days)" \
+        in text
+    # The last value is past the watch limit: the alert limit is the next one.
+    assert "alert limit 2 mrad in about 141 days" in forecast_sentence(rising, 10, "watch")
+    assert "no further limit" in forecast_sentence(rising, 10, "alert")
+    assert next_forecast(rising, "alert") is None
+    fc = next_forecast(rising, "watch")
+    assert fc is not None and fc.limit_name == "alert"
+    falling = trend(history(days, [1.0 - 0.01 * d for d in days]), 2.0, 3.0)
+    assert "it is not rising" in forecast_sentence(falling)
+    flat = trend(history(days, [1.0] * 10), 2.0, 3.0)
+    assert "it is not rising" in forecast_sentence(flat)
+    no_limits = trend(history(days, [1.0 + d for d in days]), None, None, "stiffness_nm_rad")
+    assert "no limits are configured" in forecast_sentence(no_limits)
+    assert "kN·m/rad/day" in forecast_sentence(no_limits)
+    noisy = trend(history(list(range(8)), [1.0, 1.3, 0.9, 1.4, 1.0, 1.5, 1.1, 1.2]), 5.0)
+    assert "to an open end (the rise is not certain)" in forecast_sentence(noisy)
+    assert "2 point(s)" in forecast_sentence(None, 2)
+    assert passed_limit(Status.WATCH) == "watch" and passed_limit(Status.OK) is None
+
+
+def test_slope_interval_covers_the_true_slope_at_its_confidence() -> None:
+    """Seeded Monte Carlo: the 95 % Theil-Sen interval holds the true wear rate in about 95 %
+    of noisy histories, so the forecast interval means what it says."""
+    rng = np.random.default_rng(11)
+    days = np.arange(20, dtype=float)
+    hits, n = 0, 300
+    for _ in range(n):
+        values = 0.5 + 0.02 * days + rng.normal(0.0, 0.05, days.size)
+        tr = trend(history(list(days), list(values)), watch=2.0, alert=3.0)
+        assert tr is not None
+        hits += tr.slope_low_per_day <= 0.02 <= tr.slope_high_per_day
+        fc = tr.forecast_watch
+        assert fc is not None and fc.days_low <= fc.days
+        assert fc.days_high is None or fc.days <= fc.days_high
+    assert 0.88 <= hits / n <= 0.995
+
+
+@pytest.mark.parametrize(("status", "running", "failed", "signal"), [
+    (Status.OK, False, False, Ne107.NORMAL),
+    (Status.WATCH, False, False, Ne107.MAINTENANCE_REQUIRED),
+    (Status.ALERT, False, True, Ne107.OUT_OF_SPECIFICATION),
+    (Status.UNKNOWN, False, True, Ne107.FAILURE),
+    (Status.UNKNOWN, False, False, Ne107.CHECK_FUNCTION),
+    (Status.ALERT, True, False, Ne107.CHECK_FUNCTION),
+])
+def test_ne107_mapping(status: Status, running: bool, failed: bool, signal: Ne107) -> None:
+    assert ne107_of(status, running=running, failed=failed) is signal
+    assert signal.letter in "NMSFC"

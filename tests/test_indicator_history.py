@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -116,7 +117,8 @@ def test_recorded_stiffness_appears_for_every_joint_of_the_report(
     table = capsys.readouterr().out
     assert all(f"cell1/{n}" in table for n in IRB_JOINTS) and "stiffness_nm_rad" in table
     page = html_path.read_text()
-    assert page.count("<h3>Other indicators</h3>") == 6 and "N·m/rad" in page
+    assert page.count("<h4>Indicators</h4>") == 6 and "kN·m/rad" in page
+    assert page.count('<section class="machine"') == 1
 
 
 def test_recording_twice_gives_two_trend_points_and_a_plot(
@@ -136,7 +138,7 @@ def test_recording_twice_gives_two_trend_points_and_a_plot(
     html_path = tmp_path / "r.html"
     assert jha("report", "--config", str(config), "--html", str(html_path)) == EX_OK
     page = html_path.read_text()
-    assert page.count("<svg") == 6 and "Trend of stiffness_nm_rad" in page
+    assert page.count("<svg") == 6 and page.count("Trend of stiffness</title>") == 6
 
 
 def test_unknown_controller_or_missing_options_are_refused(
@@ -218,7 +220,86 @@ def test_a_backlash_joint_shows_its_other_indicators_beside_its_verdict(
     assert (bl["joint"], bl["status"], bl["indicator"], bl["value"]) == (
         "axis_2", "watch", "backlash_rad", 6e-4)
     assert bl["trend"]["n_points"] == 3 and bl["trend"]["forecast_alert"] is not None
-    assert [i["indicator"] for i in bl["indicators"]] == ["stiffness_nm_rad"]
+    # Every further indicator, the unjudged backlash one (amplitude) included.
+    assert [i["indicator"] for i in bl["indicators"]] == ["amplitude_rad_s", "stiffness_nm_rad"]
     assert (failed["joint"], failed["status"]) == ("axis_9", "unknown")
+    assert (bl["ne107"], failed["ne107"]) == ("maintenance_required", "check_function")
     assert "interlock refused" in failed["reason"]
     assert "indicator_joints" not in d
+
+
+def test_report_from_history_ne107_after_an_error_or_a_refusal(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The last backlash cycle decides NE 107: an analysis error makes the joint 'failure' (its
+    health cannot be measured now); a refused cycle only adds a note to the last verdict."""
+    path = tmp_path / "state" / "history.sqlite"
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    with HistoryStore(path) as store:
+        for joint in ("axis_2", "axis_3"):
+            for day, backlash in enumerate((3e-4, 5e-4, 6e-4)):
+                store.record_cycle(
+                    controller="cell1", joint=joint, kind="backlash",
+                    started_at=start + timedelta(days=day), finished_at=None,
+                    estimates=[Estimate("backlash_rad", backlash, "rad")], status="ok",
+                    trigger="schedule",
+                )
+        store.record_rejected(controller="cell1", joint="axis_3", kind="backlash",
+                              started_at=start + timedelta(days=4), finished_at=None,
+                              reason="analysis failed: NaN in capture", outcome="error")
+        store.record_rejected(controller="cell1", joint="axis_2", kind="backlash",
+                              started_at=start + timedelta(days=4), finished_at=None,
+                              reason="interlock: override 80 %")
+        # A later stiffness cycle is not a backlash cycle: it does not hide the error.
+        store.record_cycle(controller="cell1", joint="axis_3", kind="stiffness",
+                           started_at=start + timedelta(days=5), finished_at=None,
+                           estimates=[Estimate("stiffness_nm_rad", 3.4e6, "N·m/rad")],
+                           trigger="manual")
+    d = report_json(config, capsys)
+    assert uuid.UUID(d["message_id"]).version == 4
+    refused, failed = d["joints"]
+    assert (failed["joint"], failed["status"], failed["ne107"], failed["outcome"]) == (
+        "axis_3", "unknown", "failure", "error")
+    assert failed["reason"].startswith("cycle failed: analysis failed: NaN in capture")
+    assert failed["trend"]["n_points"] == 3  # the history is still shown
+    assert (refused["joint"], refused["status"], refused["ne107"], refused["outcome"]) == (
+        "axis_2", "watch", "maintenance_required", "rejected")
+    assert "(last cycle rejected: interlock: override 80 %)" in refused["reason"]
+    assert d["summary"]["ne107_counts"]["failure"] == 1
+    capsys.readouterr()
+    assert jha("report", "--config", str(config)) == EX_OK
+    table = capsys.readouterr().out.splitlines()
+    assert table[3].startswith("cell1/axis_3") and "0.6 mrad  UNKNOWN  F   error: " in table[3]
+
+
+def test_report_command_outputs_and_an_empty_history(
+    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = tmp_path / "state"
+    capsys.readouterr()
+    # No history yet: an empty report, and the reader creates nothing.
+    assert jha("report", "--config", str(config), "--json") == EX_OK
+    out = capsys.readouterr()
+    assert json.loads(out.out)["joints"] == [] and "no history yet" in out.err
+    assert not state.exists()
+    with HistoryStore(state / "history.sqlite") as store:
+        store.record_cycle(controller="cell1", joint="axis_2", kind="backlash",
+                           started_at=datetime(2026, 1, 1, tzinfo=UTC), finished_at=None,
+                           estimates=[Estimate("backlash_rad", 5e-4, "rad")])
+    # --html and --json together: the page in the file, the JSON on stdout.
+    page = tmp_path / "out" / "report.html"
+    page.parent.mkdir()
+    assert jha("report", "--config", str(config), "--html", str(page), "--json") == EX_OK
+    d = json.loads(capsys.readouterr().out)
+    assert d["joints"][0]["status"] == "watch" and d["joints"][0]["ne107"] == (
+        "maintenance_required")
+    assert "axis_2" in page.read_text(encoding="utf-8")
+    # Without --config the installed service's config is used, if there is one.
+    monkeypatch.setattr(cli_report, "DEFAULT_CONFIG", tmp_path / "etc" / "config.yaml")
+    assert jha("report") == EX_USAGE
+    assert "no --config FILE given" in capsys.readouterr().out
+    cli_report.DEFAULT_CONFIG.parent.mkdir()
+    cli_report.DEFAULT_CONFIG.write_text(config.read_text())
+    assert jha("report") == EX_OK
+    assert "cell1/axis_2" in capsys.readouterr().out

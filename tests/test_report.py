@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
 import unicodedata
+import uuid
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -17,7 +19,8 @@ from hypothesis import strategies as st
 
 from agent.config import ThresholdSettings
 from agent.estimation.results import BacklashResult
-from agent.health import Status
+from agent.evidence import EvidencePlot, EvidenceSeries
+from agent.health import Ne107, Status
 from agent.report import (
     REPORT_SCHEMA,
     JointReport,
@@ -29,14 +32,17 @@ from agent.report import (
     summary_table,
     write_report,
 )
+from agent.report_html import trend_svg
 from agent.store import HistoryStore, TrendPoint, estimates_for
 from agent.svg import (
+    LEGEND_CHAR_PX,
     SVG_NS,
     HLine,
     Series,
     clean_text,
     decimate,
     label_text,
+    legend_layout,
     line_plot,
     nice_ticks,
 )
@@ -167,15 +173,21 @@ def test_joint_report_verdicts_and_trend() -> None:
 def test_report_json_schema() -> None:
     d = report_to_dict(sample_report())
     assert d["schema"] == REPORT_SCHEMA == "jha.report/1"
-    assert set(d) == {"schema", "created_at", "agent_version", "host", "machines", "summary",
-                      "joints"}
-    assert d["summary"] == {"worst_status": "alert",
-                            "counts": {"ok": 1, "watch": 1, "alert": 1, "unknown": 1}}
+    assert set(d) == {"schema", "message_id", "created_at", "agent_version", "host", "machines",
+                      "summary", "joints"}
+    assert uuid.UUID(d["message_id"]).version == 4
+    assert d["summary"] == {
+        "worst_status": "alert", "counts": {"ok": 1, "watch": 1, "alert": 1, "unknown": 1},
+        "ne107_counts": {"normal": 1, "maintenance_required": 1, "out_of_specification": 1,
+                         "failure": 1, "check_function": 0}}
     j1 = d["joints"][0]
-    assert set(j1) == {"controller", "joint", "status", "reason", "indicator", "value", "unit",
-                       "limits", "error", "capture_path", "result", "trend", "history"}
-    assert (j1["status"], j1["unit"], j1["limits"]) == ("watch", "rad",
-                                                        {"watch": 1e-3, "alert": 2e-3})
+    assert set(j1) == {"controller", "joint", "status", "ne107", "reason", "forecast",
+                       "indicator", "value", "unit", "limits", "error", "outcome",
+                       "capture_path", "result", "trend", "history"}
+    assert (j1["status"], j1["ne107"], j1["unit"], j1["limits"]) == (
+        "watch", "maintenance_required", "rad", {"watch": 1e-3, "alert": 2e-3})
+    assert "alert limit 2 mrad in about 40.1 days" in j1["forecast"]
+    assert d["joints"][2]["ne107"] == "failure"  # an error without an outcome: failed
     assert j1["result"]["period_mismatch"] is None  # NaN -> null
     assert "evidence" not in j1["result"]
     assert j1["trend"]["forecast_alert"]["limit"] == 2e-3
@@ -214,7 +226,8 @@ def test_html_is_self_contained_well_formed_and_escaped() -> None:
         assert clean_text(j.joint) in text and j.controller in text
     assert "\ufffd[2J\ufffd" in text  # the escape and the lone surrogate were replaced
     assert page.count("<svg") == 6 and "No history yet" in page
-    assert page.count('class="status s-alert"') >= 2  # summary row + section (+ header)
+    assert page.count('class="badge status s-alert"') >= 2  # summary row + section (+ header)
+    assert page.count("NE 107 S: out of specification") == 2  # summary row + section
     assert "Theil-Sen trend" in page and "alert limit in 40.1 days" in page
     for label in ("fit RMSE", "evaluations / restarts", "fit time", "converged", "amplitude A"):
         assert label in page
@@ -225,11 +238,12 @@ def test_summary_table_fits_one_screen() -> None:
     table = summary_table(sample_report())
     lines = table.splitlines()
     assert all(_columns(line) <= 100 for line in lines)
-    assert lines[0].split()[:4] == ["JOINT", "BACKLASH", "STATUS", "REASON"]
-    assert "robot1/J1" in lines[2] and "1.2 mrad" in lines[2] and "WATCH" in lines[2]
+    assert lines[0].split()[:5] == ["JOINT", "BACKLASH", "STATUS", "NE", "REASON"]
+    assert "robot1/J1" in lines[2] and "1.2 mrad" in lines[2]
+    assert lines[2].split()[3:5] == ["WATCH", "M"]
     assert "alert in ~" in lines[2]
     assert "A 0.03 rad/s" in lines[3] and "OK" in lines[3]
-    assert "UNKNOWN" in lines[4] and "interlock" in lines[4]
+    assert lines[4].split()[2:4] == ["UNKNOWN", "F"] and "interlock" in lines[4]
     assert "ALERT" in lines[5] and "\x1b" not in table
     assert lines[-1].startswith("worst: ALERT")
 
@@ -297,3 +311,127 @@ def test_joint_report_is_frozen() -> None:
     jr = JointReport("c", "j", Status.OK, "", None, None, ThresholdSettings(), None, [], None)
     with pytest.raises(AttributeError):
         jr.status = Status.ALERT  # type: ignore[misc]
+
+
+# -- evidence plots, NE 107, message ids, machines -------------------------------------------
+
+
+def torque_plot(title: str = "J6: measured vs predicted motor torque") -> EvidencePlot:
+    t = np.linspace(0.0, 4.0, 400)
+    predicted = 30 * np.sin(2 * np.pi * 0.5 * t)
+    noise = np.random.default_rng(3).normal(0, 1.5, t.size)
+    return EvidencePlot(title, "time [s]", "torque [N·m]",
+                        (EvidenceSeries("measured", t, predicted + noise),
+                         EvidenceSeries("predicted", t, predicted)))
+
+
+def test_evidence_plots_are_rendered_and_exported_on_request() -> None:
+    hostile_plot = EvidencePlot(HOSTILE, "x <b>", "y & z", (
+        EvidenceSeries("<i>series</i>", np.arange(3.0), np.array([1.0, np.nan, 2.0])),))
+    jr = joint_report("robot1", "J6", result(), LIMITS, points([0.8e-3, 0.8e-3, 0.8e-3]),
+                      evidence=(torque_plot(), hostile_plot), outcome="ok")
+    rep = Report("2024-03-22T06:00:00Z", ("robot1",), (jr,))
+    page = render_html(rep)
+    root = ET.fromstring(page)
+    titles = [t.text for t in root.iter("title")]
+    assert "J6: measured vs predicted motor torque" in titles
+    assert clean_text(HOSTILE).replace("\n", " ") in titles  # as text, never markup
+    assert "<b>" not in page and "<i>series</i>" not in page and "&lt;i&gt;series" in page
+    legend = "".join(root.itertext())
+    assert "measured" in legend and "predicted" in legend
+    # signature + trend + 2 evidence plots
+    assert page.count("<svg") == 4 and page.count("<h4>Evidence</h4>") == 1
+    assert "evidence" not in report_to_dict(rep)["joints"][0]
+    exported = report_to_dict(rep, evidence=True)["joints"][0]["evidence"]
+    assert [p["title"] for p in exported] == [torque_plot().title, HOSTILE]
+    assert len(exported[0]["series"][0]["x"]) == 400
+    assert exported[1]["series"][0]["y"] == [1.0, None, 2.0]  # NaN -> null
+    json.dumps(exported, allow_nan=False)
+    empty = EvidencePlot("nothing measured", "t", "y", ())
+    only = joint_report("robot1", "J7", None, LIMITS, evidence=(empty,), indicator="backlash_rad")
+    assert "nothing measured: no data." in render_html(Report("t", ("robot1",), (only,)))
+
+
+def test_ne107_of_every_joint() -> None:
+    ok = joint_report("r", "a", result(backlash=0.5e-3), LIMITS, outcome="ok")
+    watch = joint_report("r", "b", result(backlash=1.5e-3), LIMITS)
+    alert = joint_report("r", "c", result(backlash=2.5e-3), LIMITS)
+    failed = joint_report("r", "d", None, LIMITS, error="fit blew up", outcome="error")
+    refused = joint_report("r", "e", None, LIMITS, error="interlock: mode", outcome="rejected")
+    no_estimate = joint_report("r", "f", None, LIMITS)
+    running = joint_report("r", "g", result(backlash=2.5e-3), LIMITS, running=True)
+    uncalibrated = joint_report("r", "h", result(backlash=1e-3), ThresholdSettings())
+    signals = [j.ne107 for j in (ok, watch, alert, failed, refused, no_estimate, running,
+                                 uncalibrated)]
+    assert signals == [Ne107.NORMAL, Ne107.MAINTENANCE_REQUIRED, Ne107.OUT_OF_SPECIFICATION,
+                       Ne107.FAILURE, Ne107.CHECK_FUNCTION, Ne107.CHECK_FUNCTION,
+                       Ne107.CHECK_FUNCTION, Ne107.CHECK_FUNCTION]
+    # Built directly, a JointReport derives it too.
+    direct = JointReport("c", "j", Status.UNKNOWN, "", None, "boom", ThresholdSettings(), None,
+                         [], None, outcome="error")
+    assert direct.ne107 is Ne107.FAILURE
+    d = report_to_dict(Report("t", ("r",), (ok, failed)))
+    assert [j["ne107"] for j in d["joints"]] == ["normal", "failure"]
+    assert d["summary"]["ne107_counts"]["failure"] == 1
+
+
+def test_message_id_is_one_uuid4_per_report_and_kept_in_its_files(tmp_path: Path) -> None:
+    a, b = sample_report(), sample_report()
+    assert a.message_id != b.message_id
+    assert uuid.UUID(a.message_id).version == 4
+    json_path, html_path = write_report(a, tmp_path / "r")
+    assert json.loads(json_path.read_text(encoding="utf-8"))["message_id"] == a.message_id
+    assert a.message_id in html_path.read_text(encoding="utf-8")
+    assert report_to_dict(a)["message_id"] == report_to_dict(a)["message_id"]
+    fixed = Report("t", ("m",), (), message_id="5f0c7d0e-0000-4000-8000-000000000000")
+    assert report_to_dict(fixed)["message_id"] == fixed.message_id
+
+
+def test_machines_are_sections_with_a_page_break_between_them_in_print() -> None:
+    page = render_html(sample_report())
+    root = ET.fromstring(page)
+    machines = [s for s in root.iter("section") if s.get("class") == "machine"]
+    assert [m.find("h2").text for m in machines] == ["Machine robot1", "Machine cnc<&>"]
+    joints_per_machine = [len([s for s in m.iter("section") if s.get("class") == "joint"])
+                          for m in machines]
+    assert joints_per_machine == [3, 1]
+    rep = sample_report()
+    assert [j.joint for j in rep.joints_of("robot1")] == ["J1", "J2", "J3"]
+    assert rep.to_dict() == report_to_dict(rep)
+    assert rep.joints[0].to_dict()["joint"] == "J1"
+    css = page[page.index("@media print"):page.index("</style>")]
+    assert "section.machine + section.machine { break-before: page" in css
+    assert "break-inside: avoid" in css and "background: #fff !important" in css
+    assert "color: #000 !important" in css
+    # Badges carry their meaning as text, not colour alone.
+    assert ">WATCH</span>" in page and "NE 107 M: maintenance required" in page
+
+
+def test_trend_plot_shows_limits_and_the_forecast_line() -> None:
+    jr = sample_report().joints[0]  # WATCH, rising: the alert limit is ahead
+    svg = trend_svg(jr.history, jr.trend, jr.indicator_name, jr.limits, passed="watch")
+    root = ET.fromstring(svg.replace("<svg ", f'<svg xmlns="{SVG_NS}" ', 1))
+    texts = [t.text or "" for t in root.iter(f"{{{SVG_NS}}}text")]
+    assert "watch limit" in texts and "alert limit" in texts and "Theil-Sen trend" in texts
+    assert any(t.startswith("forecast: alert limit in 40.1 days") for t in texts)
+    dashed = [p for p in root.iter(f"{{{SVG_NS}}}polyline") if p.get("stroke-dasharray")]
+    assert len(dashed) == 2  # trend line and its forecast continuation
+    assert "reaches the alert limit 2 mrad in about 40.1 days" in jr.forecast
+
+
+def test_legend_entries_never_overlap() -> None:
+    labels = ["torque-prediction NMSE per cycle", "Theil-Sen trend",
+              "forecast: alert limit in 52.5 days", "q", "a much longer label" * 3]
+    for width in (320, 480, 720):
+        series = [Series(label, [0.0, 1.0], [0.0, float(i)]) for i, label in enumerate(labels)]
+        root = ET.fromstring(line_plot(series, "t", "x", "y", width=width,
+                                       hlines=[HLine(1.0, "watch limit")]))
+        texts = [t for t in root.iter(f"{{{SVG_NS}}}text") if t.text in {*labels, "watch limit"}]
+        assert len(texts) == len(labels) + 1
+        boxes = sorted((float(t.get("y", 0)), float(t.get("x", 0)),
+                        float(t.get("x", 0)) + LEGEND_CHAR_PX * len(t.text or "")) for t in texts)
+        for (y1, _, end1), (y2, start2, _) in itertools.pairwise(boxes):
+            assert y1 != y2 or end1 <= start2
+    # Short labels keep the three tidy columns.
+    assert legend_layout(["a", "b", "c", "d"], 64, 640) == [
+        (64, 0), (64 + 640 / 3, 0), (64 + 2 * 640 / 3, 0), (64, 1)]

@@ -296,3 +296,20 @@ def test_iso_text_orders_like_time(moments: list[datetime]) -> None:
     by_time = sorted(range(len(moments)), key=lambda i: (moments[i], i))
     assert by_text == by_time
     assert all(datetime.fromisoformat(t) == m for t, m in zip(texts, moments, strict=True))
+
+
+def test_latest_of_a_kind_and_the_report_link(db: Path) -> None:
+    with HistoryStore(db) as store:
+        first = add(store, 0, 1e-3)
+        store.record_cycle(controller="robot", joint="j1", kind="stiffness",
+                           started_at=T0 + timedelta(days=1), finished_at=None,
+                           estimates=[Estimate("stiffness_nm_rad", 3e6, "N·m/rad")],
+                           trigger="manual")
+        latest = store.latest("robot", "j1")
+        backlash = store.latest("robot", "j1", kind="backlash")
+        assert latest is not None and (latest.kind, latest.trigger) == ("stiffness", "manual")
+        assert backlash is not None and backlash.id == first and backlash.ne107 == "normal"
+        assert store.latest("robot", "j1", outcome="ok", kind="nope") is None
+        store.record_report("3a1f0c6e-7c1d-4e5b-9b8a-0f0e0d0c0b0a", T0, "/r/report.json", [first])
+        linked = store.latest("robot", "j1", kind="backlash")
+        assert linked is not None and linked.report_path == "/r/report.json"

@@ -61,6 +61,13 @@ class FourierTrajectory:
         """Highest harmonic: the frequency of the robot dynamics this trajectory excites."""
         return self.harmonics / self.period_s
 
+    def start_rad(self) -> tuple[float, ...]:
+        """q(0) per joint: where the robot stands before and after every period."""
+        w = 2.0 * math.pi / self.period_s
+        wl = w * np.arange(1, self.harmonics + 1)
+        q = np.asarray(self.q0_rad) - np.asarray(self.b) @ (1.0 / wl)
+        return tuple(float(v) for v in q)
+
     def evaluate(self, time_s: npt.ArrayLike) -> tuple[Array, Array, Array]:
         """q, q', q'' at the given times, (N, n) each."""
         t = np.atleast_1d(np.asarray(time_s, dtype=np.float64))

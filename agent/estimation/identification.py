@@ -77,6 +77,23 @@ DRIVE = ("Ia", "fc", "fv", "k")  # per-joint parameters of the rotor equation
 STIFFNESS_SEEN_REL_STD_PCT = 5.0
 
 
+class PoorExcitation(EstimationError):
+    """The trajectory does not excite the dynamics: the base regressor is ill-conditioned."""
+
+    def __init__(self, condition_number: float, limit: float) -> None:
+        super().__init__(
+            f"the trajectory does not excite the dynamics: condition number "
+            f"{condition_number:.4g} of the base regressor exceeds the limit {limit:g}; run an "
+            "optimised excitation (agent.estimation.excitation)"
+        )
+        self.condition_number = condition_number
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[type[PoorExcitation], tuple[float, float]]:
+        # process pools pickle exceptions through their constructor arguments
+        return (type(self), (self.condition_number, self.limit))
+
+
 @dataclass(frozen=True)
 class IdentificationSettings:
     method: Method = "wls"
@@ -414,11 +431,7 @@ def _identify(
     dec = {k: parallel_decimate(v, flt, keep) for k, v in cols.items()}
     cond = _condition(y_b, dec["sgn"], dec["thd"])
     if not cond <= settings.max_condition_number:
-        raise EstimationError(
-            f"the trajectory does not excite the dynamics: condition number {cond:.4g} of the "
-            f"base regressor exceeds the limit {settings.max_condition_number:g}; run an "
-            "optimised excitation (agent.estimation.excitation)"
-        )
+        raise PoorExcitation(cond, settings.max_condition_number)
     k: Array | None
     rel_k: dict[str, float] = {}
     warnings: list[str] = []

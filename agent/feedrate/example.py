@@ -33,8 +33,24 @@ Measured (model "paper", 0.01 grid): the shape of figure 11 - the error grows st
 ratio 1 (max |e| 2.17e-3 at 1, 3.06e-3 at 1.5), has a shallow minimum without retrograde motion
 at 0.31 (max, 1.34e-3) / 0.27 (RMS, 3.84e-4), and its deepest minimum with retrograde motion at
 -0.40 (max 2.03e-4, RMS 1.12e-4; the paper reads "about -0.45"). Halving the step changes no
-digit shown. With model "dead_zone" the non-retrograde half agrees within 3%, but the
-retrograde half does not: every pass of the command back and forth over the turning point is
+digit shown.
+
+Why -0.40 and not -0.45 (checked, not a grid or step effect): the deep minimum is a kink where
+two errors cross. Up to it the largest error comes during the gap, at t ~ 0.14 s: the x axis is
+held at x(0) while the command dips back over the turning point, and the dip shrinks as the
+ratio rises. Past it the largest error comes after re-engagement (t ~ 0.33 s): the gap now ends
+well after the command has come back through the turning point, and the axis must catch up.
+Where the two cross is set by the timing of the retrograde dip, i.e. by t*: t* = 0.45 s puts
+the kink at -0.44 (max) / -0.45 (RMS) but moves the shallow minimum to 0.35 / 0.33 (the paper:
+~0.25); t* = 0.5 s, as printed, gives -0.40 and 0.31 / 0.27. The gap itself matters little
+(dtheta_m x0.8 .. x1.1: -0.38 .. -0.41). Readings the text leaves open do not bring -0.45
+either: the literal post-gap command of section 5.3 (Theta = theta* + V_c (t - t*) / rho_0
+from the end of the gap) leaves the kink at -0.40; re-engagement with the motor's momentum
+(engagement="inelastic") at -0.38; starting the gap at the first passage of the turning point
+rather than at t = 0 at -0.28. So we keep the paper's stated setup and report -0.40.
+
+With model "dead_zone" the non-retrograde half agrees within 3%, but the retrograde half does
+not: every pass of the command back and forth over the turning point is
 a reversal of the x axis, the gear spends most of the window in the gap, and at -0.45 the
 error (max 2.75e-3) exceeds that of the constant feed. The paper's retrograde gain rests on its
 single-gap simplification; keep retrograde modulation off until a machine confirms it.
@@ -341,8 +357,10 @@ def figure11_sweep(
     points: int = 26,
     model: Literal["paper", "dead_zone"] = "paper",
     step_s: float = PAPER_STEP_S,
+    half_window_s: float = PAPER_HALF_WINDOW_S,
 ) -> Figure11Sweep:
     """Max and RMS radial error against V(1/2)/V_c (figure 11); setup in the module docstring.
+    `half_window_s` is t* (the paper's 0.5 s; other values show how the minima move with it).
 
     `ratios` defaults to `figure11_ratios(points)`; each ratio takes ~0.03 s on one core here
     (points=251, the 0.01 grid, ~8 s).
@@ -353,7 +371,7 @@ def figure11_sweep(
     vc = radius * omega
     rows = []
     for ratio in sorted(grid):
-        prof = symmetric_feedrate(vc, PAPER_HALF_WINDOW_S, ratio=ratio, degree=PAPER_DEGREE,
+        prof = symmetric_feedrate(vc, half_window_s, ratio=ratio, degree=PAPER_DEGREE,
                                   allow_retrograde=True)
         run = simulate_turning_point(prof, radius_m=radius, model=model, step_s=step_s)
         rows.append(Figure11Row(
@@ -365,5 +383,5 @@ def figure11_sweep(
             x_backlash_s=run.x_backlash_s,
             retrograde=ratio < 0,
         ))
-    return Figure11Sweep(tuple(rows), model, PAPER_DEGREE, PAPER_HALF_WINDOW_S,
+    return Figure11Sweep(tuple(rows), model, PAPER_DEGREE, half_window_s,
                          PAPER_LEAD_ANGLE_RAD, radius, vc, step_s)

@@ -61,15 +61,16 @@ from agent.feedrate.gcode_lex import lex_line
 from agent.feedrate.geometry import (
     ArcSegment,
     LineSegment,
-    TurningPoint,
-    TurningPointTracker,
     Vec3,
     osculating_extent,
 )
 from agent.feedrate.machine import MachineSettings
+from agent.feedrate.turning_points import TurningPoint, TurningPointTracker
 
+# What a held line is to the windows: a feed move of the run (_MOVE), a line that does not
+# end the run because the controller does nothing with it (_NEUTRAL: blank, comment), or a
+# line that ends it (_BREAK: rapid, dwell, M/S/T word, modal or feed change).
 _MOVE, _NEUTRAL, _BREAK = 0, 1, 2
-_TINY_MM = TINY_MM
 
 
 @dataclass(frozen=True)
@@ -269,7 +270,7 @@ class FeedrateFilter:
             if not axes:
                 continue
             self._turning += 1
-            if tp.s <= self._run_start + _TINY_MM:
+            if tp.s <= self._run_start + TINY_MM:
                 self._at_start += 1
                 continue
             self._tps.append(_Pending(tp, feed, self._geometry(tp, item), axes, seq))
@@ -307,7 +308,7 @@ class FeedrateFilter:
         # Turning points on this item lose their back room once it is written: decide them
         # now, with what is known ahead. Those further on keep the room between this item's
         # end and themselves (windows never reach back past what is written).
-        while self._tps and self._tps[0].tp.s <= item.s1 + _TINY_MM:
+        while self._tps and self._tps[0].tp.s <= item.s1 + TINY_MM:
             self._forced += 1
             self._decide(self._tps.popleft(), self._frontier)
         self._emit_one(item)
@@ -384,21 +385,14 @@ class FeedrateFilter:
 
     # -- output -------------------------------------------------------------------------------
 
-    def _safe_until(self) -> float:
-        if self._run_feed is None:
-            return math.inf
-        limit = self._frontier - self._reach(self._run_feed)
-        if self._tps:
-            first = self._tps[0]
-            limit = min(limit, first.tp.s - self._reach(first.feed_mm_s))
-        return limit
-
     def _emit_ready(self, everything: bool = False) -> None:
         items = self._items
         head = self._head
         n = len(items)
         if n - head > self._max_pending:
             self._max_pending = n - head
+        # What no window still to be decided can reach: a reach short of the frontier, and
+        # short of the first undecided turning point.
         if everything or self._run_feed is None:
             limit = math.inf
         else:
@@ -441,7 +435,6 @@ class FeedrateFilter:
         else:
             self._writer.replace(item.block, item.prim, item.s0, item.s1)
         self._emitted_s = item.s1
-
 
 
 def _same_circle_item(item: _Item, ref: ArcSegment) -> bool:

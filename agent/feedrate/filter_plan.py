@@ -6,7 +6,7 @@ axis really reverses), ends inside the window, at most half_window_s. The comman
 reversing axis depends on the geometry (`Geometry`, from `classify`):
   * smooth turning points (arc quadrant points, tangent-continuous vertices, and vertices of
     finely chorded curves, whose radius is the circle through the neighbouring vertices) use
-    the osculating circle, X = rho (cos(s/rho) - 1) (eq. 30, profile.take_up_instant_s);
+    the osculating circle, X = rho (cos(s/rho) - 1) (eq. 30, window_length.take_up_instant_s);
   * corners use the two straight legs, X = a_in s for s < 0 and a_out s after.
 A simulation takes ~40 ms and a bisection ~10 of them, so results are cached per axis, feed
 (2 % bins), radius (5 % bins) or leg components (0.02 steps), in a bounded LRU.
@@ -24,8 +24,10 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.feedrate.filter_window import UnitShape
-from agent.feedrate.geometry import ArcSegment, LineSegment, PathPrimitive, TurningPoint, Vec3
-from agent.feedrate.profile import BernsteinFeedrate, take_up_instant_s
+from agent.feedrate.geometry import ArcSegment, LineSegment, PathPrimitive, Vec3
+from agent.feedrate.profile import BernsteinFeedrate
+from agent.feedrate.turning_points import TurningPoint
+from agent.feedrate.window_length import take_up_instant_s
 from agent.models.axis import AxisParams
 from agent.models.axis_pid import simulate_axis
 

@@ -49,6 +49,12 @@ _STOP_M = frozenset({0, 10, 20, 300, 600})
 _MOTION_TENTHS = frozenset({0, 10, 20, 30})
 _PREFIX = re.compile(r"^\s*/?\s*(?:[Nn]\s*\d+\s*)?")
 _DIGITS = re.compile(r"^\s*\d*")
+# A line of nothing but G0/G1, X, Y, Z and F words (most CAM output): it has no other words to
+# keep when it is replaced, which saves lexing it again (filter_fast's pattern, less strict
+# about numbers: only the letters matter here).
+_PLAIN_MOVE = re.compile(
+    r"(?:G0?[01] ?)?(?:X[-+]?[\d.]+ ?)?(?:Y[-+]?[\d.]+ ?)?(?:Z[-+]?[\d.]+ ?)?(?:F[\d.]+)?\r?\n?",
+    re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,6 +239,8 @@ class GcodeEmitter:
     def _split_words(self, block: Block) -> tuple[str, str, bool]:
         """Non-motion words of a replaced block: (before the segments, after them, whether
         the block sets the feed mode itself)."""
+        if _PLAIN_MOVE.fullmatch(block.text):
+            return "", "", False
         lx = lex_line(block.text, block.line_no)
         pre: list[str] = []
         post: list[str] = []
@@ -288,14 +296,27 @@ class GcodeEmitter:
         program_g93 = modal.feed_mode is FeedMode.INVERSE_TIME
         inverse = program_g93 or self.inverse_time
         prev = block.start_mm
+        scale = modal.units.mm_per_unit
+        dec = self.dialect.coordinate_decimals(modal.units)
+        absolute = modal.distance is DistanceMode.ABSOLUTE
+        # Absolute: each point's written coordinates, rounded once and compared with the last.
+        prev_r = (round(prev[0] / scale, dec), round(prev[1] / scale, dec),
+                  round(prev[2] / scale, dec)) if absolute else prev
+        last = len(points_mm) - 1
         for i, target in enumerate(points_mm):
-            p = end if i == len(points_mm) - 1 else target
+            p = end if i == last else target
             rate = float(rates[i])
             if not (rate > 0.0 and math.isfinite(rate)):
                 raise ValueError(f"feed/duration must be finite and > 0, got {rate!r}")
             length = math.dist(prev, p)
-            coords = self._coords(prev, p, modal)
+            if absolute:
+                coords, prev_r = self._absolute_coords(prev_r, p, scale, dec)
+            else:
+                coords = self._incremental_coords(prev, p, scale, dec)
             if not coords:
+                # The increment went into the G91 carry, so `prev` must move on with it: left
+                # behind, the next segment would measure from it and write that part twice.
+                prev = p
                 if durations_s is not None:
                     out.append(self._finish("G4 P" + format_significant(rate, 6)))
                 continue
@@ -315,20 +336,30 @@ class GcodeEmitter:
         self._expected = modal
         return "".join(out)
 
-    def _coords(self, prev: Vec3, p: Vec3, modal: Modal) -> str:
-        scale = modal.units.mm_per_unit
-        dec = self.dialect.coordinate_decimals(modal.units)
+    def _absolute_coords(self, prev_r: Vec3, p: Vec3, scale: float, dec: int
+                         ) -> tuple[str, Vec3]:
+        """The words moving the axes whose written coordinate changes, and p as written."""
+        x, y, z = round(p[0] / scale, dec), round(p[1] / scale, dec), round(p[2] / scale, dec)
         parts: list[str] = []
         res = self._residual_mm
-        if modal.distance is DistanceMode.ABSOLUTE:
-            for i, letter in enumerate("XYZ"):
-                new = round(p[i] / scale, dec)
-                if new != round(prev[i] / scale, dec):
-                    parts.append(letter + format_number(new, dec))
-                    res[i] = 0.0
-            self._carry = any(r != 0.0 for r in res)
-            return " ".join(parts)
+        # Writing an axis puts the controller where the program says: its G91 carry is spent.
+        if x != prev_r[0]:
+            parts.append("X" + format_number(x, dec))
+            res[0] = 0.0
+        if y != prev_r[1]:
+            parts.append("Y" + format_number(y, dec))
+            res[1] = 0.0
+        if z != prev_r[2]:
+            parts.append("Z" + format_number(z, dec))
+            res[2] = 0.0
+        self._carry = res[0] != 0.0 or res[1] != 0.0 or res[2] != 0.0
+        return " ".join(parts), (x, y, z)
+
+    def _incremental_coords(self, prev: Vec3, p: Vec3, scale: float, dec: int) -> str:
+        parts: list[str] = []
+        res = self._residual_mm
         for i, letter in enumerate("XYZ"):
+            # What rounding left out of the earlier increments goes into this one.
             want = (p[i] - prev[i] + res[i]) / scale
             written = round(want, dec)
             res[i] = (want - written) * scale

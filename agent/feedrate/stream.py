@@ -21,6 +21,10 @@ XOFF (0x13) when its buffer is high and XON (0x11) once it has drained. The send
 small chunks at no more than the serial line's byte rate and looks for XOFF before each chunk,
 so that at most one chunk follows an XOFF (a UART's pacing; a pty transfers instantly).
 
+The protocol's vocabulary (error and alarm codes, status reports, what a sendable line is) is
+agent.feedrate.grbl_protocol; the byte channels (serial device, pty, pipe) are
+agent.feedrate.serial_channel.
+
 Any failure stops the stream cleanly: no further line is sent, a feed hold ('!') stops the
 machine where that is safe and useful (error, stall), and StreamError says which line and why.
 Lost ports (EIO, end of file) and stalls (no byte from the controller within stall_timeout_s
@@ -30,44 +34,26 @@ while it owes an answer; '?' polls keep a busy controller audibly alive) end it 
 from __future__ import annotations
 
 import contextlib
-import os
-import re
-import select
-import termios
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 from agent.errors import EX_DATAERR, EX_IOERR, AgentError
-
-XON, XOFF = 0x11, 0x13
-REALTIME_COMMANDS = frozenset(b"?!~\x18")
-GRBL_BANNER_PREFIX = "Grbl "
-
-GRBL_ERRORS: dict[int, str] = {
-    1: "expected command letter", 2: "bad number format", 3: "invalid '$' statement",
-    4: "negative value", 5: "homing not enabled", 6: "step pulse < 3 us",
-    7: "EEPROM read failed", 8: "'$' command only when idle", 9: "G-code locked out (alarm/jog)",
-    10: "soft limits need homing", 11: "line overflow (too many characters)",
-    12: "step rate > 30 kHz", 13: "safety door open", 14: "line length exceeded (EEPROM)",
-    15: "jog travel exceeded", 16: "invalid jog command", 17: "laser mode needs PWM",
-    20: "unsupported or invalid g-code command", 21: "modal group violation",
-    22: "undefined feed rate", 23: "command requires an integer value",
-    24: "two commands need axis words", 25: "repeated g-code word", 26: "no axis words",
-    27: "invalid line number", 28: "missing value word (P/L)", 29: "G59.x not supported",
-    30: "G53 needs G0/G1", 31: "unused axis words", 32: "arc without in-plane axis words",
-    33: "invalid motion target", 34: "arc radius error", 35: "arc without in-plane offset",
-    36: "unused value words", 37: "G43.1 on wrong axis", 38: "tool number too large",
-}
-GRBL_ALARMS: dict[int, str] = {
-    1: "hard limit triggered", 2: "soft limit: motion target exceeds machine travel",
-    3: "reset while in motion", 4: "probe fail (initial state)", 5: "probe fail (no contact)",
-    6: "homing fail (reset)", 7: "homing fail (door)", 8: "homing fail (pull-off)",
-    9: "homing fail (switch not found)",
-}
-_COMMENT = re.compile(r"\([^)]*\)|;.*")
+from agent.feedrate.grbl_protocol import (
+    GRBL_ALARMS,
+    GRBL_BANNER_PREFIX,
+    GRBL_ERRORS,
+    XOFF,
+    XON,
+    StatusReport,
+    line_problem,
+    parse_status,
+    prepare_line,
+    reply_code,
+)
+from agent.feedrate.serial_channel import Channel, ChannelLost, ChannelTimeout, open_serial
 
 FailureKind = Literal["error", "alarm", "disconnected", "stalled", "protocol", "reset",
                       "rejected", "handshake"]
@@ -92,129 +78,7 @@ class StreamError(AgentError):
             self.exit_code = EX_DATAERR
 
 
-# ------------------------------------------------------------------------------ byte channels
-
-
-class ChannelLost(Exception):
-    """The port went away (EIO, end of file, closed)."""
-
-
-class ChannelTimeout(Exception):
-    """The other side took no data for the write timeout."""
-
-
-class Channel(Protocol):
-    name: str
-
-    def write(self, data: bytes, timeout_s: float) -> None: ...
-    def read(self, timeout_s: float) -> bytes: ...  # b"" when nothing came within timeout_s
-    def discard_input(self) -> None: ...
-    def close(self) -> None: ...
-
-
-class FdChannel:
-    """Any OS byte stream with descriptors (tty, pty, pipe, socket), non-blocking + select."""
-
-    def __init__(self, fd: int, name: str, *, write_fd: int | None = None,
-                 closer: Callable[[], None] | None = None) -> None:
-        self.name, self._rfd = name, fd
-        self._wfd = fd if write_fd is None else write_fd
-        self._closer = closer
-        for f in {self._rfd, self._wfd}:
-            os.set_blocking(f, False)
-
-    def read(self, timeout_s: float) -> bytes:
-        ready, _, _ = select.select([self._rfd], [], [], max(timeout_s, 0.0))
-        if not ready:
-            return b""
-        try:
-            data = os.read(self._rfd, 65536)
-        except BlockingIOError:
-            return b""
-        except OSError as exc:
-            raise ChannelLost(f"read failed: {exc}") from exc
-        if not data:
-            raise ChannelLost("end of stream (the other side closed the port)")
-        return data
-
-    def write(self, data: bytes, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        view = memoryview(data)
-        while view:
-            try:
-                view = view[os.write(self._wfd, view):]
-                continue
-            except BlockingIOError:
-                pass
-            except OSError as exc:
-                raise ChannelLost(f"write failed: {exc}") from exc
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([], [self._wfd], [], left)[1]:
-                raise ChannelTimeout(f"{self.name} took no data for {timeout_s:g} s")
-
-    def discard_input(self) -> None:
-        if os.isatty(self._rfd):
-            termios.tcflush(self._rfd, termios.TCIFLUSH)
-        while self.read(0.0):
-            pass
-
-    def close(self) -> None:
-        if self._closer is not None:
-            self._closer()
-        else:
-            for f in {self._rfd, self._wfd}:
-                os.close(f)
-
-
-def open_serial(port: str, baudrate: int = 115_200, *, exclusive: bool = True) -> FdChannel:
-    """A serial device or pty path, configured by pyserial (raw 8N1), as a channel."""
-    import serial  # pyserial; imported here so that file channels do not need it
-
-    try:
-        ser = serial.Serial(port=port, baudrate=baudrate, timeout=0, exclusive=exclusive)
-    except (serial.SerialException, OSError, ValueError) as exc:
-        raise StreamError(None, None, f"cannot open serial port {port}: {exc}",
-                          kind="disconnected") from exc
-    return FdChannel(ser.fileno(), port, closer=ser.close)
-
-
-# ------------------------------------------------------------------------------ reports
-
-
-@dataclass(frozen=True)
-class StatusReport:
-    """A GRBL 1.1 `<State|MPos:x,y,z|Bf:15,128|FS:f,s|...>` report (interface.md)."""
-
-    state: str
-    substate: int | None
-    machine_mm: tuple[float, ...] | None
-    work_mm: tuple[float, ...] | None
-    planner_free: int | None
-    rx_free: int | None
-    feed_mm_min: float | None
-    fields: dict[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def parse_status(line: str) -> StatusReport:
-    """Parse one status report line; ValueError when it is not one."""
-    if not (line.startswith("<") and line.endswith(">")):
-        raise ValueError(f"not a status report: {line!r}")
-    head, *parts = line[1:-1].split("|")
-    state, _, sub = head.partition(":")
-    fields = dict(p.partition(":")[::2] for p in parts)
-
-    def numbers(key: str) -> tuple[float, ...] | None:
-        return tuple(float(v) for v in fields[key].split(",")) if key in fields else None
-
-    bf, fs = numbers("Bf"), numbers("FS") or numbers("F")
-    return StatusReport(state, int(sub) if sub.isdigit() else None, numbers("MPos"),
-                        numbers("WPos"), int(bf[0]) if bf else None,
-                        int(bf[1]) if bf and len(bf) > 1 else None, fs[0] if fs else None,
-                        fields)
-
+# ------------------------------------------------------------------------------ progress
 
 @dataclass(frozen=True)
 class StreamProgress:
@@ -293,25 +157,8 @@ class DncOptions:
     progress_interval_s: float = 0.1
 
 
-# ------------------------------------------------------------------------------ lines
 
-
-def prepare_line(text: str, compact: bool = True) -> str:
-    """The line as sent: comments removed, spaces dropped (compact) or trimmed, no terminator."""
-    body = _COMMENT.sub("", text.rstrip("\r\n"))
-    return "".join(body.split()) if compact else body.strip()
-
-
-def _problem(line: str, max_chars: int | None) -> str | None:
-    if not line.isascii():
-        return "non-ASCII character (GRBL takes bytes > 0x7f as real-time commands)"
-    for ch in line:
-        if ord(ch) in REALTIME_COMMANDS or ord(ch) < 0x20:
-            what = "a real-time command" if ord(ch) in REALTIME_COMMANDS else "a control byte"
-            return f"contains {ch!r}, {what} the controller would take out of the line"
-    if max_chars is not None and len(line) > max_chars:
-        return f"{len(line)} characters, the controller accepts {max_chars}"
-    return None
+# ------------------------------------------------------------------------------ session
 
 
 class _Session:
@@ -348,7 +195,7 @@ class _Session:
             if not line:
                 self.skipped += 1
                 continue
-            problem = _problem(line, max_chars)
+            problem = line_problem(line, max_chars)
             if problem is not None:
                 raise self.fail(problem, "rejected", line=(line_no, line))
             yield line_no, line, (line + "\n").encode("ascii")
@@ -387,7 +234,7 @@ class _Session:
             with contextlib.suppress(ValueError):
                 self.status = parse_status(line)
         elif line.startswith("ALARM:"):
-            code = _code(line)
+            code = reply_code(line)
             raise self.fail(f"{line} {GRBL_ALARMS.get(code or -1, 'unknown alarm')}: the "
                             "controller halted (this line was the oldest unanswered) and needs "
                             "a reset", "alarm", code)
@@ -430,11 +277,6 @@ class _Session:
         return StreamResult(self.protocol, self.sent, self.acked, self.skipped, self.bytes_sent,
                             now - self.t0, self.max_in_flight, tuple(errors), self.status,
                             self.banner, self.xoffs)
-
-
-def _code(line: str) -> int | None:
-    tail = line.partition(":")[2].strip()
-    return int(tail) if tail.isdigit() else None
 
 
 # ------------------------------------------------------------------------------ GRBL
@@ -485,7 +327,7 @@ class _Grbl(_Session):
             self.in_flight -= nbytes
             self.acked += 1
             if line != "ok":
-                code = _code(line) or 0
+                code = reply_code(line) or 0
                 if self.opt.stop_on_error:
                     raise self.fail(f"{line} {GRBL_ERRORS.get(code, 'unknown error')}",
                                     "error", code, line=(line_no, text))
@@ -578,7 +420,7 @@ class _Dnc(_Session):
 
     def take_line(self, line: str) -> None:
         if line.startswith("error:"):
-            code = _code(line) or 0
+            code = reply_code(line) or 0
             raise self.fail(f"{line} {GRBL_ERRORS.get(code, 'unknown error')} reported at or "
                             "before this line (DNC has no per-line answers)", "error", code)
         self.common(line)
@@ -634,10 +476,14 @@ def stream_to_port(lines: Iterable[str], port: str, *, protocol: Literal["grbl",
                    baudrate: int = 115_200, options: GrblOptions | DncOptions | None = None,
                    progress: ProgressFn | None = None,
                    reversals_modulated: Callable[[], int] | None = None,
-                   source: str | None = None) -> StreamResult:
+                   source: str | None = None, exclusive: bool = True) -> StreamResult:
     """Open `port` (device or pty path), stream with `protocol`, close the port whatever
-    happens. `options` must match the protocol (GrblOptions or DncOptions)."""
-    channel = open_serial(port, baudrate)
+    happens. `options` must match the protocol (GrblOptions or DncOptions). `exclusive` locks
+    the port against other users while streaming."""
+    try:
+        channel = open_serial(port, baudrate, exclusive=exclusive)
+    except ChannelLost as exc:
+        raise StreamError(None, None, str(exc), kind="disconnected") from exc
     kw: dict[str, Any] = {"progress": progress, "reversals_modulated": reversals_modulated,
                           "source": source}
     try:

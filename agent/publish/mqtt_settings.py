@@ -1,13 +1,111 @@
-"""Settings of the MQTT publisher (`publish.mqtt:` in the config)."""
+"""Settings of the MQTT publisher (`publish.mqtt:` in the config).
+
+Secure by default: TLS with the server certificate and host name verified (port 8883). Plain TCP
+needs `tls: false`; skipping verification needs `tls_insecure: true`, which is logged as a warning
+at every connection. The password is never in the config: `password_file` names a file that only
+the service user may read (checked when the publisher is built, like ssh checks its keys).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+# MQTT topic names must not hold the wildcards + and #, nor NUL (MQTT 3.1.1 section 4.7); topics
+# starting with $ belong to the broker ($SYS).
+_TOPIC_FORBIDDEN = ("+", "#", "\x00")
+
+
+@dataclass(frozen=True)
+class OutboxSettings:
+    """Bounds of the store-and-forward outbox; past them the OLDEST full reports are dropped
+    (logged and counted), never the latest health of a joint."""
+
+    max_messages: int = field(default=10_000, metadata={"ge": 10, "le": 10_000_000})
+    max_bytes: int = field(
+        default=64 * 1024 * 1024,
+        metadata={"ge": 64 * 1024, "le": 64 * 1024**3, "doc": "payload bytes held at most"},
+    )
 
 
 @dataclass(frozen=True)
 class MqttSettings:
-    host: str = field(metadata={"doc": "the plant broker"})
+    host: str = field(metadata={"min_len": 1, "doc": "the plant broker"})
     port: int = field(default=8883, metadata={"ge": 1, "le": 65535})
-    topic_prefix: str = field(default="jha", metadata={"doc": "topics are <prefix>/<site>/..."})
-    client_id: str | None = None
+    topic_prefix: str = field(
+        default="jha", metadata={"min_len": 1, "doc": "topics are <prefix>/<controller>/..."}
+    )
+    # Default: "jha-<host name>"; it also names the agent's status topic.
+    client_id: str | None = field(default=None, metadata={"min_len": 1})
+    keepalive_s: int = field(default=60, metadata={"ge": 5, "le": 65535})
+    # Only QoS 1 is offered: delivery is confirmed by PUBACK and the outbox dedupes by message_id.
+    qos: Literal[1] = 1
+    tls: bool = field(default=True, metadata={"doc": "false only for a broker on this host"})
+    ca_file: str | None = field(
+        default=None, metadata={"min_len": 1, "doc": "CA bundle (PEM); default: the system's"}
+    )
+    cert_file: str | None = field(default=None, metadata={"min_len": 1})
+    key_file: str | None = field(default=None, metadata={"min_len": 1})
+    tls_insecure: bool = field(
+        default=False,
+        metadata={"doc": "DANGEROUS: accept any server certificate (logged at every connect)"},
+    )
+    username: str | None = field(default=None, metadata={"min_len": 1})
+    password_file: str | None = field(
+        default=None, metadata={"min_len": 1, "doc": "mode 0600 or 0400, owned by the service"}
+    )
+    reconnect_min_s: float = field(default=1.0, metadata={"gt": 0.0, "le": 60.0})
+    reconnect_max_s: float = field(default=60.0, metadata={"gt": 0.0, "le": 3600.0})
+    # Messages handed to the client library and not yet acknowledged, at most.
+    max_inflight: int = field(default=20, metadata={"ge": 1, "le": 1000})
+    close_timeout_s: float = field(
+        default=3.0, metadata={"ge": 0.0, "le": 60.0, "doc": "how long close() flushes"}
+    )
+    # Brokers cap message sizes (mosquitto's message_size_limit, 128 kB on some cloud brokers)
+    # and drop the connection on a bigger one, which the client would resend forever: larger
+    # messages are refused when queued (logged, counted) instead.
+    max_payload_bytes: int = field(
+        default=1024 * 1024, metadata={"ge": 1024, "le": 268_435_455}
+    )
+    outbox: OutboxSettings = field(default_factory=OutboxSettings)
+
+    def check(self) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        out += [("topic_prefix", m) for m in topic_prefix_problems(self.topic_prefix)]
+        if self.client_id is not None and any(c in self.client_id for c in "\x00"):
+            out.append(("client_id", "expected no NUL character"))
+        if (self.cert_file is None) != (self.key_file is None):
+            missing = "key_file" if self.key_file is None else "cert_file"
+            out.append((missing, "cert_file and key_file go together: expected both or neither"))
+        if not self.tls:
+            for name in ("ca_file", "cert_file", "key_file"):
+                if getattr(self, name) is not None:
+                    out.append((name, f"{name} needs tls: true"))
+            if self.tls_insecure:
+                out.append(("tls_insecure", "tls_insecure needs tls: true"))
+        if self.password_file is not None and self.username is None:
+            out.append(("password_file", "a password_file needs a username"))
+        if self.reconnect_max_s < self.reconnect_min_s:
+            out.append(
+                (
+                    "reconnect_max_s",
+                    f"expected a number >= reconnect_min_s ({self.reconnect_min_s:g}), "
+                    f"found {self.reconnect_max_s:g}",
+                )
+            )
+        return out
+
+
+def topic_prefix_problems(prefix: str) -> list[str]:
+    """Why `prefix` cannot start a topic name (empty when it can). Levels are separated by /."""
+    problems = []
+    bad = sorted({repr(c) for c in prefix if c in _TOPIC_FORBIDDEN or ord(c) < 0x20})
+    if bad:
+        problems.append(
+            f"expected no wildcard (+ #) or control characters, found {', '.join(bad)}"
+        )
+    if prefix.startswith("$"):
+        problems.append("expected no leading $ (such topics belong to the broker)")
+    if prefix and any(level == "" for level in prefix.split("/")):
+        problems.append("expected no empty topic level (no leading, trailing or double /)")
+    return problems

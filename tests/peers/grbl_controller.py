@@ -27,7 +27,7 @@ It opens a pty pair (os.openpty), prints `READY <slave path>` and speaks GRBL 1.
   GRBL's junction-deviation corner speeds ($11 = 0.01 mm; entry speeds planned over the queue
   when a block starts, the last queued block ending at rest; a running block's profile is
   fixed), --time-scale times faster than the wall clock. No step timing, no overrides.
-  `?` answers `<Idle|MPos:..|Bf:free,rx|FS:..>`.
+  `?` answers `<Idle|MPos:..|Bf:free,rx|FS:..|Ov:100,100,100>` (no overrides are applied).
 * --dnc: drip-feed mode, no `ok`; XOFF (0x13) when the ring holds >= 96 bytes, XON (0x11) once it
   holds < 64 (GRBL's ENABLE_XONXOFF watermarks). Bytes arriving in reads that started after an
   XOFF was sent are counted (max_bytes_after_xoff): what the sender failed to hold back.
@@ -449,7 +449,9 @@ class Grbl:
 
     def reset(self) -> None:
         self.stats["resets"] += 1
-        moving = not self.machine.idle
+        # A reset during a finished feed hold keeps the position (the machine stands still);
+        # one while the axes move loses it: ALARM:3.
+        moving = not self.machine.idle and self.machine.frozen is None
         self.machine.clear()
         self.machine.resume()
         self.rx.clear()
@@ -610,7 +612,7 @@ class Grbl:
         feed = m.head[1].v_peak * 60.0 if m.head else 0.0
         self.stats["status_reports"] += 1
         return (f"<{state}|MPos:{x:.3f},{y:.3f},{z:.3f}|Bf:{max(m.free, 0)},"
-                f"{self.args.rx_buffer - len(self.rx)}|FS:{feed:.0f},0>")
+                f"{self.args.rx_buffer - len(self.rx)}|FS:{feed:.0f},0|Ov:100,100,100>")
 
     def flush(self) -> None:
         if self.tx:

@@ -62,6 +62,9 @@ VARIABLE_TRIGGER = """\
 """
 
 
+# The peer runs without security unless a test asks for it; the driver needs that said.
+INSECURE = "{policy: None, allow_none_security: true}"
+
 # Driver timings for tests: short timeouts and backoff so faults show within a second.
 TEST_TIMING = {
     "request_timeout_s": 2.0,
@@ -84,6 +87,7 @@ def config_text(
     load_turns: float = 12.0,
     settle_s: float = 0.5,
     timing: Mapping[str, float] = TEST_TIMING,
+    security: str = INSECURE,
 ) -> str:
     """An agent config with one opcua controller mapped onto the peer's address space."""
     joint_yaml = "".join(
@@ -107,6 +111,7 @@ controllers:
     driver: opcua
     settings:
       endpoint: {endpoint}
+      security: {security}
 {timing_yaml}      status:
         state: "{NODES['state']}"
         permission: "{NODES['permission']}"

@@ -1,0 +1,323 @@
+"""What a joint-health report holds, and its versioned JSON form.
+
+JSON schema "jha.report/1" (keys only ever get added within a major version):
+  schema, message_id (uuid4, one per report: publishers count deliveries by it), created_at,
+  agent_version, host, machines[], summary{worst_status, counts{status: n},
+  ne107_counts{signal: n}},
+  joints[]{controller, joint, status, ne107, reason, forecast, indicator, value, unit,
+           limits{watch, alert}, error, outcome, capture_path, result (BacklashResult.to_dict,
+           or null), trend (Trend.to_dict, or null), history[]{time, value},
+           indicators[] (see below), evidence[] (EvidencePlot.to_dict; only with evidence=True)}
+  (indicators, evidence and indicator_joints are there only when not empty.)
+  indicator_joints[]: joints with no backlash cycle but other indicators (stiffness,
+           identification); same keys as joints[], status "unknown", not counted in summary.
+  indicators[]{indicator, label, unit, latest_value, latest_time, n_points, trend (no limits,
+           or null), history[]{time, value}}: each further indicator of the joint's history.
+Non-finite numbers are written as null so that the file is strict JSON.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent import __version__
+from agent.config import ThresholdSettings
+from agent.estimation.results import BacklashResult
+from agent.evidence import EvidencePlot
+from agent.health import (
+    Ne107,
+    Status,
+    Trend,
+    assess_backlash,
+    forecast_sentence,
+    indicator_info,
+    ne107_of,
+    passed_limit,
+    trend,
+    worst,
+)
+from agent.store import BACKLASH_INDICATORS, HistoryStore, TrendPoint
+
+REPORT_SCHEMA = "jha.report/1"
+
+
+@dataclass(frozen=True)
+class IndicatorSummary:
+    """One further indicator of a joint (stiffness, friction...) over its history."""
+
+    indicator: str
+    unit: str
+    history: Sequence[TrendPoint]
+    trend: Trend | None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "history", tuple(self.history))
+
+    @property
+    def latest(self) -> TrendPoint | None:
+        return self.history[-1] if self.history else None
+
+    def to_dict(self) -> dict[str, Any]:
+        last = self.latest
+        return {
+            "indicator": self.indicator,
+            "label": indicator_info(self.indicator).label,
+            "unit": self.unit,
+            "latest_value": None if last is None else last.value,
+            "latest_time": None if last is None else last.time_iso,
+            "n_points": len(self.history),
+            "trend": None if self.trend is None else self.trend.to_dict(),
+            "history": [p.to_dict() for p in self.history],
+        }
+
+
+def indicator_summaries(
+    store: HistoryStore, controller: str, joint: str, judged: str | None = None
+) -> tuple[IndicatorSummary, ...]:
+    """Every indicator of the joint in the history but the judged one, with a trend (no
+    limits). Without `judged` both backlash indicators are left out (the older behaviour)."""
+    exclude = BACKLASH_INDICATORS if judged is None else (judged,)
+    found = []
+    for name, unit in store.indicators(controller, joint, exclude=exclude):
+        points = store.history(controller, joint, name)
+        found.append(IndicatorSummary(name, unit, points, trend(points, indicator=name)))
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class JointReport:
+    controller: str
+    joint: str
+    status: Status
+    verdict_reason: str
+    result: BacklashResult | None
+    error: str | None
+    thresholds: ThresholdSettings
+    trend: Trend | None
+    history: Sequence[TrendPoint]
+    capture_path: str | None
+    # The indicator judged and trended; derived from the result when not given.
+    indicator: str | None = None
+    # The judged value when there is no result in hand (a report built from the history).
+    latest_value: float | None = None
+    indicators: Sequence[IndicatorSummary] = ()
+    # Plots of what the estimates were made from (e.g. measured vs predicted torque).
+    evidence: Sequence[EvidencePlot] = ()
+    # How the joint's last cycle ended (store.OUTCOMES), when known.
+    outcome: str | None = None
+    # NE 107 signal; None -> ne107_of(status, failed=the last cycle ended in an error).
+    ne107: Ne107 | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "history", tuple(self.history))
+        object.__setattr__(self, "indicators", tuple(self.indicators))
+        object.__setattr__(self, "evidence", tuple(self.evidence))
+        if self.ne107 is None:
+            object.__setattr__(self, "ne107", ne107_of(self.status, failed=self.failed))
+
+    @property
+    def failed(self) -> bool:
+        """The last cycle or its analysis ended in an error; a refused or aborted cycle did not
+        fail (it measured nothing). Without an outcome, any error counts."""
+        if self.outcome is not None:
+            return self.outcome == "error"
+        return self.error is not None
+
+    @property
+    def signal(self) -> Ne107:
+        """The NE 107 signal (never None after construction)."""
+        assert self.ne107 is not None
+        return self.ne107
+
+    @property
+    def indicator_name(self) -> str:
+        if self.indicator:
+            return self.indicator
+        if self.result is not None and self.result.backlash_rad is not None:
+            return "backlash_rad"
+        return "amplitude_rad_s"
+
+    @property
+    def value(self) -> float | None:
+        if self.result is None:
+            return self.latest_value
+        if self.indicator_name == "backlash_rad":
+            return self.result.backlash_rad
+        return self.result.amplitude_rad_s
+
+    @property
+    def limits(self) -> tuple[float | None, float | None]:
+        return limits_for(self.indicator_name, self.thresholds)
+
+    @property
+    def indicator_only(self) -> bool:
+        """A joint with further indicators only: no backlash verdict to show."""
+        return (self.result is None and self.value is None and not self.history
+                and bool(self.indicators) and not self.error)
+
+    def to_dict(self, evidence: bool = False) -> dict[str, Any]:
+        return joint_to_dict(self, evidence)
+
+    @property
+    def forecast(self) -> str:
+        """The forecast sentence of the judged indicator's trend."""
+        if self.indicator_only:
+            return ""
+        return forecast_sentence(self.trend, len(self.history), passed_limit(self.status))
+
+
+@dataclass(frozen=True)
+class Report:
+    created_at_iso: str
+    machines: tuple[str, ...]
+    joints: tuple[JointReport, ...]
+    agent_version: str = __version__
+    host: str = ""
+    # Joints with other indicators only (no backlash cycle): shown, but given no status.
+    indicator_joints: tuple[JointReport, ...] = ()
+    # One per report, kept by every copy of it (file, MQTT message): exactly-once accounting.
+    message_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "machines", tuple(self.machines))
+        object.__setattr__(self, "joints", tuple(self.joints))
+        object.__setattr__(self, "indicator_joints", tuple(self.indicator_joints))
+
+    @property
+    def worst_status(self) -> Status:
+        return worst([j.status for j in self.joints])
+
+    def to_dict(self, evidence: bool = False) -> dict[str, Any]:
+        """The JSON form (schema REPORT_SCHEMA); see report_to_dict."""
+        return report_to_dict(self, evidence)
+
+    def joints_of(self, machine: str) -> tuple[JointReport, ...]:
+        """Every joint of one machine, judged ones first."""
+        return tuple(j for j in (*self.joints, *self.indicator_joints) if j.controller == machine)
+
+
+def limits_for(indicator: str, thresholds: ThresholdSettings) -> tuple[float | None, float | None]:
+    """(watch, alert) limits of an indicator in SI units."""
+    if indicator == "backlash_rad":
+        return thresholds.backlash_watch_rad, thresholds.backlash_alert_rad
+    if indicator == "amplitude_rad_s":
+        return thresholds.amplitude_watch_rad_s, thresholds.amplitude_alert_rad_s
+    return None, None
+
+
+def joint_report(
+    controller: str,
+    joint: str,
+    result: BacklashResult | None,
+    thresholds: ThresholdSettings,
+    history: Sequence[TrendPoint] = (),
+    capture_path: str | None = None,
+    error: str | None = None,
+    indicator: str | None = None,
+    indicators: Sequence[IndicatorSummary] = (),
+    evidence: Sequence[EvidencePlot] = (),
+    outcome: str | None = None,
+    running: bool = False,
+) -> JointReport:
+    """Verdict and trend of one joint. `history` is the judged indicator's, this cycle included;
+    `outcome` the cycle's (an 'error' makes NE 107 'failure'); `running` while it moves."""
+    verdict = assess_backlash(result, thresholds)
+    name = indicator or verdict.indicator
+    status, reason = verdict.status, verdict.reason
+    if error is not None:
+        status, reason = Status.UNKNOWN, f"cycle failed: {error}"
+    watch, alert = limits_for(name, thresholds)
+    failed = outcome == "error" if outcome is not None else error is not None
+    return JointReport(
+        controller=controller, joint=joint, status=status, verdict_reason=reason, result=result,
+        error=error, thresholds=thresholds, trend=trend(history, watch, alert, name),
+        history=history, capture_path=capture_path, indicator=name, indicators=indicators,
+        evidence=evidence, outcome=outcome,
+        ne107=ne107_of(status, running=running, failed=failed),
+    )
+
+
+def report_dir(state_dir: str | Path, created_at: datetime) -> Path:
+    """`<state_dir>/reports/<UTC time>`, with a -N suffix if that directory already exists."""
+    stamp = created_at.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = Path(state_dir) / "reports"
+    candidate = base / stamp
+    n = 1
+    while candidate.exists():
+        candidate = base / f"{stamp}-{n}"
+        n += 1
+    return candidate
+
+
+# -- JSON --------------------------------------------------------------------------------------
+
+
+def joint_to_dict(j: JointReport, evidence: bool = False) -> dict[str, Any]:
+    watch, alert = j.limits
+    found = {
+        "controller": j.controller,
+        "joint": j.joint,
+        "status": j.status.value,
+        "ne107": j.signal.value,
+        "reason": j.verdict_reason,
+        "forecast": j.forecast,
+        "indicator": j.indicator_name,
+        "value": j.value,
+        "unit": indicator_info(j.indicator_name).unit,
+        "limits": {"watch": watch, "alert": alert},
+        "error": j.error,
+        "outcome": j.outcome,
+        "capture_path": j.capture_path,
+        "result": None if j.result is None else j.result.to_dict(evidence=evidence),
+        "trend": None if j.trend is None else j.trend.to_dict(),
+        "history": [p.to_dict() for p in j.history],
+    }
+    if j.indicators:
+        found["indicators"] = [s.to_dict() for s in j.indicators]
+    if evidence and j.evidence:
+        found["evidence"] = [p.to_dict() for p in j.evidence]
+    return found
+
+
+def report_to_dict(report: Report, evidence: bool = False) -> dict[str, Any]:
+    counts = {s.value: 0 for s in Status}
+    signals = {n.value: 0 for n in Ne107}
+    for j in report.joints:
+        counts[j.status.value] += 1
+        signals[j.signal.value] += 1
+    found = {
+        "schema": REPORT_SCHEMA,
+        "message_id": report.message_id,
+        "created_at": report.created_at_iso,
+        "agent_version": report.agent_version,
+        "host": report.host,
+        "machines": list(report.machines),
+        "summary": {"worst_status": report.worst_status.value, "counts": counts,
+                    "ne107_counts": signals},
+        "joints": [joint_to_dict(j, evidence) for j in report.joints],
+    }
+    if report.indicator_joints:
+        found["indicator_joints"] = [joint_to_dict(j, evidence) for j in report.indicator_joints]
+    return json_safe(found)
+
+
+def json_safe(value: Any) -> Any:
+    """NaN/inf -> null, numpy scalars and arrays -> Python numbers and lists."""
+    if isinstance(value, float | np.floating):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [json_safe(v) for v in value]
+    return value

@@ -1,0 +1,315 @@
+"""Cycle kinds behind one small interface: build the cycle, analyse its capture, record it.
+
+The daemon dispatches by `cycle.kind` through KINDS, so a new kind (the whole-robot
+identification cycle) is one class and one entry. Analysis runs in the process pool; recording
+and report writing are plain functions the daemon runs in a thread, off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime as dt
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agent.capture import Capture
+from agent.config import ControllerSettings, JointSettings
+from agent.cycles import backlash_cycle
+from agent.errors import EstimationError
+from agent.estimation.results import BacklashResult
+from agent.logfmt import kv
+from drivers.base import BacklashCycle
+
+if TYPE_CHECKING:
+    from agent.report import JointReport, Report
+    from agent.store import HistoryStore
+
+# The daemon's own process stays light (the idle service must fit in 120 MB): the estimators,
+# scipy and the report renderer are imported only by the functions that run in the pool.
+
+log = logging.getLogger("jha.daemon")
+
+
+def utcnow() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def stamp(moment: dt.datetime) -> str:
+    return moment.strftime("%Y%m%dT%H%M%S_%fZ")
+
+
+def analyze_backlash_capture(
+    capture: Capture, joint: JointSettings, calibration: dict[str, Any] | None
+) -> BacklashResult:
+    """Process-pool entry point: one fit, pure. The calibration comes as its to_dict() (or
+    None: from the joint's points, if it has them)."""
+    from agent.calibration_sweep import fit_settings
+    from agent.estimation.backlash import fit_backlash
+    from agent.estimation.calibration import BacklashCalibration, fit_calibration
+
+    cal = None
+    if calibration is not None:
+        cal = BacklashCalibration.from_dict(calibration)
+    elif joint.calibration.source == "points":
+        cal = fit_calibration(
+            [(p.amplitude_rad_s, p.backlash_rad) for p in joint.calibration.points],
+            source="points",
+        )
+    return fit_backlash(capture, fit_settings(joint), cal)
+
+
+def cached_calibration(
+    joint: JointSettings, cycle: BacklashCycle, cache_dir: Path
+) -> tuple[Path, dict[str, Any] | None]:
+    """Pool entry point: where the joint's simulation sweep is cached, and the cached sweep as
+    a dict (None: not cached, or damaged)."""
+    from agent.calibration_sweep import cache_path, load_cached
+
+    path = cache_path(joint, cycle, cache_dir)
+    cached = load_cached(path)
+    return path, None if cached is None else cached.to_dict()
+
+
+def sweep_calibration_point(
+    joint: JointSettings, cycle: BacklashCycle, backlash_rad: float
+) -> tuple[float, float]:
+    """Pool entry point: one point of the simulation sweep."""
+    from agent.calibration_sweep import sweep_point
+
+    return sweep_point(joint, cycle, backlash_rad, 1.0, 101)
+
+
+def calibration_from_sweep(points: list[tuple[float, float]], path: Path) -> dict[str, Any]:
+    """Pool entry point: fit delta = f(A) to the sweep and cache it."""
+    from agent.calibration_sweep import calibration_from_points
+
+    return calibration_from_points(points, path).to_dict()
+
+
+@dataclass
+class JointJob:
+    """One cycle of one joint, from the trigger to the record."""
+
+    controller: ControllerSettings
+    joint: JointSettings
+    cycle: BacklashCycle
+    started_at: dt.datetime
+    capture_path: Path | None = None
+    error: str | None = None
+    outcome: str = "ok"  # ok, rejected, aborted, error, dry_run
+    result: BacklashResult | None = None
+    # Not sent to the pool with the job (a future does not pickle): see for_pool().
+    analysis: asyncio.Future[BacklashResult] | None = field(default=None, compare=False)
+
+    def for_pool(self) -> JointJob:
+        return replace(self, analysis=None)
+
+
+@dataclass
+class AnalysisContext:
+    """What a kind's analysis may use: the daemon's pool (made on first use) and state dir."""
+
+    state_dir: Path
+    pool: Callable[[], concurrent.futures.Executor]
+    cache: dict[str, Any] = field(default_factory=dict)
+
+
+class CycleKind(Protocol):
+    name: str
+
+    def make_cycle(self, ctrl: ControllerSettings, joint: JointSettings) -> BacklashCycle: ...
+
+    def save(self, capture: object, path: Path) -> None:
+        """Write the capture atomically (blocking: the daemon calls it in a thread)."""
+
+    async def analyse(
+        self, ctx: AnalysisContext, job: JointJob, capture: object
+    ) -> BacklashResult: ...
+
+    def record(self, store: HistoryStore, job: JointJob) -> None:
+        """Write the job's outcome (and estimates and verdict) to the history; in a thread."""
+
+    def joint_report(self, store: HistoryStore, job: JointJob) -> JointReport:
+        """The job's part of the report; in a thread."""
+
+
+def estimate_s(cycle: BacklashCycle) -> float:
+    """How long the cycle keeps the machine: what a stop must hold (the margin comes on top)."""
+    return cycle.settle_s + cycle.duration_s
+
+
+class BacklashKind:
+    """Paper 000's constant-speed cycle, its signature fit and delta = f(A) calibration."""
+
+    name = "backlash"
+
+    def make_cycle(self, ctrl: ControllerSettings, joint: JointSettings) -> BacklashCycle:
+        return backlash_cycle(ctrl, joint)
+
+    def save(self, capture: object, path: Path) -> None:
+        from agent.capture_io import save_capture
+
+        save_capture(self._capture(capture), path)
+
+    @staticmethod
+    def _capture(capture: object) -> Capture:
+        if not isinstance(capture, Capture):
+            raise EstimationError(f"backlash cycle: expected a Capture, got {type(capture)}")
+        return capture
+
+    async def analyse(self, ctx: AnalysisContext, job: JointJob, capture: object) -> BacklashResult:
+        capture = self._capture(capture)
+        calibration = await self._calibration(ctx, job.joint, job.cycle)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            ctx.pool(), analyze_backlash_capture, capture, job.joint, calibration
+        )
+
+    def _calibration(
+        self, ctx: AnalysisContext, joint: JointSettings, cycle: BacklashCycle
+    ) -> asyncio.Future[dict[str, Any] | None]:
+        # Joints with the same model share one sweep (and one cache entry).
+        cal = joint.calibration
+        # Same shaping as agent.calibration_sweep.cache_key (which is not imported here: it
+        # pulls in the estimators), so the in-memory and on-disk sharing agree.
+        shaping = replace(cycle, controller="", joint="", joint_index=0)
+        key = (
+            f"backlash:{cal.source}:{joint.model}:{joint.estimator}:{cal.sweep_backlash_rad}:"
+            f"{joint.gear_ratio}:{joint.encoder_bits}:{shaping}"
+        )
+        if cal.source != "simulation":
+            key = "backlash:none"  # points are fitted with each analysis, in the worker
+        if key not in ctx.cache:
+            ctx.cache[key] = asyncio.ensure_future(self._make_calibration(ctx, joint, cycle))
+        future: asyncio.Future[dict[str, Any] | None] = ctx.cache[key]
+        return future
+
+    async def _make_calibration(
+        self, ctx: AnalysisContext, joint: JointSettings, cycle: BacklashCycle
+    ) -> dict[str, Any] | None:
+        """The joint's delta = f(A) from a simulation sweep (cached), as a dict; None when the
+        joint has none or brings its own points."""
+        cal = joint.calibration
+        if cal.source != "simulation":
+            return None
+        loop = asyncio.get_running_loop()
+        path, cached = await loop.run_in_executor(
+            ctx.pool(), cached_calibration, joint, cycle, ctx.state_dir / "calibration"
+        )
+        if cached is not None:
+            return cached
+        log.info(kv("calibration_sweep", joint=joint.name, points=len(cal.sweep_backlash_rad)))
+        points = await asyncio.gather(
+            *(
+                loop.run_in_executor(ctx.pool(), sweep_calibration_point, joint, cycle, delta)
+                for delta in cal.sweep_backlash_rad
+            )
+        )
+        return await loop.run_in_executor(ctx.pool(), calibration_from_sweep, list(points), path)
+
+    def record(self, store: HistoryStore, job: JointJob) -> None:
+        from agent.health import assess_backlash
+        from agent.store import estimates_for
+
+        if job.outcome == "dry_run":
+            return  # nothing moved and nothing was measured: no history entry
+        if job.result is None:
+            store.record_rejected(
+                controller=job.controller.name,
+                joint=job.joint.name,
+                kind=self.name,
+                started_at=job.started_at,
+                finished_at=utcnow(),
+                reason=job.error or "",
+                outcome=job.outcome,
+                capture_path=job.capture_path,
+            )
+            return
+        verdict = assess_backlash(job.result, job.joint.thresholds)
+        store.record_cycle(
+            controller=job.controller.name,
+            joint=job.joint.name,
+            kind=self.name,
+            started_at=job.started_at,
+            finished_at=utcnow(),
+            estimates=estimates_for(job.result),
+            status=str(verdict.status),
+            status_reason=verdict.reason,
+            capture_path=job.capture_path,
+        )
+        log.info(
+            kv(
+                "assessed",
+                controller=job.controller.name,
+                joint=job.joint.name,
+                amplitude_rad_s=f"{job.result.amplitude_rad_s:.4g}",
+                backlash_rad=job.result.backlash_rad,
+                status=verdict.status,
+            )
+        )
+
+    def joint_report(self, store: HistoryStore, job: JointJob) -> JointReport:
+        from agent.health import assess_backlash
+        from agent.report import indicator_summaries, joint_report
+
+        ctrl, joint = job.controller.name, job.joint.name
+        verdict = assess_backlash(job.result, job.joint.thresholds)
+        return joint_report(
+            ctrl,
+            joint,
+            job.result,
+            job.joint.thresholds,
+            history=store.history(ctrl, joint, verdict.indicator),
+            capture_path=None if job.capture_path is None else str(job.capture_path),
+            error=job.error,
+            indicators=indicator_summaries(store, ctrl, joint),
+        )
+
+
+# The dispatch table: cycle kind -> how to run, analyse and record it.
+KINDS: dict[str, Callable[[], CycleKind]] = {"backlash": BacklashKind}
+
+
+def _kinds() -> dict[str, CycleKind]:
+    return {name: make() for name, make in KINDS.items()}
+
+
+def record_jobs(state_dir: Path, jobs: list[JointJob]) -> None:
+    """Pool entry point: every job's history entry, in one connection."""
+    from agent.store import HistoryStore
+
+    kinds = _kinds()
+    with HistoryStore(state_dir / "history.sqlite") as store:
+        for job in jobs:
+            kinds[job.cycle.kind].record(store, job)
+
+
+@dataclass(frozen=True)
+class WrittenReport:
+    json_path: Path
+    html_path: Path
+    table: str  # the terminal summary
+    report: Report | None  # only when asked for (publishers): it drags scipy into the daemon
+
+
+def record_and_report(
+    state_dir: Path, ctrl: str, jobs: list[JointJob], want_report: bool
+) -> WrittenReport:
+    """Pool entry point: record a stop's jobs, then write its report."""
+    from agent.report import Report, report_dir, summary_table, write_report
+    from agent.store import HistoryStore
+
+    record_jobs(state_dir, jobs)
+    kinds = _kinds()
+    created = utcnow()
+    with HistoryStore(state_dir / "history.sqlite") as store:
+        joints = tuple(kinds[job.cycle.kind].joint_report(store, job) for job in jobs)
+    report = Report(created_at_iso=created.isoformat(), machines=(ctrl,), joints=joints)
+    json_path, html_path = write_report(report, report_dir(state_dir, created))
+    return WrittenReport(
+        json_path, html_path, summary_table(report), report if want_report else None
+    )

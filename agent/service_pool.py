@@ -1,0 +1,77 @@
+"""The daemon's process pool: made on the first analysis, given back when idle.
+
+Each spawned worker imports the estimators (scipy, cma): about 130 MB. An idle service holds no
+worker; after a stop's analyses the workers stay for `idle_s` (the next stop's cycles often
+follow) and are then shut down by reap().
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import multiprocessing
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class LazyPool(concurrent.futures.Executor):
+    def __init__(self, max_workers: int, idle_s: float = 60.0) -> None:
+        self.max_workers = max_workers
+        self.idle_s = idle_s
+        self._pool: concurrent.futures.ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._idle_since = time.monotonic()
+
+    @property
+    def alive(self) -> bool:
+        return self._pool is not None
+
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future[T]:
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ProcessPoolExecutor(
+                    max_workers=self.max_workers, mp_context=multiprocessing.get_context("spawn")
+                )
+            self._in_flight += 1
+            future = self._pool.submit(fn, *args, **kwargs)
+        future.add_done_callback(self._done)
+        return future
+
+    def _done(self, _: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._idle_since = time.monotonic()
+
+    def reap(self) -> bool:
+        """Shut the workers down when nothing ran for idle_s; True when it did."""
+        with self._lock:
+            if (
+                self._pool is None
+                or self._in_flight
+                or (time.monotonic() - self._idle_since < self.idle_s)
+            ):
+                return False
+            pool, self._pool = self._pool, None
+        pool.shutdown(wait=False)
+        return True
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        if not wait:
+            # A fit can take seconds; on SIGTERM its result is not wanted (its capture is on
+            # disk already, and nothing of it was written to the history).
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                with contextlib.suppress(Exception):
+                    proc.terminate()
+        pool.shutdown(wait=wait, cancel_futures=cancel_futures)
