@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean venv sysdeps
+.PHONY: demo test bench fuzz lint clean venv sysdeps
 
 venv: $(STAMP)
 
@@ -28,6 +28,11 @@ test: $(STAMP) sysdeps
 
 bench: $(STAMP) sysdeps
 	$(PY) -m bench
+
+# The fuzz targets of `make test` (2,000 cases each there) at FUZZ_CASES cases per target.
+FUZZ_CASES ?= 100000
+fuzz: $(STAMP)
+	$(PY) -m tests.fuzz --cases $(FUZZ_CASES)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -374,7 +374,7 @@ class ControllerRunner:
         ctrl = self.ctrl
         kind = self.env.kinds[pending.kind]
         cycle = kind.make_cycle(ctrl, joint)
-        job = JointJob(ctrl, joint, cycle, utcnow())
+        job = JointJob(ctrl, joint, cycle, utcnow(), trigger=pending.reason)
         try:
             if self.env.dry_run:
                 await check_interlocks(driver, cycle, ctrl.interlocks, joint)

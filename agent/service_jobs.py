@@ -102,6 +102,8 @@ class JointJob:
     error: str | None = None
     outcome: str = "ok"  # ok, rejected, aborted, error, dry_run
     result: BacklashResult | None = None
+    trigger: str | None = None  # production_stop, schedule, on_demand, once
+    cycle_id: int | None = None  # its row in the history, once recorded
     # Not sent to the pool with the job (a future does not pickle): see for_pool().
     analysis: asyncio.Future[BacklashResult] | None = field(default=None, compare=False)
 
@@ -130,8 +132,9 @@ class CycleKind(Protocol):
         self, ctx: AnalysisContext, job: JointJob, capture: object
     ) -> BacklashResult: ...
 
-    def record(self, store: HistoryStore, job: JointJob) -> None:
-        """Write the job's outcome (and estimates and verdict) to the history; in a thread."""
+    def record(self, store: HistoryStore, job: JointJob) -> int | None:
+        """Write the job's outcome (and estimates and verdict) to the history; in a thread.
+        Returns the cycle's row id (None when nothing was recorded, as in a dry run)."""
 
     def joint_report(self, store: HistoryStore, job: JointJob) -> JointReport:
         """The job's part of the report; in a thread."""
@@ -211,14 +214,14 @@ class BacklashKind:
         )
         return await loop.run_in_executor(ctx.pool(), calibration_from_sweep, list(points), path)
 
-    def record(self, store: HistoryStore, job: JointJob) -> None:
+    def record(self, store: HistoryStore, job: JointJob) -> int | None:
         from agent.health import assess_backlash
         from agent.store import estimates_for
 
         if job.outcome == "dry_run":
-            return  # nothing moved and nothing was measured: no history entry
+            return None  # nothing moved and nothing was measured: no history entry
         if job.result is None:
-            store.record_rejected(
+            return store.record_rejected(
                 controller=job.controller.name,
                 joint=job.joint.name,
                 kind=self.name,
@@ -227,10 +230,10 @@ class BacklashKind:
                 reason=job.error or "",
                 outcome=job.outcome,
                 capture_path=job.capture_path,
+                trigger=job.trigger,
             )
-            return
         verdict = assess_backlash(job.result, job.joint.thresholds)
-        store.record_cycle(
+        cycle_id = store.record_cycle(
             controller=job.controller.name,
             joint=job.joint.name,
             kind=self.name,
@@ -240,6 +243,7 @@ class BacklashKind:
             status=str(verdict.status),
             status_reason=verdict.reason,
             capture_path=job.capture_path,
+            trigger=job.trigger,
         )
         log.info(
             kv(
@@ -251,6 +255,7 @@ class BacklashKind:
                 status=verdict.status,
             )
         )
+        return cycle_id
 
     def joint_report(self, store: HistoryStore, job: JointJob) -> JointReport:
         from agent.health import assess_backlash
@@ -266,7 +271,8 @@ class BacklashKind:
             history=store.history(ctrl, joint, verdict.indicator),
             capture_path=None if job.capture_path is None else str(job.capture_path),
             error=job.error,
-            indicators=indicator_summaries(store, ctrl, joint),
+            indicators=indicator_summaries(store, ctrl, joint, judged=verdict.indicator),
+            outcome=job.outcome,
         )
 
 
@@ -278,14 +284,18 @@ def _kinds() -> dict[str, CycleKind]:
     return {name: make() for name, make in KINDS.items()}
 
 
-def record_jobs(state_dir: Path, jobs: list[JointJob]) -> None:
-    """Pool entry point: every job's history entry, in one connection."""
+def record_jobs(state_dir: Path, jobs: list[JointJob]) -> list[int]:
+    """Pool entry point: every job's history entry, in one connection; their cycle ids."""
     from agent.store import HistoryStore
 
     kinds = _kinds()
+    ids: list[int] = []
     with HistoryStore(state_dir / "history.sqlite") as store:
         for job in jobs:
-            kinds[job.cycle.kind].record(store, job)
+            cycle_id = kinds[job.cycle.kind].record(store, job)
+            if cycle_id is not None:
+                ids.append(cycle_id)
+    return ids
 
 
 @dataclass(frozen=True)
@@ -303,13 +313,17 @@ def record_and_report(
     from agent.report import Report, report_dir, summary_table, write_report
     from agent.store import HistoryStore
 
-    record_jobs(state_dir, jobs)
+    cycle_ids = record_jobs(state_dir, jobs)
     kinds = _kinds()
     created = utcnow()
     with HistoryStore(state_dir / "history.sqlite") as store:
         joints = tuple(kinds[job.cycle.kind].joint_report(store, job) for job in jobs)
     report = Report(created_at_iso=created.isoformat(), machines=(ctrl,), joints=joints)
     json_path, html_path = write_report(report, report_dir(state_dir, created))
+    # After the files: a crash in between leaves a report the history does not point to yet,
+    # never a pointer to a report that is not there.
+    with HistoryStore(state_dir / "history.sqlite") as store:
+        store.record_report(report.message_id, report.created_at_iso, json_path, cycle_ids)
     return WrittenReport(
         json_path, html_path, summary_table(report), report if want_report else None
     )

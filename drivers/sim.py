@@ -14,6 +14,7 @@ import time
 from typing import Any, ClassVar
 
 from agent.capture import Capture
+from agent.capture_multi import MultiCapture
 from agent.errors import CycleAborted, DriverError
 from agent.simulation import simulate_backlash_capture
 from drivers.base import (
@@ -22,9 +23,11 @@ from drivers.base import (
     ControllerStatus,
     Cycle,
     Driver,
+    ExcitationCycle,
     backlash_only,
     within,
 )
+from drivers.sim_excitation import run_excitation
 from drivers.sim_settings import SimJointSettings, SimSettings
 
 
@@ -36,6 +39,7 @@ class SimDriver(Driver):
         | Capability.LINK_ENCODER
         | Capability.CURRENT
         | Capability.TOOLPATH_STREAMING
+        | Capability.EXCITATION
     )
     settings_type: ClassVar[type[Any] | None] = SimSettings
 
@@ -123,7 +127,9 @@ class SimDriver(Driver):
         self.stop_motion_calls += 1
         self._stop_requested.set()
 
-    async def run_cycle(self, cycle: Cycle) -> Capture:
+    async def run_cycle(self, cycle: Cycle) -> Capture | MultiCapture:
+        if isinstance(cycle, ExcitationCycle):
+            return await run_excitation(self, cycle)
         cycle = backlash_only(self, cycle)
         if self._connected_at is None:
             raise DriverError(f"{self.controller}: not connected")

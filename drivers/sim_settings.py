@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from drivers.sim_excitation import SimRobotSettings
+
 
 @dataclass(frozen=True)
 class SimJointSettings:
@@ -43,3 +45,5 @@ class SimSettings:
     # 0 runs cycles as fast as the computer can; 1 paces them in real time.
     time_scale: float = field(default=0.0, metadata={"ge": 0.0, "le": 10.0})
     joints: dict[str, SimJointSettings] = field(default_factory=dict)
+    # The robot's truth for identification cycles (which robot, wear per joint).
+    robot: SimRobotSettings | None = None

@@ -197,6 +197,20 @@ def test_history_holds_every_cycle_with_its_estimates(two_runs: TwoRuns) -> None
     assert sorted(str(p) for p in stored) == sorted(str(c.capture_path) for c in cycles)
 
 
+def test_each_cycle_records_its_trigger_and_the_report_it_went_into(two_runs: TwoRuns) -> None:
+    with HistoryStore(two_runs.state / "history.sqlite") as store:
+        cycles = store.cycles()
+        assert {c.trigger for c in cycles} == {"once"}
+        for run in (two_runs.first, two_runs.second):
+            message_id = run.report["message_id"]
+            record = store.report(message_id)
+            assert record is not None, message_id
+            assert len(record.cycle_ids) == 3
+            assert {c.report_message_id for c in cycles if c.id in record.cycle_ids} == {
+                message_id
+            }
+
+
 def test_the_second_run_adds_one_trend_point_per_joint(two_runs: TwoRuns) -> None:
     first, second = two_runs.first.joints(), two_runs.second.joints()
     for name in BACKLASH_RAD:

@@ -143,7 +143,7 @@ def test_errors_name_line_text_and_problem(text: str, problem: str) -> None:
 
 def test_error_names_the_source_and_truncates_long_lines() -> None:
     st_ = ModalState(source="part.nc")
-    with pytest.raises(GcodeError, match=r"^part\.nc:7: unknown word Q"):
+    with pytest.raises(GcodeError, match=r"^part\.nc:7: number of word Q has 200 characters"):
         st_.apply("G0 Q" + "1" * 200, 7)
     with pytest.raises(GcodeError) as info:
         st_.apply("G0 Q" + "1" * 200, 7)

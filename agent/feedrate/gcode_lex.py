@@ -135,6 +135,16 @@ def lex_line(text: str, line_no: int, source: str | None = None) -> Lexed:
     line_number: int | None = None
     first = True
     for letter, number in _WORD.findall(code):
+        # A word's number longer than any real controller reads would overflow to inf (or hit
+        # Python's int-size limit) and poison every length and time computed from it.
+        if len(number) > _MAX_NUMBER_CHARS:
+            raise GcodeError(
+                line_no,
+                text,
+                f"number of word {letter} has {len(number)} characters, expected at most "
+                f"{_MAX_NUMBER_CHARS}",
+                source,
+            )
         if letter == "G" or letter == "M":
             if number.isdigit():
                 code_value = int(number) * 10
@@ -153,9 +163,23 @@ def lex_line(text: str, line_no: int, source: str | None = None) -> Lexed:
         elif letter in values:
             raise GcodeError(line_no, text, f"word {letter} given twice", source)
         else:
-            values[letter] = float(number)
+            value = float(number)
+            if abs(value) > _MAX_VALUE:
+                raise GcodeError(
+                    line_no,
+                    text,
+                    f"value of word {letter} is {number}, expected magnitude <= {_MAX_VALUE:g}",
+                    source,
+                )
+            values[letter] = value
         first = False
     return Lexed(tuple(g), tuple(m), values, line_number, given, block_delete, False)
+
+
+# 1e9 mm is a thousand kilometres: no axis, feed, or dwell of a real program comes near it, and
+# squares and sums of such values stay far from float overflow.
+_MAX_VALUE = 1e9
+_MAX_NUMBER_CHARS = 32
 
 
 def _describe_bad_code(code: str) -> str:

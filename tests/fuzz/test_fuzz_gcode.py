@@ -122,27 +122,24 @@ def _gcode_case(lines: list[str], oracle: Oracle, block_delete: bool) -> None:
         oracle.check(_finite(*state.position_mm), f"state position not finite after {text!r}")
 
 
-# Found by this fuzzer (agent/feedrate/ is G's: reported, not fixed here). A number word of
-# more than 308 digits reads as float('inf'): the line is accepted with an infinite end point,
-# feed or dwell (e.g. `G1 X999...9 F1200` ends at X=inf with length inf) instead of raising
-# GcodeError. Minimal inputs, kept as strict xfails (they pass, and so fail, once fixed):
+# Found by this fuzzer: a number word of more than 308 digits read as float('inf') and the line
+# was accepted with an infinite end point, feed or dwell (e.g. `G1 X999...9 F1200` ended at
+# X=inf). Now refused with the line's place; the minimal inputs stay as regressions.
 HUGE = "9" * 400
-OVERFLOWS = (f"G1 X{HUGE} F100", f"G1 X1 F{HUGE}", f"G4 P{HUGE}")
+OVERFLOWS = (f"G1 X{HUGE} F100", f"G1 X1 F{HUGE}", f"G4 P{HUGE}", f"G{HUGE}", "G1 X2e9 F100")
 
 
-@pytest.mark.parametrize("line", OVERFLOWS, ids=("axis", "feed", "dwell"))
-@pytest.mark.xfail(strict=True, raises=AssertionError,
-                   reason="G-code numbers overflowing to inf are accepted (agent/feedrate, G)")
-def test_gcode_number_overflow_regression(line: str) -> None:
-    oracle = Oracle("G-code number overflow (G)", expected=(), section="known bugs")
-    oracle.call(_gcode_case, [line], oracle, False)
+@pytest.mark.parametrize("line", OVERFLOWS, ids=("axis", "feed", "dwell", "code", "huge-axis"))
+def test_gcode_number_overflow_is_refused_with_its_place(line: str) -> None:
+    state = ModalState(options=ParserOptions(), source="fuzz.nc")
+    with pytest.raises(GcodeError, match="fuzz.nc:3"):
+        state.apply(line, 3)
 
 
 def test_fuzz_gcode_lines() -> None:
     oracle = Oracle(
         "G-code lines",
         expected=(),
-        known={"G-code number overflow (G)": lambda detail: "not finite" in detail},
     )
     fuzz(oracle, st.tuples(CASES, st.booleans()),
          lambda case: _gcode_case(case[0], oracle, case[1]))
