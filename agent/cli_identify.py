@@ -29,7 +29,7 @@ from agent.store import Estimate
 
 if TYPE_CHECKING:  # the estimator loads scipy: imported by the command, not by `jha --help`
     from agent.capture import Capture
-    from agent.estimation.identification import IndicatorRow
+    from agent.estimation.identification import IdentificationResult, IndicatorRow
 
 CAPTURE_SUFFIXES = (".npz", ".csv")
 
@@ -71,6 +71,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cutoff-hz", type=float, help="position filter cut-off (default 5x bandwidth)")
     p.add_argument("--decimation", type=int, default=20)
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    p.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write a report page: per joint the indicators and measured vs predicted "
+        "motor torque",
+    )
     from agent.cli_report import add_record_options
 
     add_record_options(p)
@@ -244,6 +251,9 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         # stderr: --json output on stdout stays one JSON document
         print(f"recorded {sum(map(len, recorded.values()))} indicators of {len(recorded)} "
               f"joints in {target[0]} (controller {target[1]})", file=sys.stderr)
+    if args.html is not None:
+        identification_report(result, robot.name, where, started, args.html)
+        print(f"report: {args.html}", file=sys.stderr)
     if args.json:
         print(json.dumps(result.to_dict(), indent=2))
         return EX_OK
@@ -278,3 +288,39 @@ def _cmd_identify(args: argparse.Namespace) -> int:
     for w in result.warnings:
         print(f"warning    {w}", file=out)
     return EX_OK
+
+
+def identification_report(
+    result: IdentificationResult, machine: str, where: str, started: datetime, path: Path
+) -> None:
+    """A self-contained report page of one identification: the indicators of every joint with
+    the torque evidence they come from (the same page the daemon writes)."""
+    from agent.atomic import atomic_write_text
+    from agent.config import ThresholdSettings
+    from agent.identification_job import torque_evidence
+    from agent.report import IndicatorSummary, Report, joint_report
+    from agent.report_html import render_html
+    from agent.store import TrendPoint, iso_utc
+
+    evidence = torque_evidence(result)
+    rows = identification_estimates(result.indicator_rows(), {"source": where})
+    when = iso_utc(started)
+    joints = []
+    for health in result.joints:
+        summaries = tuple(
+            IndicatorSummary(e.indicator, e.unit, (TrendPoint(when, e.value),), None)
+            for e in rows.get(health.joint, [])
+        )
+        joints.append(
+            joint_report(
+                machine,
+                health.joint,
+                None,
+                ThresholdSettings(),
+                indicators=summaries,
+                evidence=evidence.get(health.joint, ()),
+                outcome="ok",
+            )
+        )
+    report = Report(created_at_iso=started.isoformat(), machines=(machine,), joints=tuple(joints))
+    atomic_write_text(path, render_html(report))
