@@ -305,6 +305,9 @@ mkdir -p /run/.etc/up /run/.etc/work /run/joint-health-agent /run/jha-sandbox
 chown $SUID:$SUID /run/joint-health-agent && chmod 0750 /run/joint-health-agent
 mount --bind /run/joint-health-agent /run/joint-health-agent
 mount --bind "$EXTRA" /run/jha-sandbox
+# The dependencies the test install borrows (JHA_DEPS_SITE) may live under /tmp or /home, which
+# the sandbox hides like the unit does: they are bound at a fixed place the venv's .pth names.
+mkdir /run/jha-deps && mount --bind "$DEPS" /run/jha-deps
 mkdir /run/systemd && mount --bind "$NOTIFY_DIR" /run/systemd  # the notify socket's place
 mount -t overlay overlay -o lowerdir=/etc,upperdir=/run/.etc/up,workdir=/run/.etc/work /etc
 mkdir /etc/joint-health-agent
@@ -349,6 +352,9 @@ def sandbox(stage: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     shutil.copytree(stage, root, symlinks=True)
     conf = root / "etc/joint-health-agent"
     (conf / "config.yaml").write_text(SANDBOX_CONFIG)
+    (pth,) = root.glob("opt/joint-health-agent/venv/lib/python*/site-packages/jha-deps.pth")
+    deps = pth.read_text().strip()
+    pth.write_text("/run/jha-deps\n")
     state, extra = base / "state", base / "extra"
     state.mkdir(mode=0o750)
     extra.mkdir()
@@ -377,7 +383,7 @@ def sandbox(stage: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     notify.bind(str(notify_dir / "notify"))
     os.chmod(notify_dir / "notify", 0o666)
     env = {**os.environ, "STAGE": str(root), "STATE": str(state), "EXTRA": str(extra),
-           "NOTIFY_DIR": str(notify_dir),
+           "NOTIFY_DIR": str(notify_dir), "DEPS": deps,
            "SUID": str(SERVICE_UID), "DIALOUT": str(dialout), "CGROUP": str(cgroup or "")}
     try:
         proc = subprocess.run(
