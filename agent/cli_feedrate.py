@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -228,6 +229,10 @@ def _with_lookahead(machine: Any, settings: Any) -> Any:
     return replace(machine, lookahead=look)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def _cmd_stream(args: argparse.Namespace) -> int:
     from collections import deque
 
@@ -255,6 +260,9 @@ def _cmd_stream(args: argparse.Namespace) -> int:
 
     progress = _Progress(sys.stderr, not args.quiet)
     started = time.monotonic()
+    # SIGTERM (systemd, kill) ends the stream like Ctrl-C does: through the streamer, which
+    # sends a feed hold so the controller does not run out its buffer unattended.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         result = driver.stream(
             lines(), max_line_chars=machine.emitter_dialect.max_line_chars, progress=progress,

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from agent.errors import EX_DATAERR, EX_IOERR
 from agent.feedrate.grbl_protocol import parse_status, prepare_line
-from agent.feedrate.serial_channel import FdChannel, open_serial
+from agent.feedrate.serial_channel import ChannelLost, FdChannel, open_serial
 from agent.feedrate.stream import (
     DncOptions,
     GrblOptions,
@@ -465,3 +465,44 @@ def test_a_port_that_cannot_be_opened_stops_the_stream_before_the_first_line(
     with pytest.raises(StreamError, match="before the first line: cannot open serial port") as info:
         stream_to_port(["G1 X1 F100\n"], missing)
     assert info.value.kind == "disconnected" and info.value.sent == 0
+
+
+# ------------------------------------------------------------------------------ interrupted
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_a_stream_ended_by_a_signal_holds_the_machine(
+    peer: Any, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Ctrl-C or SIGTERM mid-stream: GRBL still holds up to 128 bytes of lines and 15 planner
+    blocks, which must not run out with nobody watching: the streamer sends a feed hold."""
+    p = peer("--time-scale", "1")  # real time: the machine is still moving when we interrupt
+    program = tmp_path / "circle.nc"
+    program.write_text("".join(polygon(3000)))
+    machine = Path(__file__).resolve().parents[1] / "config" / "machines" / "farouki2022.yaml"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent.cli", "feedrate", "stream", str(program),
+         "--port", p.path, "--machine", str(machine), "--no-filter", "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # The streamer locks the port exclusively once it has opened it: wait for that, then
+        # give it a second of streaming so the machine is moving when the signal comes.
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+            try:
+                open_serial(p.path).close()
+            except ChannelLost:
+                break
+        time.sleep(1.0)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, err
+    assert p.settle().state == "Hold", err
+    stats = p.stats()
+    assert stats["held"]
+    assert 0 < stats["lines_received"] < 3000

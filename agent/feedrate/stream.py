@@ -383,6 +383,13 @@ class _Grbl(_Session):
                 with contextlib.suppress(ChannelLost, ChannelTimeout, OSError):
                     self.channel.write(b"!", 0.5)
             raise
+        except (KeyboardInterrupt, SystemExit):
+            # Ctrl-C, or SIGTERM turned into SystemExit by the CLI: the lines already in the
+            # controller's buffer and planner must not run out with nobody streaming.
+            if opt.hold_on_abort:
+                with contextlib.suppress(ChannelLost, ChannelTimeout, OSError):
+                    self.channel.write(b"!", 0.5)
+            raise
         if opt.wait_idle:
             self.wait_idle(opt.status_interval_s or 0.05, opt.stall_timeout_s,
                            opt.write_timeout_s, self.answer)
