@@ -55,3 +55,24 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any)
     terminalreporter.section("jha summary", sep="=")
     for line in lines:
         terminalreporter.write_line(line)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: Any, call: Any) -> Any:
+    """A test marked `@pytest.mark.security("what it proves")` adds a row to the security
+    table: passed when the test's call passed, NO when it failed (and the run fails too)."""
+    outcome = yield
+    report = outcome.get_result()
+    marker = item.get_closest_marker("security")
+    if marker is None or report.when != "call":
+        return
+    from tests.summary import security
+
+    check = str(marker.args[0]) if marker.args else item.name
+    # A parametrized check passes only if every case does: a later pass never hides a failure.
+    if not report.passed:
+        _FAILED_CHECKS.add(check)
+    security(check, passed=check not in _FAILED_CHECKS)
+
+
+_FAILED_CHECKS: set[str] = set()

@@ -201,6 +201,7 @@ def refused(settings: OpcUaSettings) -> str:
 # --- trust ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.security("OPC UA driver: Basic256Sha256 SignAndEncrypt by default")
 def test_trusted_server_is_accepted_with_sign_and_encrypt_by_default(
         secure_peer: PeerProcess, pki: Pki, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
@@ -215,6 +216,7 @@ def test_trusted_server_is_accepted_with_sign_and_encrypt_by_default(
                and thumbprint in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.security("OPC UA driver refuses an untrusted server certificate")
 def test_untrusted_server_is_refused_naming_endpoint_subject_and_thumbprint(
         secure_peer: PeerProcess, pki: Pki, tmp_path: Path) -> None:
     facts = certificate_facts(load_certificate_file(pki.server.certificate))
@@ -311,6 +313,7 @@ def test_sign_only_is_an_explicit_choice_and_the_server_may_refuse_it(
     assert "SignAndEncrypt" in message  # what the server does offer
 
 
+@pytest.mark.security("OPC UA driver refuses key/password files others can read")
 def test_secret_files_others_can_read_are_refused(secure_peer: PeerProcess, pki: Pki,
                                                   tmp_path: Path) -> None:
     loose_key = tmp_path / "agent_key.pem"
@@ -331,6 +334,7 @@ def test_secret_files_others_can_read_are_refused(secure_peer: PeerProcess, pki:
 # --- credentials ----------------------------------------------------------------------------------
 
 
+@pytest.mark.security("OPC UA driver: credentials never in logs or errors")
 def test_credentials_never_in_logs_or_errors(secure_peer: PeerProcess, pki: Pki, tmp_path: Path,
                                             caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)  # everything, asyncua's request dumps included

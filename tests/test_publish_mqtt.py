@@ -467,6 +467,7 @@ def deliver_one(settings: MqttSettings, state: Path, timeout_s: float) -> MqttPu
     return asyncio.run(run())
 
 
+@pytest.mark.security("MQTT: TLS broker certificate verified, untrusted CA refused")
 def test_tls_trusted_ca_works_untrusted_refused(tmp_path: Path, pki: dict[str, Path],
                                                 caplog: pytest.LogCaptureFixture) -> None:
     from tests.peers.mosquitto_broker import ServerCert
@@ -500,6 +501,7 @@ def test_tls_trusted_ca_works_untrusted_refused(tmp_path: Path, pki: dict[str, P
         assert "event=mqtt_tls_insecure" in caplog.text
 
 
+@pytest.mark.security("MQTT: password never in logs, wrong password a clear error")
 def test_password_auth_and_no_password_in_logs(tmp_path: Path,
                                                caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)  # every logger, paho's included
@@ -527,6 +529,7 @@ def test_password_auth_and_no_password_in_logs(tmp_path: Path,
         assert WRONG_PASSWORD.encode() not in blob
 
 
+@pytest.mark.security("MQTT: password file readable by others refused")
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660], ids=lambda m: f"{m:04o}")
 def test_password_file_readable_by_others_is_refused(tmp_path: Path, mode: int) -> None:
     path = password_file(tmp_path, PASSWORD, mode)

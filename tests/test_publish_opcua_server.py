@@ -292,6 +292,7 @@ def test_address_space_follows_two_reports(server: OpcUaHealthServer, pki: Pki) 
     assert controllers == ["cnc7", "robot1"]
 
 
+@pytest.mark.security("OPC UA health server is read-only for clients")
 def test_clients_cannot_write(server: OpcUaHealthServer, pki: Pki) -> None:
     async def go() -> tuple[set[int], Any]:
         await server.publish(first_report())
@@ -314,6 +315,7 @@ def test_clients_cannot_write(server: OpcUaHealthServer, pki: Pki) -> None:
 # --- security -------------------------------------------------------------------------------------
 
 
+@pytest.mark.security("OPC UA health server refuses an untrusted client")
 def test_untrusted_client_certificate_is_refused(server: OpcUaHealthServer, pki: Pki,
                                                  caplog: pytest.LogCaptureFixture) -> None:
     from drivers.opcua_trust import certificate_facts, load_certificate_file
@@ -347,6 +349,7 @@ def test_untrusted_client_certificate_is_refused(server: OpcUaHealthServer, pki:
         run(client_for(server.endpoint, pki.stranger), timeout_s=20)
 
 
+@pytest.mark.security("OPC UA health server: no-security, anonymous, wrong password refused")
 def test_no_security_and_anonymous_and_wrong_password_are_refused(
         server: OpcUaHealthServer, pki: Pki, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
@@ -400,6 +403,7 @@ async def session_on_plain_channel(endpoint: str, user: str, password: str) -> A
         c.disconnect_socket()
 
 
+@pytest.mark.security("OPC UA health server: session on an unsecured channel refused")
 def test_a_session_on_an_unsecured_channel_is_refused(server: OpcUaHealthServer) -> None:
     with pytest.raises(ua.UaStatusCodeError) as refused:
         run(session_on_plain_channel(server.endpoint, "maint", PASSWORD), timeout_s=20)
@@ -484,6 +488,7 @@ def own_tcp_listeners() -> set[int]:
     return mine & listening
 
 
+@pytest.mark.security("no listening socket unless configured")
 def test_no_listener_unless_configured(server: OpcUaHealthServer, state: Path, tmp_path: Path,
                                       pki: Pki) -> None:
     config = tmp_path / "agent.yaml"

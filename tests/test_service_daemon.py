@@ -304,6 +304,7 @@ print(s.makefile().readline())
 """
 
 
+@pytest.mark.security("control socket refuses a uid outside its group (SO_PEERCRED)")
 def test_a_peer_outside_the_group_is_refused(tmp_path: Path) -> None:
     """SO_PEERCRED: a user that is neither root, the agent's user nor in the socket's group."""
     assert peer_allowed(os.getpid(), os.getuid(), os.getgid(), 123456)
