@@ -259,6 +259,9 @@ class ControllerRunner:
                     self.busy = True
                     try:
                         jobs = await self._run_plan(driver, plan)
+                    except Exception:  # a bug or a failing disk must not end this controller
+                        log.exception(kv("stop_failed", controller=self.ctrl.name))
+                        jobs = []
                     finally:
                         self.busy = False
                     if jobs:
@@ -405,7 +408,16 @@ class ControllerRunner:
             / joint.name
             / f"{stamp(job.started_at)}.npz"
         )
-        await asyncio.to_thread(kind.save, capture, job.capture_path)
+        try:
+            await asyncio.to_thread(kind.save, capture, job.capture_path)
+        except OSError as exc:  # a full or failing disk: this capture is lost, the agent is not
+            log.error(
+                kv("capture_not_saved", controller=ctrl.name, joint=joint.name, error=str(exc))
+            )
+            job.outcome, job.error = "error", f"capture not saved: {exc}"
+            job.capture_path = None
+            self.queue = self.queue.add(pending)  # measured again at a later stop
+            return job
         log.info(kv("captured", controller=ctrl.name, joint=joint.name, path=job.capture_path))
         job.analysis = asyncio.ensure_future(kind.analyse(self.env.analysis, job, capture))
         return job
