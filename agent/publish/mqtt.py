@@ -262,6 +262,12 @@ class MqttPublisher(HealthPublisher):
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
         client.on_publish = self._on_publish
+        # Unless an external loop is registered, paho writes a publish to the socket from the
+        # calling thread: the sender thread and the network thread then drive one SSL object at
+        # once, which OpenSSL does not allow (TLS links dropped with "Unspecified error"). With
+        # this hook paho only queues the packet and wakes client.loop() in the network thread,
+        # which then does every read and every write.
+        client.on_socket_register_write = _write_in_network_thread
         return client
 
     def _on_connect(
@@ -404,6 +410,10 @@ class MqttPublisher(HealthPublisher):
             self._idle.set()
         else:
             self._idle.clear()
+
+
+def _write_in_network_thread(client: paho.Client, userdata: Any, sock: Any) -> None:
+    """paho's register-write hook: nothing to do, the network thread's loop() writes."""
 
 
 def _quote(text: str) -> str:
