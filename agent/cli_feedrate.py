@@ -3,13 +3,20 @@
   jha feedrate filter [IN.gcode|-] [-o OUT.gcode] --machine FILE
   jha feedrate stream IN.gcode --config FILE --controller NAME
   jha feedrate stream IN.gcode --port PATH --machine FILE [--protocol grbl|dnc]
+      [--confirm-ready] [--pid-file FILE]
+  jha feedrate hold|resume (--pid PID | --pid-file FILE)     (agent/cli_feedrate_control.py)
   jha feedrate simulate --example farouki2022 [--ratio R] [--json]
   jha feedrate sweep [--points N] [--json] [--plot FILE.svg]
 
 `stream --config` takes the CNC from the agent's config: a controller with `driver: grbl`
 (drivers/grbl_settings.py: port, protocol, machine file or inline machine, filter, timeouts).
 `--port --machine` names port and machine directly, for a bench without a config file.
-Exit codes follow sysexits (65 bad G-code, 74 stream failure, 78 bad config or machine file).
+A GRBL stream starts only on an Idle controller (asked with '?'); a DNC stream only with
+--confirm-ready, the operator's word that the machine is ready (drivers/grbl.py DNC_CHECKLIST).
+While it runs, SIGUSR1 holds it and SIGUSR2 resumes it (`jha feedrate hold/resume`); SIGTERM and
+Ctrl-C end it with a feed hold.
+Exit codes follow sysexits (65 bad G-code, 74 stream failure, 75 controller not ready: nothing
+sent, 78 bad config or machine file).
 """
 
 from __future__ import annotations
@@ -65,7 +72,17 @@ def register(subparsers: Any) -> None:
     stm.add_argument("--baudrate", type=int, default=None, help="without --config")
     stm.add_argument("--no-filter", action="store_true", help="stream the program unchanged")
     stm.add_argument("--quiet", action="store_true", help="no progress line")
+    stm.add_argument("--confirm-ready", action="store_true",
+                     help="DNC: you have checked at the machine that it is ready to run this "
+                     "program (no alarm, door closed, DNC mode, offsets, overrides); a GRBL "
+                     "controller is asked instead")
+    stm.add_argument("--pid-file", type=Path,
+                     help="write this stream's pid here, for `jha feedrate hold/resume`")
     stm.set_defaults(func=_cmd_stream)
+
+    from agent.cli_feedrate_control import register_control
+
+    register_control(group)
 
     sim = group.add_parser("simulate", help="paper 001's worked example (section 4.2)")
     sim.add_argument("--example", choices=["farouki2022"], required=True)
@@ -144,8 +161,9 @@ class _Progress:
         rev = "" if p.reversals_modulated is None else f"  reversals {p.reversals_modulated}"
         state = f"  {p.status.state}" if p.status is not None else ""
         pause = "  XOFF" if p.paused else ""
+        held = "  HELD (jha feedrate resume)" if p.held else ""
         text = (f"lines {p.lines_acked}/{p.lines_sent}  time {p.elapsed_s:7.1f} s{rev}"
-                f"{state}{pause}")
+                f"{state}{pause}{held}")
         self.width = max(self.width, len(text))
         self.out.write("\r" + text.ljust(self.width))
         self.out.flush()
@@ -236,15 +254,18 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
 def _cmd_stream(args: argparse.Namespace) -> int:
     from collections import deque
 
-    from agent.feedrate.filter import FeedrateFilter, filtered_lines_with_origin
-    from agent.feedrate.stream import StreamError
+    from agent.cli_feedrate_control import hold_signals, pid_file
+    from agent.feedrate.stream import StreamControl, StreamError
 
     driver, machine = _stream_target(args)
     settings = driver.settings
     machine = _with_lookahead(machine, settings)
     unfiltered = args.no_filter or not settings.filter.enabled
     source = "<stdin>" if args.input == "-" else args.input
-    filt = FeedrateFilter(machine, source=source)
+    if not unfiltered:  # the filter's imports (scipy) take seconds: only when it is used
+        from agent.feedrate.filter import FeedrateFilter, filtered_lines_with_origin
+
+        filt = FeedrateFilter(machine, source=source)
     # Output line -> program line, for the lines a failure can concern (those in flight): a
     # bounded window, so a program of any length streams in constant memory.
     origins: deque[tuple[int, int]] = deque(maxlen=4096)
@@ -260,14 +281,20 @@ def _cmd_stream(args: argparse.Namespace) -> int:
 
     progress = _Progress(sys.stderr, not args.quiet)
     started = time.monotonic()
+    control = StreamControl()
     # SIGTERM (systemd, kill) ends the stream like Ctrl-C does: through the streamer, which
     # sends a feed hold so the controller does not run out its buffer unattended.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    previous_term = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        result = driver.stream(
-            lines(), max_line_chars=machine.emitter_dialect.max_line_chars, progress=progress,
-            reversals_modulated=None if unfiltered else (lambda: filt.reversals_modulated),
-            source=source if unfiltered else None)
+        # The pid file goes before the handlers do: a late `jha feedrate hold` then finds no
+        # stream, rather than a process whose SIGUSR1 would end it.
+        with hold_signals(control.hold, control.resume), pid_file(args.pid_file):
+            result = driver.stream(
+                lines(), max_line_chars=machine.emitter_dialect.max_line_chars,
+                progress=progress,
+                reversals_modulated=None if unfiltered else (lambda: filt.reversals_modulated),
+                source=source if unfiltered else None, control=control,
+                confirmed_ready=args.confirm_ready)
     except StreamError as exc:
         if unfiltered or exc.line_no is None:
             raise
@@ -279,12 +306,17 @@ def _cmd_stream(args: argparse.Namespace) -> int:
                           kind=exc.kind, code=exc.code, sent=exc.sent, acked=exc.acked,
                           source=source) from exc
     finally:
+        signal.signal(signal.SIGTERM, previous_term)
         progress.done()
-    stats = filt.stats
-    program = f" ({stats.lines_in} program lines)" if not unfiltered else ""
+    program, modulated = "", 0
+    if not unfiltered:
+        program, modulated = f" ({filt.stats.lines_in} program lines)", filt.stats.modulated
     print(f"{source}: {result.lines_acked} lines acknowledged of {result.lines_sent} sent"
-          f"{program}, {time.monotonic() - started:.1f} s, {stats.modulated} reversals "
+          f"{program}, {time.monotonic() - started:.1f} s, {modulated} reversals "
           "modulated", file=sys.stderr)
+    if result.held_at_end:
+        print(f"{source}: every line was sent, but the machine is still held: resume it at the "
+              "controller (cycle start)", file=sys.stderr)
     return EX_OK
 
 

@@ -14,6 +14,10 @@ out of the byte stream at any time (they never occupy its receive buffer):
                 flushed). Reset while moving would lose position (ALARM:3), hence the wait.
 `connect` opens the port for these; `stream` opens it itself and refuses while connected,
 because the port is locked to one user.
+
+Before the first line, a GRBL stream asks '?' and refuses unless the controller is Idle
+(agent.feedrate.stream). A DNC controller answers no status query: `stream` refuses unless the
+operator has confirmed the machine ready (`confirmed_ready`, `--confirm-ready`; DNC_CHECKLIST).
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from agent.feedrate.stream import (
     DncOptions,
     GrblOptions,
     ProgressFn,
+    StreamControl,
+    StreamError,
     StreamResult,
     stream_to_port,
 )
@@ -48,6 +54,16 @@ from drivers.serial_link import SerialLink
 __all__ = ["GRBL_MODES", "GrblDriver", "controller_status", "overrides_percent"]
 
 FEED_HOLD, SOFT_RESET, STATUS_QUERY = b"!", b"\x18", b"?"
+
+# What the operator confirms before a DNC stream: the checks a GRBL stream makes through '?',
+# and the ones no status report can make. A DNC control usually runs what it receives as soon
+# as it is in DNC (remote, tape) mode and cycle start has been pressed.
+DNC_CHECKLIST = (
+    "DNC drip feed: the controller answers no status query, so the agent cannot see whether "
+    "the machine is ready. Check at the machine: no alarm; door closed and guards in place; "
+    "nobody in the working area; the control in DNC (remote, tape) mode with this program's "
+    "work offset and tools set; feed and rapid overrides where you want them; the axes clear "
+    "of clamps and fixtures. Then run again with --confirm-ready (stream(confirmed_ready=True))")
 
 # GRBL 1.1 machine states (interface.md, "Machine State"). Run and Hold belong to a program in
 # progress: the machine is in production and must not be moved by anyone else. Door is the
@@ -244,24 +260,36 @@ class GrblDriver(Driver):
         if s.protocol == "dnc":
             return DncOptions(max_line_chars=limit, stall_timeout_s=s.stall_timeout_s,
                               write_timeout_s=s.write_timeout_s, wait_idle=s.wait_idle,
-                              line_rate_bytes_s=s.baudrate / 10.0)
+                              line_rate_bytes_s=s.baudrate / 10.0,
+                              hold_code=_code(s.dnc_feed_hold), resume_code=_code(s.dnc_resume))
         return GrblOptions(
             rx_buffer_bytes=s.rx_buffer_bytes,
             max_line_chars=min(limit if limit is not None else 79, s.rx_buffer_bytes - 1),
             handshake=s.handshake, startup_timeout_s=s.startup_timeout_s,
-            status_interval_s=s.status_interval_s, stall_timeout_s=s.stall_timeout_s,
-            write_timeout_s=s.write_timeout_s, wait_idle=s.wait_idle)
+            status_timeout_s=s.reply_timeout_s, status_interval_s=s.status_interval_s,
+            stall_timeout_s=s.stall_timeout_s, write_timeout_s=s.write_timeout_s,
+            wait_idle=s.wait_idle)
 
     def stream(self, lines: Iterable[str], *, max_line_chars: int | None = None,
                progress: ProgressFn | None = None,
                reversals_modulated: Callable[[], int] | None = None,
-               source: str | None = None) -> StreamResult:
-        """Stream G-code lines to the controller (blocking; StreamError says where and why)."""
+               source: str | None = None, control: StreamControl | None = None,
+               confirmed_ready: bool = False) -> StreamResult:
+        """Stream G-code lines to the controller (blocking; StreamError says where and why).
+        `control` holds and resumes the running stream; `confirmed_ready` is the operator's
+        word that a DNC machine is ready (a GRBL controller is asked instead)."""
         if self.connected:
             raise DriverError(f"{self.controller}: close the status connection before "
                               f"streaming ({self._settings.port} takes one user)")
         s = self._settings
+        if s.protocol == "dnc" and not confirmed_ready:
+            raise StreamError(None, None, f"{self.controller}: {DNC_CHECKLIST}",
+                              kind="not_ready")
         return stream_to_port(lines, s.port, protocol=s.protocol, baudrate=s.baudrate,
                               options=self.stream_options(max_line_chars), progress=progress,
                               reversals_modulated=reversals_modulated, source=source,
-                              exclusive=s.exclusive)
+                              exclusive=s.exclusive, control=control)
+
+
+def _code(text: str | None) -> bytes | None:
+    return text.encode("ascii") if text is not None else None

@@ -58,7 +58,7 @@ class GrblSettings:
     filter: StreamFilterSettings = field(default_factory=StreamFilterSettings)
     startup_timeout_s: float = field(default=5.0, metadata={"gt": 0.0, "le": 600.0})
     reply_timeout_s: float = field(default=1.0, metadata={
-        "gt": 0.0, "le": 60.0, "doc": "status report after '?'"})
+        "gt": 0.0, "le": 60.0, "doc": "status report after '?' (also the one before streaming)"})
     stall_timeout_s: float = field(default=10.0, metadata={
         "gt": 0.0, "le": 3600.0, "doc": "silence while the controller owes an answer"})
     write_timeout_s: float = field(default=5.0, metadata={"gt": 0.0, "le": 600.0})
@@ -68,6 +68,11 @@ class GrblSettings:
         "gt": 0.0, "doc": "'?' polls while streaming (null: none)"})
     wait_idle: bool = field(default=False, metadata={
         "doc": "after the last line, wait until the machine has run the program out"})
+    dnc_feed_hold: str | None = field(default=None, metadata={
+        "min_len": 1, "doc": "DNC: the controller's real-time feed-hold code, sent on an error, "
+        "a stall or `jha feedrate hold` (GRBL with XON/XOFF: \"!\"); null: it takes none"})
+    dnc_resume: str | None = field(default=None, metadata={
+        "min_len": 1, "doc": "DNC: its cycle-start code after such a hold (GRBL: \"~\")"})
 
     def check(self) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = []
@@ -75,8 +80,18 @@ class GrblSettings:
             found.append(("max_line_chars", f"expected a line (with its newline) to fit the "
                           f"{self.rx_buffer_bytes}-byte receive buffer, found "
                           f"{self.max_line_chars} characters"))
+        for name in ("dnc_feed_hold", "dnc_resume"):
+            code = getattr(self, name)
+            if code is None:
+                continue
+            if self.protocol != "dnc":
+                found.append((name, "expected only with protocol: dnc (GRBL's feed hold and "
+                              f"cycle start are '!' and '~'), found {code!r}"))
+            elif problem := realtime_code_problem(code):
+                found.append((name, f"expected {problem}, found {code!r}"))
         if isinstance(self.machine, dict):
-            found += [(f"machine.{path}" if path else "machine", message)
+            # A key that is no identifier comes as "['key']": no dot before it (atheris).
+            found += [("machine" + ("." if path[:1] not in ("", "[") else "") + path, message)
                       for path, message in inline_machine_issues(self.machine)]
         return found
 
@@ -87,6 +102,17 @@ class GrblSettings:
             path = Path(self.machine)
             return load_machine(path if path.is_absolute() else Path(base_dir) / path)
         return _inline_machine(self.machine, "<inline machine>")
+
+
+def realtime_code_problem(code: str) -> str | None:
+    """What a DNC hold/resume code must be and `code` is not (None: it is fine). It is written
+    into the byte stream at any moment, so it must be a few ASCII bytes that are neither a line
+    end nor the flow-control bytes XON/XOFF."""
+    if not code.isascii() or not 1 <= len(code) <= 8:
+        return "1 to 8 ASCII characters"
+    if any(c in code for c in "\r\n\x11\x13"):
+        return "no line end (CR, LF) and no XON/XOFF (0x11, 0x13) byte"
+    return None
 
 
 def inline_machine_issues(machine: dict[str, Any]) -> list[tuple[str, str]]:

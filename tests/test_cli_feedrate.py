@@ -201,6 +201,15 @@ class Peer:
             channel.close()
         raise AssertionError("the controller never became Idle")
 
+    def state(self) -> Any:
+        """The machine's status from the peer's display (its stdin and stdout, not the port)."""
+        from agent.feedrate.grbl_protocol import parse_status
+
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("status\n")
+        self.proc.stdin.flush()
+        return parse_status(self.proc.stdout.readline().strip())
+
     def stats(self) -> dict[str, Any]:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)

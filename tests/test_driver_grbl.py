@@ -20,6 +20,7 @@ from agent.feedrate.filter import filter_lines
 from agent.feedrate.grbl_protocol import parse_status
 from agent.feedrate.machine import load_machine
 from agent.feedrate.serial_channel import open_serial
+from agent.feedrate.stream import DncOptions
 from drivers.base import BacklashCycle, Capability, ControllerMode, load_driver_class
 from drivers.grbl import GrblDriver, controller_status, overrides_percent
 from drivers.grbl_settings import GrblSettings
@@ -333,6 +334,51 @@ def test_cli_error_from_the_controller_names_the_program_line(
                "mill1", "--quiet") == EX_DATAERR
     err = capsys.readouterr().err
     assert f"{src}:" in err and "error:33" in err and "(line 12 of the filtered stream)" in err
+
+
+def test_dnc_hold_codes_are_checked_with_the_config(tmp_path: Path) -> None:
+    base = "port: /dev/ttyUSB0\nmachine: m.yaml\n"
+    cases = (("protocol: grbl\ndnc_feed_hold: '!'\n", "dnc_feed_hold",
+              "expected only with protocol: dnc (GRBL's feed hold and cycle start are '!' "
+              "and '~'), found '!'"),
+             ('protocol: dnc\ndnc_feed_hold: "!\\x13"\n', "dnc_feed_hold",
+              "no line end (CR, LF) and no XON/XOFF (0x11, 0x13) byte"),
+             ("protocol: dnc\ndnc_resume: 'cycle start'\n", "dnc_resume",
+              "expected 1 to 8 ASCII characters, found 'cycle start'"))
+    for extra, key, message in cases:
+        path = write_config(tmp_path, base + extra)
+        (issue,) = config_issues(path)
+        assert issue.path == f"controllers[0].settings.{key}", issue
+        assert message in issue.message
+        assert issue.line == 1 + next(k for k, line in enumerate(path.read_text().splitlines())
+                                      if f"{key}:" in line)
+    path = write_config(tmp_path, base + "protocol: dnc\ndnc_feed_hold: '!'\n"
+                                         "dnc_resume: '~'\n")
+    options = GrblDriver("mill1", load_config(path).controllers[0].settings).stream_options()
+    assert isinstance(options, DncOptions)
+    assert (options.hold_code, options.resume_code) == (b"!", b"~")
+
+
+def test_cli_dnc_stream_from_the_config_holds_the_machine_on_an_error(
+        peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """G3 end to end: the configured hold code reaches the controller when the DNC stream
+    stops on an error; without --confirm-ready nothing is sent at all (G1)."""
+    src = tmp_path / "zz.gcode"
+    src.write_text(zigzag(40))
+    p = peer("--dnc", "--time-scale", "20", "--error-at", "30:33")
+    config = write_config(tmp_path, f"port: {p.path}\nprotocol: dnc\ndnc_feed_hold: '!'\n"
+                                    "filter: {enabled: false}\nmachine:\n"
+                                    + indented(GRBL_MACHINE, 2))
+    run = ("feedrate", "stream", str(src), "--config", str(config), "--controller", "mill1",
+           "--quiet")
+    assert jha(*run) == 75
+    assert "--confirm-ready" in capsys.readouterr().err
+    assert jha(*run, "--confirm-ready") == EX_DATAERR
+    err = capsys.readouterr().err
+    assert "error:33" in err and "feed hold b'!' sent" in err
+    assert p.state().state == "Hold"
+    stats = p.stats()
+    assert stats["held"] and 30 <= stats["lines_received"] < 40
 
 
 def test_the_example_config_validates() -> None:

@@ -57,6 +57,14 @@ class Peer:
         self.proc.wait(10)
         return dict(json.loads(self.stats_path.read_text()))
 
+    def state(self) -> Any:
+        """The machine's status as its display shows it (the peer's stdin, not the port, which
+        the streamer may hold); every byte already written to the port has been taken in."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("status\n")
+        self.proc.stdin.flush()
+        return parse_status(self.proc.stdout.readline().strip())
+
     def settle(self) -> Any:
         """A '?' round trip: the peer has read all earlier bytes once it answers."""
         channel = open_serial(self.path)
@@ -265,7 +273,11 @@ def test_stall_is_detected_by_timeout(peer: Any) -> None:
     exc = failure(p, polygon(1000), GrblOptions(stall_timeout_s=0.5))
     assert 0.5 <= time.monotonic() - started < 3.0
     assert exc.kind == "stalled" and exc.line_no == 300 and exc.acked == 299
-    assert p.stats()["stalled"]
+    assert "feed hold b'!' sent" in str(exc)
+    # The silent controller's receive interrupt took the feed hold: its machine stands.
+    assert p.state().state == "Hold"
+    stats = p.stats()
+    assert stats["stalled"] and stats["held"]
 
 
 def test_a_line_with_a_realtime_character_is_refused_before_it_is_sent(peer: Any) -> None:
@@ -296,16 +308,20 @@ def test_no_banner_is_a_handshake_failure() -> None:
 
 def test_an_answer_nobody_asked_for_is_a_protocol_error() -> None:
     """Any byte stream with a descriptor works: here a socket pair and a scripted controller
-    that answers one line twice."""
+    that answers one line twice (and speaks no status reports, so none is asked for)."""
     a, b = socket.socketpair()
+    received = bytearray()
 
     def controller() -> None:
         buf = b""
         count = 0
-        while count < 3:
+        while True:
             data = b.recv(4096)
             if not data:
                 return
+            received.extend(data)
+            if count >= 3:
+                continue
             buf += data
             while b"\n" in buf:
                 _, buf = buf.split(b"\n", 1)
@@ -318,12 +334,27 @@ def test_an_answer_nobody_asked_for_is_a_protocol_error() -> None:
         channel = FdChannel(a.fileno(), "socketpair")
         with pytest.raises(StreamError) as info:
             stream_grbl(["G0 X1\n", "G0 X2\n", "G0 X3\n"], channel,
-                        GrblOptions(handshake="none", max_lines_in_flight=1))
+                        GrblOptions(handshake="none", max_lines_in_flight=1,
+                                    start_states=None))
         assert info.value.kind == "protocol" and "'ok' with no line" in str(info.value)
+        assert "feed hold b'!' sent" in str(info.value)
     finally:
         a.close()  # the controller thread sees the end of the stream and returns
         thread.join(2)
         b.close()
+    assert received.endswith(b"!")  # the hold was the last byte the controller got
+
+
+def test_an_answer_nobody_asked_for_holds_the_peer(peer: Any) -> None:
+    # Character counting cannot tell a surplus `ok` from the answer to a later line while
+    # several are in flight; one line at a time it can.
+    p = peer("--time-scale", "20", "--extra-ok-at", "40")
+    exc = failure(p, polygon(400), GrblOptions(max_lines_in_flight=1))
+    assert exc.kind == "protocol" and "'ok' with no line awaiting" in str(exc)
+    assert exc.exit_code == EX_IOERR and exc.acked == exc.sent
+    assert p.settle().state == "Hold"
+    stats = p.stats()
+    assert stats["held"] and stats["lines_received"] == exc.sent < 400
 
 
 # ------------------------------------------------------------------------------ DNC
@@ -364,27 +395,37 @@ def test_a_sender_that_ignores_xoff_is_caught(peer: Any) -> None:
     assert stats["max_bytes_after_xoff"] > 8 * DncOptions().chunk_bytes
 
 
-def test_dnc_error_and_stall(peer: Any) -> None:
-    p = peer("--dnc", "--time-scale", "1000", "--error-at", "40:33")
+@pytest.mark.parametrize("hold_code", [b"!", None], ids=["hold_code", "no_hold_code"])
+def test_dnc_error_and_stall(peer: Any, hold_code: bytes | None) -> None:
+    # The peer in DNC mode is GRBL with XON/XOFF: its feed hold '!' is a real-time code. A
+    # control without one (hold_code None) keeps running what it holds, and the error says so.
+    p = peer("--dnc", "--time-scale", "20", "--error-at", "40:33")
     channel = open_serial(p.path)
     try:
         with pytest.raises(StreamError) as info:
-            stream_dnc(polygon(300), channel)
+            stream_dnc(polygon(300), channel, DncOptions(hold_code=hold_code))
     finally:
         channel.close()
     assert info.value.kind == "error" and info.value.code == 33
     assert info.value.line_no is not None and info.value.line_no >= 40
-    p.stats()
+    held = "feed hold b'!' sent" if hold_code else "no feed hold sent: the controller's settings"
+    assert held in str(info.value)
+    assert (p.state().state == "Hold") is (hold_code is not None)
+    assert p.stats()["held"] is (hold_code is not None)
     # A DNC controller that stops reading is only noticed when it must answer: the final
     # wait for Idle (or, on a long program, the port's buffer filling up).
     p = peer("--dnc", "--time-scale", "1000", "--stall-at", "30")
     channel = open_serial(p.path)
     try:
         with pytest.raises(StreamError) as info:
-            stream_dnc(polygon(200), channel, DncOptions(stall_timeout_s=0.5, wait_idle=True))
+            stream_dnc(polygon(200), channel, DncOptions(stall_timeout_s=0.5, wait_idle=True,
+                                                         hold_code=hold_code))
     finally:
         channel.close()
-    assert info.value.kind == "stalled"
+    assert info.value.kind == "stalled" and held in str(info.value)
+    assert (p.state().state == "Hold") is (hold_code is not None)
+    stats = p.stats()
+    assert stats["stalled"] and stats["held"] is (hold_code is not None)
 
 
 # ------------------------------------------------------------------------------ pure parts
@@ -399,6 +440,8 @@ def test_parse_status_report() -> None:
     assert s.work_mm == (0.0, 0.0, 0.0) and s.machine_mm is None and s.feed_mm_min == 0.0
     with pytest.raises(ValueError, match="not a status report"):
         parse_status("ok")
+    old = parse_status("<Idle,MPos:0.000,0.000,0.000,WPos:0.000,0.000,0.000>")  # GRBL 0.9
+    assert (old.state, old.substate, old.machine_mm) == ("Idle", None, None)
 
 
 def test_prepare_line() -> None:
@@ -445,7 +488,8 @@ def test_budget_rule_property(lengths: list[int], rx: int) -> None:
     try:
         result = stream_grbl(lines, FdChannel(a.fileno(), "socketpair"),
                              GrblOptions(handshake="none", rx_buffer_bytes=rx,
-                                         status_interval_s=None, stall_timeout_s=5.0))
+                                         status_interval_s=None, stall_timeout_s=5.0,
+                                         start_states=None))
     finally:
         a.close()  # the controller thread sees the end of the stream and returns
         thread.join(2)

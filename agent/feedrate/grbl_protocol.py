@@ -38,6 +38,22 @@ GRBL_ALARMS: dict[int, str] = {
 }
 _COMMENT = re.compile(r"\([^)]*\)|;.*")
 
+# Why a stream must not start in each GRBL 1.1 state but Idle (interface.md, "Machine State").
+# After the handshake's soft reset only Alarm and Door survive (GRBL keeps an alarm lock across
+# a reset and re-enters Door while the door is ajar); the others show with `handshake: none` or
+# `banner`, when another program left the machine busy.
+NOT_READY: dict[str, str] = {
+    "Alarm": "the controller is locked in alarm (a limit, an aborted motion, or homing required "
+             "at power-up): clear the cause, home ($H) or unlock ($X) it, check the position",
+    "Door": "the safety door is open: close it (the controller would hold every motion)",
+    "Hold": "a feed hold is in force: another program's motion is paused on the machine",
+    "Run": "the machine is moving: another program or command is running",
+    "Jog": "the machine is jogging",
+    "Home": "a homing cycle is running",
+    "Check": "the controller is in check mode ($C): lines would be parsed but not run",
+    "Sleep": "the controller sleeps: reset it",
+}
+
 
 @dataclass(frozen=True)
 class StatusReport:
@@ -60,7 +76,13 @@ def parse_status(line: str) -> StatusReport:
     """Parse one status report line; ValueError when it is not one."""
     if not (line.startswith("<") and line.endswith(">")):
         raise ValueError(f"not a status report: {line!r}")
-    head, *parts = line[1:-1].split("|")
+    body = line[1:-1]
+    if "|" not in body and "," in body:
+        # GRBL 0.9 (`<Idle,MPos:0.000,0.000,0.000,WPos:...>`): the state is what matters to the
+        # streamer's start check; its comma-joined fields are not split apart.
+        head, parts = body.partition(",")[0], []
+    else:
+        head, *parts = body.split("|")
     state, _, sub = head.partition(":")
     fields = dict(p.partition(":")[::2] for p in parts)
 
@@ -72,6 +94,25 @@ def parse_status(line: str) -> StatusReport:
                         numbers("WPos"), int(bf[0]) if bf else None,
                         int(bf[1]) if bf and len(bf) > 1 else None, fs[0] if fs else None,
                         fields)
+
+
+def not_ready_reason(report: StatusReport, heard: list[str] | tuple[str, ...] = ()) -> str:
+    """Why a stream must not start on a controller reporting `report` (not Idle). `heard` are
+    the controller's last messages (ALARM:N, [MSG:...]), quoted because they name the cause."""
+    state = report.state + (f":{report.substate}" if report.substate is not None else "")
+    why = NOT_READY.get(report.state, "a state GRBL 1.1 does not document: nothing may assume "
+                        "it is safe")
+    named: list[str] = []
+    for h in heard:
+        if h.startswith("ALARM:"):
+            code = reply_code(h)
+            named.append(f"{h} ({GRBL_ALARMS[code]})" if code in GRBL_ALARMS else h)
+        elif h.startswith("[MSG:"):
+            named.append(h)
+    if named:
+        why += "; the controller said " + ", ".join(named[-3:])
+    return (f"the controller reports {state}, not Idle: {why}. Refusing to stream; nothing was "
+            "sent")
 
 
 def prepare_line(text: str, compact: bool = True) -> str:
