@@ -45,7 +45,12 @@ def _ask(args: argparse.Namespace, payload: dict[str, Any]) -> dict[str, Any] | 
 
 
 def _cmd_cycle_now(args: argparse.Namespace) -> int:
-    reply = _ask(args, {"cmd": "cycle_now", "controller": args.controller, "joint": args.joint})
+    payload: dict[str, Any] = {"cmd": "cycle_now", "controller": args.controller}
+    if args.identification:
+        payload["identification"] = True  # only when asked: an older daemon knows no such key
+    else:
+        payload["joint"] = args.joint
+    reply = _ask(args, payload)
     if isinstance(reply, int):
         return reply
     if args.json:
@@ -56,7 +61,8 @@ def _cmd_cycle_now(args: argparse.Namespace) -> int:
         return EX_UNAVAILABLE
     if not args.json:
         joints = ", ".join(reply.get("queued", []))
-        print(f"{args.controller}: {joints}: {reply.get('message', 'queued')}")
+        kind = " (identification, every joint)" if args.identification else ""
+        print(f"{args.controller}: {joints}{kind}: {reply.get('message', 'queued')}")
     return EX_OK
 
 
@@ -89,7 +95,14 @@ def register(sub: Any) -> None:
         "now", help="queue a cycle now (it still waits for a production stop and the interlocks)"
     )
     now.add_argument("--controller", required=True)
-    now.add_argument("--joint", help="one joint (default: every joint of the controller)")
+    which = now.add_mutually_exclusive_group()
+    which.add_argument("--joint", help="one joint (default: every joint of the controller)")
+    which.add_argument(
+        "--identification",
+        action="store_true",
+        help="the whole-robot identification cycle (the controller's identification: section) "
+        "instead of backlash cycles",
+    )
     _common(now)
     now.set_defaults(func=_cmd_cycle_now)
 

@@ -29,6 +29,7 @@ from agent.service_controller import (
     ControllerRunner,
     RunnerEnv,
 )
+from agent.service_identification import ALL_JOINTS
 from agent.service_jobs import (
     KINDS,
     AnalysisContext,
@@ -297,22 +298,33 @@ class Agent:
             }
         if cmd == "cycle_now":
             name, joint = request.get("controller"), request.get("joint")
+            ident = request.get("identification", False)
             if not isinstance(name, str) or not (joint is None or isinstance(joint, str)):
                 return {
                     "ok": False,
                     "error": "expected a string 'controller' and optional string 'joint'",
+                }
+            if not isinstance(ident, bool) or (ident and joint is not None):
+                return {
+                    "ok": False,
+                    "error": "expected 'identification' true or false, and no 'joint' with it "
+                    "(the identification moves every joint)",
                 }
             runner = self.runners.get(name)
             if runner is None:
                 known = ", ".join(self.runners) or "none"
                 return {"ok": False, "error": f"unknown controller {name!r} (known: {known})"}
             try:
-                queued = runner.enqueue(joint, "on_demand")
+                if ident:
+                    queued = runner.enqueue_identification("on_demand")
+                else:
+                    queued = runner.enqueue(joint, "on_demand")
             except ValueError as exc:
                 return {"ok": False, "error": str(exc)}
             return {
                 "ok": True,
                 "queued": queued,
+                "kind": "identification" if ident else "backlash",
                 "controller": name,
                 "message": "queued: the cycle waits for a production stop it fits in and for "
                 "every interlock",
@@ -376,5 +388,8 @@ class Agent:
         if ctrl is not None and not self._stop.is_set():
             # Cycles still owed to joints that remain are owed by the new configuration too.
             fresh = self._start_runner(ctrl)
-            fresh.queue = runner.queue.keep_only({j.name for j in ctrl.joints})
+            keep = {j.name for j in ctrl.joints}
+            if ctrl.identification is not None:
+                keep.add(ALL_JOINTS)  # a queued identification is owed by the new config too
+            fresh.queue = runner.queue.keep_only(keep)
         self._update_status()

@@ -14,15 +14,20 @@ the configured limit) or "bad_capture" (anything else wrong with the data).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
+import json
 import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from agent.atomic import atomic_write_text
 from agent.capture_multi import MultiCapture
 from agent.config import ControllerSettings
 from agent.errors import CaptureError, ConfigError, EstimationError
@@ -106,13 +111,17 @@ def excitation_design(
     )
 
 
-def excitation_cycle(ctrl: ControllerSettings) -> ExcitationCycle:
+def excitation_cycle(
+    ctrl: ControllerSettings, designed: tuple[FourierTrajectory, float] | None = None
+) -> ExcitationCycle:
     """The identification cycle of a controller: the optimised excitation of its robot.
 
-    The design (SLSQP, seconds to a minute for six joints) is cached per robot and settings.
-    Raises ConfigError when the controller has no `identification:` section, when its joints
-    do not name every joint of the robot (the interlocks must see each one's pose), or when
-    the optimiser cannot reach the condition-number limit the analysis will apply.
+    The design (SLSQP, seconds to a minute for six joints) is cached per robot and settings in
+    this process; `designed` (trajectory, condition number) skips it (cached_excitation_cycle
+    brings one from the state dir). Raises ConfigError when the controller has no
+    `identification:` section, when its joints do not name every joint of the robot (the
+    interlocks must see each one's pose), or when the optimiser cannot reach the
+    condition-number limit the analysis will apply.
     """
     s = ctrl.identification
     if s is None:
@@ -125,7 +134,12 @@ def excitation_cycle(ctrl: ControllerSettings) -> ExcitationCycle:
             f"controller {ctrl.name}: joints {', '.join(missing)} of {robot.source} are not "
             "among the controller's joints; the interlocks must see every joint's pose"
         )
-    trajectory, cond = _designed(robot, excitation_design(s, robot))
+    trajectory, cond = designed or _designed(robot, excitation_design(s, robot))
+    if trajectory.n_joints != robot.n_joints:
+        raise ConfigError(
+            f"controller {ctrl.name}: the designed excitation drives {trajectory.n_joints} "
+            f"joints, {robot.source} has {robot.n_joints}"
+        )
     if not cond <= s.max_condition_number:
         raise ConfigError(
             f"controller {ctrl.name}: the best excitation within the limits reaches condition "
@@ -149,6 +163,59 @@ def excitation_cycle(ctrl: ControllerSettings) -> ExcitationCycle:
         gear_ratios=tuple(j.gear_ratio for j in robot.joints),
         encoder_bits=bits,
     )
+
+
+def design_key(settings: IdentificationCycleSettings) -> str:
+    """What the design depends on, hashed: the robot file's bytes and the design settings."""
+    try:
+        robot_bytes = Path(settings.robot).read_bytes()
+    except OSError as e:
+        raise ConfigError(f"identification.robot: cannot read {settings.robot!r}: {e}") from None
+    design = excitation_design(settings, robot_of(settings))
+    text = json.dumps(dataclasses.asdict(design), sort_keys=True)
+    digest = hashlib.sha256(robot_bytes + b"\0" + text.encode())
+    return digest.hexdigest()[:32]
+
+
+def cached_excitation_cycle(
+    ctrl: ControllerSettings, cache_dir: Path
+) -> tuple[ExcitationCycle, bool]:
+    """excitation_cycle with the design cached in `cache_dir` (one JSON file per design_key):
+    a daemon designs each trajectory once, across restarts. Returns (cycle, from the cache).
+    A damaged cache file is designed again and replaced."""
+    s = ctrl.identification
+    if s is None:
+        raise ConfigError(f"controller {ctrl.name}: no identification: section")
+    path = cache_dir / f"excitation-{design_key(s)}.json"
+    designed = _load_design(path)
+    if designed is not None:
+        return excitation_cycle(ctrl, designed), True
+    robot = robot_of(s)
+    trajectory, cond = _designed(robot, excitation_design(s, robot))
+    # Only a design the analysis will accept is kept (excitation_cycle refuses the others).
+    cycle = excitation_cycle(ctrl, (trajectory, cond))
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    doc = {"trajectory": trajectory.to_dict(), "condition_number": cond, "robot": s.robot}
+    atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
+    return cycle, False
+
+
+def _load_design(path: Path) -> tuple[FourierTrajectory, float] | None:
+    try:
+        doc = json.loads(path.read_text())
+        t = doc["trajectory"]
+        trajectory = FourierTrajectory(
+            float(t["period_s"]),
+            tuple(float(v) for v in t["q0_rad"]),
+            tuple(tuple(float(v) for v in row) for row in t["a"]),
+            tuple(tuple(float(v) for v in row) for row in t["b"]),
+        )
+        cond = float(doc["condition_number"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent or damaged: designed again
+    if not (math.isfinite(cond) and trajectory.period_s > 0 and trajectory.a):
+        return None
+    return trajectory, cond
 
 
 # ------------------------------------------------------------------------------- the analysis

@@ -4,6 +4,17 @@ The cycle runs an optimised finite Fourier excitation (agent.estimation.excitati
 joint at once; the job (agent.identification_job) identifies friction, stiffness and the
 dynamic model from its capture and refuses one it cannot trust. Constraints in the field
 metadata are enforced by agent.schema; check() adds the ones that tie fields together.
+
+When the daemon queues it (agent.service_identification): on its own cadence, not on every
+production stop, because it moves every joint at once for the whole trajectory (tens of seconds)
+and friction or stiffness drift over weeks, not hours. `every_s` (default: weekly) queues one
+every_s after the last was queued; when the daemon (re)starts, the clock starts from the last
+successful identification in the history, so a restart does not repeat it, and one is queued at
+once when the history has none. `window` (local time) limits when the cadence may queue it;
+null `every_s` leaves it to `jha cycle now --identification`. `jha run --once` never queues it.
+A queued identification, like every cycle, runs only in a production stop announced long enough
+for settle_s + duration_s + triggers.cycle_margin_s, only once its trajectory is designed (in
+the process pool, cached in <state_dir>/identification/), and only while every interlock holds.
 """
 
 from __future__ import annotations
@@ -71,6 +82,14 @@ class IdentificationCycleSettings:
     bandwidth_hz: float | None = field(default=None, metadata={"gt": 0.0})
     cutoff_hz: float | None = field(default=None, metadata={"gt": 0.0})
     decimation: int = field(default=20, metadata={"ge": 1, "le": 1000})
+    # The daemon's cadence (see the module docstring).
+    every_s: float | None = field(
+        default=7 * 86400.0,
+        metadata={"gt": 0.0, "doc": "queue one this long after the last (null: on demand only)"},
+    )
+    window: str | None = field(
+        default=None, metadata={"doc": "HH:MM-HH:MM (local time) in which the cadence queues"}
+    )
 
     @property
     def duration_s(self) -> float:
@@ -103,4 +122,13 @@ class IdentificationCycleSettings:
             found.append(("cutoff_hz", f"expected below {self.sample_rate_hz / 2.0:g} Hz"))
         if not Path(self.robot).is_file():
             found.append(("robot", f"no robot description file {self.robot!r}"))
+        if self.window is not None:
+            from agent.triggers import parse_window  # here: triggers imports the drivers
+
+            try:
+                parse_window(self.window)
+            except ValueError as exc:
+                found.append(("window", str(exc)))
+            if self.every_s is None:
+                found.append(("window", "expected every_s with a window (the cadence it limits)"))
         return found

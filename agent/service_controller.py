@@ -22,16 +22,18 @@ from agent.cycle_queue import CycleQueue, PendingCycle
 from agent.cycles import check_interlocks, run_guarded_cycle
 from agent.errors import AgentError, CycleAborted, InterlockError
 from agent.logfmt import kv
+from agent.service_identification import KIND as IDENTIFICATION
+from agent.service_identification import RunnerIdentification
 from agent.service_jobs import (
     AnalysisContext,
+    AnalysisRefused,
     CycleKind,
     JointJob,
-    estimate_s,
     stamp,
     utcnow,
 )
 from agent.triggers import ScheduleState, schedule_due, schedule_of, stop_begins, stopped
-from drivers.base import Capability, ControllerMode, ControllerStatus, Driver
+from drivers.base import Capability, ControllerMode, ControllerStatus, Cycle, Driver
 
 log = logging.getLogger("jha.daemon")
 
@@ -82,6 +84,10 @@ class ControllerRunner:
         )
         self._schedule_state = ScheduleState()
         self.last_status: ControllerStatus | None = None
+        # The whole-robot identification (agent.service_identification): its own cadence.
+        self._ident = RunnerIdentification(
+            ctrl, env.kinds.get(IDENTIFICATION), env.analysis, self._design_done
+        )
 
     # -- for the daemon --------------------------------------------------------------------
 
@@ -106,12 +112,12 @@ class ControllerRunner:
             )
         chosen = [j for j in self.ctrl.joints if joint is None or j.name == joint]
         now_s = time.monotonic()
+        kind = self.env.kinds["backlash"]
         for order, j in enumerate(self.ctrl.joints):
             if j in chosen:
-                kind = self.env.kinds["backlash"]
-                cycle = kind.make_cycle(self.ctrl, j)
+                needs_s = kind.needs_s(self.ctrl, j)
                 self.queue = self.queue.add(
-                    PendingCycle(j.name, kind.name, now_s, reason, estimate_s(cycle), order)
+                    PendingCycle(j.name, kind.name, now_s, reason, needs_s, order)
                 )
         log.info(
             kv(
@@ -126,6 +132,24 @@ class ControllerRunner:
         self._wake.set()
         self.env.on_state()
         return [j.name for j in chosen]
+
+    def enqueue_identification(self, reason: str) -> list[str]:
+        """Queue the whole-robot identification cycle (its trajectory is designed in the pool
+        meanwhile); raises ValueError when this controller cannot run one."""
+        pending = self._ident.request(reason, self.streaming_only)
+        self.queue = self.queue.add(pending)
+        log.info(kv("queued", controller=self.ctrl.name, joints=pending.joint, kind=pending.kind,
+                    reason=reason, estimate_s=f"{pending.estimate_s:.3g}",
+                    pending=len(self.queue)))  # fmt: skip
+        self._ran_this_stop = False
+        self._wake.set()
+        self.env.on_state()
+        return [pending.joint]
+
+    def _design_done(self) -> None:
+        # A design that finishes inside a stop may still use it (if it fits what is left).
+        self._ran_this_stop = False
+        self._wake.set()
 
     def to_dict(self) -> dict[str, Any]:
         s = self.last_status
@@ -149,10 +173,12 @@ class ControllerRunner:
         ctrl = self.ctrl
         self._set_state("connecting")
         driver = self.env.make_driver(ctrl)
+        self._ident.capabilities = driver.capabilities
         self.env.on_driver(ctrl.name, driver)
         try:
             if not await self._connect(driver):
                 return EX_NO_CONTROLLER
+            await self._ident.seed(driver.capabilities, self.env.state_dir)
             if Capability.CYCLES not in driver.capabilities or not ctrl.joints:
                 self.streaming_only = True
                 log.info(kv("controller_streaming_only", controller=ctrl.name, driver=ctrl.driver))
@@ -233,6 +259,13 @@ class ControllerRunner:
             )
             if due:
                 self.enqueue(None, "schedule")
+        # --once handles one stop with the backlash cycles: it does not wait for a design.
+        if not self.env.once and self._ident.due():
+            try:
+                self.enqueue_identification("schedule")
+            except ValueError as exc:
+                log.error(kv("identification_not_queued", controller=self.ctrl.name,
+                             reason=str(exc)))  # fmt: skip
 
     async def _loop(self, driver: Driver) -> int:
         loop = asyncio.get_running_loop()
@@ -253,7 +286,9 @@ class ControllerRunner:
                 previous = status
             if stopped(status) and len(self.queue) and not self._ran_this_stop:
                 assert status is not None
-                plan = self.queue.plan(status.stop_expected_s, self.ctrl.triggers.cycle_margin_s)
+                plan = self._plannable().plan(
+                    status.stop_expected_s, self.ctrl.triggers.cycle_margin_s
+                )
                 if plan:
                     self._ran_this_stop = True
                     self.busy = True
@@ -282,6 +317,16 @@ class ControllerRunner:
             backoff_s = self.env.poll_s if status is not None else min(5.0, backoff_s * 2)
             await self._sleep(backoff_s)
 
+    def _cycle_of(self, pending: PendingCycle) -> Cycle | None:
+        joint = next((j for j in self.ctrl.joints if j.name == pending.joint), None)
+        if joint is None and pending.kind != IDENTIFICATION:
+            return None
+        return self.env.kinds[pending.kind].make_cycle(self.env.analysis, self.ctrl, joint)
+
+    def _plannable(self) -> CycleQueue:
+        self.queue, plannable = self._ident.plannable(self.queue)
+        return plannable
+
     async def _hand_over(self, jobs: list[JointJob]) -> None:
         """Analyses, record and report of a stop's jobs go on in the background, so the next
         stop is not missed while a slow fit runs; at most MAX_FINISHING stops wait at once
@@ -301,10 +346,14 @@ class ControllerRunner:
                     continue
                 try:
                     job.result = await job.analysis
+                except AnalysisRefused as exc:  # measured, but not to be trusted: no data
+                    job.outcome, job.error = "rejected", str(exc)
+                    log.warning(kv("analysis_refused", controller=ctrl.name,
+                                   joint=job.joint_name, reason=str(exc)))  # fmt: skip
                 except AgentError as exc:
                     job.outcome, job.error = "error", str(exc)
                 except Exception as exc:  # a bug or a dead worker must not take the daemon down
-                    log.exception(kv("analysis_failed", controller=ctrl.name, joint=job.joint.name))
+                    log.exception(kv("analysis_failed", controller=ctrl.name, joint=job.joint_name))
                     job.outcome = "error"
                     job.error = f"analysis failed: {type(exc).__name__}: {exc}"
             await self.env.on_jobs(ctrl, [job.for_pool() for job in jobs])
@@ -341,21 +390,21 @@ class ControllerRunner:
         jobs: list[JointJob] = []
         try:
             for i, pending in enumerate(plan, start=1):
-                joint = joints.get(pending.joint)
-                if joint is None:
+                cycle = self._cycle_of(pending)
+                if cycle is None:
                     continue
                 if i > 1 and not await self._still_fits(driver, pending):
                     log.info(
                         kv(
                             "cycle_deferred",
                             controller=ctrl.name,
-                            joint=joint.name,
+                            joint=pending.joint,
                             reason="the rest of the stop is too short",
                         )
                     )
                     break
-                self._set_state(f"cycle {joint.name} ({i}/{len(plan)})")
-                job = await self._run_one(driver, joint, pending)
+                self._set_state(f"cycle {pending.joint} {pending.kind} ({i}/{len(plan)})")
+                job = await self._run_one(driver, joints.get(pending.joint), pending, cycle)
                 jobs.append(job)
         except BaseException:
             for job in jobs:  # cancelled mid-stop: no analysis is left running behind us
@@ -372,52 +421,43 @@ class ControllerRunner:
         return self.queue.fits(pending, status.stop_expected_s, self.ctrl.triggers.cycle_margin_s)
 
     async def _run_one(
-        self, driver: Driver, joint: JointSettings, pending: PendingCycle
+        self, driver: Driver, joint: JointSettings | None, pending: PendingCycle, cycle: Cycle
     ) -> JointJob:
+        """One cycle (of a joint, or of the whole robot when `joint` is None) through the
+        guarded path; its analysis starts in the pool when its capture is saved."""
         ctrl = self.ctrl
         kind = self.env.kinds[pending.kind]
-        cycle = kind.make_cycle(ctrl, joint)
+        name = pending.joint
         job = JointJob(ctrl, joint, cycle, utcnow(), trigger=pending.reason)
         try:
             if self.env.dry_run:
                 await check_interlocks(driver, cycle, ctrl.interlocks, joint)
                 job.outcome, job.error = "dry_run", "dry run: interlocks hold, no motion"
-                self.queue = self.queue.remove(joint.name, kind.name)
-                log.info(
-                    kv("cycle_dry_run", controller=ctrl.name, joint=joint.name, kind=kind.name)
-                )
+                self.queue = self.queue.remove(name, kind.name)
+                log.info(kv("cycle_dry_run", controller=ctrl.name, joint=name, kind=kind.name))
                 return job
             capture = await run_guarded_cycle(driver, cycle, ctrl.interlocks, joint)
         except InterlockError as exc:
             job.outcome, job.error = "rejected", f"interlock: {exc}"
-            log.warning(
-                kv("cycle_refused", controller=ctrl.name, joint=joint.name, reason=str(exc))
-            )
+            log.warning(kv("cycle_refused", controller=ctrl.name, joint=name, reason=str(exc)))
             return job  # stays queued for the next stop
         except CycleAborted as exc:
             job.outcome, job.error = "aborted", str(exc)
-            log.warning(
-                kv("cycle_aborted", controller=ctrl.name, joint=joint.name, reason=str(exc))
-            )
+            log.warning(kv("cycle_aborted", controller=ctrl.name, joint=name, reason=str(exc)))
             return job  # stays queued for the next stop
-        self.queue = self.queue.remove(joint.name, kind.name)
+        self.queue = self.queue.remove(name, kind.name)
+        folder = kind.name if joint is None else joint.name
         job.capture_path = (
-            self.env.state_dir
-            / "captures"
-            / ctrl.name
-            / joint.name
-            / f"{stamp(job.started_at)}.npz"
+            self.env.state_dir / "captures" / ctrl.name / folder / f"{stamp(job.started_at)}.npz"
         )
         try:
             await asyncio.to_thread(kind.save, capture, job.capture_path)
         except OSError as exc:  # a full or failing disk: this capture is lost, the agent is not
-            log.error(
-                kv("capture_not_saved", controller=ctrl.name, joint=joint.name, error=str(exc))
-            )
+            log.error(kv("capture_not_saved", controller=ctrl.name, joint=name, error=str(exc)))
             job.outcome, job.error = "error", f"capture not saved: {exc}"
             job.capture_path = None
             self.queue = self.queue.add(pending)  # measured again at a later stop
             return job
-        log.info(kv("captured", controller=ctrl.name, joint=joint.name, path=job.capture_path))
+        log.info(kv("captured", controller=ctrl.name, joint=name, path=job.capture_path))
         job.analysis = asyncio.ensure_future(kind.analyse(self.env.analysis, job, capture))
         return job

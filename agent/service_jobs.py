@@ -1,8 +1,9 @@
 """Cycle kinds behind one small interface: build the cycle, analyse its capture, record it.
 
-The daemon dispatches by `cycle.kind` through KINDS, so a new kind (the whole-robot
-identification cycle) is one class and one entry. Analysis runs in the process pool; recording
-and report writing are plain functions the daemon runs in a thread, off the event loop.
+The daemon dispatches by `cycle.kind` through KINDS: `backlash` (one joint, here) and
+`identification` (the whole robot, agent.service_identification). Analysis runs in the process
+pool; recording and report writing are plain functions the daemon runs in the pool too, off
+the event loop.
 """
 
 from __future__ import annotations
@@ -22,10 +23,11 @@ from agent.cycles import backlash_cycle
 from agent.errors import EstimationError
 from agent.estimation.results import BacklashResult
 from agent.logfmt import kv
-from drivers.base import BacklashCycle
+from drivers.base import BacklashCycle, Cycle
 
 if TYPE_CHECKING:
     from agent.report import JointReport, Report
+    from agent.service_identification import IdentificationAnalysis
     from agent.store import HistoryStore
 
 # The daemon's own process stays light (the idle service must fit in 120 MB): the estimators,
@@ -90,22 +92,43 @@ def calibration_from_sweep(points: list[tuple[float, float]], path: Path) -> dic
     return calibration_from_points(points, path).to_dict()
 
 
+class AnalysisRefused(EstimationError):
+    """The capture was measured but cannot be trusted (the identification's saturation, poor
+    excitation, missing channel): recorded as a refusal with its reason, never as data.
+    Defined here, not in the estimator, so that the daemon can receive it from the pool without
+    importing the estimators."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+    def __reduce__(self) -> tuple[type[AnalysisRefused], tuple[str, str]]:
+        # process pools pickle exceptions through their constructor arguments
+        return (type(self), (self.reason, str(self)))
+
+
 @dataclass
 class JointJob:
-    """One cycle of one joint, from the trigger to the record."""
+    """One cycle, from the trigger to the record: of one joint, or (joint None) of the whole
+    robot, as the identification cycle is."""
 
     controller: ControllerSettings
-    joint: JointSettings
-    cycle: BacklashCycle
+    joint: JointSettings | None
+    cycle: Cycle
     started_at: dt.datetime
     capture_path: Path | None = None
     error: str | None = None
     outcome: str = "ok"  # ok, rejected, aborted, error, dry_run
-    result: BacklashResult | None = None
+    result: BacklashResult | IdentificationAnalysis | None = None
     trigger: str | None = None  # production_stop, schedule, on_demand, once
     cycle_id: int | None = None  # its row in the history, once recorded
     # Not sent to the pool with the job (a future does not pickle): see for_pool().
-    analysis: asyncio.Future[BacklashResult] | None = field(default=None, compare=False)
+    analysis: asyncio.Future[Any] | None = field(default=None, compare=False)
+
+    @property
+    def joint_name(self) -> str:
+        """The joint's name; the cycle's ("all") for a whole-robot cycle."""
+        return self.cycle.joint if self.joint is None else self.joint.name
 
     def for_pool(self) -> JointJob:
         return replace(self, analysis=None)
@@ -123,24 +146,32 @@ class AnalysisContext:
 class CycleKind(Protocol):
     name: str
 
-    def make_cycle(self, ctrl: ControllerSettings, joint: JointSettings) -> BacklashCycle: ...
+    def make_cycle(
+        self, ctx: AnalysisContext, ctrl: ControllerSettings, joint: JointSettings | None
+    ) -> Cycle | None:
+        """The cycle to run; None while it cannot be made yet (a trajectory being designed in
+        the pool). On the event loop: must not block."""
+
+    def needs_s(self, ctrl: ControllerSettings, joint: JointSettings | None) -> float:
+        """How long the cycle keeps the machine (settle + duration), known before the cycle is
+        made: what a stop must hold (the margin comes on top)."""
 
     def save(self, capture: object, path: Path) -> None:
         """Write the capture atomically (blocking: the daemon calls it in a thread)."""
 
-    async def analyse(
-        self, ctx: AnalysisContext, job: JointJob, capture: object
-    ) -> BacklashResult: ...
+    async def analyse(self, ctx: AnalysisContext, job: JointJob, capture: object) -> Any:
+        """The job's result, computed in the pool; AnalysisRefused for a capture the estimator
+        cannot trust."""
 
-    def record(self, store: HistoryStore, job: JointJob) -> int | None:
-        """Write the job's outcome (and estimates and verdict) to the history; in a thread.
-        Returns the cycle's row id (None when nothing was recorded, as in a dry run)."""
+    def record(self, store: HistoryStore, job: JointJob) -> list[int]:
+        """Write the job's outcome (and estimates and verdict) to the history; in the pool.
+        Returns the ids of the rows written (none for a dry run)."""
 
-    def joint_report(self, store: HistoryStore, job: JointJob) -> JointReport:
-        """The job's part of the report; in a thread."""
+    def joint_reports(self, store: HistoryStore, job: JointJob) -> list[JointReport]:
+        """The job's part of the report, one entry per joint; in the pool."""
 
 
-def estimate_s(cycle: BacklashCycle) -> float:
+def estimate_s(cycle: Cycle) -> float:
     """How long the cycle keeps the machine: what a stop must hold (the margin comes on top)."""
     return cycle.settle_s + cycle.duration_s
 
@@ -150,8 +181,13 @@ class BacklashKind:
 
     name = "backlash"
 
-    def make_cycle(self, ctrl: ControllerSettings, joint: JointSettings) -> BacklashCycle:
-        return backlash_cycle(ctrl, joint)
+    def make_cycle(
+        self, ctx: AnalysisContext, ctrl: ControllerSettings, joint: JointSettings | None
+    ) -> BacklashCycle:
+        return backlash_cycle(ctrl, _joint(joint))
+
+    def needs_s(self, ctrl: ControllerSettings, joint: JointSettings | None) -> float:
+        return estimate_s(backlash_cycle(ctrl, _joint(joint)))
 
     def save(self, capture: object, path: Path) -> None:
         from agent.capture_io import save_capture
@@ -166,10 +202,11 @@ class BacklashKind:
 
     async def analyse(self, ctx: AnalysisContext, job: JointJob, capture: object) -> BacklashResult:
         capture = self._capture(capture)
-        calibration = await self._calibration(ctx, job.joint, job.cycle)
+        joint, cycle = _joint(job.joint), _backlash(job.cycle)
+        calibration = await self._calibration(ctx, joint, cycle)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(
-            ctx.pool(), analyze_backlash_capture, capture, job.joint, calibration
+            ctx.pool(), analyze_backlash_capture, capture, joint, calibration
         )
 
     def _calibration(
@@ -214,16 +251,18 @@ class BacklashKind:
         )
         return await loop.run_in_executor(ctx.pool(), calibration_from_sweep, list(points), path)
 
-    def record(self, store: HistoryStore, job: JointJob) -> int | None:
+    def record(self, store: HistoryStore, job: JointJob) -> list[int]:
         from agent.health import assess_backlash
         from agent.store import estimates_for
 
+        joint = _joint(job.joint)
         if job.outcome == "dry_run":
-            return None  # nothing moved and nothing was measured: no history entry
-        if job.result is None:
-            return store.record_rejected(
+            return []  # nothing moved and nothing was measured: no history entry
+        result = job.result
+        if not isinstance(result, BacklashResult):
+            return [store.record_rejected(
                 controller=job.controller.name,
-                joint=job.joint.name,
+                joint=joint.name,
                 kind=self.name,
                 started_at=job.started_at,
                 finished_at=utcnow(),
@@ -231,15 +270,15 @@ class BacklashKind:
                 outcome=job.outcome,
                 capture_path=job.capture_path,
                 trigger=job.trigger,
-            )
-        verdict = assess_backlash(job.result, job.joint.thresholds)
+            )]  # fmt: skip
+        verdict = assess_backlash(result, joint.thresholds)
         cycle_id = store.record_cycle(
             controller=job.controller.name,
-            joint=job.joint.name,
+            joint=joint.name,
             kind=self.name,
             started_at=job.started_at,
             finished_at=utcnow(),
-            estimates=estimates_for(job.result),
+            estimates=estimates_for(result),
             status=str(verdict.status),
             status_reason=verdict.reason,
             capture_path=job.capture_path,
@@ -249,35 +288,58 @@ class BacklashKind:
             kv(
                 "assessed",
                 controller=job.controller.name,
-                joint=job.joint.name,
-                amplitude_rad_s=f"{job.result.amplitude_rad_s:.4g}",
-                backlash_rad=job.result.backlash_rad,
+                joint=joint.name,
+                amplitude_rad_s=f"{result.amplitude_rad_s:.4g}",
+                backlash_rad=result.backlash_rad,
                 status=verdict.status,
             )
         )
-        return cycle_id
+        return [cycle_id]
 
-    def joint_report(self, store: HistoryStore, job: JointJob) -> JointReport:
+    def joint_reports(self, store: HistoryStore, job: JointJob) -> list[JointReport]:
         from agent.health import assess_backlash
         from agent.report import indicator_summaries, joint_report
 
-        ctrl, joint = job.controller.name, job.joint.name
-        verdict = assess_backlash(job.result, job.joint.thresholds)
-        return joint_report(
+        settings = _joint(job.joint)
+        result = job.result if isinstance(job.result, BacklashResult) else None
+        ctrl, joint = job.controller.name, settings.name
+        verdict = assess_backlash(result, settings.thresholds)
+        return [joint_report(
             ctrl,
             joint,
-            job.result,
-            job.joint.thresholds,
+            result,
+            settings.thresholds,
             history=store.history(ctrl, joint, verdict.indicator),
             capture_path=None if job.capture_path is None else str(job.capture_path),
             error=job.error,
             indicators=indicator_summaries(store, ctrl, joint, judged=verdict.indicator),
             outcome=job.outcome,
-        )
+        )]  # fmt: skip
+
+
+def _joint(joint: JointSettings | None) -> JointSettings:
+    if joint is None:
+        raise EstimationError("backlash cycle: expected the joint it runs on, found none")
+    return joint
+
+
+def _backlash(cycle: Cycle) -> BacklashCycle:
+    if not isinstance(cycle, BacklashCycle):
+        raise EstimationError(f"backlash analysis: expected a backlash cycle, got {cycle.kind}")
+    return cycle
+
+
+def _identification_kind() -> CycleKind:
+    from agent.service_identification import IdentificationKind
+
+    return IdentificationKind()
 
 
 # The dispatch table: cycle kind -> how to run, analyse and record it.
-KINDS: dict[str, Callable[[], CycleKind]] = {"backlash": BacklashKind}
+KINDS: dict[str, Callable[[], CycleKind]] = {
+    "backlash": BacklashKind,
+    "identification": _identification_kind,
+}
 
 
 def _kinds() -> dict[str, CycleKind]:
@@ -285,17 +347,32 @@ def _kinds() -> dict[str, CycleKind]:
 
 
 def record_jobs(state_dir: Path, jobs: list[JointJob]) -> list[int]:
-    """Pool entry point: every job's history entry, in one connection; their cycle ids."""
+    """Pool entry point: every job's history entries, in one connection; their cycle ids."""
     from agent.store import HistoryStore
 
     kinds = _kinds()
     ids: list[int] = []
     with HistoryStore(state_dir / "history.sqlite") as store:
         for job in jobs:
-            cycle_id = kinds[job.cycle.kind].record(store, job)
-            if cycle_id is not None:
-                ids.append(cycle_id)
+            ids += kinds[job.cycle.kind].record(store, job)
     return ids
+
+
+def merge_joint_reports(parts: list[JointReport]) -> tuple[list[JointReport], list[JointReport]]:
+    """One entry per joint, (judged, indicators only): a joint that two cycles of the stop
+    measured (its backlash and the identification) keeps the entry with a backlash result and
+    gains the other's evidence plots."""
+    merged: dict[tuple[str, str], JointReport] = {}
+    for part in parts:
+        key = (part.controller, part.joint)
+        before = merged.get(key)
+        if before is None:
+            merged[key] = part
+            continue
+        base, other = (part, before) if before.result is None and part.result else (before, part)
+        merged[key] = replace(base, evidence=(*base.evidence, *other.evidence))
+    everyone = list(merged.values())
+    return [j for j in everyone if not j.indicator_only], [j for j in everyone if j.indicator_only]
 
 
 @dataclass(frozen=True)
@@ -317,8 +394,14 @@ def record_and_report(
     kinds = _kinds()
     created = utcnow()
     with HistoryStore(state_dir / "history.sqlite") as store:
-        joints = tuple(kinds[job.cycle.kind].joint_report(store, job) for job in jobs)
-    report = Report(created_at_iso=created.isoformat(), machines=(ctrl,), joints=joints)
+        parts = [jr for job in jobs for jr in kinds[job.cycle.kind].joint_reports(store, job)]
+    judged, others = merge_joint_reports(parts)
+    report = Report(
+        created_at_iso=created.isoformat(),
+        machines=(ctrl,),
+        joints=tuple(judged),
+        indicator_joints=tuple(others),
+    )
     json_path, html_path = write_report(report, report_dir(state_dir, created))
     # After the files: a crash in between leaves a report the history does not point to yet,
     # never a pointer to a report that is not there.
