@@ -307,7 +307,16 @@ class CanDriver(Driver):
         self._cycle_counter = self._cycle_counter % 255 + 1  # 1..255; 0 means "none yet"
         counter = self._cycle_counter
         samples = round(cycle.duration_s * cycle.sample_rate_hz) + 1  # as the simulated fake
-        recorder = CaptureRecorder(proto, joint_index, samples, counter)
+        recorder = CaptureRecorder(
+            proto,
+            joint_index,
+            samples,
+            counter,
+            rate_hz=cycle.sample_rate_hz,
+            # A burst may be as long as a stall the driver tolerates; beyond, it is a flood.
+            max_ahead_s=self._settings.stall_timeout_s,
+            drop_duplicates=self._settings.duplicate_frames == "drop",
+        )
         link.arm(recorder)
         self._in_cycle = True
         sent_start = False
@@ -360,6 +369,7 @@ class CanDriver(Driver):
         self.last_capture_stats = {
             "frames": recorder.received,
             "lost_frames": recorder.lost,
+            "duplicate_frames_dropped": recorder.duplicates,
             "stream_s": streamed_s,
             "frames_per_s": (recorder.received - 1) / streamed_s if streamed_s > 0 else None,
             "cycle_wall_s": time.monotonic() - t_start,
@@ -427,6 +437,7 @@ class CanDriver(Driver):
         s = self._settings
         first_deadline = time.monotonic() + cycle.settle_s + s.prepare_timeout_s
         done_seen_at: float | None = None
+        capturing_at: float | None = None
         beat_at = time.monotonic()
         while True:
             self._raise_if_ended(link, rec, counter)
@@ -448,7 +459,16 @@ class CanDriver(Driver):
                         f"{self.controller}: controller finished cycle {counter} but "
                         f"{rec.samples - rec.received} of {rec.samples} encoder frames are missing"
                     )
+            ours = st is not None and st.cycle_counter == counter
+            if ours and st is not None and st.cycle_state == CycleState.CAPTURING:
+                capturing_at = capturing_at or now
             last = rec.last_frame_at
+            if last is None and capturing_at is not None and now - capturing_at > s.stall_timeout_s:
+                # The joint turns at speed now: waiting out prepare_timeout_s would let it.
+                raise DriverError(
+                    f"{self.controller}: the controller reports cycle {counter} capturing for "
+                    f"{now - capturing_at:.2f} s, but no encoder frame came"
+                )
             if last is None and now > first_deadline:
                 raise DriverError(
                     f"{self.controller}: no encoder frame within "

@@ -80,16 +80,39 @@ def open_bus(settings: CanSettings, filters: list[dict[str, Any]]) -> can.BusABC
 
 
 class CaptureRecorder:
-    """The encoder frames of one cycle, checked frame by frame (called on the reader thread)."""
+    """The encoder frames of one cycle, checked frame by frame (called on the reader thread).
+
+    Every frame must carry the next counter. The one exception, with `drop_duplicates`, is an
+    exact copy of the frame just taken (CAN double reception: a receiver may take a frame its
+    sender then sends again after an error in the last bit of its end of frame); the copy adds
+    nothing and is dropped. The stream must also keep the cycle's pace: frames may come late
+    and then in a burst, but sample k arriving more than `max_ahead_s` earlier than the pace of
+    the frames before it (k / rate after them) is a controller streaming faster than the rate
+    asked for, whose samples would be stamped with the wrong times.
+    """
 
     def __init__(
-        self, proto: CanProtocol, joint_index: int, samples: int, cycle_counter: int
+        self,
+        proto: CanProtocol,
+        joint_index: int,
+        samples: int,
+        cycle_counter: int,
+        *,
+        rate_hz: float | None = None,
+        max_ahead_s: float = math.inf,
+        drop_duplicates: bool = True,
     ) -> None:
         self.proto = proto
         self.joint_index = joint_index
         self.samples = samples
         self.cycle_counter = cycle_counter
         self.modulus = proto.counter_modulus
+        self.rate_hz = rate_hz
+        self.max_ahead_s = max_ahead_s
+        self.drop_duplicates = drop_duplicates
+        self.duplicates = 0
+        self._last_data: bytes | None = None
+        self._latest_s = -math.inf  # latest arrival so far, less the sample's time
         self.motor_counts: npt.NDArray[np.int64] = np.zeros(samples, dtype=np.int64)
         self.link_counts: npt.NDArray[np.int64] = np.zeros(samples, dtype=np.int64)
         self.received = 0
@@ -142,19 +165,40 @@ class CaptureRecorder:
         expected = self.received % self.modulus
         gap = (counter - expected) % self.modulus
         if gap:
-            if gap < self.modulus // 2:
+            previous = (expected - 1) % self.modulus
+            if data == self._last_data:
+                if self.drop_duplicates:
+                    self.duplicates += 1
+                    return False
+                self.fail(
+                    f"encoder frame {previous} received twice at sample {self.received} "
+                    "(duplicate frame; settings.duplicate_frames is abort)"
+                )
+            elif gap < self.modulus // 2:
                 self.lost += gap
                 self.fail(
-                    f"{gap} encoder frame(s) lost: counter jumped from "
-                    f"{(expected - 1) % self.modulus} to {counter} at sample {self.received}"
+                    f"{gap} encoder frame(s) lost: counter jumped from {previous} to {counter} "
+                    f"at sample {self.received} (lost, or arriving out of order)"
                 )
             else:
                 self.fail(
-                    f"encoder frame counter went back from {(expected - 1) % self.modulus} to "
-                    f"{counter} at sample {self.received} (repeated or reordered frame)"
+                    f"encoder frame counter went back from {previous} to {counter} at sample "
+                    f"{self.received} (a reordered or repeated frame)"
                 )
             return True
         k = self.received
+        # Lateness of this frame against the pace of the cycle; it can fall behind the latest
+        # lateness by the transport's jitter, not by more.
+        late_s = now - k / self.rate_hz if self.rate_hz else now
+        if self._latest_s - late_s > self.max_ahead_s:
+            self.fail(
+                f"encoder frames arrive faster than the cycle's {self.rate_hz or 0:g} Hz: "
+                f"sample {k} came {self._latest_s - late_s:.2f} s ahead of the stream's pace "
+                "(flood)"
+            )
+            return True
+        self._latest_s = max(self._latest_s, late_s)
+        self._last_data = data
         self.motor_counts[k] = int(v["MotorCounts"])
         self.link_counts[k] = int(v["LinkCounts"])
         self.received = k + 1
@@ -187,7 +231,12 @@ class CaptureRecorder:
             },
             meta=cycle.capture_meta(
                 machine,
-                {**extra, "frames": self.received, "lost_frames": self.lost},
+                {
+                    **extra,
+                    "frames": self.received,
+                    "lost_frames": self.lost,
+                    "duplicate_frames_dropped": self.duplicates,
+                },
                 encoder_bits=bits,
             ),
             source=f"can:{machine}/{cycle.joint}",

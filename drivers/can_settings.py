@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 Interface = Literal["socketcan", "socketcand", "udp_multicast"]
+DuplicatePolicy = Literal["drop", "abort"]
 
 # python-can's defaults for the network interfaces, used when `port` is not given.
 DEFAULT_PORTS: dict[str, int] = {"socketcand": 29536, "udp_multicast": 43113}
@@ -57,6 +58,13 @@ class CanSettings:
     prepare_timeout_s: float = field(
         default=30.0,
         metadata={"gt": 0.0, "le": 600.0, "doc": "controller may prepare this long beyond settle"},
+    )
+    duplicate_frames: DuplicatePolicy = field(
+        default="drop",
+        metadata={
+            "doc": "an encoder frame repeated byte for byte right after itself (CAN double "
+            "reception): drop the copy, or abort the cycle"
+        },
     )
     reconnect_max_s: float = field(
         default=10.0, metadata={"gt": 0.0, "le": 600.0, "doc": "longest wait between reconnects"}

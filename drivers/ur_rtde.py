@@ -343,6 +343,12 @@ class UrRtdeDriver(Driver):
     def control_period_s(self) -> float:
         return self._s.status_period_s
 
+    @property
+    def worker_pid(self) -> int | None:
+        """The worker process holding the ur_rtde clients (None before connect / after close)."""
+        link = self._link
+        return None if link is None or link.proc is None else link.proc.pid
+
     # Connection ---------------------------------------------------------------------------
     async def connect(self) -> None:
         await self._open()

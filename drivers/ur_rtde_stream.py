@@ -65,6 +65,13 @@ def path_cpus(n: int) -> list[int | None]:
     return [cpus[i % len(cpus)] for i in range(n)] if len(cpus) > 1 else [None] * n
 
 
+def _same(a: list[float], b: list[float]) -> bool:
+    """Equal joint vectors, NaN equal to NaN (a garbled value is no new package by itself)."""
+    if len(a) != len(b):
+        return False
+    return all(x == y or (x != x and y != y) for x, y in zip(a, b, strict=True))
+
+
 def read_row(recv: Any, ts: float) -> Row:
     """All fields of one package: read until the timestamp is the same before and after."""
     getters: list[Callable[[], Any]] = [getattr(recv, g) for g in GETTERS]
@@ -116,10 +123,21 @@ class StreamReader:
             realtime(0, self.rt_priority, self.cpus[i])
         recv = self.recvs[i]
         last = recv.getTimestamp()
+        last_q = recv.getActualQ()
         try:
             while self._running:
                 ts = recv.getTimestamp()
                 if ts == last:
+                    # A package can only be told from the one before by its timestamp: one that
+                    # repeats it with other data (a stalled controller clock) would vanish here
+                    # and leave the rows after it mislabelled. ur_rtde stores a package's
+                    # variables in recipe order, the timestamp first: new data under an
+                    # unchanged timestamp is such a package.
+                    if not _same(recv.getActualQ(), last_q) and recv.getTimestamp() == last:
+                        raise StreamError(
+                            f"RTDE timestamp {last:.4f} s repeated by a package with other data "
+                            "(the controller clock stalled or a package was duplicated and changed)"
+                        )
                     time.sleep(_POLL_S)
                     continue
                 if not math.isfinite(ts):
@@ -127,7 +145,17 @@ class StreamReader:
                 row = read_row(recv, ts)
                 tick = round(row[0] * self.hz)
                 if not math.isclose(row[0] * self.hz, tick, abs_tol=0.01):
-                    raise StreamError(f"RTDE stream is garbled (timestamp {row[0]!r} off the grid)")
+                    raise StreamError(
+                        f"RTDE timestamp {row[0]:.4f} s is off the {self.hz:g} Hz grid: packages "
+                        f"come faster than the {self.hz:g} Hz asked for, or the stream is garbled"
+                    )
+                if tick <= self._latest[i]:
+                    # One connection's packages cannot overtake each other: the controller sent
+                    # an older package again, or its clock went back.
+                    raise StreamError(
+                        f"RTDE timestamp went back from {self._latest[i] / self.hz:.4f} s to "
+                        f"{row[0]:.4f} s (a package out of order, or the controller clock jumped)"
+                    )
                 with self._cond:
                     if self._latest[i] >= 0 and tick > self._latest[i] + 1:
                         self.missed_by_path[i] += tick - self._latest[i] - 1
@@ -135,7 +163,7 @@ class StreamReader:
                     self._latest[i] = max(self._latest[i], tick)
                     self.last_new_at = time.monotonic()
                     self._cond.notify_all()
-                last = row[0]
+                last, last_q = row[0], row[1]
         except StreamError as exc:
             with self._cond:
                 self._error = str(exc)

@@ -71,6 +71,9 @@ _WAIT_S = 0.002  # longest wait for the next package before checking stop, kicks
 _KICK_S = 0.05
 _SWITCH_S = 0.0005  # GIL switch interval with real-time threads (Python's default is 5 ms)
 _MOVING_RAD_S = 1e-4  # target joint speed above which the speedJ run-up has begun
+# After the driver is gone: time for the cycle thread's speedStop, stopJ and stop script (each
+# returns at once on a controller that no longer runs the script; the ramps take < 1 s).
+_EOF_STOP_S = 5.0
 
 
 class Fault(Exception):
@@ -85,6 +88,13 @@ def send_msg(sock: socket.socket, lock: threading.Lock, obj: Any) -> None:
     data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
     with lock:
         sock.sendall(_LEN.pack(len(data)) + data)
+
+
+def tell(sock: socket.socket, lock: threading.Lock, obj: Any) -> None:
+    """send_msg to a driver that may be gone (killed): nobody is left to tell, and what the
+    worker does next (stop the arm) must not depend on it."""
+    with contextlib.suppress(OSError):
+        send_msg(sock, lock, obj)
 
 
 def recv_msg(sock: socket.socket) -> Any:
@@ -171,7 +181,7 @@ class Worker:
             out = {"id": msg_id, "ok": False, "kind": exc.kind, "error": str(exc)}
         except Exception as exc:  # ur_rtde raises RuntimeError with its own message
             out = {"id": msg_id, "ok": False, "kind": "driver", "error": f"{exc}"}
-        send_msg(self.sock, self.lock, out)
+        tell(self.sock, self.lock, out)
 
     def op_connect(
         self, host: str, dashboard_port: int, frequency_hz: float, rt_priority: int, paths: int
@@ -279,7 +289,7 @@ class Worker:
 
     def start_thread(self, msg: dict[str, Any]) -> None:
         if self.cycle is not None and self.cycle.is_alive():
-            send_msg(
+            tell(
                 self.sock,
                 self.lock,
                 {
@@ -364,7 +374,7 @@ class Worker:
         except Exception as exc:
             # A Fault, or ur_rtde's own exception (a lost connection raises RuntimeError).
             fault = exc if isinstance(exc, Fault) else Fault(str(exc))
-            send_msg(
+            tell(
                 self.sock,
                 self.lock,
                 {"id": p.get("request_id"), "event": "aborting", "error": str(fault)},
@@ -483,7 +493,7 @@ class Worker:
         samples = missed = 0
         end = time.monotonic() + duration_s
         with self._reader() as reader:
-            while time.monotonic() < end:
+            while time.monotonic() < end and not self.stop_requested.is_set():
                 try:
                     got = reader.next_row(_WAIT_S)
                 except StreamError as exc:
@@ -511,10 +521,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         worker.serve()
     finally:
-        # The driver closed us or died: never leave motion of ours running unattended.
+        # The driver closed us or died: never leave motion of ours running unattended. The
+        # cycle thread sends the stop and ends the control script; exiting before it has would
+        # leave the arm to the RTDE watchdog.
         worker.stop_requested.set()
-        if worker.cycle is not None and worker.cycle.is_alive() and worker.motion_commanded:
-            worker.stopped.wait(2.0)
+        if worker.cycle is not None:
+            worker.cycle.join(_EOF_STOP_S)
         sock.close()
         sys.stdout.flush()
     # ur_rtde's destructors can block on a dead controller; everything is closed already.

@@ -33,6 +33,7 @@ from agent.estimation.backlash import fit_backlash
 from drivers.base import ControllerMode
 from drivers.can import CanDriver
 from tests.peers.can_harness import Peer, config_text, peer_args, run, sim_captures, write
+from tests.summary import fault
 
 T = TypeVar("T")
 
@@ -207,6 +208,8 @@ def test_dropped_frames_abort_the_cycle_and_stop_the_controller(socketcand: Any)
     assert peer.named("stop")[0]["cycle_state"] == "capturing"
     assert peer.named("cycle_aborted")[0]["cycle"] == 1
     assert peer.named("cycle_done")[0]["cycle"] == 2
+    # The spoilt cycle raised (pytest.raises above), the next one matched: nothing recorded.
+    fault("CAN: dropped samples (3 frames)", records_lost=0)
 
 
 def test_a_malformed_encoder_frame_aborts_the_cycle(socketcand: Any) -> None:
@@ -266,6 +269,8 @@ def test_a_stalled_controller_is_lost_and_its_motion_stopped(socketcand: Any) ->
     stop = peer.named("stop")[0]  # the controller still reads while it does not answer
     assert stop["cycle_state"] == "capturing"
     assert peer.named("cycle_aborted")[0]["cycle"] == 1
+    # The cycle raised (pytest.raises above): no capture was recorded.
+    fault("CAN: stalled controller (no frames at all)", records_lost=0)
 
 
 def test_peer_killed_mid_capture(socketcand: Any) -> None:

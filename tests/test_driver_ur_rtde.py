@@ -17,10 +17,10 @@ import math
 import socket
 import struct
 import time
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import pytest
@@ -32,7 +32,6 @@ from agent.config import (
     ControllerSettings,
     JointSettings,
     config_issues,
-    load_config,
 )
 from agent.cycles import backlash_cycle, run_guarded_cycle
 from agent.errors import ConfigError, CycleAborted, DriverError, InterlockError
@@ -42,51 +41,19 @@ from drivers.base import ControllerMode, load_driver_class
 from drivers.sim import SimDriver
 from drivers.sim_settings import SimJointSettings, SimSettings
 from drivers.ur_rtde import UrRtdeDriver, controller_status
-from tests.peers.ur_controller import UrEmulator, free_host
+from tests.peers.ur_controller import UrEmulator
+from tests.peers.ur_controller.harness import (
+    BACKLASH_RAD,
+    FAST,
+    SEED,
+    config_text,
+    emulator_args,
+    run,
+    setup,
+    wait_until,
+)
 from tests.peers.ur_controller.joint_model import PhysicsJoint
-
-T = TypeVar("T")
-SEED = 7
-BACKLASH_RAD = 1.2e-3
-FAST = {"return_to_start": "false"}
-
-
-def config_text(host: str, **settings: Any) -> str:
-    """A UR5e-like joint: 100:1, 40 motor rev/s (2.5 rad/s at the joint), two load turns."""
-    base = {
-        "host": host,
-        "rt_priority": 20,
-        "move_speed_rad_s": 3.0,
-        "move_acceleration_rad_s2": 20.0,
-        "reconnect_backoff_s": 0.2,
-        **settings,
-    }
-    lines = "".join(f"      {k}: {v}\n" for k, v in base.items())
-    return f"""\
-controllers:
-  - name: ur5e
-    driver: ur_rtde
-    settings:
-{lines}    joints:
-      - name: wrist1
-        index: 4
-        gear_ratio: 100
-        encoder_bits: 19
-        test_pose_rad: 0.0
-        backlash_cycle:
-          motor_speed_rps: 40
-          load_turns: 2
-          sample_rate_hz: 500
-          settle_s: 0.3
-"""
-
-
-def setup(tmp_path: Path, **settings: Any) -> tuple[str, Path, ControllerSettings, JointSettings]:
-    host = free_host()
-    path = tmp_path / "ur.yaml"
-    path.write_text(config_text(host, **settings))
-    ctrl = load_config(path).controllers[0]
-    return host, path, ctrl, ctrl.joints[0]
+from tests.summary import fault
 
 
 @contextmanager
@@ -95,29 +62,8 @@ def emulator(host: str, config: Path, *extra: str) -> Iterator[UrEmulator]:
         yield emu
 
 
-def emulator_args(config: Path) -> list[str]:
-    """The physics joint of `config`, and a real-time controller cycle like a real controller."""
-    return [
-        *("--config", str(config), "--controller", "ur5e", "--joint", "wrist1"),
-        *("--backlash", str(BACKLASH_RAD), "--seed", str(SEED), "--rt-priority", "30"),
-    ]
-
-
-def run(coro: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
-    return asyncio.run(asyncio.wait_for(coro, timeout_s))
-
-
 def driver_for(ctrl: ControllerSettings) -> UrRtdeDriver:
     return UrRtdeDriver(ctrl.name, ctrl.settings, ctrl.joints)
-
-
-def wait_until(emu: UrEmulator, pred: Any, timeout_s: float = 5.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        state = emu.state()
-        if pred(state) or time.monotonic() > deadline:
-            return state
-        time.sleep(0.05)
 
 
 # --- The emulator's physics is the simulated fake's physics ------------------------------------
@@ -331,8 +277,14 @@ async def _cycle_vs_sim(ctrl: ControllerSettings, joint: JointSettings) -> tuple
 def test_full_cycle_matches_the_simulated_fake(tmp_path: Path) -> None:
     host, path, ctrl, joint = setup(tmp_path)
     with emulator(host, path) as emu:
+        # 50 packages of every run sent twice, byte for byte (the duplicate-sample fault of
+        # tests/faults/test_ur_faults.py, here where a whole capture is compared with the truth):
+        # ur_rtde stores the same values again, so nothing may be lost or added.
+        duplicate = {"op": "stream_fault", "kind": "duplicate", "n": 50}
+        emu.call("on_motion", delay_s=0.5, action=duplicate, repeat=True)
         (capture, after), reference, retries = run(_cycle_vs_sim(ctrl, joint), 150.0)
         state = emu.state()
+    assert state["stream_faults"]["duplicate"] >= 50
     one_cycle = ["set_watchdog", "movej", "speedj", "speed_stop", "stopj", "movej", "stop_script"]
     assert state["commands"][-len(one_cycle) :] == one_cycle
     assert state["physics_runs"] == retries + 1
@@ -346,7 +298,9 @@ def test_full_cycle_matches_the_simulated_fake(tmp_path: Path) -> None:
     # The same motor encoder readings, sample for sample (float rounding of q * gear only).
     a = np.diff(capture.channel("motor_pos_rad"))
     b = np.diff(reference.channel("motor_pos_rad"))
-    assert np.max(np.abs(a - b)) < 1e-9
+    not_in_truth = int(np.count_nonzero(np.abs(a - b) >= 1e-9))
+    fault("UR: duplicate samples", records_lost=not_in_truth)
+    assert not_in_truth == 0
     fit_peer = fit_backlash(capture, fit_settings(joint), None)
     fit_sim = fit_backlash(reference, fit_settings(joint), None)
     assert fit_peer.amplitude_rad_s == pytest.approx(fit_sim.amplitude_rad_s, rel=1e-3)
@@ -489,6 +443,8 @@ def test_missed_packages_abort_and_stop(tmp_path: Path) -> None:
         assert "3 RTDE package(s) missed" in message
         assert state["commands"][-3:] == ["speed_stop", "stopj", "stop_script"]
         assert not state["moving"] and state["after"] == "stopped"  # a fresh worker answers
+    # _fault fails the test when a capture comes back: none was recorded.
+    fault("UR: dropped samples (3 packages)", records_lost=0)
 
 
 def test_stale_stream_aborts_and_the_watchdog_stops_the_arm(tmp_path: Path) -> None:
@@ -504,6 +460,8 @@ def test_stale_stream_aborts_and_the_watchdog_stops_the_arm(tmp_path: Path) -> N
         assert "speed_stop" in state["commands"]  # the stop went out; its answer never came
         state = wait_until(emu, lambda s: s["watchdog_trips"] > 0)
         assert state["watchdog_trips"] == 1 and not state["moving"]
+    # _fault fails the test when a capture comes back: none was recorded.
+    fault("UR: stalled stream (sockets open, no packages)", records_lost=0)
 
 
 def test_dashboard_stall_aborts_through_the_interlock_watcher(tmp_path: Path) -> None:

@@ -19,15 +19,23 @@ Faults (`kind@cycle:sample[xcount]`, cycle counted from 1) play the plant's part
   disconnect  the transport drops the agent (the controller keeps going)
   kill        the peer process dies (SIGKILL) at that sample
   production  the controller leaves the stopped state for production, still streaming
+  mute        encoder frames stop for count seconds (no count: for good) while the status
+              frames go on saying CAPTURING: the link is up, the samples do not come
+  flood       from this sample on the samples leave count times faster than the cycle's rate
+              (as far as the bus carries them)
+  burst       count samples held back, then queued at once: the bus carries them back to back
+  dup         this sample's frame sent count more times (1 without a count), byte for byte
+  swap        this sample's frame sent after the next one's (out of order)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +59,11 @@ FAULT_KINDS = (
     "disconnect",
     "kill",
     "production",
+    "mute",
+    "flood",
+    "burst",
+    "dup",
+    "swap",
 )
 MODE_CODES = {"production": 0, "stopped": 1, "test_cycle": 2, "manual": 3, "fault": 4}
 REJECT = {
@@ -106,6 +119,16 @@ class _Cycle:
     sent: int = 0
     dropped: int = 0
     skip: int = 0
+    # Sample faults: release pace (flood), held samples (burst, swap), muted stream.
+    pace: float = 1.0
+    anchor_k: int = 0
+    anchor_t: float | None = None
+    hold: int = 0
+    held: list[int] = field(default_factory=list)  # a burst: sent before the next sample
+    swapped: list[int] = field(default_factory=list)  # sent after the next sample
+    swap_next: bool = False
+    muted_until: float | None = None
+    duplicates: int = 0
 
 
 class Controller:
@@ -277,6 +300,9 @@ class Controller:
             bits = c.joint.encoder_bits
             motor = capture.channels["motor_counts"].astype(np.int64)
             link_rad = capture.channels["link_pos_rad"]
+            for f in self.faults:
+                if f.kind == "flood" and f.cycle == c.number and 0 <= f.sample < c.samples:
+                    motor, link_rad = self._sampled_faster(c, cycle, seed, f, motor, link_rad)
             modulus = self.proto.counter_modulus
             payload = pack_intel(
                 self.proto,
@@ -292,6 +318,38 @@ class Controller:
             c.payload = payload
         except Exception as exc:  # reported as an aborted cycle, never a silent hang
             c.error = f"{type(exc).__name__}: {exc}"
+
+    def _sampled_faster(
+        self,
+        c: _Cycle,
+        cycle: BacklashCycle,
+        seed: int,
+        f: Fault,
+        motor: npt.NDArray[np.int64],
+        link_rad: npt.NDArray[np.float64],
+    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
+        """A flood: from sample f.sample on the controller samples the joint f.count times
+        faster than it was asked (and streams as fast), so the samples after it are the
+        physics at that finer spacing, not the cycle's."""
+        x, k = f.count or 10, f.sample
+        fast_rate = c.rate_hz * x
+        fast = simulate_backlash_capture(
+            c.joint,
+            dataclasses.replace(
+                cycle,
+                sample_rate_hz=fast_rate,
+                duration_s=k / c.rate_hz + (c.samples - k) / fast_rate,
+            ),
+            self.backlash.get(c.joint.name, 0.0),
+            noise_counts=self.noise,
+            seed=seed,
+            machine="peer",
+        )
+        rows = k * x + np.arange(c.samples - k)
+        motor, link_rad = motor.copy(), np.array(link_rad, dtype=np.float64)
+        motor[k:] = fast.channels["motor_counts"][rows].astype(np.int64)
+        link_rad[k:] = fast.channels["link_pos_rad"][rows]
+        return motor, link_rad
 
     def _end_cycle(self, state: CycleState) -> None:
         c = self.cycle
@@ -400,10 +458,10 @@ class Controller:
         if c.state != CycleState.CAPTURING:
             return
         assert c.payload is not None and c.bits is not None
-        enc_id = self.proto.encoder.frame_id
         while c.next_sample < c.samples:
             k = c.next_sample
-            release = c.capture_t0 + k / c.rate_hz
+            start = c.capture_t0 if c.anchor_t is None else c.anchor_t
+            release = start + (k - c.anchor_k) / (c.rate_hz * c.pace)
             if release > now:
                 break
             c.next_sample += 1
@@ -413,14 +471,36 @@ class Controller:
                 c.skip -= 1
                 c.dropped += 1
                 continue
+            if c.muted_until is not None and release < c.muted_until:
+                c.dropped += 1
+                continue
+            if c.swap_next:
+                c.swap_next = False
+                c.swapped.append(k)  # goes out right after the next sample
+                continue
+            if c.hold:
+                c.hold -= 1
+                c.held.append(k)  # the burst goes out with the first sample not held
+                continue
+            for j in [*c.held, k, *c.swapped]:
+                self._send_sample(c, j, release)
+            c.held, c.swapped = [], []
+            if self.cycle is not c or c.state != CycleState.CAPTURING:
+                return
+        if c.next_sample >= c.samples and self.bus.stream_pending == 0 and not c.held:
+            self._end_cycle(CycleState.DONE)  # the last sample has left the bus
+
+    def _send_sample(self, c: _Cycle, k: int, release: float) -> None:
+        assert c.payload is not None and c.bits is not None
+        enc_id = self.proto.encoder.frame_id
+        copies = 1
+        if c.duplicates:
+            copies, c.duplicates = 1 + c.duplicates, 0
+        for _ in range(copies):
             if self._submit(release, enc_id, bytes(c.payload[k]), int(c.bits[k]), stream=True):
                 c.sent += 1
             else:
                 c.dropped += 1
-            if self.cycle is not c or c.state != CycleState.CAPTURING:
-                return
-        if c.next_sample >= c.samples and self.bus.stream_pending == 0:
-            self._end_cycle(CycleState.DONE)  # the last sample has left the bus
 
     def _apply(self, fault: Fault, c: _Cycle, release: float) -> None:
         self.emit(
@@ -436,6 +516,16 @@ class Controller:
             self.mode = MODE_CODES["production"]
         elif fault.kind == "stall":
             self.stalled_until = math.inf if fault.count is None else self.clock() + fault.count
+        elif fault.kind == "mute":
+            c.muted_until = math.inf if fault.count is None else release + fault.count
+        elif fault.kind == "flood":
+            c.anchor_t, c.anchor_k, c.pace = release, c.next_sample - 1, float(fault.count or 10)
+        elif fault.kind == "burst":
+            c.hold = fault.count or 10
+        elif fault.kind == "dup":
+            c.duplicates = fault.count or 1
+        elif fault.kind == "swap":
+            c.swap_next = True
         else:  # garbage, badtext, disconnect, kill: the transport's part, after what is due
             self._drain(release)
             self._pending_out.append(Out(fault.kind))

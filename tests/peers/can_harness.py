@@ -138,7 +138,9 @@ def sim_captures(ctrl: ControllerSettings, joint_names: list[str]) -> list[Captu
         out = []
         for name in joint_names:
             joint = next(j for j in ctrl.joints if j.name == name)
-            out.append(await sim.run_cycle(backlash_cycle(ctrl, joint)))
+            capture = await sim.run_cycle(backlash_cycle(ctrl, joint))
+            assert isinstance(capture, Capture)  # a backlash cycle gives one capture
+            out.append(capture)
         return out
 
     return run(go())

@@ -8,10 +8,17 @@ Control requests (one JSON object per line, answered with one JSON line):
                                            speed_fraction, digital_inputs, dashboard_fault
                                            ("stall" | "garbage" | null), rtde_stall (bool)
   {"op": "drop_packets", "n": 3}           skip the next n data packages (a gap in timestamps)
+  {"op": "stream_fault", "kind": K, "n": N} spoil the next N data packages: K is
+                                           repeat_timestamp (the clock stalls, data moves on),
+                                           clock_back (timestamps jump back N periods),
+                                           duplicate (each sent twice), burst (held back, then
+                                           sent in one write), flood (N cycles of "factor"
+                                           packages each, between the ticks; "factor": 5)
   {"op": "garbage_rtde"}                   write bytes that break the RTDE framing
   {"op": "die"}                            SIGKILL itself
   {"op": "on_motion", "delay_s": 0.5, "action": {...}}  run an action that long after the
-                                           physics joint next starts moving
+                                           physics joint next starts moving ("repeat": true:
+                                           after every start from then on)
   {"op": "shutdown"}
 """
 
@@ -119,13 +126,17 @@ class Emulator:
             with c.lock:
                 c.drop_packets += int(req["n"])
             return "ok"
+        if op == "stream_fault":
+            c.stream_fault(str(req["kind"]), int(req["n"]), int(req.get("factor", 5)))
+            return "ok"
         if op == "garbage_rtde":
             self.rtde.broadcast(_garbage())
             return "ok"
         if op == "die":
             die()
         if op == "on_motion":
-            c.arm_trigger("motion", float(req["delay_s"]), dict(req["action"]))
+            repeat = bool(req.get("repeat", False))
+            c.arm_trigger("motion", float(req["delay_s"]), dict(req["action"]), repeat)
             return "ok"
         if op == "shutdown":
             self.done.set()

@@ -111,6 +111,15 @@ class Controller:
         self.rtde_stall = False
         self.drop_packets = 0
         self.dropped_packets = 0
+        # Sample faults of the RTDE stream (stream_fault): counts of packages still to spoil.
+        self.clock_lag_ticks = 0  # the timestamp runs this many ticks behind the cycle count
+        self.repeat_timestamp = 0  # packages that repeat the previous timestamp (clock stalls)
+        self.duplicate_packets = 0  # packages sent twice, byte for byte
+        self.burst_packets = 0  # packages held back, then sent in one write with the next
+        self.flood_ticks = 0  # cycles that send `flood_factor` packages each
+        self.flood_factor = 1
+        self.stream_faults: dict[str, int] = {}  # what was done, for the tests
+        self._stamp = 0.0
         self.dashboard_fault: str | None = None
         self._triggers: list[dict[str, Any]] = []
         # What happened, for the tests to assert on.
@@ -198,11 +207,20 @@ class Controller:
             self.program_state, self.program_kind = "PLAYING", "script"
             self.event("rtde_control script started")
 
-    def arm_trigger(self, when: str, delay_s: float, action: dict[str, Any]) -> None:
-        """Run `action` `delay_s` after the next `when` ('motion': the physics joint starts)."""
+    def arm_trigger(
+        self, when: str, delay_s: float, action: dict[str, Any], repeat: bool = False
+    ) -> None:
+        """Run `action` `delay_s` after the next `when` ('motion': the physics joint starts);
+        with `repeat`, after every one from then on."""
         with self.lock:
             self._triggers.append(
-                {"when": when, "delay_s": delay_s, "action": action, "runs": self.arm.physics_runs}
+                {
+                    "when": when,
+                    "delay_s": delay_s,
+                    "action": action,
+                    "runs": self.arm.physics_runs,
+                    "repeat": repeat,
+                }
             )
 
     # The cycle -----------------------------------------------------------------------------
@@ -247,7 +265,60 @@ class Controller:
                 self.drop_packets -= 1
                 self.dropped_packets += 1
                 return
-            self.rtde.publish(self.tick_count, self.value)
+            self._publish(self.rtde)
+
+    def stream_fault(self, kind: str, n: int, factor: int = 5) -> None:
+        """Spoil the next `n` packages (or cycles) of the RTDE stream the way `kind` says."""
+        if n < 1:
+            raise ValueError(f"stream_fault {kind}: n must be >= 1, got {n}")
+        with self.lock:
+            if kind == "repeat_timestamp":
+                self.repeat_timestamp += n
+            elif kind == "clock_back":
+                self.clock_lag_ticks += n  # the clock jumps back n periods and runs on from there
+                self._count(kind, n)
+            elif kind == "duplicate":
+                self.duplicate_packets += n
+            elif kind == "burst":
+                self.burst_packets += n
+            elif kind == "flood":
+                if factor < 2:
+                    raise ValueError(f"stream_fault flood: factor must be >= 2, got {factor}")
+                self.flood_ticks, self.flood_factor = n, factor
+            else:
+                raise ValueError(f"unknown stream fault {kind!r}")
+
+    def _count(self, kind: str, n: int = 1) -> None:
+        self.stream_faults[kind] = self.stream_faults.get(kind, 0) + n
+
+    def _publish(self, rtde: RtdeServer) -> None:
+        """This cycle's data package(s), spoilt as the armed stream faults say."""
+        if self.repeat_timestamp > 0:
+            # The clock stalls for this package (the data moves on) and stays behind after.
+            self.repeat_timestamp -= 1
+            self.clock_lag_ticks += 1
+            self._count("repeat_timestamp")
+        stamp = (self.tick_count - self.clock_lag_ticks) / self.hz
+        if self.flood_ticks > 0:
+            # Many packages a period, on timestamps between the ticks: a controller streaming
+            # far faster than the recipe's frequency.
+            self.flood_ticks -= 1
+            for j in range(self.flood_factor):
+                self._stamp = stamp + j / (self.flood_factor * self.hz)
+                rtde.publish(self.tick_count, self.value)
+            self._count("flood", self.flood_factor)
+            return
+        self._stamp = stamp
+        copies, hold = 1, False
+        if self.duplicate_packets > 0:
+            self.duplicate_packets -= 1
+            copies = 2
+            self._count("duplicate")
+        if self.burst_packets > 0:
+            self.burst_packets -= 1
+            hold = True
+            self._count("burst")
+        rtde.publish(self.tick_count, self.value, copies=copies, hold=hold)
 
     def _check_watchdogs(self) -> None:
         for name, min_hz in list(self._watchdogs.items()):
@@ -267,9 +338,13 @@ class Controller:
                 self._triggers.remove(trig)
                 self.event(f"trigger fires: {trig['action']}")
                 apply_action(trig["action"])
+                if trig["repeat"]:
+                    self.arm_trigger(trig["when"], trig["delay_s"], trig["action"], repeat=True)
 
     # What RTDE reports ---------------------------------------------------------------------
     def value(self, name: str) -> Any:
+        if name == "timestamp":
+            return self._stamp
         if self._fixed_tick != self.tick_count:
             self._fixed = self._fixed_values()
             self._fixed_tick = self.tick_count
@@ -339,6 +414,8 @@ class Controller:
                 "watchdog_trips": self.watchdog_trips,
                 "packets_sent": self.rtde.packets_sent if self.rtde else 0,
                 "dropped_packets": self.dropped_packets,
+                "stream_faults": dict(self.stream_faults),
+                "clock_lag_ticks": self.clock_lag_ticks,
                 "overruns": self.overruns,
                 "rtde_clients": len(self.rtde.connections) if self.rtde else 0,
             }

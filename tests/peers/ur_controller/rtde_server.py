@@ -201,6 +201,7 @@ class RtdeConnection:
         self.started = False
         self.closed = False
         self.packets_sent = 0
+        self.held = b""  # packages of a burst, sent with the first one not held back
         self._send_lock = threading.Lock()
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.thread = threading.Thread(target=self._read_loop, name=f"rtde {peer}", daemon=True)
@@ -340,7 +341,11 @@ class RtdeConnection:
         self.server.on_input(out)
 
     # Publishing ----------------------------------------------------------------------------
-    def publish(self, tick: int, value: Callable[[str], Any]) -> None:
+    def publish(
+        self, tick: int, value: Callable[[str], Any], copies: int = 1, hold: bool = False
+    ) -> None:
+        """This tick's data package; `copies` > 1 sends it again byte for byte, `hold` keeps
+        it back to go out in one write with the next package (a burst)."""
         out = self.output
         if not self.started or out is None or tick % out.divider:
             return
@@ -351,7 +356,12 @@ class RtdeConnection:
                 flat.extend(v)
             else:
                 flat.append(v)
-        if self.send(package("U", bytes([out.recipe_id]) + out.struct.pack(*flat))):
+        data = package("U", bytes([out.recipe_id]) + out.struct.pack(*flat)) * copies
+        if hold:
+            self.held += data
+            return
+        data, self.held = self.held + data, b""
+        if self.send(data):
             self.packets_sent += 1
             self.server.packets_sent += 1
 
@@ -404,11 +414,13 @@ class RtdeServer:
                     return c
         return None
 
-    def publish(self, tick: int, value: Callable[[str], Any]) -> None:
+    def publish(
+        self, tick: int, value: Callable[[str], Any], copies: int = 1, hold: bool = False
+    ) -> None:
         with self._lock:
             conns = list(self.connections)
         for c in conns:
-            c.publish(tick, value)
+            c.publish(tick, value, copies, hold)
 
     def broadcast(self, data: bytes) -> None:
         """Raw bytes to every started client (the garbage fault)."""

@@ -1,0 +1,83 @@
+"""What the UR driver's tests share: the agent config they write and the emulator they start.
+
+The config is a UR5e-like wrist joint (100:1, 40 motor rev/s, i.e. 2.5 rad/s at the joint, two
+load turns); the emulator carries the same joint's physics (paper 000's model) with a known
+backlash and seed, so a capture can be compared sample for sample with the simulated fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agent.config import ControllerSettings, JointSettings, load_config
+from tests.peers.ur_controller import UrEmulator, free_host
+
+T = TypeVar("T")
+SEED = 7
+BACKLASH_RAD = 1.2e-3
+FAST = {"return_to_start": "false"}
+
+
+def config_text(host: str, **settings: Any) -> str:
+    """The agent config of one UR controller `ur5e` with the joint `wrist1` (index 4)."""
+    base = {
+        "host": host,
+        "rt_priority": 20,
+        "move_speed_rad_s": 3.0,
+        "move_acceleration_rad_s2": 20.0,
+        "reconnect_backoff_s": 0.2,
+        **settings,
+    }
+    lines = "".join(f"      {k}: {v}\n" for k, v in base.items())
+    return f"""\
+controllers:
+  - name: ur5e
+    driver: ur_rtde
+    settings:
+{lines}    joints:
+      - name: wrist1
+        index: 4
+        gear_ratio: 100
+        encoder_bits: 19
+        test_pose_rad: 0.0
+        backlash_cycle:
+          motor_speed_rps: 40
+          load_turns: 2
+          sample_rate_hz: 500
+          settle_s: 0.3
+"""
+
+
+def setup(tmp_path: Path, **settings: Any) -> tuple[str, Path, ControllerSettings, JointSettings]:
+    """A free 127.0.0.N, the config written for it, its controller and joint."""
+    host = free_host()
+    path = tmp_path / "ur.yaml"
+    path.write_text(config_text(host, **settings))
+    ctrl = load_config(path).controllers[0]
+    return host, path, ctrl, ctrl.joints[0]
+
+
+def emulator_args(config: Path) -> list[str]:
+    """The physics joint of `config`, and a real-time controller cycle like a real controller."""
+    return [
+        *("--config", str(config), "--controller", "ur5e", "--joint", "wrist1"),
+        *("--backlash", str(BACKLASH_RAD), "--seed", str(SEED), "--rt-priority", "30"),
+    ]
+
+
+def run(coro: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
+    return asyncio.run(asyncio.wait_for(coro, timeout_s))
+
+
+def wait_until(emu: UrEmulator, pred: Any, timeout_s: float = 5.0) -> dict[str, Any]:
+    """The emulator's state once `pred(state)` holds, or the last one after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = emu.state()
+        if pred(state) or time.monotonic() > deadline:
+            return state
+        time.sleep(0.02)
