@@ -29,10 +29,12 @@ test: $(STAMP) sysdeps
 bench: $(STAMP) sysdeps
 	$(PY) -m bench
 
-# The fuzz targets of `make test` (2,000 cases each there) at FUZZ_CASES cases per target.
+# The fuzz targets of `make test` (2,000 cases each there) at FUZZ_CASES cases per target;
+# the atheris (coverage-guided) ones at ATHERIS_RUNS inputs each.
 FUZZ_CASES ?= 100000
+ATHERIS_RUNS ?= $(FUZZ_CASES)
 fuzz: $(STAMP)
-	$(PY) -m tests.fuzz --cases $(FUZZ_CASES)
+	$(PY) -m tests.fuzz --cases $(FUZZ_CASES) --atheris-runs $(ATHERIS_RUNS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

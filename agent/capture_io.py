@@ -485,7 +485,13 @@ def _npz_entries(path: StrPath, source: str) -> dict[str, np.ndarray]:
             if not isinstance(loaded, np.lib.npyio.NpzFile):
                 raise CaptureError(source, "not an .npz archive (a single .npy array?)")
             with loaded:
-                return {name: loaded[name] for name in loaded.files}
+                entries = {name: loaded[name] for name in loaded.files}
+            # numpy hands out an entry without the .npy magic as raw bytes, not an array
+            # (found by tests/fuzz/atheris_capture.py).
+            raw = sorted(n for n, value in entries.items() if not isinstance(value, np.ndarray))
+            if raw:
+                raise CaptureError(source, f"archive entry {raw[0]!r} is not a .npy array")
+            return entries
         except CaptureError:
             raise
         except Exception as e:

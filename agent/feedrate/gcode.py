@@ -416,7 +416,7 @@ class ModalState:
             end,
             length,
             block_feed,
-            inverse_f if block_motion is not None else None,
+            inverse_f if block_feed is not None else None,  # a G0 is not timed by its F
             arc,
             motion_word is not None,
             lx.line_number,

@@ -192,9 +192,9 @@ class GcodeEmitter:
                 self._absolute_move(block)
             if not self.dialect.renumber:
                 return out + text
-        if block.skipped and not block.text.lstrip().startswith("/"):
-            return out  # a '%' tape mark has no place in a numbered stream
         code = strip_number_and_checksum(text)
+        if block.skipped and "".join(code.split()).lstrip("/") == "%":
+            return out  # a '%' tape mark (block-deleted or not) has no place in a numbered stream
         return out + (self._finish(code) if code else "")
 
     def _absolute_move(self, block: Block) -> None:

@@ -195,6 +195,23 @@ class Outbox:
                     f"{self.path}: outbox version {version} is newer than this agent's "
                     f"({OUTBOX_VERSION}); refusing to touch it"
                 )
+            # A damaged page can hand rows back out of seq order, and the sender's cursor would
+            # then skip or repeat messages: such a file is refused whole (found by atheris).
+            damage = db.execute("PRAGMA quick_check").fetchone()[0]
+            if damage != "ok":
+                raise OutboxError(
+                    f"{self.path}: damaged MQTT outbox ({' '.join(str(damage).split())}); move it "
+                    "aside to start empty"
+                )
+            # seq must be the rowid (INTEGER PRIMARY KEY): in a table of another making it holds
+            # any value, text that is not UTF-8 too, and the sender's cursor and every delete
+            # go by it (found by atheris).
+            seq = [c for c in db.execute("PRAGMA table_info(outbox)") if c[1] == "seq"]
+            if seq and (str(seq[0][2]).upper() != "INTEGER" or seq[0][5] != 1):
+                raise OutboxError(
+                    f"{self.path}: table outbox is not this agent's (seq is not its INTEGER "
+                    "PRIMARY KEY); move it aside to start empty"
+                )
             with _transaction(db):
                 for statement in _SCHEMA:
                     db.execute(statement)
