@@ -29,7 +29,7 @@ from tests.fuzz.trees import mutated_text, mutated_tree
 from tests.peers.opcua.harness import config_text as opcua_config_text
 
 ROOT = Path(__file__).resolve().parents[2]
-CONFIGS = [ROOT / "config" / "demo.yaml", ROOT / "config" / "example.yaml"]
+CONFIGS = [ROOT / "config" / n for n in ("demo.yaml", "example.yaml", "cnc_example.yaml")]
 
 # The demo config cut to one joint: a tenth of the text, so a text case parses in milliseconds.
 SMALL = """\
