@@ -24,7 +24,8 @@ def _setup_logging(level: str) -> None:
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
-    from agent.config import config_issues
+    from agent.config import config_issues, load_config
+    from agent.config_warnings import interlock_warnings
 
     issues = config_issues(args.file)
     if issues:
@@ -32,6 +33,12 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
             print(issue, file=sys.stderr)
         print(f"{args.file}: {len(issues)} error(s)", file=sys.stderr)
         return EX_CONFIG
+    # Valid, so still exit 0; but every interlock rule that is off is said, on stderr.
+    warnings = interlock_warnings(load_config(args.file), args.file)
+    for warning in warnings:
+        print(warning, file=sys.stderr)
+    if warnings:
+        print(f"{args.file}: {len(warnings)} warning(s)", file=sys.stderr)
     print(f"{args.file}: OK")
     return EX_OK
 

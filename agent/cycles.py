@@ -187,15 +187,21 @@ async def _read_status(driver: Driver, timeout_s: float) -> ControllerStatus:
         return await driver.read_status()
 
 
+# How long a stop request may take before the cycle task is cancelled anyway: a driver whose
+# stop hangs must not keep the watcher (and the daemon's shutdown) waiting.
+STOP_TIMEOUT_S = 2.0
+
+
 async def _stop_and_cancel(
     driver: Driver, task: asyncio.Task[Capture | MultiCapture], reason: str
 ) -> None:
     log.warning("event=cycle_abort reason=%r", reason)
     try:
-        async with asyncio.timeout(2.0):
+        async with asyncio.timeout(STOP_TIMEOUT_S):
             await driver.stop_motion()
     except Exception as exc:  # the stop must be attempted; a failure is logged loudly
-        log.error("event=stop_motion_failed error=%r", str(exc))
+        error = str(exc) or f"{type(exc).__name__}: no answer within {STOP_TIMEOUT_S:g} s"
+        log.error("event=stop_motion_failed error=%r action=cancel_cycle", error)
     task.cancel()
     # The cycle's own outcome (cancelled, or the error that made us stop) no longer matters.
     with contextlib.suppress(BaseException):

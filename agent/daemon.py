@@ -39,6 +39,7 @@ from agent.service_jobs import (
     record_and_report,
 )
 from agent.service_pool import LazyPool
+from agent.service_recovery import Orphan, find_orphans, recover
 from drivers.base import Driver, load_driver_class
 
 if TYPE_CHECKING:
@@ -117,8 +118,13 @@ class Agent:
                 loop.add_signal_handler(signal.SIGTERM, self.request_stop, "SIGTERM")
                 loop.add_signal_handler(signal.SIGINT, self.request_stop, "SIGINT")
                 loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+            self._warn_interlocks()
+            # Listed before any runner can save a capture of this run; analysed afterwards.
+            orphans = await self._find_orphans()
             for ctrl in self.config.controllers:
                 self._start_runner(ctrl)
+            if orphans:
+                self._spawn(self._recover(orphans), "recovery")
             self._spawn(self.notifier.watchdog_loop(), "watchdog")
             self._spawn(self._reap_pool(), "pool reaper")
             self.state = "running"
@@ -189,6 +195,39 @@ class Agent:
                 for r in self.runners.values():
                     if r.task is not None:
                         r.task.cancel()
+
+    def _warn_interlocks(self) -> None:
+        """Each interlock rule that is off, in the log at every start (G9 of docs/safety.md)."""
+        from agent.config_warnings import interlock_warnings
+
+        for w in interlock_warnings(self.config):
+            log.warning(kv("interlock_off", field=w.path, where=f"{w.file}:{w.line}",
+                           note=w.message.removeprefix("warning: ")))
+
+    # -- captures a crash left without a record (agent.service_recovery) ----------------------
+
+    async def _find_orphans(self) -> list[Orphan]:
+        try:
+            orphans = await asyncio.to_thread(find_orphans, self.state_dir)
+        except Exception as exc:  # an unreadable history or captures dir must not stop the start
+            log.error(kv("orphan_scan_failed", error=f"{type(exc).__name__}: {exc}"))
+            return []
+        if orphans:
+            log.warning(kv("orphan_captures", count=len(orphans), note="recorded as 'recovered'"))
+        return orphans
+
+    async def _recover(self, orphans: list[Orphan]) -> None:
+        try:
+            await recover(
+                self.config,
+                orphans,
+                self._kinds["backlash"],
+                self._analysis,
+                self._report_jobs,
+                asyncio.to_thread,
+            )
+        except Exception:  # a bug here must not take the daemon down; the rest waits a restart
+            log.exception(kv("recovery_failed"))
 
     # -- controllers -------------------------------------------------------------------------
 

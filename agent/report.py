@@ -22,6 +22,7 @@ from agent.report_model import (
     joint_to_dict,
     json_safe,
     limits_for,
+    new_report_dir,
     report_dir,
     report_to_dict,
 )
@@ -36,7 +37,7 @@ from agent.report_table import (
 __all__ = [
     "REPORT_SCHEMA", "TABLE_WIDTH", "IndicatorSummary", "JointReport", "Report",
     "indicator_summaries", "joint_report", "joint_to_dict", "json_safe", "limits_for",
-    "reason_text", "render_html", "report_dir", "report_to_dict", "short_reason",
+    "new_report_dir", "reason_text", "render_html", "report_dir", "report_to_dict", "short_reason",
     "summary_table", "value_text", "write_report",
 ]
 

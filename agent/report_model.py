@@ -257,6 +257,23 @@ def report_dir(state_dir: str | Path, created_at: datetime) -> Path:
     return candidate
 
 
+def new_report_dir(state_dir: str | Path, created_at: datetime) -> Path:
+    """Like report_dir, but the directory is made here, exclusively: two writers (two
+    controllers' stops finishing in two pool workers in the same second, or one second lived
+    twice after the wall clock was stepped back) never share it."""
+    base = Path(state_dir) / "reports"
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = created_at.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    candidate, n = base / stamp, 1
+    while True:
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            candidate = base / f"{stamp}-{n}"
+            n += 1
+
+
 # -- JSON --------------------------------------------------------------------------------------
 
 

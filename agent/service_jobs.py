@@ -387,7 +387,7 @@ def record_and_report(
     state_dir: Path, ctrl: str, jobs: list[JointJob], want_report: bool
 ) -> WrittenReport:
     """Pool entry point: record a stop's jobs, then write its report."""
-    from agent.report import Report, report_dir, summary_table, write_report
+    from agent.report import Report, new_report_dir, summary_table, write_report
     from agent.store import HistoryStore
 
     cycle_ids = record_jobs(state_dir, jobs)
@@ -402,7 +402,7 @@ def record_and_report(
         joints=tuple(judged),
         indicator_joints=tuple(others),
     )
-    json_path, html_path = write_report(report, report_dir(state_dir, created))
+    json_path, html_path = write_report(report, new_report_dir(state_dir, created))
     # After the files: a crash in between leaves a report the history does not point to yet,
     # never a pointer to a report that is not there.
     with HistoryStore(state_dir / "history.sqlite") as store:

@@ -29,16 +29,28 @@ from agent.store_schema import (
 )
 
 __all__ = [
-    "BACKLASH_INDICATORS", "MIGRATIONS", "OUTCOMES", "SCHEMA_VERSION", "TRIGGERS", "CycleRecord",
-    "Estimate", "HistoryStore", "Migration", "ReportRecord", "StoreError", "TrendPoint",
-    "connect", "estimates_for", "iso_utc", "migrate", "schema_version",
+    "BACKLASH_INDICATORS", "CLOCKED_TRIGGERS", "CLOCK_STEP_S", "MIGRATIONS", "OUTCOMES",
+    "SCHEMA_VERSION", "TRIGGERS", "CycleRecord", "Estimate", "HistoryStore", "Migration",
+    "ReportRecord", "StoreError", "TrendPoint", "connect", "estimates_for", "iso_utc", "migrate",
+    "schema_version",
 ]
 
 OUTCOMES = ("ok", "aborted", "rejected", "error")
 
 # What started a cycle. Checked here rather than by a CHECK constraint, which SQLite cannot
 # alter without rebuilding the table; "manual" is an estimate recorded from the command line.
-TRIGGERS = ("production_stop", "schedule", "on_demand", "once", "manual")
+TRIGGERS = ("production_stop", "schedule", "on_demand", "once", "manual", "recovered")
+
+# Cycles timed by the daemon's clock as they run. The wall clock may be stepped back under a
+# running daemon (NTP, a clock set by hand): such a cycle then carries an earlier time than the
+# ones before it, yet it is the newer. A cycle recorded more than CLOCK_STEP_S before the latest
+# time the daemon recorded so far is taken as such, and sorts (seq_at) at that latest time, so
+# trends and latest() keep it after the cycles recorded before the step. Cycles a little out of
+# order (a stop's fit finishing after the next stop's) still sort by their own time, as do
+# cycles given their time ("manual": recorded from the command line; "recovered": a capture
+# from before a crash, recorded at the next start).
+CLOCK_STEP_S = 600.0
+CLOCKED_TRIGGERS = ("production_stop", "schedule", "on_demand", "once")
 
 # What a backlash cycle records (estimates_for); every other indicator is "other" to the report.
 BACKLASH_INDICATORS = ("amplitude_rad_s", "backlash_rad")
@@ -247,11 +259,20 @@ class HistoryStore:
         if status is not None:
             ne107 = _ne107(str(status), outcome, ne107)
         with self.transaction() as conn:
+            seq_at = started
+            if trigger in CLOCKED_TRIGGERS:
+                marks = ", ".join("?" for _ in CLOCKED_TRIGGERS)
+                (before,) = conn.execute(
+                    f"SELECT MAX(seq_at) FROM cycles WHERE controller = ? AND trigger IN ({marks})",
+                    (controller, *CLOCKED_TRIGGERS),
+                ).fetchone()
+                if before is not None and _seconds(before) - _seconds(started) > CLOCK_STEP_S:
+                    seq_at = before
             cursor = conn.execute(
                 "INSERT INTO cycles (controller, joint, kind, started_at, finished_at, outcome,"
-                " reason, capture_path, trigger) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " reason, capture_path, trigger, seq_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (controller, joint, kind, started, finished, outcome, reason,
-                 None if capture_path is None else str(capture_path), trigger),
+                 None if capture_path is None else str(capture_path), trigger, seq_at),
             )
             cycle_id = cursor.lastrowid
             assert cycle_id is not None
@@ -331,11 +352,13 @@ class HistoryStore:
     def history(
         self, controller: str, joint: str, indicator: str, limit: int | None = None
     ) -> list[TrendPoint]:
-        """Values of one indicator from successful cycles, oldest first (the last `limit`)."""
+        """Values of one indicator from successful cycles, oldest first (the last `limit`);
+        in the order the cycles ran, which is time order unless the clock was stepped back
+        (CLOCKED_TRIGGERS)."""
         rows = self._conn.execute(
             "SELECT c.started_at, e.value FROM estimates e JOIN cycles c ON c.id = e.cycle_id"
             " WHERE c.controller = ? AND c.joint = ? AND e.indicator = ? AND c.outcome = 'ok'"
-            " ORDER BY c.started_at DESC, c.id DESC LIMIT ?",
+            " ORDER BY c.seq_at DESC, c.id DESC LIMIT ?",
             (controller, joint, indicator, -1 if limit is None else int(limit)),
         ).fetchall()
         return [TrendPoint(t, float(v)) for t, v in reversed(rows)]
@@ -348,7 +371,7 @@ class HistoryStore:
         rows = self._conn.execute(
             "SELECT e.indicator, e.unit FROM estimates e JOIN cycles c ON c.id = e.cycle_id"
             " WHERE c.controller = ? AND c.joint = ? AND c.outcome = 'ok'"
-            " ORDER BY c.started_at, c.id",
+            " ORDER BY c.seq_at, c.id",
             (controller, joint),
         ).fetchall()
         found = {str(i): str(u) for i, u in rows if i not in exclude}
@@ -358,7 +381,7 @@ class HistoryStore:
         """Every joint of a controller with a cycle in the history, in order of first cycle."""
         rows = self._conn.execute(
             "SELECT joint FROM cycles WHERE controller = ? GROUP BY joint"
-            " ORDER BY MIN(started_at), MIN(id)",
+            " ORDER BY MIN(seq_at), MIN(id)",
             (controller,),
         ).fetchall()
         return [str(r[0]) for r in rows]
@@ -376,7 +399,7 @@ class HistoryStore:
         if kind is not None:
             sql += " AND kind = ?"
             args.append(kind)
-        row = self._conn.execute(sql + " ORDER BY started_at DESC, cycles.id DESC LIMIT 1", args)
+        row = self._conn.execute(sql + " ORDER BY seq_at DESC, cycles.id DESC LIMIT 1", args)
         found = self._records(row)
         return found[0] if found else None
 
@@ -395,7 +418,7 @@ class HistoryStore:
     def cycles(self, limit: int = 50) -> list[CycleRecord]:
         """The most recent cycles of every joint, newest first."""
         rows = self._conn.execute(
-            _CYCLE_SELECT + " ORDER BY started_at DESC, cycles.id DESC LIMIT ?", (int(limit),)
+            _CYCLE_SELECT + " ORDER BY seq_at DESC, cycles.id DESC LIMIT ?", (int(limit),)
         )
         return self._records(rows)
 
@@ -434,6 +457,10 @@ _CYCLE_SELECT = (
     "SELECT cycles.*, reports.message_id AS report_message_id, reports.path AS report_path"
     " FROM cycles LEFT JOIN reports ON reports.id = cycles.report_id"
 )
+
+
+def _seconds(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
 
 
 def _ne107(status: str, outcome: str, given: str | None) -> str:

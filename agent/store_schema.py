@@ -114,6 +114,18 @@ MIGRATIONS: tuple[Migration, ...] = (
             "CREATE INDEX cycles_report ON cycles (report_id)",
         ),
     ),
+    Migration(
+        4,
+        "history order that survives the wall clock being stepped back",
+        (
+            # The time a cycle sorts by: its started_at, except that a cycle timed by the
+            # daemon's own clock never sorts before one the daemon recorded earlier (see
+            # agent.store.HistoryStore.record_cycle). Old rows sort by their started_at.
+            "ALTER TABLE cycles ADD COLUMN seq_at TEXT",
+            "UPDATE cycles SET seq_at = started_at",
+            "CREATE INDEX cycles_joint_seq ON cycles (controller, joint, seq_at)",
+        ),
+    ),
 )
 
 SCHEMA_VERSION = MIGRATIONS[-1].version

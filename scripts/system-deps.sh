@@ -7,6 +7,7 @@ NEEDED=(
   "mosquitto:mosquitto"  # the MQTT broker the publishing tests start
   "chromium:chromium"    # headless screenshot test of the HTML report
   "systemd-analyze:systemd"  # verify and security-score the unit
+  "faketime:faketime"    # libfaketime: the wall clock stepped under the daemon (tests/faults)
 )
 missing=()
 for entry in "${NEEDED[@]}"; do

@@ -578,3 +578,66 @@ def test_every_joint_of_the_start_pose_is_checked(
         "position of joint j4 is unknown",
     ]
     assert interlock_violations(status, RULES, joint, start_pose_rad={"j1": 0.0, "j3": -0.2}) == []
+
+
+# --- G5 (docs/safety.md): the stop itself fails -------------------------------------------------
+
+
+class BrokenStopSim(RecordingSim):
+    """A controller whose stop request fails: it raises, or it never answers."""
+
+    stop_failure = "raise"
+
+    async def stop_motion(self) -> None:
+        self.stop_motion_times.append(time.monotonic())
+        if self.stop_failure == "raise":
+            raise DriverError("stop refused: servo bus dead")
+        await asyncio.Event().wait()
+
+
+@pytest.mark.parametrize(
+    ("failure", "ending"),
+    [("raise", "surprise"), ("hang", "surprise"), ("hang", "shutdown")],
+    ids=["stop_raises", "stop_hangs", "stop_hangs_on_shutdown"],
+)
+def test_a_failing_stop_still_cancels_the_cycle_within_its_bound(
+    failure: str, ending: str, make_joint: Callable[..., JointSettings],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The stop is attempted, bounded to STOP_TIMEOUT_S, logged when it fails, and the cycle
+    task is cancelled anyway: the watcher is never left stuck behind a dead stop."""
+    from agent.cycles import STOP_TIMEOUT_S
+
+    joint = make_joint()
+    driver = sim(joint, BrokenStopSim, time_scale=SLOW_SCALE)
+    driver.stop_failure = failure
+    took: list[float] = []
+
+    async def scenario() -> None:
+        await driver.connect()
+        guarded = asyncio.create_task(run_guarded_cycle(driver, cycle_of(joint), RULES, joint))
+        await _wait_until_moving(driver)
+        began = time.monotonic()
+        if ending == "surprise":
+            driver.inject_permission(False)
+            with pytest.raises(CycleAborted, match="permission signal is off"):
+                await guarded
+        else:
+            guarded.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await guarded
+        took.append(time.monotonic() - began)
+        assert not others()
+
+    with caplog.at_level("ERROR", logger="agent.cycles"):
+        run(scenario())
+    assert len(driver.stop_motion_times) == 1
+    assert driver.cycle_ending == "cancelled"  # the cancel ended it, the stop could not
+    (line,) = [r.getMessage() for r in caplog.records if "stop_motion_failed" in r.getMessage()]
+    if failure == "raise":
+        assert "stop refused: servo bus dead" in line
+        assert took[0] < ABORT_BOUND_S
+    else:
+        assert f"no answer within {STOP_TIMEOUT_S:g} s" in line
+        assert STOP_TIMEOUT_S <= took[0] < STOP_TIMEOUT_S + ABORT_BOUND_S
+    assert "action=cancel_cycle" in line

@@ -31,6 +31,7 @@ from agent.report import Report
 from agent.store import HistoryStore
 from drivers.base import Capability, ControllerMode
 from drivers.sim import SimDriver
+from tests.summary import record, security
 
 POINTS = [(0.0, 0.0), (1.07, 3.0e-4), (2.06, 7.0e-4), (2.86, 1.1e-3), (3.57, 1.5e-3)]
 # Each cycle: 0.2 s settle + 2 load turns of 0.4 s = 1.0 s by the estimate.
@@ -229,14 +230,32 @@ def test_the_schedule_queues_cycles_that_wait_for_a_stop(tmp_path: Path) -> None
 # --- on demand, over the control socket ------------------------------------------------------
 
 
+class ModeAtStartSim(SimDriver):
+    """The simulated controller, noting the mode it reports as each cycle's motion begins."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.modes_at_start: list[ControllerMode] = []
+
+    async def run_cycle(self, cycle: Any) -> Any:
+        self.modes_at_start.append((await self.read_status()).mode)
+        return await super().run_cycle(cycle)
+
+
 def test_cycle_now_over_the_control_socket(tmp_path: Path) -> None:
     config = write(
         tmp_path / "agent.yaml",
         controller(
-            "robot", production_runs_s=1.5, stop_length_s=60.0, triggers={"production_stop": None}
+            "robot", production_runs_s=2.0, stop_length_s=60.0, triggers={"production_stop": None}
         ),
     )
-    agent = Agent(load_config(config), pool_workers=1)
+    made: list[ModeAtStartSim] = []
+
+    def make(ctrl: Any) -> ModeAtStartSim:
+        made.append(ModeAtStartSim(ctrl.name, ctrl.settings, ctrl.joints))
+        return made[-1]
+
+    agent = Agent(load_config(config), pool_workers=1, driver_factory=make)
     state = tmp_path / "state"
     sock = state / "control.sock"
     replies: dict[str, Any] = {}
@@ -291,6 +310,9 @@ def test_cycle_now_over_the_control_socket(tmp_path: Path) -> None:
     assert status["pending"][0]["reason"] == "on_demand"
     assert [c.joint for c in cycles(state)] == ["j2"]  # only what was asked for
     assert not sock.exists()  # removed on the way out
+    # G14 (docs/safety.md): queued while the machine produced, the cycle moved only in the stop.
+    assert status["mode"] == "production"
+    assert made[0].modes_at_start == [ControllerMode.STOPPED]
 
 
 # The stranger cannot read the test's virtualenv; the system's python has all the client needs.
@@ -304,15 +326,29 @@ print(s.makefile().readline())
 """
 
 
-@pytest.mark.security("control socket refuses a uid outside its group (SO_PEERCRED)")
-def test_a_peer_outside_the_group_is_refused(tmp_path: Path) -> None:
-    """SO_PEERCRED: a user that is neither root, the agent's user nor in the socket's group."""
+@pytest.mark.security("control socket peer rules: root, the agent's uid, the socket's group")
+def test_the_control_socket_peer_rules() -> None:
     assert peer_allowed(os.getpid(), os.getuid(), os.getgid(), 123456)
     assert peer_allowed(os.getpid(), 0, 0, 123456)
     assert not peer_allowed(-1, 54321, 54321, 123456)
     assert peer_allowed(-1, 54321, 123456, 123456)  # its primary group is the socket's
+
+
+STRANGER_CHECK = "control socket refuses a real uid outside its group (SO_PEERCRED)"
+
+
+def test_a_peer_outside_the_group_is_refused(tmp_path: Path) -> None:
+    """SO_PEERCRED: a user that is neither root, the agent's user nor in the socket's group
+    knocks on the socket. Acting as another user needs root: without it the summary says the
+    check did not run (G12 of docs/safety.md), and the test proves that this is the reason."""
     if os.getuid() != 0:
-        return  # switching to another user to knock on the socket needs root
+        other = 65534 if os.getuid() != 65534 else 65533
+        with pytest.raises(PermissionError):
+            subprocess.run([SYSTEM_PYTHON, "-c", "pass"], user=other, group=other,
+                           extra_groups=[], timeout=20, check=False)
+        record("security", STRANGER_CHECK, "NOT RUN (needs root)")
+        return
+    security(STRANGER_CHECK, passed=False)  # until every assertion below has held
     open_dir = Path("/tmp") / f"jha-peer-{os.getpid()}"
     open_dir.mkdir(mode=0o777, exist_ok=True)
     open_dir.chmod(0o777)
@@ -352,6 +388,7 @@ def test_a_peer_outside_the_group_is_refused(tmp_path: Path) -> None:
     reply = json.loads(out["stdout"])
     assert reply["ok"] is False
     assert "permission denied: uid 65534" in reply["error"]
+    security(STRANGER_CHECK, passed=True)
 
 
 # --- reload ---------------------------------------------------------------------------------

@@ -28,8 +28,15 @@ from agent.capture_io import load_capture
 CYCLE = {"motor_speed_rps": 200, "load_turns": 2, "sample_rate_hz": 500, "settle_s": 0.1}
 
 
-def config(path: Path, state_dir: Path, stops: list[dict[str, float]], joints: int = 2) -> Path:
-    """A config of one paced sim controller with `joints` joints, no calibration."""
+def config(
+    path: Path,
+    state_dir: Path,
+    stops: list[dict[str, float]],
+    joints: int = 2,
+    publish: dict[str, Any] | None = None,
+) -> Path:
+    """A config of one paced sim controller with `joints` joints, no calibration; `publish`
+    is the config's publish section (none by default)."""
     doc: dict[str, Any] = {
         "agent": {"state_dir": str(state_dir), "log_level": "info", "poll_s": 0.05},
         "controllers": [
@@ -51,12 +58,17 @@ def config(path: Path, state_dir: Path, stops: list[dict[str, float]], joints: i
             }
         ],
     }
+    if publish is not None:
+        doc["publish"] = publish
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
 
 
-def start(config_path: Path, log_path: Path, *args: str) -> subprocess.Popen[bytes]:
-    """`jha run --config` in its own process group (so its pool workers can be reaped too)."""
+def start(
+    config_path: Path, log_path: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`jha run --config` in its own process group (so its pool workers can be reaped too);
+    `env` is added to the environment."""
     log = log_path.open("ab")
     try:
         return subprocess.Popen(
@@ -65,6 +77,7 @@ def start(config_path: Path, log_path: Path, *args: str) -> subprocess.Popen[byt
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=Path(__file__).resolve().parents[2],
+            env=None if env is None else {**os.environ, **env},
         )
     finally:
         log.close()  # the child holds its own copy

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -56,23 +57,45 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path: Path) -> None:
     # The rounds did get work done, so the kills landed among the writes, not before them.
     assert counts[-1] >= ROUNDS, counts
 
-    # A clean run on the same state: it records one more stop and stops with SIGTERM, exit 0.
-    proc = start(cfg, log_path)
+    # A clean run on the same state, with one more stop: it recovers the captures the kills
+    # left unrecorded (agent.service_recovery), records the stop and stops with SIGTERM, exit 0.
+    orphans = audit(state).orphan_captures
     before = counts[-1]
-    wait_for(lambda: cycle_count(state) >= before + 2, 30, "a stop after the kills", proc)
+    clean = config(tmp_path / "clean.yaml", state, [{"at_s": 0.2, "length_s": 1.5}])
+    proc = start(clean, log_path)
+
+    def settled() -> bool:
+        # The stop's 2 cycles and every orphan recorded, each with its report written.
+        if cycle_count(state) < before + 2 + orphans:
+            return False
+        now = audit(state)
+        return now.orphan_captures == 0 and now.reports >= reports_before + 1 + orphans
+
+    reports_before = audit(state).reports
+    wait_for(settled, 60, "the orphans recovered and a stop after the kills", proc)
     assert terminate(proc) == 0, log_path.read_text()[-3000:]
     final = audit(state)
     total_lost += lost(seen, final)
+    log = log_path.read_text()
+    with sqlite3.connect(state / "history.sqlite") as conn:
+        (recovered,) = conn.execute(
+            "SELECT count(*) FROM cycles WHERE trigger = 'recovered'"
+        ).fetchone()
     assert final.problems == []
     assert len(final.cycles) >= before + 2
-    assert "Traceback" not in log_path.read_text()
+    assert "Traceback" not in log
+    # Each capture a kill left unrecorded is recorded once, at the next start.
+    assert final.orphan_captures == 0
+    assert recovered >= orphans
+    assert orphans == 0 or "event=orphan_captures" in log
 
     fault(f"kill -9 of the daemon mid-cycle/write ({ROUNDS} rounds)", records_lost=total_lost)
     record(
         "kill -9 rounds",
         "cycles recorded after each kill",
         " ".join(map(str, counts)),
-        f"orphan captures {final.orphan_captures}, orphan reports {final.orphan_reports},"
+        f"orphan captures {orphans} before the clean run, {final.orphan_captures} after"
+        f" ({recovered} recorded as 'recovered'); orphan reports {final.orphan_reports},"
         f" stale .tmp {len(final.stale_tmp)} (after the last kill {stale})",
     )
     assert total_lost == 0
