@@ -63,6 +63,25 @@ def cycle_values(cycle: BacklashCycle) -> dict[CycleParameter, Any]:
 
 
 @dataclass(frozen=True)
+class _WatchdogNodes:
+    counter: Node
+    counter_type: ua.VariantType
+    timeout: Node | None
+    timeout_type: ua.VariantType | None
+
+
+# The watchdog counter wraps below the range of the smallest integer type that may hold it.
+_SMALL_INTEGERS = {ua.VariantType.SByte: 2**7, ua.VariantType.Byte: 2**7}
+_INTEGERS = {
+    ua.VariantType.Int16, ua.VariantType.UInt16, ua.VariantType.Int32, ua.VariantType.UInt32,
+    ua.VariantType.Int64, ua.VariantType.UInt64, *_SMALL_INTEGERS,
+}
+
+
+_BEAT = "write the watchdog counter"
+
+
+@dataclass(frozen=True)
 class _Link:
     """A live session and every node the driver resolved on it."""
 
@@ -73,6 +92,7 @@ class _Link:
     cycle_status: Node
     state: Node
     buffers: tuple[tuple[str, Node], ...]
+    watchdog: _WatchdogNodes | None
 
 
 class OpcUaDriver(Driver):
@@ -98,6 +118,7 @@ class OpcUaDriver(Driver):
         self.connect_attempts = 0
         self.reconnects = 0
         self.stop_motion_calls = 0
+        self.heartbeats_sent = 0
 
     @property
     def control_period_s(self) -> float:
@@ -138,6 +159,7 @@ class OpcUaDriver(Driver):
                 cycle_status=session.node(s.cycle.status),
                 state=session.node(s.status.state),
                 buffers=tuple((r, session.node(t)) for r, t in buffers.items() if t is not None),
+                watchdog=await self._watchdog_nodes(session),
             )
             # One read of every node proves the ids exist before the first cycle needs them.
             nodes = [n for _, n in (*link.status, *link.buffers)] + [link.cycle_status]
@@ -162,6 +184,29 @@ class OpcUaDriver(Driver):
             s.security.mode,
         )
         return link
+
+    async def _watchdog_nodes(self, session: OpcUaSession) -> _WatchdogNodes | None:
+        w = self._s.watchdog
+        if w is None:
+            log.warning(
+                "event=opcua_no_watchdog controller=%s why=settings.watchdog_not_set "
+                "risk=the_controller_finishes_a_cycle_after_the_agent_dies",
+                self.controller,
+            )
+            return None
+        counter = session.node(w.node)
+        counter_type = await session.variable_type(counter, f"watchdog variable {w.node}")
+        if counter_type not in _INTEGERS:
+            raise RejectedError(
+                f"watchdog variable {w.node} is a {counter_type.name}, expected an integer type"
+            )
+        timeout = timeout_type = None
+        if w.timeout_node is not None:
+            timeout = session.node(w.timeout_node)
+            timeout_type = await session.variable_type(
+                timeout, f"watchdog timeout variable {w.timeout_node}"
+            )
+        return _WatchdogNodes(counter, counter_type, timeout, timeout_type)
 
     async def _open_with_backoff(self, deadline: float | None) -> _Link:
         loop = asyncio.get_running_loop()
@@ -292,9 +337,12 @@ class OpcUaDriver(Driver):
         )
         triggered = False
         self._cycle_active = True
+        beats: asyncio.Task[None] | None = None
         try:
             await stream.open()
             await stream.snapshot(cycle)
+            if link.watchdog is not None:
+                beats = await self._start_heartbeat(link, link.watchdog, stream)
             triggered = True  # set before the call: a call that times out may still start motion
             await link.session.perform(
                 link.trigger, cycle_values(cycle), f"the cycle trigger of {self.controller}"
@@ -305,8 +353,59 @@ class OpcUaDriver(Driver):
         finally:
             if triggered:
                 await self._stop_quietly(link)
+            if beats is not None:
+                beats.cancel()
             self._cycle_active = False
             await stream.close()
+
+    # --- the liveness watchdog -------------------------------------------------------------
+
+    async def _start_heartbeat(
+        self, link: _Link, nodes: _WatchdogNodes, stream: CaptureStream
+    ) -> asyncio.Task[None]:
+        """Arm the controller's watchdog for the coming cycle and start incrementing it."""
+        w = self._s.watchdog
+        assert w is not None
+        session = link.session
+        if nodes.timeout is not None and nodes.timeout_type is not None:
+            await session.write_value(
+                nodes.timeout, w.timeout_s, nodes.timeout_type, "write the watchdog timeout"
+            )
+        (dv,) = await session.read([nodes.counter], "read the watchdog counter")
+        current = dv.Value.Value if dv.Value is not None else 0
+        value = current if isinstance(current, int) and not isinstance(current, bool) else 0
+        # The first beat before the trigger: a watchdog the agent cannot feed refuses the cycle
+        # before anything moves, rather than aborting it once the joint runs.
+        value = value % _counter_modulus(nodes) + 1
+        await session.write_value(nodes.counter, value, nodes.counter_type, _BEAT)
+        self.heartbeats_sent += 1
+        return asyncio.create_task(
+            self._heartbeat(session, nodes, value, stream), name=f"opcua watchdog {self.controller}"
+        )
+
+    async def _heartbeat(
+        self, session: OpcUaSession, nodes: _WatchdogNodes, value: int, stream: CaptureStream
+    ) -> None:
+        """Increment the watchdog counter every interval_s until cancelled.
+
+        Runs on the event loop on purpose: if the loop hangs, the counter stops and the
+        controller stops the motion, as it does when the process dies. A failed write ends the
+        cycle: the controller would stop the motion on its own shortly anyway.
+        """
+        w = self._s.watchdog
+        assert w is not None
+        try:
+            while True:
+                await asyncio.sleep(w.interval_s)
+                value = value % _counter_modulus(nodes) + 1
+                await session.write_value(nodes.counter, value, nodes.counter_type, _BEAT)
+                self.heartbeats_sent += 1
+        except DriverError as exc:
+            stream.fail(DriverError(f"watchdog write failed, the controller will stop: {exc}"))
+
+
+def _counter_modulus(nodes: _WatchdogNodes) -> int:
+    return _SMALL_INTEGERS.get(nodes.counter_type, 2**15)
 
 
 def _raw(node: Node, dv: ua.DataValue) -> RawValue:

@@ -160,6 +160,15 @@ def decode_chunk(
     return Chunk(seq, time_s, motor, link, current)
 
 
+def _same_samples(a: Chunk, b: Chunk) -> bool:
+    pairs = ((a.time_s, b.time_s), (a.motor_counts, b.motor_counts),
+             (a.link_counts, b.link_counts), (a.current_a, b.current_a))
+    return all(
+        (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
+        for x, y in pairs
+    )
+
+
 @dataclass
 class CaptureAssembler:
     """Appends chunks in sequence order; refuses gaps, overlaps and overruns as they come."""
@@ -169,8 +178,10 @@ class CaptureAssembler:
     sample_rate_hz: float
     tolerance: int = 0
     sequence_modulus: int = 2**32
+    drop_identical: bool = False  # an exact second copy of the last chunk is dropped
     chunks: list[Chunk] = field(default_factory=list)
     samples: int = 0
+    duplicates_dropped: int = 0
 
     @property
     def next_sequence(self) -> int:
@@ -178,26 +189,26 @@ class CaptureAssembler:
 
     def add(self, chunk: Chunk) -> None:
         want = self.next_sequence
+        if self.chunks and chunk.sequence == self.chunks[-1].sequence:
+            if _same_samples(chunk, self.chunks[-1]):
+                if self.drop_identical:
+                    self.duplicates_dropped += 1
+                    return
+                raise ChunkError(f"chunk {chunk.sequence} repeated (an identical copy)")
+            raise ChunkError(f"chunk {chunk.sequence} repeated with other samples")
         if chunk.sequence != want:
+            last = (want - 1) % self.sequence_modulus
+            behind = (last - chunk.sequence) % self.sequence_modulus
+            if self.chunks and behind < self.sequence_modulus // 2:
+                raise ChunkError(f"chunk {chunk.sequence} after {last} (out of order)")
+            # Ahead: lost, or late (out of order). Which, only waiting would tell, and the
+            # motion must not wait on it: either way the capture has a hole now.
             missing = (chunk.sequence - want) % self.sequence_modulus
             raise ChunkError(
                 f"chunk {want} lost: the controller's next chunk was {chunk.sequence} "
-                f"({missing} chunk(s) missing, or published twice / out of order)"
+                f"({missing} chunk(s) missing or late, out of order)"
             )
-        period = 1.0 / self.sample_rate_hz
-        t = chunk.time_s
-        steps = np.diff(t)
-        if self.chunks:
-            steps = np.concatenate(([t[0] - self.chunks[-1].time_s[-1]], steps))
-        if steps.size:
-            if np.any(steps <= 0):
-                raise ChunkError(f"chunk {chunk.sequence}: sample times do not increase")
-            worst = float(np.max(steps))
-            if worst > MAX_STEP_PERIODS * period:
-                raise ChunkError(
-                    f"chunk {chunk.sequence}: samples missing: a step of {worst:.6g} s where "
-                    f"the sample period is {period:.6g} s"
-                )
+        self._check_times(chunk)
         if self.samples + len(chunk) > self.expected_samples + self.tolerance:
             raise ChunkError(
                 f"chunk {chunk.sequence}: the controller published more than the "
@@ -205,6 +216,40 @@ class CaptureAssembler:
             )
         self.chunks.append(chunk)
         self.samples += len(chunk)
+
+    def _check_times(self, chunk: Chunk) -> None:
+        """Each sample one period after the one before: no repeat, no reversal, no sample
+        missing and none too early (a controller sampling faster than asked, or flooding)."""
+        period = 1.0 / self.sample_rate_hz
+        t = chunk.time_s
+        steps = np.diff(t)
+        offset = 1  # steps[i] leads to sample `offset + i` of the chunk
+        if self.chunks:
+            steps = np.concatenate(([t[0] - self.chunks[-1].time_s[-1]], steps))
+            offset = 0
+        if not steps.size:
+            return
+        seq = chunk.sequence
+
+        def where(i: int) -> str:
+            return f"chunk {seq}: sample {self.samples + offset + i} (t = {t[offset + i]:.6g} s)"
+
+        if np.any(steps <= 0):
+            i = int(np.flatnonzero(steps <= 0)[0])
+            what = "repeated" if steps[i] == 0 else f"after one at {t[offset + i] - steps[i]:.6g} s"
+            raise ChunkError(f"{where(i)} {what}: sample times must increase")
+        if float(np.max(steps)) > MAX_STEP_PERIODS * period:
+            i = int(np.argmax(steps))
+            raise ChunkError(
+                f"{where(i)}: samples missing: a step of {steps[i]:.6g} s where the sample "
+                f"period is {period:.6g} s"
+            )
+        if float(np.min(steps)) < period / MAX_STEP_PERIODS:
+            i = int(np.argmin(steps))
+            raise ChunkError(
+                f"{where(i)}: {steps[i]:.6g} s after the one before where the sample period is "
+                f"{period:.6g} s (the controller samples faster than asked, or floods)"
+            )
 
     @property
     def complete(self) -> bool:

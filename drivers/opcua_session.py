@@ -266,6 +266,15 @@ class OpcUaSession:
             raise RejectedError(str(exc)) from None
         return ResolvedAction(None, None, (), (), variable, vtype, action.value, tuple(params))
 
+    async def variable_type(self, node: Node, what: str) -> ua.VariantType:
+        """The variant type the server declares for a variable (RejectedError if unusable)."""
+        return await self._variable_type(node, what)
+
+    async def write_value(self, node: Node, value: Any, vtype: ua.VariantType, what: str) -> None:
+        """Write one value, converted to the variable's type; DriverError names the node."""
+        dv = ua.DataValue(convert(value, vtype, what))
+        await self._write([node], [dv], what)
+
     async def _variable_type(self, node: Node, what: str) -> ua.VariantType:
         datatype = await self.request(node.read_data_type(), f"read the data type of {what}")
         return _variant_type(datatype, what)

@@ -249,6 +249,38 @@ class OpcUaBuffers:
 
 
 @dataclass(frozen=True)
+class OpcUaWatchdog:
+    """Liveness watchdog: while a cycle runs the agent increments an integer variable every
+    `interval_s`; the controller's program stops the motion when it has not changed for its
+    watchdog timeout, so an agent that dies or hangs mid-cycle cannot leave the joint running.
+    The timeout lives in the controller; with `timeout_node` the agent writes `timeout_s` there
+    before every trigger, otherwise `timeout_s` must match what the controller was set to."""
+
+    node: str = field(metadata={"doc": "node id of the counter the agent increments (integer)"})
+    interval_s: float = field(default=0.1, metadata={"gt": 0.0, "le": 5.0})
+    timeout_s: float = field(
+        default=0.5,
+        metadata={"ge": 0.05, "le": 60.0, "doc": "no change this long: the controller stops"},
+    )
+    timeout_node: str | None = field(
+        default=None, metadata={"doc": "node id (Double, seconds) the agent writes timeout_s to"}
+    )
+
+    def check(self) -> list[tuple[str, str]]:
+        out = _node_checks(node=self.node, timeout_node=self.timeout_node)
+        # Three beats per timeout: one late write must not stop a healthy cycle.
+        if self.timeout_s < 3.0 * self.interval_s:
+            out.append(
+                (
+                    "timeout_s",
+                    f"expected at least 3 x interval_s ({3.0 * self.interval_s:g} s), "
+                    f"found {self.timeout_s:g}",
+                )
+            )
+        return out
+
+
+@dataclass(frozen=True)
 class OpcUaSettings:
     endpoint: str = field(metadata={"doc": "opc.tcp://host:port/path"})
     status: OpcUaStatusNodes
@@ -277,6 +309,12 @@ class OpcUaSettings:
         default=0, metadata={"ge": 0, "doc": "samples the capture may differ from the cycle's"}
     )
     control_period_s: float = field(default=0.05, metadata={"gt": 0.0, "le": 1.0})
+    # Strongly advised (safety G6): without it a controller runs a cycle to its end after the
+    # agent dies; the driver logs a warning at every connect.
+    watchdog: OpcUaWatchdog | None = None
+    # A chunk published twice with the same sequence number and the same samples carries no
+    # new information: drop_identical keeps one copy. Any other repeat is refused.
+    duplicate_chunks: Literal["refuse", "drop_identical"] = "refuse"
 
     def check(self) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []

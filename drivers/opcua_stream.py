@@ -144,6 +144,11 @@ class CaptureStream:
             role, code = bad[0]
             raise DriverError(f"cannot monitor the {role} node: {code.name}")
 
+    def fail(self, error: DriverError) -> None:
+        """End collect() with this error (from outside: the watchdog heartbeat failed)."""
+        self.watch.error = self.watch.error or error
+        self.watch.changed.set()
+
     async def close(self) -> None:
         sub, self._sub = self._sub, None
         if sub is not None and not self.session.lost.is_set():
@@ -183,6 +188,7 @@ class CaptureStream:
             sample_rate_hz=cycle.sample_rate_hz,
             tolerance=s.sample_count_tolerance,
             sequence_modulus=modulus,
+            drop_identical=s.duplicate_chunks == "drop_identical",
         )
 
     async def collect(self, cycle: BacklashCycle) -> Capture:
@@ -226,7 +232,10 @@ class CaptureStream:
                     cycle,
                     machine=self.machine,
                     source=f"opcua:{self.machine}/{cycle.joint}",
-                    extra={"endpoint": s.endpoint},
+                    extra={
+                        "endpoint": s.endpoint,
+                        "duplicate_chunks_dropped": assembler.duplicates_dropped,
+                    },
                 )
             if self.session.lost.is_set():
                 raise DriverError(f"connection lost mid-capture ({self.session.lost_reason})")

@@ -11,9 +11,14 @@ one joint, then stream the capture window while the joint moves) and STOP (halt 
 and reports the controller's mode, permission signal, alarm, override and joint positions in
 its STATUS reply and in every sample frame's status byte.
 
+Liveness: START carries the watchdog timeout and, while the cycle runs, the driver sends a
+HEARTBEAT every heartbeat_interval_s from the event loop; a board that hears none for
+watchdog_timeout_s stops the joint by itself (an agent killed or hung mid-cycle).
+
 The port handling is drivers/serial_link.py (`SerialLink`), shared on purpose: the G-code
 streaming of the CNC feedrate issue opens its port with it and gives it its own line protocol.
-The capture is assembled from the frames in drivers/serial_capture.py.
+Frames are checked one by one as they arrive in drivers/serial_sink.py (repeated, out-of-order,
+flooding samples stop the cycle at once); the capture is assembled in drivers/serial_capture.py.
 """
 
 from __future__ import annotations
@@ -28,7 +33,6 @@ from agent.errors import CycleAborted, DriverError
 from drivers.base import (
     BacklashCycle,
     Capability,
-    ControllerMode,
     ControllerStatus,
     Cycle,
     Driver,
@@ -60,50 +64,11 @@ from drivers.serial_frames import (
 )
 from drivers.serial_link import SerialLink
 from drivers.serial_settings import SerialSettings
+from drivers.serial_sink import CaptureSink, beyond, mode_of
 
 __all__ = ["SerialEncoderDriver", "SerialLink", "resolve_channels"]
 
 log = logging.getLogger(__name__)
-_LEAVES_TEST = StatusBits.FAULT | StatusBits.PRODUCTION | StatusBits.MANUAL
-
-
-class _CaptureSink:
-    """Collects one cycle's sample frames as they arrive; run_cycle sleeps on `wake`."""
-
-    def __init__(self, tag: int) -> None:
-        self.tag = tag
-        self.payloads: list[bytes] = []
-        self.wake = asyncio.Event()
-        self.done: CycleDone | None = None
-        self.abort: str | None = None
-        self.error: DriverError | None = None
-
-    def add(self, payload: bytes) -> None:
-        status = StatusBits(payload[8])
-        if status & _LEAVES_TEST and self.abort is None:
-            self.abort = f"controller left the test cycle ({_mode_of(status).value} mode)"
-        self.payloads.append(payload)
-        self.wake.set()
-
-    def finish(self, done: CycleDone) -> None:
-        self.done = done
-        self.wake.set()
-
-    def fail(self, error: DriverError) -> None:
-        self.error = error
-        self.wake.set()
-
-
-def _mode_of(status: StatusBits) -> ControllerMode:
-    if status & StatusBits.FAULT:
-        return ControllerMode.FAULT
-    if status & StatusBits.MANUAL:
-        return ControllerMode.MANUAL
-    if status & StatusBits.PRODUCTION:
-        return ControllerMode.PRODUCTION
-    if status & StatusBits.MOVING:
-        return ControllerMode.TEST_CYCLE
-    return ControllerMode.STOPPED
 
 
 def resolve_channels(
@@ -156,12 +121,15 @@ class SerialEncoderDriver(Driver):
         self._link: SerialLink | None = None
         self._decoder = FrameDecoder(length_rule(self.layout, BOARD_TO_AGENT))
         self._pending: dict[int, tuple[FrameType, asyncio.Future[Frame]]] = {}
-        self._sink: _CaptureSink | None = None
+        self._sink: CaptureSink | None = None
         self._tag = 0
         self.info: InfoReply | None = None
         self.sample_frames = 0  # good SAMPLE frames received on this connection
         self.stray_frames = 0  # good frames nobody waited for (late replies, samples after STOP)
         self.stop_requests = 0
+        self.heartbeats_sent = 0
+        self.heartbeats_missed = 0  # beats the port could not take at once
+        self.duplicates_dropped = 0  # identical frames dropped in the last cycle
 
     @property
     def stats(self) -> DecoderStats:
@@ -303,7 +271,7 @@ class SerialEncoderDriver(Driver):
             if j.index <= len(reply.joint_positions_urad)
         }
         return ControllerStatus(
-            mode=_mode_of(reply.status),
+            mode=mode_of(reply.status),
             permission=bool(reply.status & StatusBits.PERMISSION),
             joint_positions_rad=positions,
             alarms=(f"board alarm {reply.alarm}",) if reply.alarm else (),
@@ -339,8 +307,9 @@ class SerialEncoderDriver(Driver):
             raise DriverError(f"{self.controller}: no joint named {cycle.joint!r}")
         if self._sink is not None:
             raise DriverError(f"{self.controller}: a cycle is already running")
+        s = self._settings
         tag = self._next_tag()
-        sink = self._sink = _CaptureSink(tag)
+        sink = self._sink = CaptureSink(tag, cycle.sample_rate_hz, s.duplicate_frames)
         command = StartCommand(
             tag,
             cycle.joint_index,
@@ -349,8 +318,11 @@ class SerialEncoderDriver(Driver):
             cycle.duration_s,
             cycle.sample_rate_hz,
             cycle.test_pose_rad,
+            round(s.watchdog_timeout_s * 1000.0),
         )
         finished = False
+        # The board arms its watchdog on START: the beats start with it and end with the cycle.
+        beats = asyncio.create_task(self._heartbeat(tag), name=f"serial heartbeat {tag}")
         try:
             frame = await self._request(lambda _: command.encode(), FrameType.START_ACK, tag)
             ack = _decode(StartAck.decode, frame, self.controller)
@@ -363,10 +335,12 @@ class SerialEncoderDriver(Driver):
             await self._follow(sink, cycle, ack)
             finished = True
         finally:
+            beats.cancel()
             self._sink = None
             if not finished:  # anything after START but the end of the cycle: stop now
                 self._stop_nowait()
         assert sink.done is not None
+        self.duplicates_dropped = sink.duplicates_dropped
         return assemble_capture(
             sink.payloads,
             sink.done,
@@ -376,9 +350,28 @@ class SerialEncoderDriver(Driver):
             settings=self._settings,
             machine=self.controller,
             link_stats=self.stats.to_dict(),
+            duplicates_dropped=sink.duplicates_dropped,
         )
 
-    async def _follow(self, sink: _CaptureSink, cycle: BacklashCycle, ack: StartAck) -> None:
+    async def _heartbeat(self, tag: int) -> None:
+        """HEARTBEAT every heartbeat_interval_s while the cycle runs.
+
+        Sent from the event loop on purpose: a loop that hangs stops the beats, and the board
+        stops the joint, as it does when the process dies. Never waits on the port: a beat the
+        port cannot take now is skipped, and the board's timeout allows for a few.
+        """
+        frame = encode_query(FrameType.HEARTBEAT, tag)
+        while True:
+            await asyncio.sleep(self._settings.heartbeat_interval_s)
+            link = self._link
+            if link is None:
+                continue  # closed under the cycle: run_cycle ends it and cancels us
+            if link.write_nowait(frame) < len(frame):
+                self.heartbeats_missed += 1
+            else:
+                self.heartbeats_sent += 1
+
+    async def _follow(self, sink: CaptureSink, cycle: BacklashCycle, ack: StartAck) -> None:
         s = self._settings
         first_wait_s = cycle.settle_s + s.start_timeout_s
         where = f"{self.controller}/{cycle.joint}"
@@ -386,12 +379,18 @@ class SerialEncoderDriver(Driver):
             sink.wake.clear()
             if sink.error is not None:
                 raise DriverError(f"{where}: {sink.error}")
+            if sink.bad is not None:
+                raise DriverError(f"{where}: {sink.bad}; capture refused")
             if sink.abort is not None:
                 raise CycleAborted(f"{where}: {sink.abort}")
             if sink.done is not None:
                 break
             if len(sink.payloads) > ack.n_frames:
                 raise DriverError(f"{where}: more frames than the {ack.n_frames} announced")
+            if sink.payloads:
+                outside = beyond(sink.payloads[-1], ack)
+                if outside is not None:
+                    raise DriverError(f"{where}: {outside}; capture refused")
             wait_s = s.stall_timeout_s if sink.payloads else first_wait_s
             try:
                 # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation
@@ -405,7 +404,9 @@ class SerialEncoderDriver(Driver):
                 ) from None
         done = sink.done
         if done.result is not CycleResult.COMPLETE:
-            raise CycleAborted(f"{where}: board ended the cycle: {done.result.name.lower()}")
+            raise CycleAborted(
+                f"{where}: board ended the cycle: {done.result.name.lower().replace('_', ' ')}"
+            )
         if done.first_counter != ack.first_counter:
             raise DriverError(f"{where}: CYCLE_DONE names another capture than START_ACK")
 

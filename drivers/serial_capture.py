@@ -38,6 +38,7 @@ def assemble_capture(
     settings: SerialSettings,
     machine: str,
     link_stats: Mapping[str, int],
+    duplicates_dropped: int = 0,
 ) -> Capture:
     """The capture of one cycle; DriverError says what was lost or inconsistent."""
     where = f"{machine}/{cycle.joint}"
@@ -89,6 +90,7 @@ def assemble_capture(
         "frames_sent": sent,
         "lost_frames": lost,
         "interpolated_frames": int(full.size - index.size),
+        "duplicate_frames_dropped": duplicates_dropped,
         "first_counter": done.first_counter,
         "first_timestamp_us": int(block.timestamp_us[0]),
         "link": dict(link_stats),

@@ -23,8 +23,10 @@ the answer to a newer question)::
     STATUS_Q    10  agent->board  T
     INFO_Q      11  agent->board  T
     START       12  agent->board  T, joint_index u8, motor_speed_rad_s f64, settle_s f64,
-                                   duration_s f64, sample_rate_hz f64, test_pose_rad f64
+                                   duration_s f64, sample_rate_hz f64, test_pose_rad f64,
+                                   watchdog_ms u16 (0 is refused: BAD_ARGUMENT)
     STOP        13  agent->board  T
+    HEARTBEAT   14  agent->board  T of the running START (no reply)
     STATUS      90  board->agent  T, status u8, override_pct u8, alarm u16, clock_us u32,
                                    n u8, then n joint positions i32 in microradians (index 1..n)
     INFO        91  board->agent  T, version u8, channels u8, bits u8, then per channel
@@ -33,6 +35,11 @@ the answer to a newer question)::
     STOP_ACK    93  board->agent  T, was_moving u8, frames_sent u32
     CYCLE_DONE  94  board->agent  T of the START, result u8 (CycleResult), first_counter u32,
                                    frames_sent u32
+
+Liveness watchdog (protocol 2): from START until the cycle ends the agent sends HEARTBEAT with
+the START's tag every heartbeat interval; a board that hears none for watchdog_ms stops the
+joint as on STOP and ends the cycle with CycleResult WATCHDOG. So an agent that dies (SIGKILL,
+OOM) or hangs mid-cycle stops the motion within watchdog_ms, with nobody left to send STOP.
 
 The counter counts every sample the board takes (u32, wraps); a capture is the n_frames
 consecutive counters from first_counter, so a lost frame anywhere, the first and the last
@@ -65,7 +72,7 @@ SYNC = b"\xa5\x5a"
 HEADER_BYTES = 4
 CRC_BYTES = 2
 MAX_PAYLOAD_BYTES = 255
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: the START watchdog and HEARTBEAT
 SAMPLE_HEADER = struct.Struct("<IIB")
 MAX_JOINTS = 61  # a STATUS payload of 10 + 4 n bytes must fit in 255
 
@@ -80,6 +87,7 @@ class FrameType(enum.IntEnum):
     INFO_QUERY = 0x11
     START = 0x12
     STOP = 0x13
+    HEARTBEAT = 0x14
     STATUS = 0x90
     INFO = 0x91
     START_ACK = 0x92
@@ -112,6 +120,7 @@ class CycleResult(enum.IntEnum):
     STOPPED = 1  # on our STOP
     FAULT = 2
     LEFT_STOPPED = 3  # production or manual mode took over
+    WATCHDOG = 4  # no HEARTBEAT for watchdog_ms: the agent is gone or hung
 
 
 class ChannelSide(enum.IntEnum):
@@ -199,8 +208,9 @@ class Layout:
 _FIXED_LENGTHS: dict[int, tuple[int, int]] = {
     FrameType.STATUS_QUERY: (1, 0),
     FrameType.INFO_QUERY: (1, 0),
-    FrameType.START: (42, 0),
+    FrameType.START: (44, 0),
     FrameType.STOP: (1, 0),
+    FrameType.HEARTBEAT: (1, 0),
     FrameType.STATUS: (10, 4),
     FrameType.INFO: (4, 2),
     FrameType.START_ACK: (10, 0),
@@ -209,7 +219,9 @@ _FIXED_LENGTHS: dict[int, tuple[int, int]] = {
 }
 _B2A = ("SAMPLE", "STATUS", "INFO", "START_ACK", "STOP_ACK", "CYCLE_DONE")
 BOARD_TO_AGENT = frozenset(FrameType[n] for n in _B2A)
-AGENT_TO_BOARD = frozenset(FrameType[n] for n in ("STATUS_QUERY", "INFO_QUERY", "START", "STOP"))
+AGENT_TO_BOARD = frozenset(
+    FrameType[n] for n in ("STATUS_QUERY", "INFO_QUERY", "START", "STOP", "HEARTBEAT")
+)
 
 
 def length_rule(layout: Layout, accept: frozenset[FrameType]) -> Callable[[int, int], bool]:
@@ -398,7 +410,7 @@ _INFO = struct.Struct("<BBBB")
 
 
 def encode_query(frame_type: FrameType, tag: int) -> bytes:
-    """STATUS_QUERY, INFO_QUERY or STOP: the tag is their whole payload."""
+    """STATUS_QUERY, INFO_QUERY, STOP or HEARTBEAT: the tag is their whole payload."""
     return encode_frame(frame_type, _TAG.pack(tag))
 
 
@@ -438,7 +450,7 @@ class _Fixed:
 @dataclass(frozen=True)
 class StartCommand(_Fixed):
     FRAME: ClassVar[FrameType] = FrameType.START
-    FORMAT: ClassVar[struct.Struct] = struct.Struct("<BBddddd")
+    FORMAT: ClassVar[struct.Struct] = struct.Struct("<BBdddddH")
     tag: int
     joint_index: int
     motor_speed_rad_s: float
@@ -446,6 +458,7 @@ class StartCommand(_Fixed):
     duration_s: float
     sample_rate_hz: float
     test_pose_rad: float
+    watchdog_ms: int  # the board stops the joint after this long without a HEARTBEAT
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,21 @@ class SerialSettings:
     max_gap_frames: int = field(
         default=2, metadata={"ge": 1, "doc": "with interpolate: longest run of frames filled"}
     )
+    # An identical frame received twice (same counter, same bytes) carries no new information:
+    # drop_identical keeps one copy. A repeated counter with other content is always refused.
+    duplicate_frames: Literal["refuse", "drop_identical"] = "refuse"
+    heartbeat_interval_s: float = field(
+        default=0.1,
+        metadata={"gt": 0.0, "le": 5.0, "doc": "HEARTBEAT period while a cycle runs"},
+    )
+    watchdog_timeout_s: float = field(
+        default=0.5,
+        metadata={
+            "ge": 0.05,
+            "le": 60.0,
+            "doc": "the board stops the joint after this long without a HEARTBEAT",
+        },
+    )
     rate_tolerance: float = field(
         default=0.005,
         metadata={"gt": 0.0, "lt": 0.5, "doc": "board clock vs requested rate, relative"},
@@ -55,6 +70,15 @@ class SerialSettings:
 
     def check(self) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
+        # Three beats per timeout: one late or lost beat must not stop a healthy cycle.
+        if self.watchdog_timeout_s < 3.0 * self.heartbeat_interval_s:
+            out.append(
+                (
+                    "watchdog_timeout_s",
+                    f"expected at least 3 x heartbeat_interval_s "
+                    f"({3.0 * self.heartbeat_interval_s:g} s), found {self.watchdog_timeout_s:g}",
+                )
+            )
         width = math.ceil(self.count_bits / 8)
         most = (MAX_PAYLOAD_BYTES - SAMPLE_HEADER.size) // width
         if self.channels > most:

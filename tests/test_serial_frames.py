@@ -6,6 +6,7 @@ so the format cannot drift with the code that produces it.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -20,6 +21,7 @@ from drivers.serial_capture import assemble_capture, fill_gaps
 from drivers.serial_frames import (
     AGENT_TO_BOARD,
     BOARD_TO_AGENT,
+    SAMPLE_HEADER,
     SYNC,
     ChannelSide,
     CycleDone,
@@ -44,6 +46,7 @@ from drivers.serial_frames import (
     length_rule,
 )
 from drivers.serial_settings import SerialSettings
+from drivers.serial_sink import CaptureSink
 
 LAYOUT = Layout(channels=2, count_bits=19)
 
@@ -82,6 +85,13 @@ def test_crc16_table_and_fast_agree_and_residue_is_zero(data: bytes) -> None:
 
 def test_golden_status_query() -> None:
     assert encode_query(FrameType.STATUS_QUERY, 5) == bytes.fromhex("a55a 10 01 05 ec6b")
+
+
+def test_golden_heartbeat_and_its_place_in_the_protocol() -> None:
+    # Agent to board only, tag-only payload, never answered (protocol 2's liveness watchdog).
+    assert encode_query(FrameType.HEARTBEAT, 5) == bytes.fromhex("a55a 14 01 05 30ab")
+    assert FrameType.HEARTBEAT in AGENT_TO_BOARD and FrameType.HEARTBEAT not in BOARD_TO_AGENT
+    assert agent_decoder().feed(encode_query(FrameType.HEARTBEAT, 5)) == []
 
 
 def test_golden_sample_frame() -> None:
@@ -128,7 +138,7 @@ def test_layout_limits() -> None:
 def test_messages_round_trip() -> None:
     layout = Layout(4, 19)
     messages = [
-        StartCommand(9, 3, -628.3185307179586, 0.5, 4.8, 500.0, 0.25),
+        StartCommand(9, 3, -628.3185307179586, 0.5, 4.8, 500.0, 0.25, 500),
         StartAck(9, StartResult.NOT_STOPPED, 2**32 - 1, 2401),
         StopAck(10, 1, 77),
         CycleDone(9, CycleResult.LEFT_STOPPED, 12, 2401),
@@ -416,3 +426,82 @@ def test_fill_gaps_follows_more_than_half_a_turn_with_the_speed() -> None:
     assert np.all(np.abs(((filled - counts) + cpt // 2) % cpt - cpt // 2) <= 1)
     with pytest.raises(ValueError, match="2 consecutive frames lost after frame 1"):
         fill_gaps(index, counts[index], step, cpt, max_gap=1)
+
+
+# --- the frame-by-frame checks of a running capture (drivers/serial_sink.py) ---------------------
+
+SINK_RATE_HZ = 500.0
+PERIOD_US = 2000
+
+
+def _sink_frames(moves: list[tuple[int, int]], start: int) -> list[bytes]:
+    """SAMPLE payloads whose counter and timestamp move by (counter step, time step in periods
+    x 4) from one to the next; the counts follow the counter, so a repeated counter repeats
+    the whole payload unless its time differs."""
+    counter, stamp = start, 1_000_000
+    rows = []
+    for dc, dt4 in moves:
+        counter = (counter + dc) % 2**32
+        stamp = (stamp + dt4 * PERIOD_US // 4) % 2**32
+        rows.append((counter, stamp))
+    counters = [c for c, _ in rows]
+    stamps = [t for _, t in rows]
+    counts = [[c % 2**19, 0] for c in counters]
+    return [f[4:-2] for f in encode_samples(LAYOUT, counters, stamps, 0, counts)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    moves=st.lists(
+        st.one_of(
+            st.just((1, 4)),  # the next sample on time
+            st.tuples(st.integers(-3, 3), st.integers(-2, 14)),  # anything nearby
+        ),
+        min_size=1,
+        max_size=40,
+    ),
+    start=st.sampled_from([0, 1000, 2**32 - 5]),  # the counter wraps in some cases
+    drop_identical=st.booleans(),
+)
+def test_sink_accepts_only_a_clean_stream_and_names_the_first_bad_sample(
+    moves: list[tuple[int, int]], start: int, drop_identical: bool
+) -> None:
+    sink = CaptureSink(1, SINK_RATE_HZ, "drop_identical" if drop_identical else "refuse")
+    payloads = _sink_frames(moves, start)
+    bad_at = None
+    for k, p in enumerate(payloads):
+        sink.add(p)
+        if sink.bad is not None and bad_at is None:
+            bad_at = k
+    accepted = [SAMPLE_HEADER.unpack_from(p)[:2] for p in sink.payloads]
+    # Whatever was accepted is a clean stream: counters move forward, the board clock agrees.
+    for (c0, t0), (c1, t1) in itertools.pairwise(accepted):
+        step = (c1 - c0) % 2**32
+        assert 1 <= step < 2**31
+        span = (t1 - t0) % 2**32
+        assert abs(span - step * PERIOD_US) <= 0.25 * step * PERIOD_US + 2.0
+    if bad_at is None:
+        # Nothing refused: every frame is in, but for identical copies dropped as allowed.
+        assert len(sink.payloads) + sink.duplicates_dropped == len(payloads)
+        assert drop_identical or sink.duplicates_dropped == 0
+    else:
+        # Refused at the first bad frame, which the message names; nothing after it joins.
+        counter = SAMPLE_HEADER.unpack_from(payloads[bad_at])[0]
+        assert sink.bad is not None and sink.bad.startswith(f"sample {counter} ")
+        assert all(p in payloads[:bad_at] for p in sink.payloads)
+        assert len(sink.payloads) + sink.duplicates_dropped == bad_at
+
+
+def test_sink_messages_name_what_was_wrong() -> None:
+    cases = [
+        ([(1, 4), (1, 4), (0, 0)], "sample 1 repeated (an identical copy)"),
+        ([(1, 4), (1, 4), (0, 4)], "sample 1 repeated (with other content)"),
+        ([(1, 4), (2, 8), (-1, -4)], "sample 1 after 2 (out of order)"),
+        ([(1, 4), (1, 1)], "sample 1 stamped 500 us after sample 0, 2000 us expected"),
+        ([(1, 4), (1, 0)], "sample 1 stamped 0 us after sample 0"),
+    ]
+    for moves, message in cases:
+        sink = CaptureSink(1, SINK_RATE_HZ, "refuse")
+        for p in _sink_frames(moves, -1):  # counters from 0
+            sink.add(p)
+        assert sink.bad is not None and sink.bad.startswith(message), (moves, sink.bad)

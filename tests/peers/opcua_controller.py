@@ -17,11 +17,21 @@ dies takes its peer with it) or when killed. It behaves like a controller:
 - a Plant object the tests use to play the plant's part: SetState, SetPermission,
   InjectFault(kind, after_chunks), counters of stop requests and cycles, and the publish rate.
 
+- a liveness watchdog: Controller.Watchdog, an integer the agent increments while a cycle runs,
+  and Controller.WatchdogTimeoutS (the agent may write it; --watchdog-s sets it, 0 = off). When
+  the counter has not changed for that long during a cycle, the controller stops the motion by
+  itself: Cycle.Status "aborted", Plant.WatchdogTrips + 1, Plant.WatchdogTripUnixTime and
+  Plant.WatchdogSilentS (how long the counter stood still).
+
 Faults (--fault KIND --fault-after N, or Plant.InjectFault; they act before chunk N of a cycle):
 die (SIGKILL itself), freeze (block the server for --freeze-s), stall (stop publishing, stay
 "running"), skip (skip a sequence number), garbage_type / garbage_shape / garbage_range (a
 malformed motor-counts buffer), garbage_state (State becomes an unknown value), leave_stopped
-(State becomes production while the cycle goes on).
+(State becomes production while the cycle goes on), duplicate (chunk N is published twice,
+same sequence number and samples), reorder (chunk N+1 is published before chunk N), flood (the
+rest of the capture is published at once, without pacing), fast (chunk N's sample times are 4x
+closer together: a controller sampling faster than asked), swap (samples 10 and 11 of chunk N
+change places), repeat (sample 10 of chunk N is sent twice, sample 11 never).
 """
 
 from __future__ import annotations
@@ -49,7 +59,8 @@ from tests.peers.opcua.physics import Samples, cycle_samples
 NAMESPACE = "urn:jha:test:robot"
 APPLICATION_URI = "urn:jha:test:opcua-controller"
 FAULTS = ("die", "freeze", "stall", "skip", "garbage_type", "garbage_shape", "garbage_range",
-          "garbage_state", "leave_stopped")
+          "garbage_state", "leave_stopped", "duplicate", "reorder", "flood", "fast", "swap",
+          "repeat")
 log = logging.getLogger("opcua-peer")
 
 
@@ -83,6 +94,11 @@ class Peer:
     fault_after: int = 0
     task: asyncio.Task[None] | None = None
     untyped: bool = False  # the motor-counts buffer holds a wrong-typed value
+    watchdog_s: float = 0.0
+    last_beat: float = 0.0  # loop time of the last change of Controller.Watchdog
+    watchdog_trips: int = 0
+    began: float = 0.0  # perf_counter at the start of the cycle's publishing
+    watchdog_task: asyncio.Task[None] | None = None
     nodes: dict[str, Any] = field(default_factory=dict)
 
     async def setup(self) -> str:
@@ -149,6 +165,8 @@ class Peer:
             (ctrl, "Controller.JointPositions", positions, vt.Double, False),
             (ctrl, "Controller.Alarms", [], vt.String, False),
             (ctrl, "Controller.SpeedOverride", 100.0, vt.Double, False),
+            (ctrl, "Controller.Watchdog", 0, vt.UInt32, True),
+            (ctrl, "Controller.WatchdogTimeoutS", self.args.watchdog_s, vt.Double, True),
             (cyc, "Cycle.Status", "idle", vt.String, False),
             (cyc, "Cycle.JointIndex", 1, vt.UInt32, True),
             (cyc, "Cycle.MotorSpeed", 0.0, vt.Double, True),
@@ -167,6 +185,9 @@ class Peer:
             (plant, "Plant.PublishedSamples", 0, vt.UInt64, False),
             (plant, "Plant.PublishSeconds", 0.0, vt.Double, False),
             (plant, "Plant.FirstChunkUnixTime", 0.0, vt.Double, False),
+            (plant, "Plant.WatchdogTrips", 0, vt.UInt32, False),
+            (plant, "Plant.WatchdogTripUnixTime", 0.0, vt.Double, False),
+            (plant, "Plant.WatchdogSilentS", 0.0, vt.Double, False),
         ]
         for parent, name, value, vtype, writable in specs:
             node = await parent.add_variable(_nid(name), name.split(".")[-1],
@@ -176,6 +197,9 @@ class Peer:
             self.nodes[name] = node
         s.set_attribute_value_setter(_nid("Cycle.Start"), self._on_start_write)
         s.set_attribute_value_setter(_nid("Cycle.Stop"), self._on_stop_write)
+        s.set_attribute_value_setter(_nid("Controller.Watchdog"), self._on_watchdog_write)
+        s.set_attribute_value_setter(_nid("Controller.WatchdogTimeoutS"), self._on_timeout_write)
+        self.watchdog_s = self.args.watchdog_s
 
         def arg(name: str, t: int) -> ua.Argument:
             return ua.Argument(Name=name, DataType=ua.NodeId(t), ValueRank=-1,
@@ -254,6 +278,18 @@ class Peer:
         if dv.Value is not None and dv.Value.Value is True:
             asyncio.get_running_loop().create_task(self._start_from_variables())
 
+    def _on_watchdog_write(self, node: Any, attr: ua.AttributeIds, dv: ua.DataValue) -> None:
+        old = node.attributes[attr].value
+        node.attributes[attr].value = dv
+        before = old.Value.Value if old is not None and old.Value is not None else None
+        if dv.Value is not None and dv.Value.Value != before:
+            self.last_beat = asyncio.get_running_loop().time()
+
+    def _on_timeout_write(self, node: Any, attr: ua.AttributeIds, dv: ua.DataValue) -> None:
+        node.attributes[attr].value = dv
+        if dv.Value is not None and isinstance(dv.Value.Value, float):
+            self.watchdog_s = max(0.0, dv.Value.Value)
+
     def _on_stop_write(self, node: Any, attr: ua.AttributeIds, dv: ua.DataValue) -> None:
         node.attributes[attr].value = dv
         if dv.Value is not None and dv.Value.Value is True:
@@ -291,8 +327,27 @@ class Peer:
         await self.write("Plant.CyclesStarted", self.cycles_run, ua.VariantType.UInt32)
         await self.set_state("test_cycle")
         await self.write("Cycle.Status", "running", ua.VariantType.String)
-        self.task = asyncio.get_running_loop().create_task(self._cycle(joint, cycle, seed))
+        loop = asyncio.get_running_loop()
+        self.last_beat = loop.time()  # the trigger itself shows the agent alive
+        self.task = loop.create_task(self._cycle(joint, cycle, seed))
+        self.watchdog_task = loop.create_task(self._watchdog(self.task))
         return []
+
+    async def _watchdog(self, cycle: asyncio.Task[None]) -> None:
+        """The controller's side of the liveness watchdog, for one cycle."""
+        loop = asyncio.get_running_loop()
+        while not cycle.done():
+            await asyncio.sleep(0.005)
+            silent_s = loop.time() - self.last_beat
+            if self.watchdog_s > 0 and silent_s > self.watchdog_s and not cycle.done():
+                log.warning("watchdog: no change for %.3f s, stopping", silent_s)
+                self.watchdog_trips += 1
+                cycle.cancel()
+                vt = ua.VariantType
+                await self.write("Plant.WatchdogTrips", self.watchdog_trips, vt.UInt32)
+                await self.write("Plant.WatchdogTripUnixTime", time.time(), vt.Double)
+                await self.write("Plant.WatchdogSilentS", silent_s, vt.Double)
+                return
 
     async def stop(self) -> None:
         self.stop_requests += 1
@@ -312,6 +367,10 @@ class Peer:
             await self._publish(samples, cycle)
             await self.write("Cycle.Status", "done", ua.VariantType.String)
         except asyncio.CancelledError:
+            # Stopped mid-chunk (or mid-reorder): the next cycle counts on from the sequence
+            # number the node shows, as the agent's snapshot does.
+            shown = self.server.read_attribute_value(_nid("Buffers.Sequence")).Value
+            self.sequence = int(shown.Value)
             await self.write("Cycle.Status", "aborted", ua.VariantType.String)
         finally:
             if self.state == "test_cycle":
@@ -323,43 +382,76 @@ class Peer:
         period_s = chunk / (cycle.sample_rate_hz * a.speedup)
         loop = asyncio.get_running_loop()
         start = loop.time()
-        began = time.perf_counter()
-        vt = ua.VariantType
-        for k, i in enumerate(range(0, len(samples), chunk)):
+        self.began = time.perf_counter()
+        flood = False
+        bounds = [(i, min(i + chunk, len(samples))) for i in range(0, len(samples), chunk)]
+        k = 0
+        while k < len(bounds):
             # Always yield, even when behind schedule: the server's publish loop must run.
-            await asyncio.sleep(max(0.0, start + (k + 1) * period_s - loop.time()))
+            if not flood:
+                await asyncio.sleep(max(0.0, start + (k + 1) * period_s - loop.time()))
             kind = None
             if self.fault is not None and k == self.fault_after:
                 kind, self.fault = self.fault, None  # faults act once
                 frozen = loop.time()
                 await self._act_fault(kind)
                 start += loop.time() - frozen  # the motion was held up too
-            j = min(i + chunk, len(samples))
-            motor: Any = ua.Variant(samples.motor_counts[i:j].tolist(), vt.UInt32)
-            if kind == "garbage_type":
-                motor = ua.Variant(["garbage"] * (j - i), vt.String)
-            elif kind == "garbage_shape":
-                motor = ua.Variant(samples.motor_counts[i:j - 1].tolist(), vt.UInt32)
-            elif kind == "garbage_range":
-                motor = ua.Variant((samples.motor_counts[i:j] + 2**24).tolist(), vt.UInt32)
-            now = dt.datetime.now(dt.UTC)
-            await self.write("Buffers.TimeS", samples.time_s[i:j].tolist(), vt.Double, now)
-            if motor.VariantType is vt.String or self.untyped:
-                # A wrong-typed value, or the first good one after it (which asyncua would now
-                # refuse as a type change).
-                self.untyped = motor.VariantType is vt.String
-                await self._write_untyped("Buffers.MotorCounts", motor, now)
-            else:
-                await self.write("Buffers.MotorCounts", motor, stamp=now)
-            await self.write("Buffers.LinkCounts", samples.link_counts[i:j].tolist(), vt.UInt32,
-                             now)
-            await self.write("Buffers.CurrentA", samples.current_a[i:j].tolist(), vt.Float, now)
+            i, j = bounds[k]
+            if kind == "reorder" and k + 1 < len(bounds):
+                # The next chunk goes out first, under the sequence number it would have had.
+                self.sequence = (self.sequence + 2) % 2**32
+                await self._publish_chunk(samples, *bounds[k + 1], None, k + 1, cycle)
+                self.sequence = (self.sequence - 1) % 2**32
+                await self._publish_chunk(samples, i, j, None, k, cycle)
+                self.sequence = (self.sequence + 1) % 2**32
+                k += 2
+                continue
             self.sequence = (self.sequence + 1) % 2**32
-            await self.write("Buffers.Sequence", self.sequence, vt.UInt32, now)
-            if k == 0:
-                await self.write("Plant.FirstChunkUnixTime", time.time(), vt.Double)
-            await self.write("Plant.PublishedSamples", j, vt.UInt64)
-            await self.write("Plant.PublishSeconds", time.perf_counter() - began, vt.Double)
+            await self._publish_chunk(samples, i, j, kind, k, cycle)
+            if kind == "duplicate":
+                await self._publish_chunk(samples, i, j, None, k, cycle)
+            flood = flood or kind == "flood"
+            k += 1
+
+    async def _publish_chunk(self, samples: Samples, i: int, j: int, kind: str | None, k: int,
+                             cycle: BacklashCycle) -> None:
+        """Rewrite the buffers with samples i..j, then the sequence number (self.sequence)."""
+        vt = ua.VariantType
+        motor: Any = ua.Variant(samples.motor_counts[i:j].tolist(), vt.UInt32)
+        times = samples.time_s[i:j]
+        if kind == "garbage_type":
+            motor = ua.Variant(["garbage"] * (j - i), vt.String)
+        elif kind == "garbage_shape":
+            motor = ua.Variant(samples.motor_counts[i:j - 1].tolist(), vt.UInt32)
+        elif kind == "garbage_range":
+            motor = ua.Variant((samples.motor_counts[i:j] + 2**24).tolist(), vt.UInt32)
+        elif kind == "fast":
+            times = times[0] + (times - times[0]) / 4.0
+        elif kind == "swap":  # two samples of the chunk change places
+            order = list(range(i, j))
+            order[10], order[11] = order[11], order[10]
+            times = samples.time_s[order]
+            motor = ua.Variant(samples.motor_counts[order].tolist(), vt.UInt32)
+        elif kind == "repeat":  # a sample sent twice, its successor lost
+            order = [*range(i, i + 11), i + 10, *range(i + 12, j)]
+            times = samples.time_s[order]
+            motor = ua.Variant(samples.motor_counts[order].tolist(), vt.UInt32)
+        now = dt.datetime.now(dt.UTC)
+        await self.write("Buffers.TimeS", times.tolist(), vt.Double, now)
+        if motor.VariantType is vt.String or self.untyped:
+            # A wrong-typed value, or the first good one after it (which asyncua would now
+            # refuse as a type change).
+            self.untyped = motor.VariantType is vt.String
+            await self._write_untyped("Buffers.MotorCounts", motor, now)
+        else:
+            await self.write("Buffers.MotorCounts", motor, stamp=now)
+        await self.write("Buffers.LinkCounts", samples.link_counts[i:j].tolist(), vt.UInt32, now)
+        await self.write("Buffers.CurrentA", samples.current_a[i:j].tolist(), vt.Float, now)
+        await self.write("Buffers.Sequence", self.sequence, vt.UInt32, now)
+        if k == 0:
+            await self.write("Plant.FirstChunkUnixTime", time.time(), vt.Double)
+        await self.write("Plant.PublishedSamples", j, vt.UInt64)
+        await self.write("Plant.PublishSeconds", time.perf_counter() - self.began, vt.Double)
 
     async def _act_fault(self, kind: str) -> None:
         log.warning("fault %s", kind)
@@ -407,6 +499,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fault", choices=FAULTS)
     p.add_argument("--fault-after", type=int, default=0)
     p.add_argument("--freeze-s", type=float, default=30.0)
+    p.add_argument("--watchdog-s", type=float, default=0.0,
+                   help="the controller's watchdog timeout (0: off until the agent writes one)")
     args = p.parse_args(argv)
     args.backlash = _backlash(args.backlash)
     return args

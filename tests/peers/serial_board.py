@@ -25,8 +25,18 @@ Faults, each {"kind": ..., "at_frame": k, "cycle": c (default 0)}:
   drop (count: n frames never sent), bad_crc (count: n), truncate (half of frame k),
   stall (stop sending and answering, keep the pty open), disconnect (close the pty, exit),
   leave_stopped (mode: production|manual|fault, and stream on until STOP),
-  garbage_replies (no at_frame: every command is answered with random bytes).
-Events (start, stop, cycle_done, fault, exit with byte counts) go as JSON lines to --events.
+  garbage_replies (no at_frame: every command is answered with random bytes),
+  stall_samples (the sample stream stops, the joint moves on and commands are still answered,
+  until STOP or the watchdog), flood (count: n extra frames before frame k, sampled at
+  `factor` times the rate, default 10; the counter runs on), reorder (frame k+1 goes out before
+  frame k), duplicate (frame k goes out twice; identical: false sends the copy with the next
+  sample's counts under the same counter).
+Watchdog: from START the board expects a HEARTBEAT with the START's tag at least every
+watchdog_ms of the START (ignore_watchdog: true disables it, a board without one); without it
+the joint stops as on STOP and the cycle ends WATCHDOG (event `watchdog` with the time since
+the last beat).
+Events (start, stop, cycle_done, fault, watchdog, exit with byte counts; `t` is
+time.monotonic() of the board) go as JSON lines to --events.
 The peer exits on SIGTERM, when its stdin closes, or on a disconnect fault.
 """
 
@@ -38,6 +48,7 @@ import contextlib
 import json
 import os
 import signal
+import struct
 import sys
 import time
 import tty
@@ -100,6 +111,7 @@ class Scenario:
     channel_map: list[list[int]] | None = None
     rate_error: float = 0.0
     faults: list[dict[str, Any]] | None = None
+    ignore_watchdog: bool = False
 
 
 class Board:
@@ -117,6 +129,12 @@ class Board:
         self.cycles_run = 0
         self.cycle_task: asyncio.Task[None] | None = None
         self.stop_event = asyncio.Event()
+        # The running cycle's watchdog: its START tag, timeout and the last HEARTBEAT.
+        self.cycle_tag = -1
+        self.watchdog_s = 0.0
+        self.last_beat = 0.0
+        self.heartbeats = 0
+        self.watchdog_tripped = False
         self.stalled = False
         self.garbage_replies = any(
             f["kind"] == "garbage_replies" and "at_frame" not in f for f in sc.faults or []
@@ -144,7 +162,8 @@ class Board:
 
     def log(self, event: str, **fields: Any) -> None:
         if self.events is not None:
-            self.events.write(json.dumps({"event": event, **fields}) + "\n")
+            line = {"event": event, "t": time.monotonic(), **fields}
+            self.events.write(json.dumps(line) + "\n")
             self.events.flush()
 
     def send(self, data: bytes) -> None:
@@ -231,6 +250,11 @@ class Board:
     def command(self, frame: Frame) -> None:
         tag = frame.payload[0]
         reply = b""
+        if frame.type == FrameType.HEARTBEAT:
+            if tag == self.cycle_tag:
+                self.heartbeats += 1
+                self.last_beat = time.monotonic()
+            return  # never answered
         if frame.type == FrameType.INFO_QUERY:
             reply = InfoReply(tag, PROTOCOL_VERSION, self.layout, self.channel_map()).encode()
         elif frame.type == FrameType.STATUS_QUERY:
@@ -271,7 +295,9 @@ class Board:
             result = StartResult.NOT_STOPPED
         elif not self.sc.permission:
             result = StartResult.NO_PERMISSION
-        elif joint is None or not (cmd.sample_rate_hz > 0 and cmd.duration_s > 0):
+        elif joint is None or not (
+            cmd.sample_rate_hz > 0 and cmd.duration_s > 0 and cmd.watchdog_ms > 0
+        ):
             result = StartResult.BAD_ARGUMENT
         else:
             result = StartResult.OK
@@ -279,8 +305,28 @@ class Board:
         self.log("start", joint=cmd.joint_index, result=result.name, n_frames=n)
         if result is StartResult.OK and joint is not None:
             self.stop_event.clear()
+            self.cycle_tag, self.watchdog_s = cmd.tag, cmd.watchdog_ms / 1000.0
+            self.last_beat, self.watchdog_tripped = time.monotonic(), False
             self.cycle_task = asyncio.ensure_future(self.run_cycle(cmd, joint, n))
         return StartAck(cmd.tag, result, self.counter % (1 << 32), n).encode()
+
+    async def watchdog_loop(self) -> None:
+        """The controller side of the liveness watchdog: no HEARTBEAT for watchdog_ms while
+        the joint moves stops it, as STOP would."""
+        while True:
+            await asyncio.sleep(0.005)
+            if self.sc.ignore_watchdog or self.stalled or not self.moving():
+                continue
+            silent_s = time.monotonic() - self.last_beat
+            if silent_s > self.watchdog_s:
+                self.watchdog_tripped = True
+                self.stop_event.set()
+                self.log(
+                    "watchdog",
+                    silent_s=silent_s,
+                    frames_sent=self.frames_sent,
+                    heartbeats=self.heartbeats,
+                )
 
     # --- the cycle ----------------------------------------------------------------------------
 
@@ -341,12 +387,15 @@ class Board:
         period_s = self.sc.time_scale / cmd.sample_rate_hz
         t0 = loop.time()
         skip = corrupt = 0
-        result = CycleResult.COMPLETE
+        shift = 0  # extra counters a flood consumed: later frames carry higher counters
+        held: bytes | None = None  # a frame held back by reorder, sent after the next one
+        period_us = 1e6 / cmd.sample_rate_hz
         for k, frame in enumerate(frames):
             if self.stop_event.is_set():
-                result = CycleResult.STOPPED
                 break
             truncate = False
+            burst: list[bytes] = []
+            copy: bytes | None = None
             for fault in faults.get(k, ()):
                 self.log("fault", **fault)
                 if await self.apply(fault, k):
@@ -355,6 +404,28 @@ class Board:
                 skip = int(fault.get("count", 1)) if kind == "drop" else skip
                 corrupt = int(fault.get("count", 1)) if kind == "bad_crc" else corrupt
                 truncate = truncate or kind == "truncate"
+                if kind == "stall_samples":
+                    await self.stop_event.wait()  # the joint moves on, the stream is dead
+                elif kind == "flood":
+                    count, factor = int(fault.get("count", 20)), float(fault.get("factor", 10))
+                    stamp0 = _stamp(frames[k - 1]) if k else _stamp(frame) - period_us
+                    step_us = period_us / factor
+                    burst = [
+                        _restamp(frame, first + k + shift + i, stamp0 + (i + 1) * step_us)
+                        for i in range(count)
+                    ]
+                    shift += count
+                elif kind == "reorder":
+                    held = frame
+                elif kind == "duplicate":
+                    twin = frame
+                    if not fault.get("identical", True) and k + 1 < len(frames):
+                        # This frame's counter and time with the next sample's counts.
+                        twin = _restamp(frame[:13] + frames[k + 1][13:], _counter(frame),
+                                        _stamp(frame))
+                    copy = twin
+            if self.stop_event.is_set():
+                break
             if period_s > 0:
                 due = t0 + k * period_s
                 if due > loop.time():
@@ -363,8 +434,14 @@ class Board:
                 while len(self.out) >= self.sc.tx_queue_bytes // 2:
                     self.out_space.clear()
                     await self.out_space.wait()
-            self.counter += 1
-            self.frames_sent = k + 1
+            for extra in burst:
+                self.send(_with_status(extra, self.status_bits()))
+            if k == 0:
+                self.log("streaming", joint=cmd.joint_index, frames=n)
+            self.counter += 1 + len(burst)
+            self.frames_sent = k + 1 + shift
+            if shift:
+                frame = _restamp(frame, first + k + shift, _stamp(frame))
             frame = _with_status(frame, self.status_bits())
             if skip:
                 skip -= 1
@@ -377,10 +454,25 @@ class Board:
             if len(self.out) + len(frame) > self.sc.tx_queue_bytes:
                 self.frames_overrun += 1  # the board's own queue is full: the sample is lost
                 continue
+            if held is not None and held is frames[k]:
+                continue  # goes out after the next frame
             self.send(frame)
-        if self.mode != "stopped" and result is CycleResult.COMPLETE:
+            if copy is not None:
+                self.send(_with_status(copy, self.status_bits()))
+            if held is not None:
+                self.send(_with_status(held, self.status_bits()))
+                held = None
+        result = CycleResult.COMPLETE
+        if self.stop_event.is_set():
+            result = CycleResult.WATCHDOG if self.watchdog_tripped else CycleResult.STOPPED
+        elif self.mode != "stopped":
             result = CycleResult.LEFT_STOPPED
-        self.log("cycle_done", result=result.name, frames_sent=self.frames_sent)
+        self.log(
+            "cycle_done",
+            result=result.name,
+            frames_sent=self.frames_sent,
+            heartbeats=self.heartbeats,
+        )
         self.send(CycleDone(cmd.tag, result, first % (1 << 32), self.frames_sent).encode())
 
     async def apply(self, fault: dict[str, Any], k: int) -> bool:
@@ -409,6 +501,21 @@ class Board:
             header = SYNC + bytes((FrameType.SAMPLE, self.layout.sample_payload_bytes))
             out[pos : pos + 4] = header
         return bytes(out[:n])
+
+
+def _counter(frame: bytes) -> int:
+    return int.from_bytes(frame[4:8], "little")
+
+
+def _stamp(frame: bytes) -> int:
+    return int.from_bytes(frame[8:12], "little")
+
+
+def _restamp(frame: bytes, counter: int, stamp_us: float) -> bytes:
+    """The SAMPLE frame with another counter and board timestamp (and its CRC recomputed)."""
+    body = bytearray(frame[2:-2])
+    struct.pack_into("<II", body, 2, counter % (1 << 32), round(stamp_us) % (1 << 32))
+    return SYNC + bytes(body) + crc16_fast(bytes(body)).to_bytes(2, "big")
 
 
 def _with_status(frame: bytes, status: StatusBits) -> bytes:
@@ -454,11 +561,13 @@ async def serve(ctrl: ControllerSettings, sc: Scenario, link: str, events: Any) 
 
     loop.add_reader(sys.stdin.fileno(), stdin_readable)
     tx = asyncio.ensure_future(board.tx_loop())
+    watchdog = asyncio.ensure_future(board.watchdog_loop())
     print(f"READY {slave_path}", flush=True)
     try:
         await board.done.wait()
     finally:
         tx.cancel()
+        watchdog.cancel()
         board.log(
             "exit",
             frames_sent=board.frames_sent,

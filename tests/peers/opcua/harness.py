@@ -34,7 +34,13 @@ NODES = {
     "motor_counts": "ns=2;s=Buffers.MotorCounts",
     "link_counts": "ns=2;s=Buffers.LinkCounts",
     "current": "ns=2;s=Buffers.CurrentA",
+    "watchdog": "ns=2;s=Controller.Watchdog",
+    "watchdog_timeout": "ns=2;s=Controller.WatchdogTimeoutS",
 }
+
+# The liveness watchdog every test config arms: generous, so a loaded test machine never trips
+# it by accident; the watchdog's own tests set a tight one.
+WATCHDOG = {"interval_s": 0.1, "timeout_s": 1.0}
 
 
 METHOD_TRIGGER = f"""\
@@ -88,6 +94,7 @@ def config_text(
     settle_s: float = 0.5,
     timing: Mapping[str, float] = TEST_TIMING,
     security: str = INSECURE,
+    watchdog: Mapping[str, float] | None = WATCHDOG,
 ) -> str:
     """An agent config with one opcua controller mapped onto the peer's address space."""
     joint_yaml = "".join(
@@ -103,6 +110,13 @@ def config_text(
         for name, index in joints
     )
     timing_yaml = "".join(f"      {k}: {v}\n" for k, v in timing.items())
+    if watchdog is not None:
+        timing_yaml += (
+            f'      watchdog: {{node: "{NODES["watchdog"]}", '
+            f'timeout_node: "{NODES["watchdog_timeout"]}", '
+            + ", ".join(f"{k}: {v}" for k, v in watchdog.items())
+            + "}\n"
+        )
     return f"""\
 agent:
   state_dir: {state_dir}
