@@ -59,7 +59,9 @@ DESIGN_DIR = "identification"  # under the state dir: the cached trajectory desi
 @dataclass(frozen=True)
 class IdentificationAnalysis:
     """What the daemon keeps of an identification (IdentificationOutcome without its full
-    result dict): per joint the indicators to record and the torque evidence to show."""
+    result dict): per joint the indicators to record and the torque evidence to show. A class of
+    its own because agent.identification_job imports the estimators (scipy), which the daemon's
+    own process must not load; only pool workers do."""
 
     robot: str
     model: str

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import socket
 import subprocess
@@ -26,7 +27,7 @@ from hypothesis import strategies as st
 
 from agent.errors import EX_DATAERR, EX_IOERR
 from agent.feedrate.grbl_protocol import parse_status, prepare_line
-from agent.feedrate.serial_channel import ChannelLost, FdChannel, open_serial
+from agent.feedrate.serial_channel import FdChannel, open_serial
 from agent.feedrate.stream import (
     DncOptions,
     GrblOptions,
@@ -514,6 +515,15 @@ def test_a_port_that_cannot_be_opened_stops_the_stream_before_the_first_line(
 # ------------------------------------------------------------------------------ interrupted
 
 
+def has_open(pid: int, path: str) -> bool:
+    """Whether process `pid` has `path` open (its file descriptors in /proc)."""
+    fds = Path(f"/proc/{pid}/fd")
+    try:
+        return any(os.readlink(fd) == path for fd in fds.iterdir())
+    except OSError:  # the process or one of its descriptors went away meanwhile
+        return False
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
 def test_a_stream_ended_by_a_signal_holds_the_machine(
     peer: Any, tmp_path: Path, sig: signal.Signals
@@ -529,15 +539,14 @@ def test_a_stream_ended_by_a_signal_holds_the_machine(
          "--port", p.path, "--machine", str(machine), "--no-filter", "--quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # The streamer locks the port exclusively once it has opened it: wait for that, then
+        # Wait until the streamer has the port open (seen in /proc, not by opening the port
+        # ourselves: our probe's exclusive lock could make the streamer's own open fail), then
         # give it a second of streaming so the machine is moving when the signal comes.
         deadline = time.monotonic() + 60.0
         while time.monotonic() < deadline and proc.poll() is None:
-            time.sleep(0.1)
-            try:
-                open_serial(p.path).close()
-            except ChannelLost:
+            if has_open(proc.pid, p.path):
                 break
+            time.sleep(0.05)
         time.sleep(1.0)
         assert proc.poll() is None, proc.communicate()
         proc.send_signal(sig)

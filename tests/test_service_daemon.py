@@ -16,7 +16,6 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -28,9 +27,9 @@ from agent.control_socket import peer_allowed, request
 from agent.daemon import Agent
 from agent.publish.base import HealthPublisher
 from agent.report import Report
-from agent.store import HistoryStore
 from drivers.base import Capability, ControllerMode
 from drivers.sim import SimDriver
+from tests.daemon_harness import cycles, serve, until
 from tests.summary import record, security
 
 POINTS = [(0.0, 0.0), (1.07, 3.0e-4), (2.06, 7.0e-4), (2.86, 1.1e-3), (3.57, 1.5e-3)]
@@ -83,43 +82,6 @@ def write(path: Path, *controllers: dict[str, Any], **agent: Any) -> Path:
     }
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
-
-
-async def until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    end = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-def serve(agent: Agent, scenario: Callable[[], Awaitable[None]]) -> int:
-    """Run the agent as a service while `scenario` plays; then stop it as SIGTERM would."""
-
-    async def main() -> int:
-        task = asyncio.create_task(agent.run())
-        try:
-            await until(
-                lambda: len(agent.runners) == len(agent.config.controllers),
-                10,
-                "the controller tasks",
-            )
-            await scenario()
-        finally:
-            agent.request_stop("test")
-        code = await asyncio.wait_for(task, 10)
-        assert asyncio.all_tasks() == {asyncio.current_task()}
-        return code
-
-    return asyncio.run(main())
-
-
-def cycles(state: Path) -> list[Any]:
-    path = state / "history.sqlite"
-    if not path.exists():
-        return []
-    with HistoryStore(path) as store:
-        return sorted(store.cycles(), key=lambda c: c.started_at)
 
 
 # --- triggers and the queue ------------------------------------------------------------------

@@ -11,7 +11,7 @@ import datetime as dt
 import io
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +39,7 @@ from agent.service_jobs import AnalysisContext
 from agent.store import HistoryStore
 from drivers.base import ControllerMode
 from drivers.sim import SimDriver
+from tests.daemon_harness import cycles, serve, until
 from tests.summary import fault
 
 PLANAR = Path(__file__).resolve().parents[1] / "config" / "robots" / "planar2.yaml"
@@ -115,40 +116,6 @@ def at_start_pose(path: Path, **controllers: Callable[[dict[str, float]], dict[s
     config = load_config(first)
     poses = {c.name: dict(excitation_cycle(c).start_pose_rad) for c in config.controllers}
     return write(path, *(make(poses[name]) for name, make in controllers.items()))
-
-
-async def until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
-    end = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
-def serve(agent: Agent, scenario: Callable[[], Awaitable[None]]) -> int:
-    """Run the agent as a service while `scenario` plays; then stop it as SIGTERM would."""
-
-    async def run() -> int:
-        task = asyncio.create_task(agent.run())
-        try:
-            await until(lambda: len(agent.runners) == len(agent.config.controllers), 10, "runners")
-            await scenario()
-        finally:
-            agent.request_stop("test")
-        code = await asyncio.wait_for(task, 10)
-        assert asyncio.all_tasks() == {asyncio.current_task()}
-        return code
-
-    return asyncio.run(run())
-
-
-def cycles(state: Path, kind: str | None = None) -> list[Any]:
-    path = state / "history.sqlite"
-    if not path.exists():
-        return []
-    with HistoryStore(path) as store:
-        found = sorted(store.cycles(500), key=lambda c: (c.started_at, c.id))
-    return [c for c in found if kind is None or c.kind == kind]
 
 
 def designed(agent: Agent, name: str) -> bool:
