@@ -26,6 +26,7 @@ from agent.errors import EX_OK, EX_USAGE, AgentError, ConfigError
 from agent.store import CycleRecord, Estimate, HistoryStore, TrendPoint
 
 if TYPE_CHECKING:  # the report loads scipy: imported when used, so `jha --help` stays quick
+    from agent.identification_limits import IdentificationLimitSettings
     from agent.report import JointReport, Report
 
 
@@ -124,6 +125,7 @@ def report_from_history(
     controller: str,
     thresholds: Mapping[str, ThresholdSettings] | None = None,
     created_at: datetime | None = None,
+    ident_limits: IdentificationLimitSettings | None = None,
 ) -> Report:
     """A report of every joint of `controller` in the history; limits by joint name.
 
@@ -142,7 +144,8 @@ def report_from_history(
         limits = thresholds.get(joint, ThresholdSettings())
         judged = _backlash_history(store, controller, joint)
         summaries = indicator_summaries(store, controller, joint,
-                                        judged=None if judged is None else judged[0])
+                                        judged=None if judged is None else judged[0],
+                                        limits=ident_limits)
         latest = store.latest(controller, joint)
         if judged is None:
             if summaries:
@@ -245,7 +248,9 @@ def _cmd_report(args: argparse.Namespace) -> int:
         with HistoryStore(path) as store:
             report = merge_reports([
                 report_from_history(store, c.name, {j.name: j.thresholds for j in c.joints},
-                                    created)
+                                    created,
+                                    None if c.identification is None
+                                    else c.identification.limits)
                 for c in chosen
             ])
     if args.html is not None:

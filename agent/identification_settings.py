@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from agent.identification_limits import IdentificationLimitSettings
+
 
 @dataclass(frozen=True)
 class ExcitationDesignSettings:
@@ -90,6 +92,8 @@ class IdentificationCycleSettings:
     window: str | None = field(
         default=None, metadata={"doc": "HH:MM-HH:MM (local time) in which the cadence queues"}
     )
+    # The verdicts on the indicators (agent.health_identification).
+    limits: IdentificationLimitSettings = field(default_factory=IdentificationLimitSettings)
 
     @property
     def duration_s(self) -> float:
@@ -131,4 +135,5 @@ class IdentificationCycleSettings:
                 found.append(("window", str(exc)))
             if self.every_s is None:
                 found.append(("window", "expected every_s with a window (the cadence it limits)"))
+        found += self.limits.check_joints(self.robot)
         return found

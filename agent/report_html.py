@@ -28,8 +28,15 @@ from agent.health import (
     next_forecast,
     passed_limit,
 )
+from agent.health_identification import JointIdentificationVerdict
 from agent.report_model import REPORT_SCHEMA, IndicatorSummary, JointReport, Report
-from agent.report_table import num, others_text, reason_text, value_text
+from agent.report_table import (
+    identification_value,
+    num,
+    others_text,
+    reason_text,
+    value_text,
+)
 from agent.store import TrendPoint
 from agent.svg import HLine, Series, clean_text, line_plot
 
@@ -87,6 +94,12 @@ def _e(value: object) -> str:
 
 def _badge(status: Status) -> str:
     return f'<span class="badge status s-{_e(status.value)}">{_e(status.value.upper())}</span>'
+
+
+def _ne107_letter(signal: Ne107) -> str:
+    """The NE 107 badge with the letter only, for narrow table cells."""
+    return (f'<span class="badge ne107 ne-{signal.letter}" title="NAMUR NE 107: '
+            f'{_NE107_TEXT[signal]}">{signal.letter}</span>')
 
 
 def _ne107_badge(signal: Ne107) -> str:
@@ -184,12 +197,20 @@ def _summary_html(everyone: tuple[JointReport, ...]) -> str:
     rows = []
     for i, j in enumerate(everyone):
         link = f'<a href="#joint-{i}">{_e(j.joint)}</a>'
-        if j.indicator_only:
+        v = j.identification
+        if j.indicator_only and v is None:
             cells = '<td class="num">-</td><td>-</td><td>-</td>' f"<td>{_e(others_text(j))}</td>"
-        else:
+        elif not j.indicator_only:
             cells = (f'<td class="num">{_e(value_text(j))}</td><td>{_badge(j.status)}</td>'
                      f"<td>{_ne107_badge(j.signal)}</td><td>{_e(reason_text(j))}</td>")
-        rows.append(f"<tr><td>{_e(j.controller)}</td><td>{link}</td>{cells}</tr>")
+        if not (j.indicator_only and v is not None):
+            rows.append(f"<tr><td>{_e(j.controller)}</td><td>{link}</td>{cells}</tr>")
+        if v is not None:
+            what = "" if j.indicator_only else " <small>(identification)</small>"
+            rows.append(
+                f"<tr><td>{_e(j.controller)}</td><td>{link}{what}</td>"
+                f'<td class="num">{_e(identification_value(v))}</td><td>{_badge(v.status)}</td>'
+                f"<td>{_ne107_badge(v.ne107)}</td><td>{_e(v.reason)}</td></tr>")
     return (
         "<table class=\"summary\"><thead><tr><th>machine</th><th>joint</th><th>value</th>"
         "<th>status</th><th>NE 107</th><th>reason</th></tr></thead><tbody>"
@@ -222,8 +243,11 @@ def _indicators_table(j: JointReport) -> str:
                                    j.value, len(j.history), j.trend, j.limits,
                                    passed_limit(j.status)))
     for s in j.indicators:
-        rows.append(_indicator_row(s.indicator, s.unit, None if s.latest is None
-                                   else s.latest.value, len(s.history), s.trend, (None, None)))
+        v = s.verdict
+        rows.append(_indicator_row(
+            s.indicator, s.unit, None if s.latest is None else s.latest.value, len(s.history),
+            s.trend if v is None else v.trend, (None, None) if v is None else (v.watch, v.alert),
+            None if v is None else passed_limit(v.status)))
     return (
         '<table class="indicators"><thead><tr><th>indicator</th><th>latest</th>'
         "<th>watch limit</th><th>alert limit</th><th>trend per day</th><th>next limit</th>"
@@ -260,19 +284,64 @@ def _diagnostics_html(j: JointReport) -> str:
 
 def _other_trends(indicators: tuple[IndicatorSummary, ...]) -> list[str]:
     # One point is in the table already; a plot of it says nothing more.
-    return [_figure(trend_svg(s.history, s.trend, s.indicator, stored_unit=s.unit, small=True))
-            for s in indicators if len(s.history) >= 2]
+    return [_figure(trend_svg(
+        s.history, s.trend if s.verdict is None else s.verdict.trend, s.indicator,
+        stored_unit=s.unit, small=True,
+        limits=(None, None) if s.verdict is None else (s.verdict.watch, s.verdict.alert),
+        passed=None if s.verdict is None else passed_limit(s.verdict.status)))
+        for s in indicators if len(s.history) >= 2]
+
+
+def _identification_html(v: JointIdentificationVerdict) -> str:
+    """The identification verdict of a joint: each indicator against its baseline, then the
+    reason of each one that is not OK."""
+    rows, notes = [], []
+    for w in v.indicators:
+        info = indicator_info(w.indicator)
+        base = "-" if w.baseline is None else info.format(w.baseline.value, 4)
+        source = ("" if w.baseline is None
+                  else f"<br/><small>{_e(w.baseline.describe())}</small>")
+        if w.change is None or w.sigma is None:
+            change = f"baseline {w.n_points} of {w.needed}" if w.baseline is None else "-"
+        else:
+            moved = (f"x{w.change + 1:.3g}" if w.limits.kind == "ratio"
+                     else f"{100 * w.change:+.3g} %")
+            change = f"{moved} (1 sd {100 * w.sigma:.2g} %)"
+        limits = f"{w.limits.text(w.limits.watch)} / {w.limits.text(w.limits.alert)}"
+        fc = w.forecast
+        ahead = "-" if fc is None else f"{fc.limit_name} in {fc.days:.3g} d"
+        rows.append(
+            f"<tr><td>{_e(info.label)}</td><td class=\"num\">{_e(info.format(w.value, 4))}</td>"
+            f'<td class="num">{_e(base)}{source}</td>'
+            + "".join(f'<td class="num">{_e(c)}</td>' for c in (change, limits, ahead))
+            + f"<td>{_badge(w.status)} {_ne107_letter(w.ne107)}</td></tr>")
+        if w.status is not Status.OK or "within the noise" in w.reason:
+            notes.append(f"<li>{_e(w.reason)}</li>")
+    return "\n".join([
+        f"<h4>Identification verdict {_badge(v.status)} {_ne107_badge(v.ne107)}</h4>",
+        f'<p class="reason">{_e(v.reason)}</p>',
+        f'<p class="forecast">{_e(v.forecast_text)}</p>',
+        '<table class="identification"><thead><tr><th>indicator</th><th>latest</th>'
+        "<th>baseline</th><th>change</th><th>watch / alert</th><th>next limit</th>"
+        "<th>status</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>",
+        *([f'<ul class="reasons">{"".join(notes)}</ul>'] if notes else []),
+    ])
 
 
 # -- sections ----------------------------------------------------------------------------------
 
 
 def _joint_html(anchor: str, j: JointReport) -> str:
+    ident = [] if j.identification is None else [_identification_html(j.identification)]
     if j.indicator_only:
+        badges = ("" if j.identification is None
+                  else f" {_badge(j.status)} {_ne107_badge(j.signal)}")
+        verdict = ("indicators only, no verdict." if j.identification is None
+                   else "the verdict is the identification's.")
         return "\n".join([
             f'<section class="joint" id="{anchor}">',
-            f"<h3>{_e(j.joint)} <small>({_e(j.controller)})</small></h3>",
-            '<p class="note">No backlash cycle recorded: indicators only, no verdict.</p>',
+            f"<h3>{_e(j.joint)} <small>({_e(j.controller)})</small>{badges}</h3>",
+            f'<p class="note">No backlash cycle recorded: {verdict}</p>', *ident,
             "<h4>Indicators</h4>", _indicators_table(j), *_other_trends(tuple(j.indicators)),
             *(_figure(evidence_svg(p)) for p in j.evidence), "</section>",
         ])
@@ -286,7 +355,7 @@ def _joint_html(anchor: str, j: JointReport) -> str:
     if j.error:
         parts.append(f'<p class="error">Cycle failed: {_e(j.error)}</p>')
     parts.append(f'<p class="forecast">{_e(j.forecast)}</p>')
-    parts += ["<h4>Indicators</h4>", _indicators_table(j)]
+    parts += [*ident, "<h4>Indicators</h4>", _indicators_table(j)]
     if j.history:
         parts.append(_figure(trend_svg(j.history, j.trend, j.indicator_name, j.limits,
                                        passed=passed_limit(j.status))))
@@ -323,11 +392,14 @@ def render_html(report: Report) -> str:
         f"<title>Joint health report {_e(report.created_at_iso)}</title>\n"
         f"<style>{_CSS}</style>\n</head>\n<body>\n"
     )
+    worst_ident = report.identification_worst
+    ident_worst = ("" if worst_ident is None
+                   else f"; identification indicators: {_badge(worst_ident)}")
     header = (
         f"<h1>Joint health report</h1>\n<p class=\"meta\">Created {_e(report.created_at_iso)}"
         f" on {_e(report.host or 'unknown host')} by jha {_e(report.agent_version)}."
         f" Machines: {_e(', '.join(machines) or 'none')}. Worst status: "
-        f"{_badge(report.worst_status)}</p>\n"
+        f"{_badge(report.worst_status)}{ident_worst}</p>\n"
     )
     summary = f"<h2>Summary</h2>\n{_summary_html(everyone)}\n"
     sections = []

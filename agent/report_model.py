@@ -7,12 +7,26 @@ JSON schema "jha.report/1" (keys only ever get added within a major version):
   joints[]{controller, joint, status, ne107, reason, forecast, indicator, value, unit,
            limits{watch, alert}, error, outcome, capture_path, result (BacklashResult.to_dict,
            or null), trend (Trend.to_dict, or null), history[]{time, value},
-           indicators[] (see below), evidence[] (EvidencePlot.to_dict; only with evidence=True)}
-  (indicators, evidence and indicator_joints are there only when not empty.)
+           indicators[] (see below), identification (see below), evidence[] (EvidencePlot.to_dict;
+           only with evidence=True)}
+  (indicators, identification, evidence, indicator_joints and summary.identification are there
+  only when not empty.)
   indicator_joints[]: joints with no backlash cycle but other indicators (stiffness,
-           identification); same keys as joints[], status "unknown", not counted in summary.
-  indicators[]{indicator, label, unit, latest_value, latest_time, n_points, trend (no limits,
-           or null), history[]{time, value}}: each further indicator of the joint's history.
+           identification); same keys as joints[], not counted in summary; status "unknown",
+           or the identification verdict's status, NE 107 and reason when there is one.
+  indicators[]{indicator, label, unit, latest_value, latest_time, n_points, trend (or null),
+           history[]{time, value}, verdict (identification indicators only, see below)}: each
+           further indicator of the joint's history.
+  identification{status, ne107{status, letter}, reason, indicator (the worst), forecast
+           (the soonest limit crossing: indicator + Forecast.to_dict, or null), forecast_text,
+           indicators[] (the verdicts)}: the worst of the joint's indicator verdicts.
+  verdict{indicator, label, status, ne107{status, letter}, reason, value, time, unit, n_points,
+           baseline{value, source (median|commissioning), n_points, rel_noise, point_noise} or
+           null, relative_limits{direction (rise|drop), kind (fraction|ratio), watch, alert},
+           limits{watch, alert} (SI), change (value/baseline - 1), change_sigma, significant,
+           forecast (Forecast.to_dict or null), forecast_text, trend, failure}.
+  summary.identification{worst_status, counts, ne107_counts}: over every joint with an
+           identification verdict (summary.worst_status stays the backlash verdicts').
 Non-finite numbers are written as null so that the file is strict JSON.
 """
 
@@ -21,7 +35,7 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +58,14 @@ from agent.health import (
     trend,
     worst,
 )
+from agent.health_identification import (
+    IndicatorVerdict,
+    JointIdentificationVerdict,
+    assess_history,
+    joint_verdict,
+    verdict_counts,
+)
+from agent.identification_limits import IdentificationLimitSettings
 from agent.store import BACKLASH_INDICATORS, HistoryStore, TrendPoint
 
 REPORT_SCHEMA = "jha.report/1"
@@ -57,6 +79,8 @@ class IndicatorSummary:
     unit: str
     history: Sequence[TrendPoint]
     trend: Trend | None
+    # The verdict against the joint's baseline (identification indicators only).
+    verdict: IndicatorVerdict | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "history", tuple(self.history))
@@ -76,20 +100,46 @@ class IndicatorSummary:
             "n_points": len(self.history),
             "trend": None if self.trend is None else self.trend.to_dict(),
             "history": [p.to_dict() for p in self.history],
+            **({} if self.verdict is None else {"verdict": self.verdict.to_dict()}),
         }
 
 
 def indicator_summaries(
-    store: HistoryStore, controller: str, joint: str, judged: str | None = None
+    store: HistoryStore,
+    controller: str,
+    joint: str,
+    judged: str | None = None,
+    limits: IdentificationLimitSettings | None = None,
 ) -> tuple[IndicatorSummary, ...]:
-    """Every indicator of the joint in the history but the judged one, with a trend (no
-    limits). Without `judged` both backlash indicators are left out (the older behaviour)."""
+    """Every indicator of the joint in the history but the judged one, with a trend, and for
+    the identification indicators their verdict against the joint's baseline (`limits`: the
+    controller's identification.limits; None: those recorded with its last identification).
+    Without `judged` both backlash indicators are left out (the older behaviour)."""
     exclude = BACKLASH_INDICATORS if judged is None else (judged,)
+    verdicts = assess_history(store, controller, joint, limits)
     found = []
     for name, unit in store.indicators(controller, joint, exclude=exclude):
         points = store.history(controller, joint, name)
-        found.append(IndicatorSummary(name, unit, points, trend(points, indicator=name)))
+        # The trend without limits, as ever; the verdict's own carries the forecast to them.
+        found.append(IndicatorSummary(name, unit, points, trend(points, indicator=name),
+                                      verdicts.get(name)))
     return tuple(found)
+
+
+def rejudged(
+    j: JointReport, store: HistoryStore, limits: IdentificationLimitSettings | None
+) -> JointReport:
+    """The joint with its identification indicators judged again against `limits` (the
+    controller's config, when a caller built the report without them)."""
+    verdicts = assess_history(store, j.controller, j.joint, limits)
+    indicators = tuple(
+        replace(s, verdict=verdicts.get(s.indicator)) for s in j.indicators
+    )
+    ident = joint_verdict([s.verdict for s in indicators if s.verdict is not None])
+    if j.indicator_only and ident is not None:
+        return replace(j, indicators=indicators, identification=ident, status=ident.status,
+                       verdict_reason=ident.reason, ne107=ident.ne107)
+    return replace(j, indicators=indicators, identification=ident)
 
 
 @dataclass(frozen=True)
@@ -115,11 +165,24 @@ class JointReport:
     outcome: str | None = None
     # NE 107 signal; None -> ne107_of(status, failed=the last cycle ended in an error).
     ne107: Ne107 | None = None
+    # The identification indicators' verdict; None -> the worst of the indicators' verdicts.
+    identification: JointIdentificationVerdict | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "history", tuple(self.history))
         object.__setattr__(self, "indicators", tuple(self.indicators))
         object.__setattr__(self, "evidence", tuple(self.evidence))
+        if self.identification is None:
+            object.__setattr__(self, "identification", joint_verdict(
+                [s.verdict for s in self.indicators if s.verdict is not None]))
+        ident = self.identification
+        # A joint with no backlash cycle takes its status from its identification verdict:
+        # NE 107 'check function' would hide a worn joint from the asset-management system.
+        if (ident is not None and self.indicator_only and self.status is Status.UNKNOWN
+                and self.ne107 in (None, Ne107.CHECK_FUNCTION)):
+            object.__setattr__(self, "status", ident.status)
+            object.__setattr__(self, "verdict_reason", ident.reason)
+            object.__setattr__(self, "ne107", ident.ne107)
         if self.ne107 is None:
             object.__setattr__(self, "ne107", ne107_of(self.status, failed=self.failed))
 
@@ -193,7 +256,19 @@ class Report:
 
     @property
     def worst_status(self) -> Status:
+        """The worst backlash verdict (identification verdicts: identification_worst)."""
         return worst([j.status for j in self.joints])
+
+    @property
+    def identification_verdicts(self) -> dict[str, JointIdentificationVerdict]:
+        """'controller/joint' -> the identification verdict, for every joint that has one."""
+        return {f"{j.controller}/{j.joint}": j.identification
+                for j in (*self.joints, *self.indicator_joints) if j.identification is not None}
+
+    @property
+    def identification_worst(self) -> Status | None:
+        found = self.identification_verdicts
+        return worst([v.status for v in found.values()]) if found else None
 
     def to_dict(self, evidence: bool = False) -> dict[str, Any]:
         """The JSON form (schema REPORT_SCHEMA); see report_to_dict."""
@@ -299,6 +374,8 @@ def joint_to_dict(j: JointReport, evidence: bool = False) -> dict[str, Any]:
     }
     if j.indicators:
         found["indicators"] = [s.to_dict() for s in j.indicators]
+    if j.identification is not None:
+        found["identification"] = j.identification.to_dict()
     if evidence and j.evidence:
         found["evidence"] = [p.to_dict() for p in j.evidence]
     return found
@@ -310,7 +387,7 @@ def report_to_dict(report: Report, evidence: bool = False) -> dict[str, Any]:
     for j in report.joints:
         counts[j.status.value] += 1
         signals[j.signal.value] += 1
-    found = {
+    found: dict[str, Any] = {
         "schema": REPORT_SCHEMA,
         "message_id": report.message_id,
         "created_at": report.created_at_iso,
@@ -323,6 +400,9 @@ def report_to_dict(report: Report, evidence: bool = False) -> dict[str, Any]:
     }
     if report.indicator_joints:
         found["indicator_joints"] = [joint_to_dict(j, evidence) for j in report.indicator_joints]
+    judged = report.identification_verdicts
+    if judged:
+        found["summary"]["identification"] = verdict_counts(judged)
     return json_safe(found)
 
 

@@ -10,9 +10,13 @@ import math
 import unicodedata
 
 from agent.health import Status, indicator_info
+from agent.health_identification import JointIdentificationVerdict
 from agent.report_model import JointReport, Report
 
 TABLE_WIDTH = 100
+# Identification indicators in the table's few columns (the symbols of papers 002/004).
+_SHORT = {"coulomb_friction_nm": "fc", "viscous_friction_nm_s_rad": "fv",
+          "stiffness_nm_rad": "k", "torque_nmse_nm": "NMSE"}
 
 
 def _printable(text: str) -> str:
@@ -100,9 +104,51 @@ def others_text(j: JointReport) -> str:
                      for s in j.indicators if s.latest is not None)
 
 
+def identification_value(v: JointIdentificationVerdict) -> str:
+    """The worst identification indicator's change on its baseline, e.g. 'fc +70 %'."""
+    w = v.worst
+    short = _SHORT.get(w.indicator, w.indicator)
+    if w.change is None:
+        return f"{short} {indicator_info(w.indicator).format(w.value)}"
+    if w.limits.kind == "ratio":
+        return f"{short} x{w.change + 1.0:.3g}"
+    return f"{short} {100 * w.change:+.3g} %"
+
+
+def identification_reason(v: JointIdentificationVerdict) -> str:
+    """The identification verdict in a few words: each indicator past a limit, then when the
+    next limit comes."""
+    parts = []
+    for w in v.indicators:
+        if w.failure is not None:
+            parts.append(f"error: {w.failure}")
+            break
+        if w.status in (Status.WATCH, Status.ALERT):
+            limit = w.limits.alert if w.status is Status.ALERT else w.limits.watch
+            past = ">=" if w.limits.direction == "rise" else "<="
+            parts.append(f"{_SHORT.get(w.indicator, w.indicator)} {past} {w.status.value} "
+                         f"{w.limits.text(limit)}")
+    if not parts:
+        unset = [w for w in v.indicators if w.baseline is None]
+        if unset:
+            parts.append(f"baseline {unset[0].n_points} of {unset[0].needed} identifications")
+        elif v.status is Status.OK:
+            parts.append("within limits")
+        else:
+            parts.append(v.reason)
+    soon = v.forecast
+    fc = None if soon is None else soon.forecast
+    if soon is not None and fc is not None:
+        high = "?" if fc.days_high is None else f"{fc.days_high:.0f}"
+        parts.append(f"{_SHORT.get(soon.indicator, soon.indicator)} {fc.limit_name} in "
+                     f"~{fc.days:.0f} d ({fc.days_low:.0f}-{high})")
+    return "; ".join(parts)
+
+
 def summary_table(report: Report, width: int = TABLE_WIDTH) -> str:
     """One screen: joint, backlash (or amplitude), status, NE 107 letter, short reason; at most
-    `width` wide."""
+    `width` wide. A joint with identification indicators gets a line for their verdict
+    (`<joint> ident`), whose value is the worst indicator's change on its baseline."""
     jw, vw, sw, nw = 26, 16, 7, 2
     rw = max(10, width - jw - vw - sw - nw - 8)
 
@@ -115,8 +161,24 @@ def summary_table(report: Report, width: int = TABLE_WIDTH) -> str:
     for j in report.joints:
         lines.append(row(f"{j.controller}/{j.joint}", value_text(j), j.status.value.upper(),
                          j.signal.letter, short_reason(j)))
+        if j.identification is not None:
+            iv = j.identification
+            lines.append(row(f"{j.controller}/{j.joint} ident", identification_value(iv),
+                             iv.status.value.upper(), iv.ne107.letter, identification_reason(iv)))
     for j in report.indicator_joints:
-        lines.append(row(f"{j.controller}/{j.joint}", "-", "-", "-", others_text(j)))
-    lines.append(_cell(f"worst: {report.worst_status.value.upper()}  ({len(report.joints)} joints)",
-                       width))
+        v = j.identification
+        if v is None:
+            lines.append(row(f"{j.controller}/{j.joint}", "-", "-", "-", others_text(j)))
+        else:
+            why = identification_reason(v)
+            if v.status is Status.UNKNOWN:  # nothing judged yet: what there is, then why
+                why = f"{others_text(j)}; {why}"
+            lines.append(row(f"{j.controller}/{j.joint} ident", identification_value(v),
+                             v.status.value.upper(), v.ne107.letter, why))
+    worst_line = f"worst: {report.worst_status.value.upper()}  ({len(report.joints)} joints)"
+    ident = report.identification_worst
+    if ident is not None:
+        worst_line += (f"; identification: {ident.value.upper()}  "
+                       f"({len(report.identification_verdicts)} joints)")
+    lines.append(_cell(worst_line, width))
     return "\n".join(line.rstrip() for line in lines)

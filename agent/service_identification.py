@@ -38,6 +38,7 @@ from agent.config import ControllerSettings, JointSettings
 from agent.cycle_queue import CycleQueue, PendingCycle
 from agent.errors import ConfigError, EstimationError
 from agent.evidence import EvidencePlot
+from agent.identification_limits import LIMITS_KEY, limits_detail
 from agent.identification_settings import IdentificationCycleSettings
 from agent.logfmt import kv
 from agent.service_jobs import AnalysisContext, AnalysisRefused, JointJob, utcnow
@@ -271,12 +272,18 @@ class IdentificationKind:
         result = job.result
         finished = utcnow()
         ids: list[int] = []
+        limits = _settings(job.controller).limits
         with store.transaction():
             for joint in joints:
                 if job.outcome == "ok" and isinstance(result, IdentificationAnalysis):
+                    # The limits in force go with the estimates: a report made from the
+                    # history alone then judges them as this config says.
+                    judged = {LIMITS_KEY: limits_detail(limits, joint)}
+                    estimates = [replace(e, detail={**e.detail, **judged})
+                                 for e in result.estimates.get(joint, ())]
                     ids.append(store.record_cycle(
                         controller=ctrl, joint=joint, kind=KIND, started_at=job.started_at,
-                        finished_at=finished, estimates=result.estimates.get(joint, ()),
+                        finished_at=finished, estimates=estimates,
                         capture_path=job.capture_path, trigger=job.trigger,
                     ))  # fmt: skip
                 else:
@@ -296,15 +303,19 @@ class IdentificationKind:
         return ids
 
     def joint_reports(self, store: HistoryStore, job: JointJob) -> list[JointReport]:
-        """Each robot joint as the history has it now (its backlash verdict, if any, and every
-        indicator with its trend), with this cycle's measured vs predicted torque."""
+        """Each robot joint as the history has it now (its backlash verdict, if any, every
+        indicator with its trend, and the identification verdict against the config's limits),
+        with this cycle's measured vs predicted torque."""
         from agent.cli_report import report_from_history
         from agent.report import joint_report
+        from agent.report_model import rejudged
 
         ctrl = job.controller
         thresholds = {j.name: j.thresholds for j in ctrl.joints}
         base = report_from_history(store, ctrl.name, thresholds)
-        known = {j.joint: j for j in (*base.joints, *base.indicator_joints)}
+        ident_limits = _settings(ctrl).limits
+        known = {j.joint: rejudged(j, store, ident_limits)
+                 for j in (*base.joints, *base.indicator_joints)}
         result = job.result if isinstance(job.result, IdentificationAnalysis) else None
         evidence = result.evidence if result is not None and job.outcome == "ok" else {}
         note = None if job.outcome == "ok" else f"identification {job.outcome}: {job.error}"

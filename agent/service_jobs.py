@@ -312,7 +312,10 @@ class BacklashKind:
             history=store.history(ctrl, joint, verdict.indicator),
             capture_path=None if job.capture_path is None else str(job.capture_path),
             error=job.error,
-            indicators=indicator_summaries(store, ctrl, joint, judged=verdict.indicator),
+            indicators=indicator_summaries(
+                store, ctrl, joint, judged=verdict.indicator,
+                limits=None if job.controller.identification is None
+                else job.controller.identification.limits),
             outcome=job.outcome,
         )]  # fmt: skip
 

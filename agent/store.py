@@ -363,6 +363,27 @@ class HistoryStore:
         ).fetchall()
         return [TrendPoint(t, float(v)) for t, v in reversed(rows)]
 
+    def history_with_detail(
+        self, controller: str, joint: str, indicator: str
+    ) -> list[tuple[TrendPoint, dict[str, Any]]]:
+        """Like history() (every point), each point with the detail recorded with it (e.g. the
+        relative standard deviation `rel_std_pct` an identification gave it)."""
+        rows = self._conn.execute(
+            "SELECT c.started_at, e.value, e.detail_json FROM estimates e"
+            " JOIN cycles c ON c.id = e.cycle_id"
+            " WHERE c.controller = ? AND c.joint = ? AND e.indicator = ? AND c.outcome = 'ok'"
+            " ORDER BY c.seq_at, c.id",
+            (controller, joint, indicator),
+        ).fetchall()
+        found: list[tuple[TrendPoint, dict[str, Any]]] = []
+        for t, v, text in rows:
+            try:
+                detail = json.loads(text)
+            except ValueError:  # a damaged detail only loses what it said, not the value
+                detail = {}
+            found.append((TrendPoint(t, float(v)), detail if isinstance(detail, dict) else {}))
+        return found
+
     def indicators(
         self, controller: str, joint: str, exclude: Sequence[str] = BACKLASH_INDICATORS
     ) -> list[tuple[str, str]]:

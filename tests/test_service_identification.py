@@ -202,6 +202,17 @@ def test_the_daemon_identifies_the_robot_in_a_stop_long_enough(tmp_path: Path) -
     for entry in entries.values():
         names = {i["indicator"] for i in entry["indicators"]}
         assert {"coulomb_friction_nm", "stiffness_nm_rad", "torque_nmse_nm"} <= names
+        # the first identification starts each joint's baseline: no verdict yet (NE 107 C)
+        verdict = entry["identification"]
+        assert (verdict["status"], verdict["ne107"]["letter"]) == ("unknown", "C")
+        assert "baseline being set (1 of 3 identifications)" in (
+            verdict["indicators"][0]["reason"])  # fmt: skip
+    # the limits in force go into the history with the estimates (a later `jha report` judges
+    # with them)
+    recorded = ident[0].estimate("coulomb_friction_nm")
+    assert recorded is not None
+    assert recorded.detail["limits"]["coulomb_rise_watch"] == 0.3
+    assert recorded.detail["limits"]["baseline_identifications"] == 3
     html = (Path(report.path).parent / "report.html").read_text()
     for name in ("joint_1", "joint_2"):
         assert f"{name}: measured vs predicted motor torque" in html

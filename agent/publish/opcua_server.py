@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 
 from agent.errors import AgentError, ConfigError
 from agent.publish.base import HealthPublisher
-from agent.publish.opcua_nodes import HealthAddressSpace
+from agent.publish.opcua_server_identification import IdentificationAddressSpace
 from agent.publish.opcua_server_settings import OpcUaServerSettings
 from agent.publish.opcua_server_users import UserEntry, check_private, load_users
 from agent.report import Report
@@ -157,7 +157,7 @@ class OpcUaHealthServer(HealthPublisher):
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
-        self._space: HealthAddressSpace | None = None
+        self._space: IdentificationAddressSpace | None = None
         self._lock: asyncio.Lock | None = None
 
     # -- the daemon's side ---------------------------------------------------------------------
@@ -360,7 +360,7 @@ class OpcUaHealthServer(HealthPublisher):
             [ua.UserNameIdentityToken] if users else [ua.AnonymousIdentityToken]
         )
         namespace = await server.register_namespace(s.namespace_uri)
-        self._space = HealthAddressSpace(server, namespace)
+        self._space = IdentificationAddressSpace(server, namespace)
         await self._space.build()
         return server
 

@@ -2,6 +2,8 @@
 
 Topics (every name part sanitised by `topic_part`):
   <prefix>/<controller>/<joint>/health   retained, "jha.health/1": latest health of one joint
+                                         (its backlash verdict, and under `identification` the
+                                         verdict on its identification indicators, or null)
   <prefix>/<controller>/report           not retained, "jha.report/1" plus message_id, queued_at
   <prefix>/agent/<client_id>/status      retained, "jha.agent_status/1": online / offline
 
@@ -36,7 +38,8 @@ from agent.publish.mqtt_message import Kind, OutMessage
 from agent.report import JointReport, Report, report_to_dict
 
 __all__ = ["HEALTH_SCHEMA", "STATUS_SCHEMA", "Kind", "OutMessage", "derived_id", "encode",
-           "health_document", "health_topic", "indicator_entries", "report_messages",
+           "health_document", "health_topic", "identification_health", "indicator_entries",
+           "report_messages",
            "report_topic", "status_payload", "status_topic", "topic_part"]
 
 HEALTH_SCHEMA = "jha.health/1"
@@ -163,8 +166,38 @@ def health_document(
             "watch": None if trend.forecast_watch is None else trend.forecast_watch.to_dict(),
             "alert": None if trend.forecast_alert is None else trend.forecast_alert.to_dict(),
         },
+        "identification": identification_health(joint),
         "agent_version": __version__,
     }
+
+
+def identification_health(joint: JointReport) -> dict[str, Any] | None:
+    """The joint's identification verdict in the shape of the backlash one (status, ne107,
+    reason, forecast), with each indicator's verdict against its baseline; None without one."""
+    v = joint.identification
+    if v is None:
+        return None
+    soon = v.forecast
+    fc = None if soon is None else soon.forecast
+    return {
+        "status": v.status.value,
+        "ne107": {"status": v.ne107.value, "letter": v.ne107.letter},
+        "reason": v.reason,
+        "indicator": v.worst.indicator,
+        "forecast": None if soon is None or fc is None else {
+            "indicator": soon.indicator, **fc.to_dict()},
+        "forecast_text": v.forecast_text,
+        "indicators": [{
+            "name": w.indicator, "status": w.status.value,
+            "ne107": {"status": w.ne107.value, "letter": w.ne107.letter}, "reason": w.reason,
+            "value": w.value, "unit": indicator_info(w.indicator).unit, "time": w.time_iso,
+            "baseline": None if w.baseline is None else w.baseline.value,
+            "baseline_source": None if w.baseline is None else w.baseline.source,
+            "change": w.change, "change_sigma": w.sigma,
+            "limits": {"watch": w.watch, "alert": w.alert},
+            "forecast": None if w.forecast is None else w.forecast.to_dict(),
+        } for w in v.indicators],
+    }  # fmt: skip
 
 
 def indicator_entries(joint: JointReport) -> list[dict[str, Any]]:
@@ -183,10 +216,13 @@ def indicator_entries(joint: JointReport) -> list[dict[str, Any]]:
                                 "judged": False, "limits": None, "time": None})
     for summary in joint.indicators:
         last = summary.latest
+        v = summary.verdict
         entries.append({
             "name": summary.indicator, "value": None if last is None else last.value,
-            "unit": summary.unit, "judged": False, "limits": None,
+            "unit": summary.unit, "judged": False,
+            "limits": None if v is None else {"watch": v.watch, "alert": v.alert},
             "time": None if last is None else last.time_iso,
+            **({} if v is None else {"status": v.status.value}),
         })
     return entries
 
