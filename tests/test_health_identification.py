@@ -194,6 +194,14 @@ def test_the_opcua_health_server_shows_the_identification_verdict(
             "cell1/joint_2/Identification/stiffness_nm_rad/AlertLimit/EngineeringUnits", ns)
         ).read_value()
         found["eu"] = eu.DisplayName.Text
+        # The same joint with a backlash verdict that is normal: the controller's worst NE 107
+        # signal still carries its identification's M.
+        joint_2 = next(j for j in report.indicator_joints if j.joint == "joint_2")
+        judged = replace(joint_2, status=Status.OK, ne107=Ne107.NORMAL)
+        assert judged.identification is not None
+        await space.apply(replace(report, joints=(judged,), indicator_joints=()))
+        found["worst"] = await server.get_node(ua.NodeId("cell1/WorstNe107Status", ns)
+                                               ).read_value()
         await server.stop()
         return found
 
@@ -205,6 +213,7 @@ def test_the_opcua_health_server_shows_the_identification_verdict(
         1.3 * found["coulomb_friction_nm/Baseline"])
     assert found["coulomb_friction_nm/Status"] == "watch"
     assert found["stiffness_nm_rad/AlertLimit"] > 0 and found["eu"] == "N·m/rad"
+    assert found["worst"] == "maintenance_required"
 
 
 # --- noise, forecasts, baselines ------------------------------------------------------------------

@@ -296,7 +296,15 @@ class HealthAddressSpace:
             judged = [h for h in mine if h.joint in {j.joint for j in report.joints
                                                      if j.controller == controller}]
             worst = max((h.status for h in judged), key=lambda s: s.severity, default=Status.OK)
-            worst_ne107 = max((h.ne107 for h in mine), key=_ne107_rank, default=Ne107.NORMAL)
+            # A joint's identification verdict counts too (friction or stiffness out of
+            # specification is as urgent as backlash), except "baseline being set" (C): that is
+            # no fault, and by NE 107 precedence it would hide an S of the backlash.
+            identified = [j.identification.ne107
+                          for j in (*report.joints, *report.indicator_joints)
+                          if j.controller == controller and j.identification is not None
+                          and j.identification.ne107 is not Ne107.CHECK_FUNCTION]
+            worst_ne107 = max((*(h.ne107 for h in mine), *identified), key=_ne107_rank,
+                              default=Ne107.NORMAL)
             writes += [
                 (self.node_id(controller, "WorstStatus"),
                  ua.Variant(worst.value, ua.VariantType.String)),
