@@ -68,3 +68,30 @@ class UrRtdeSettings:
         default=1.5, metadata={"gt": 0.0, "doc": "stop not confirmed: the worker is killed"}
     )
     reconnect_backoff_s: float = field(default=2.0, metadata={"ge": 0.0})
+    # Liveness of the agent's event loop while a cycle runs: the driver sends the worker a beat
+    # from the loop every heartbeat_interval_s, and the worker stops the arm after agent_timeout_s
+    # without one (the interlock watcher runs on that loop: a hung loop cannot watch).
+    heartbeat_interval_s: float = field(
+        default=0.1,
+        metadata={"gt": 0.0, "le": 5.0, "doc": "beat from the event loop while a cycle runs"},
+    )
+    agent_timeout_s: float = field(
+        default=0.5,
+        metadata={
+            "ge": 0.05,
+            "le": 60.0,
+            "doc": "the worker stops the arm after this long without a beat",
+        },
+    )
+
+    def check(self) -> list[tuple[str, str]]:
+        # Three beats per timeout: one late or lost beat must not stop a healthy cycle.
+        if self.agent_timeout_s < 3.0 * self.heartbeat_interval_s:
+            return [
+                (
+                    "agent_timeout_s",
+                    f"expected at least 3 x heartbeat_interval_s "
+                    f"({3.0 * self.heartbeat_interval_s:g} s), found {self.agent_timeout_s:g}",
+                )
+            ]
+        return []

@@ -17,12 +17,6 @@ Every verdict is read from the emulator (moving or not, the command log, watchdo
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import subprocess
-import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +27,13 @@ import pytest
 from agent.cycles import backlash_cycle, run_guarded_cycle
 from drivers.base import ControllerMode
 from drivers.ur_rtde import UrRtdeDriver
-from tests.peers.ur_controller import REPO_ROOT, UrEmulator
+from tests.peers.ur_controller import UrEmulator
+from tests.peers.ur_controller.agent_process import (
+    Agent,
+    exited,
+    moving_into_capture,
+    seconds_until_still,
+)
 from tests.peers.ur_controller.harness import FAST, emulator_args, run, setup, wait_until
 from tests.summary import record
 
@@ -42,82 +42,6 @@ WORKER_STOP_BOUND_S = 1.0
 # The watchdog runs at 1 / (stop ramp + 0.25 s) = 2 Hz: it trips 0.5 s after the last kick,
 # then the controller's own stop (20 rad/s^2) takes 0.125 s.
 WATCHDOG_STOP_BOUND_S = 1.5
-INTO_CAPTURE_S = 0.6  # run-up 0.06 s + settle 0.3 s, then well inside the 5 s capture
-
-
-class Agent:
-    """The agent_client process (its own process group) and the JSON lines it prints."""
-
-    def __init__(self, config: Path) -> None:
-        self.proc = subprocess.Popen(
-            [
-                *(sys.executable, "-m", "tests.peers.ur_controller.agent_client"),
-                *("--config", str(config), "--controller", "ur5e", "--joint", "wrist1"),
-            ],
-            cwd=REPO_ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
-        self.events: list[dict[str, Any]] = []
-        self._cond = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._cond:
-                self.events.append(json.loads(line))
-                self._cond.notify_all()
-
-    def wait(self, name: str, timeout_s: float = 20.0) -> dict[str, Any]:
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._find(name) is not None, timeout_s):
-                raise AssertionError(f"agent event {name!r} not seen: {self.events}")
-            found = self._find(name)
-            assert found is not None
-            return found
-
-    def _find(self, name: str) -> dict[str, Any] | None:
-        return next((e for e in self.events if e["event"] == name), None)
-
-    def kill_group(self) -> None:
-        """SIGKILL to the agent and everything it started (its worker)."""
-        with _gone():
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(5.0)
-
-
-class _gone:
-    """Suppress ProcessLookupError: the process is already gone, which is what we wanted."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, *_: object) -> bool:
-        return kind is ProcessLookupError
-
-
-def _exited(pid: int) -> bool:
-    """True once `pid` is gone or a zombie (reparented: nobody may reap it here)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
-
-
-def _moving_into_capture(emu: UrEmulator) -> None:
-    state = wait_until(emu, lambda s: "speedj" in s["commands"] and s["moving"], 20.0)
-    assert "speedj" in state["commands"] and state["moving"], state["events"]
-    time.sleep(INTO_CAPTURE_S)
-    assert emu.state()["moving"]
-
-
-def _seconds_until_still(emu: UrEmulator, since: float, bound_s: float) -> tuple[float, Any]:
-    state = wait_until(emu, lambda s: not s["moving"] and not s["script_running"], bound_s + 2.0)
-    return time.monotonic() - since, state
 
 
 @pytest.fixture
@@ -134,14 +58,14 @@ def test_agent_killed_mid_capture_the_worker_sees_eof_and_stops_the_arm(
     agent = Agent(config)
     try:
         worker = agent.wait("connected")["worker_pid"]
-        _moving_into_capture(emu)
+        moving_into_capture(emu)
         agent.proc.kill()  # the daemon alone dies: no stop request, no reply ever read
         t_kill = time.monotonic()
-        took_s, state = _seconds_until_still(emu, t_kill, WORKER_STOP_BOUND_S)
+        took_s, state = seconds_until_still(emu, t_kill, WORKER_STOP_BOUND_S)
         deadline = time.monotonic() + 5.0
-        while not _exited(worker) and time.monotonic() < deadline:
+        while not exited(worker) and time.monotonic() < deadline:
             time.sleep(0.05)
-        worker_exited = _exited(worker)
+        worker_exited = exited(worker)
     finally:
         agent.kill_group()
     after = state["commands"][state["commands"].index("speedj") :]
@@ -160,10 +84,10 @@ def test_agent_and_worker_killed_mid_capture_the_rtde_watchdog_stops_the_arm(
     agent = Agent(config)
     try:
         agent.wait("connected")
-        _moving_into_capture(emu)
+        moving_into_capture(emu)
         agent.kill_group()  # nothing of the agent is left to send a stop or kick the watchdog
         t_kill = time.monotonic()
-        took_s, state = _seconds_until_still(emu, t_kill, WATCHDOG_STOP_BOUND_S)
+        took_s, state = seconds_until_still(emu, t_kill, WATCHDOG_STOP_BOUND_S)
     finally:
         agent.kill_group()
     after = state["commands"][state["commands"].index("speedj") :]
@@ -189,7 +113,11 @@ def test_cancelling_the_guarded_cycle_mid_capture_stops_the_arm(
         try:
             cycle = backlash_cycle(ctrl, joint)
             task = asyncio.create_task(run_guarded_cycle(driver, cycle, ctrl.interlocks, joint))
-            await asyncio.to_thread(_moving_into_capture, emu)
+            try:
+                await asyncio.to_thread(moving_into_capture, emu)
+            except AssertionError as exc:  # the cycle ended early: say why
+                why = task.exception() if task.done() else "the cycle still runs"
+                raise AssertionError(f"{exc}; the cycle: {why!r}") from None
             t_cancel = time.monotonic()
             task.cancel()
             with pytest.raises(asyncio.CancelledError):

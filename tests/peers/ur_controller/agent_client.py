@@ -1,13 +1,20 @@
-"""The agent's side of the UR kill tests: one guarded cycle through UrRtdeDriver in a process of
-its own, which the test SIGKILLs mid-capture (docs/safety.md, G6).
+"""The agent's side of the UR kill and hang tests: one guarded cycle through UrRtdeDriver in a
+process of its own, which the test SIGKILLs mid-capture (docs/safety.md, G6) or whose event loop
+it hangs (G7).
 
-    python -m tests.peers.ur_controller.agent_client --config FILE --controller N --joint J
+    python -m tests.peers.ur_controller.agent_client --config FILE --controller N --joint J \
+        [--hang-s S[,S...]]
 
 Prints JSON lines: {"event": "connected", "pid", "worker_pid"} once the driver's worker is up,
 then, if it lives that long, {"event": "outcome", "outcome": "ok" | "aborted" | "refused",
 "error"}. The worker is a child of this process in the same process group, so killing the
 group kills the agent and its worker at once, as systemd's final SIGKILL or an OOM kill of the
 whole unit does.
+
+With --hang-s, each SIGUSR1 makes the event loop run a callback that blocks it for the next of
+the listed seconds (a time.sleep, the bug under test: a blocking call on the loop); it prints
+{"event": "hang_start", "t"} and {"event": "hang_end", "t"} with time.monotonic() (one clock for
+every process).
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ import argparse
 import asyncio
 import json
 import os
+import signal
+import time
 
 from agent.config import load_config
 from agent.cycles import backlash_cycle, run_guarded_cycle
@@ -27,7 +36,19 @@ def emit(event: dict[str, object]) -> None:
     print(json.dumps(event), flush=True)
 
 
+def hang(durations_s: list[float]) -> None:
+    """Block the event loop: nothing on it runs, neither the interlock watcher nor the beats."""
+    if not durations_s:
+        return
+    emit({"event": "hang_start", "t": time.monotonic()})
+    time.sleep(durations_s.pop(0))
+    emit({"event": "hang_end", "t": time.monotonic()})
+
+
 async def run(args: argparse.Namespace) -> None:
+    if args.hang_s:
+        durations_s = [float(x) for x in args.hang_s.split(",")]
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, hang, durations_s)
     config = load_config(args.config)
     ctrl = next(c for c in config.controllers if c.name == args.controller)
     joint = next(j for j in ctrl.joints if j.name == args.joint)
@@ -52,6 +73,7 @@ def main() -> None:
     parser.add_argument("--config", required=True)
     parser.add_argument("--controller", required=True)
     parser.add_argument("--joint", required=True)
+    parser.add_argument("--hang-s", default="", help="S[,S...]: each SIGUSR1 blocks the loop S s")
     asyncio.run(run(parser.parse_args()))
 
 

@@ -1,0 +1,95 @@
+"""The test's handle on an agent_client process: start it, read its JSON lines, kill or hang it.
+
+Shared by tests/faults/test_ur_kill.py (the agent killed mid-capture) and
+tests/faults/test_ur_hang.py (its event loop hung mid-capture), with the emulator helpers both
+use to tell when the arm is inside the capture and when it is still again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.peers.ur_controller import REPO_ROOT, UrEmulator
+from tests.peers.ur_controller.harness import wait_until
+
+INTO_CAPTURE_S = 0.6  # run-up 0.06 s + settle 0.3 s, then well inside the 5 s capture
+
+
+class Agent:
+    """The agent_client process (its own process group) and the JSON lines it prints."""
+
+    def __init__(self, config: Path, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "tests.peers.ur_controller.agent_client"),
+                *("--config", str(config), "--controller", "ur5e", "--joint", "wrist1"),
+                *extra,
+            ],
+            cwd=REPO_ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        self.events: list[dict[str, Any]] = []
+        self._cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cond:
+                self.events.append(json.loads(line))
+                self._cond.notify_all()
+
+    def wait(self, name: str, timeout_s: float = 20.0, nth: int = 0) -> dict[str, Any]:
+        """The `nth` event called `name` (0: the first), waiting up to `timeout_s` for it."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._find(name, nth) is not None, timeout_s):
+                raise AssertionError(f"agent event {name!r} #{nth} not seen: {self.events}")
+            found = self._find(name, nth)
+            assert found is not None
+            return found
+
+    def _find(self, name: str, nth: int = 0) -> dict[str, Any] | None:
+        found = [e for e in self.events if e["event"] == name]
+        return found[nth] if len(found) > nth else None
+
+    def kill_group(self) -> None:
+        """SIGKILL to the agent and everything it started (its worker)."""
+        with contextlib.suppress(ProcessLookupError):  # already gone: what we wanted
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(5.0)
+
+
+def exited(pid: int) -> bool:
+    """True once `pid` is gone or a zombie (reparented: nobody may reap it here)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def moving_into_capture(emu: UrEmulator) -> None:
+    """Wait until the tested joint runs at its cycle speed, INTO_CAPTURE_S into the capture."""
+    state = wait_until(emu, lambda s: "speedj" in s["commands"] and s["moving"], 20.0)
+    assert "speedj" in state["commands"] and state["moving"], state["events"]
+    time.sleep(INTO_CAPTURE_S)
+    state = emu.state()
+    assert state["moving"], (state["commands"], state["events"])
+
+
+def seconds_until_still(emu: UrEmulator, since: float, bound_s: float) -> tuple[float, Any]:
+    """Seconds from `since` (time.monotonic()) until the arm stands and the script has ended."""
+    state = wait_until(emu, lambda s: not s["moving"] and not s["script_running"], bound_s + 2.0)
+    return time.monotonic() - since, state
