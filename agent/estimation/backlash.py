@@ -18,9 +18,14 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 
-import cma
+with warnings.catch_warnings():
+    # pycma warns on import when matplotlib is absent; the agent never plots through it, and
+    # the warning would land in every daemon log and `make demo` output.
+    warnings.filterwarnings("ignore", message="Could not import matplotlib", category=UserWarning)
+    import cma
 import numpy as np
 import numpy.typing as npt
 
