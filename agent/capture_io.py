@@ -8,281 +8,51 @@ string {"format_version": 1, "meta": {...}}; read without pickle.
 Every problem with a file raises CaptureError naming the file, the line (CSV) and the column.
 What is written is checked by the same rules as what is read, so every saved capture loads back.
 All writes are atomic (agent.atomic).
+The metadata rules are agent.capture_meta's, the sample rules agent.capture_checks'; every name
+stays importable from here.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import io
 import json
-import math
 import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import yaml
 
 from agent.atomic import atomic_write_bytes, atomic_write_text, atomic_writer
 from agent.capture import CHANNEL_UNITS, Array, Capture, CaptureMeta
-from agent.encoder import MAX_BITS, MIN_BITS, counts_per_turn, unwrap_counts
+from agent.capture_checks import (
+    COUNT_CHANNELS,
+    MOTOR_CHANNELS,
+    Locate,
+    at_line,
+    at_sample,
+    capture_with_positions,
+    check_content,
+)
+from agent.capture_meta import check_meta, merge_meta, meta_from_mapping, read_sidecar
 from agent.errors import CaptureError
-from agent.yaml_lines import TextLines, physical_line
+
+__all__ = [
+    "ACCEPTED_COLUMNS", "COUNT_CHANNELS", "MOTOR_CHANNELS", "NPZ_FORMAT_VERSION",
+    "SIDECAR_SUFFIX", "Locate", "StrPath", "capture_with_positions", "load_capture", "read_csv",
+    "read_npz", "save_capture", "sidecar_path", "write_csv", "write_npz",
+]
 
 StrPath = str | os.PathLike[str]
 
 NPZ_FORMAT_VERSION = 1
 SIDECAR_SUFFIX = ".meta.yaml"
-COUNT_CHANNELS = ("motor_counts", "link_counts")
-# Channels a motor speed can be taken from (agent.capture.motor_speed_rad_s).
-MOTOR_CHANNELS = ("motor_speed_rad_s", "motor_speed_rps", "motor_pos_rad", "motor_counts")
 ACCEPTED_COLUMNS = ("time_s", *CHANNEL_UNITS)
-
-_STR_FIELDS = ("machine", "joint", "cycle", "started_at")
-_POSITIVE_FIELDS = ("gear_ratio", "sample_rate_hz")
-
-# (source shown in the message, place within it) for sample i, e.g. ("cap.csv:57", "column x").
-Locate = Callable[[int, str], tuple[str, str]]
 
 
 def sidecar_path(path: StrPath) -> Path:
     """Where the metadata of a CSV capture lives: `<path>.meta.yaml`."""
     return Path(os.fspath(path) + SIDECAR_SUFFIX)
-
-
-# ---------------------------------------------------------------------------------- metadata
-
-
-def _plain(value: Any, source: str) -> Any:
-    """A JSON- and YAML-safe copy of the `extra` metadata (numpy scalars become numbers)."""
-
-    def default(o: Any) -> Any:
-        if isinstance(o, np.generic):
-            return o.item()
-        if isinstance(o, dt.date):  # YAML reads an unquoted timestamp as a datetime
-            return o.isoformat()
-        raise TypeError(f"{type(o).__name__} values cannot be stored")
-
-    try:
-        return json.loads(json.dumps(value, allow_nan=False, default=default))
-    except (TypeError, ValueError, RecursionError) as e:
-        raise CaptureError(source, f"field extra: {e}") from None
-
-
-def _check_meta(
-    meta: CaptureMeta, source: str, lines: Mapping[str, int] | None = None
-) -> CaptureMeta:
-    """A copy of `meta` with plain, checked values; errors name the field (and its line)."""
-
-    def fail(name: str, problem: str) -> CaptureError:
-        line = (lines or {}).get(name)
-        return CaptureError(f"{source}:{line}" if line else source, f"field {name}: {problem}")
-
-    out: dict[str, Any] = {}
-    for f in fields(CaptureMeta):
-        value = getattr(meta, f.name)
-        if f.name in _STR_FIELDS:
-            if isinstance(value, dt.date):
-                value = value.isoformat()
-            elif isinstance(value, int) and not isinstance(value, bool):
-                value = str(value)  # a YAML `joint: 3` means the joint named "3"
-            elif value is None:
-                value = ""
-            if not isinstance(value, str):
-                raise fail(f.name, f"expected a string (quote it in YAML), got {value!r}")
-        elif f.name == "encoder_bits":
-            if value is not None:
-                try:
-                    counts_per_turn(value)
-                except ValueError:
-                    raise fail(
-                        f.name, f"expected an integer {MIN_BITS}..{MAX_BITS}, got {value!r}"
-                    ) from None
-                value = int(value)
-        elif f.name == "extra":
-            if not isinstance(value, Mapping):
-                raise fail(f.name, f"expected a mapping, got {value!r}")
-            value = _plain(dict(value), source)
-        elif value is not None:  # the float fields
-            if isinstance(value, bool) or not isinstance(
-                value, int | float | np.integer | np.floating
-            ):
-                raise fail(f.name, f"expected a number, got {value!r}")
-            try:
-                value = float(value)
-            except OverflowError:
-                value = math.inf
-            if not math.isfinite(value):
-                raise fail(f.name, f"expected a finite number, got {value!r}")
-            if f.name in _POSITIVE_FIELDS and value <= 0:
-                raise fail(f.name, f"must be positive, got {value!r}")
-        out[f.name] = value
-    return CaptureMeta(**out)
-
-
-def _meta_from_mapping(
-    raw: Any, source: str, lines: Mapping[str, int] | None = None
-) -> CaptureMeta:
-    if raw is None:
-        return CaptureMeta()
-    if not isinstance(raw, Mapping):
-        raise CaptureError(source, "metadata must be a mapping of field: value")
-    known = [f.name for f in fields(CaptureMeta)]
-    for key in raw:
-        if key not in known:
-            line = (lines or {}).get(str(key))
-            raise CaptureError(
-                f"{source}:{line}" if line else source,
-                f"unknown metadata field {key!r}; expected one of {', '.join(known)}",
-            )
-    extra = raw.get("extra")
-    values = {k: v for k, v in raw.items() if k != "extra"}
-    meta = CaptureMeta(**values, extra=extra if extra is not None else {})
-    return _check_meta(meta, source, lines)
-
-
-def _merge_meta(base: CaptureMeta, override: CaptureMeta | None) -> CaptureMeta:
-    """`base` with every field `override` sets (None, "" and an empty extra set nothing)."""
-    if override is None:
-        return base
-    changes: dict[str, Any] = {}
-    for f in fields(CaptureMeta):
-        value = getattr(override, f.name)
-        if value is None or (isinstance(value, str) and value == ""):
-            continue
-        if f.name == "extra":
-            if value:
-                changes["extra"] = {**base.extra, **value}
-            continue
-        changes[f.name] = value
-    return replace(base, **changes)
-
-
-def _read_sidecar(path: Path) -> CaptureMeta:
-    source = os.fspath(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise CaptureError(source, f"not UTF-8 text (byte {e.start})") from None
-    except OSError as e:
-        raise CaptureError(source, f"cannot read: {e.strerror or e}") from None
-    loader: yaml.SafeLoader | None = None
-    try:
-        # One parse: the node tree gives the key lines, the same tree builds the values.
-        loader = yaml.SafeLoader(text)
-        node = loader.get_single_node()
-        raw = loader.construct_document(node) if node is not None else None
-    except Exception as e:
-        # PyYAML raises ValueError, AttributeError or RecursionError as well as YAMLError on
-        # some malformed input (a timestamp with month 13, deep nesting).
-        mark = getattr(e, "problem_mark", None)
-        where = f"{source}:{physical_line(text, mark.index)}" if mark is not None else source
-        problem = getattr(e, "problem", None) or str(e) or type(e).__name__
-        raise CaptureError(where, f"invalid YAML: {problem}") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
-    lines: dict[str, int] = {}
-    if isinstance(node, yaml.MappingNode):
-        text_lines = TextLines(text)
-        for key_node, _ in node.value:
-            lines[str(key_node.value)] = text_lines.at(key_node.start_mark.index)[0]
-    return _meta_from_mapping(raw, source, lines)
-
-
-# ---------------------------------------------------------------------------------- content
-
-
-def _at_sample(source: str) -> Locate:
-    return lambda i, name: (source, f"channel {name} sample {i}")
-
-
-def _at_line(source: str, line_nos: Sequence[int]) -> Locate:
-    return lambda i, name: (f"{source}:{line_nos[i]}", f"column {name}")
-
-
-def _check_time(time_s: Array, locate: Locate) -> None:
-    dt_s = np.diff(time_s)
-    bad = np.flatnonzero(~(dt_s > 0))
-    if bad.size:
-        i = int(bad[0]) + 1
-        src, place = locate(i, "time_s")
-        prev_src, _ = locate(i - 1, "time_s")
-        raise CaptureError(
-            src,
-            f"{place}: time {float(time_s[i])!r} s is not after the previous sample's "
-            f"{float(time_s[i - 1])!r} s ({prev_src}); time must increase strictly",
-        )
-
-
-def _check_counts(name: str, values: np.ndarray, bits: int, locate: Locate) -> np.ndarray:
-    """The counts as int64, each a whole number in 0..2**bits - 1."""
-    cpt = counts_per_turn(bits)
-    if values.dtype.kind == "f":
-        bad = np.flatnonzero(values != np.floor(values))
-        if bad.size:
-            src, place = locate(int(bad[0]), name)
-            value = values[bad[0]].item()
-            raise CaptureError(src, f"{place}: {value!r} is not a whole number of counts")
-    bad = np.flatnonzero((values < 0) | (values >= cpt))
-    if bad.size:
-        src, place = locate(int(bad[0]), name)
-        raise CaptureError(
-            src,
-            f"{place}: {values[bad[0]].item()!r} counts is outside 0..{cpt - 1} "
-            f"for a {bits}-bit encoder",
-        )
-    return values.astype(np.int64)
-
-
-def _check_content(
-    source: str,
-    time_s: Array,
-    channels: Mapping[str, np.ndarray],
-    meta: CaptureMeta,
-    locate: Locate,
-) -> dict[str, np.ndarray]:
-    """The rules beyond Capture's own: counts need a bit width, a motor channel is required."""
-    if not any(name in channels for name in MOTOR_CHANNELS):
-        raise CaptureError(source, f"no motor channel: need one of {', '.join(MOTOR_CHANNELS)}")
-    _check_time(time_s, locate)
-    out = dict(channels)
-    for name in COUNT_CHANNELS:
-        if name in out:
-            if meta.encoder_bits is None:
-                raise CaptureError(
-                    source,
-                    f"{name} needs the encoder bit width: give encoder_bits in the metadata "
-                    "(sidecar or --encoder-bits)",
-                )
-            out[name] = _check_counts(name, out[name], meta.encoder_bits, locate)
-    return out
-
-
-def capture_with_positions(capture: Capture) -> Capture:
-    """The capture plus motor_pos_rad / link_pos_rad unwrapped from its encoder counts.
-
-    The counts are kept; a position channel the capture already has is left as it is.
-    """
-    new: dict[str, np.ndarray] = {}
-    for counts_name, pos_name in zip(
-        COUNT_CHANNELS, ("motor_pos_rad", "link_pos_rad"), strict=True
-    ):
-        if counts_name not in capture.channels or pos_name in capture.channels:
-            continue
-        bits = capture.meta.encoder_bits
-        if bits is None:
-            raise CaptureError(capture.source, f"{counts_name} given without the encoder bit width")
-        try:
-            new[pos_name] = unwrap_counts(capture.channels[counts_name], bits)
-        except ValueError as e:
-            raise CaptureError(capture.source, f"{counts_name}: {e}") from None
-    if not new:
-        return capture
-    return Capture(capture.time_s, {**capture.channels, **new}, capture.meta, capture.source)
 
 
 # ---------------------------------------------------------------------------------- CSV
@@ -291,8 +61,8 @@ def capture_with_positions(capture: Capture) -> Capture:
 def write_csv(capture: Capture, path: StrPath) -> None:
     """Write `capture` as CSV (time_s first) and its metadata to the `.meta.yaml` sidecar."""
     source = os.fspath(path)
-    meta = _check_meta(capture.meta, source)
-    channels = _check_content(source, capture.time_s, capture.channels, meta, _at_sample(source))
+    meta = check_meta(capture.meta, source)
+    channels = check_content(source, capture.time_s, capture.channels, meta, at_sample(source))
     names = ["time_s", *channels]
     columns: list[list[str]] = []
     for name in names:
@@ -412,8 +182,8 @@ def read_csv(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
     """Read a CSV capture; metadata from the sidecar, then each field `meta` sets on top."""
     source = os.fspath(path)
     side = sidecar_path(path)
-    base = _read_sidecar(side) if side.is_file() else CaptureMeta()
-    merged = _check_meta(_merge_meta(base, meta), source)
+    base = read_sidecar(side) if side.is_file() else CaptureMeta()
+    merged = check_meta(merge_meta(base, meta), source)
     try:
         data = Path(path).read_bytes()
     except OSError as e:
@@ -449,7 +219,7 @@ def read_csv(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
         )
     time_s = table[:, names.index("time_s")]
     channels = {name: table[:, j] for j, name in enumerate(names) if name != "time_s"}
-    channels = _check_content(header_src, time_s, channels, merged, _at_line(source, line_nos))
+    channels = check_content(header_src, time_s, channels, merged, at_line(source, line_nos))
     return Capture(time_s, channels, merged, source)
 
 
@@ -459,8 +229,8 @@ def read_csv(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
 def write_npz(capture: Capture, path: StrPath) -> None:
     """Write `capture` as `.npz`: one array per channel, `time_s`, and `meta_json`."""
     source = os.fspath(path)
-    meta = _check_meta(capture.meta, source)
-    channels = _check_content(source, capture.time_s, capture.channels, meta, _at_sample(source))
+    meta = check_meta(capture.meta, source)
+    channels = check_content(source, capture.time_s, capture.channels, meta, at_sample(source))
     meta_json = json.dumps(
         {"format_version": NPZ_FORMAT_VERSION, "meta": meta.to_dict()},
         allow_nan=False,
@@ -517,7 +287,7 @@ def _npz_meta(entry: np.ndarray, source: str) -> CaptureMeta:
         raise CaptureError(
             where, f"format_version {version!r} is not one this reader knows ({NPZ_FORMAT_VERSION})"
         )
-    return _meta_from_mapping(doc["meta"], where)
+    return meta_from_mapping(doc["meta"], where)
 
 
 def read_npz(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
@@ -527,7 +297,7 @@ def read_npz(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
     for required in ("meta_json", "time_s"):
         if required not in entries:
             raise CaptureError(source, f"the archive has no {required} entry")
-    merged = _check_meta(_merge_meta(_npz_meta(entries.pop("meta_json"), source), meta), source)
+    merged = check_meta(merge_meta(_npz_meta(entries.pop("meta_json"), source), meta), source)
     time_s = entries.pop("time_s")
     if time_s.dtype.kind not in "iuf":
         # Capture would cast it: a complex time base loses its imaginary part, Booleans become
@@ -535,7 +305,7 @@ def read_npz(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
         raise CaptureError(source, f"time_s must hold real numbers, not {time_s.dtype} values")
     # Capture checks names, shapes, number types and finiteness; the rest is checked after.
     first = Capture(time_s, entries, merged, source)
-    channels = _check_content(source, first.time_s, first.channels, merged, _at_sample(source))
+    channels = check_content(source, first.time_s, first.channels, merged, at_sample(source))
     for name, values in channels.items():
         if name not in COUNT_CHANNELS:
             channels[name] = values.astype(np.float64)

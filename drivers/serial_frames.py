@@ -55,265 +55,56 @@ bad CRC. A CRC-16 lets a random candidate through with probability 2**-16: the f
 the fixed lengths and the value checks of decode_samples are the further guards.
 """
 
+
 from __future__ import annotations
 
 import binascii
 import enum
-import math
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar
 
 import numpy as np
 import numpy.typing as npt
 
-SYNC = b"\xa5\x5a"
-HEADER_BYTES = 4
-CRC_BYTES = 2
-MAX_PAYLOAD_BYTES = 255
-PROTOCOL_VERSION = 2  # 2: the START watchdog and HEARTBEAT
-SAMPLE_HEADER = struct.Struct("<IIB")
-MAX_JOINTS = 61  # a STATUS payload of 10 + 4 n bytes must fit in 255
-
-
-class FrameError(ValueError):
-    """A frame passed its CRC but its content is not what the protocol allows."""
-
-
-class FrameType(enum.IntEnum):
-    SAMPLE = 0x01
-    STATUS_QUERY = 0x10
-    INFO_QUERY = 0x11
-    START = 0x12
-    STOP = 0x13
-    HEARTBEAT = 0x14
-    STATUS = 0x90
-    INFO = 0x91
-    START_ACK = 0x92
-    STOP_ACK = 0x93
-    CYCLE_DONE = 0x94
-
-
-class StatusBits(enum.IntFlag):
-    NONE = 0
-    MOVING = 0x01  # the controller executes our test cycle
-    CAPTURING = 0x02  # sample frames are being streamed
-    FAULT = 0x04  # alarm, protective stop, e-stop
-    PERMISSION = 0x08  # the plant's "agent may move the machine" signal
-    PRODUCTION = 0x10  # the production program runs
-    MANUAL = 0x20  # teach / jog mode
-    OVERRUN = 0x40  # the board dropped samples at the source
-
-
-class StartResult(enum.IntEnum):
-    OK = 0
-    BUSY = 1
-    NOT_STOPPED = 2
-    NO_PERMISSION = 3
-    BAD_ARGUMENT = 4
-    FAULT = 5
-
-
-class CycleResult(enum.IntEnum):
-    COMPLETE = 0
-    STOPPED = 1  # on our STOP
-    FAULT = 2
-    LEFT_STOPPED = 3  # production or manual mode took over
-    WATCHDOG = 4  # no HEARTBEAT for watchdog_ms: the agent is gone or hung
-
-
-class ChannelSide(enum.IntEnum):
-    MOTOR = 0
-    LINK = 1
-    UNUSED = 255
-
-
-# --- CRC-16/CCITT-FALSE ---------------------------------------------------------------------------
-
-
-def _crc16_table(poly: int) -> tuple[int, ...]:
-    table = []
-    for byte in range(256):
-        crc = byte << 8
-        for _ in range(8):
-            crc = ((crc << 1) ^ poly) if crc & 0x8000 else (crc << 1)
-        table.append(crc & 0xFFFF)
-    return tuple(table)
-
-
-CRC16_TABLE = _crc16_table(0x1021)
-
-
-def crc16_ccitt_false(data: bytes | bytearray | memoryview, crc: int = 0xFFFF) -> int:
-    """Table-driven CRC-16/CCITT-FALSE (what the board's firmware runs; the reference here)."""
-    table = CRC16_TABLE
-    for b in bytes(data):
-        crc = ((crc << 8) & 0xFFFF) ^ table[(crc >> 8) ^ b]
-    return crc
-
-
-def crc16_fast(data: bytes | bytearray | memoryview, crc: int = 0xFFFF) -> int:
-    """The same CRC computed in C by the standard library (binascii.crc_hqx), for the hot path."""
-    return binascii.crc_hqx(data, crc)
-
-
-# --- frames ---------------------------------------------------------------------------------------
-
-
-class Frame(NamedTuple):
-    type: int
-    payload: bytes
-
-
-def encode_frame(frame_type: int, payload: bytes) -> bytes:
-    if not 0 <= frame_type <= 0xFF:
-        raise ValueError(f"frame type must be a byte, got {frame_type}")
-    if len(payload) > MAX_PAYLOAD_BYTES:
-        raise ValueError(f"payload of {len(payload)} bytes exceeds {MAX_PAYLOAD_BYTES}")
-    body = bytes((frame_type, len(payload))) + payload
-    return SYNC + body + crc16_fast(body).to_bytes(2, "big")
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What every sample frame of one board holds: `channels` counts of `count_bits` bits."""
-
-    channels: int
-    count_bits: int
-
-    def __post_init__(self) -> None:
-        if not 12 <= self.count_bits <= 32:
-            raise ValueError(f"count_bits must be 12..32, got {self.count_bits}")
-        if self.channels < 1 or self.sample_payload_bytes > MAX_PAYLOAD_BYTES:
-            most = (MAX_PAYLOAD_BYTES - SAMPLE_HEADER.size) // self.count_bytes
-            raise ValueError(
-                f"channels must be 1..{most} for {self.count_bits}-bit counts, got {self.channels}"
-            )
-
-    @property
-    def count_bytes(self) -> int:
-        return math.ceil(self.count_bits / 8)
-
-    @property
-    def sample_payload_bytes(self) -> int:
-        return SAMPLE_HEADER.size + self.channels * self.count_bytes
-
-    @property
-    def sample_frame_bytes(self) -> int:
-        return HEADER_BYTES + self.sample_payload_bytes + CRC_BYTES
-
-
-# Allowed payload lengths: (base, step) means base + k * step for k >= 0; step 0 means exactly base.
-_FIXED_LENGTHS: dict[int, tuple[int, int]] = {
-    FrameType.STATUS_QUERY: (1, 0),
-    FrameType.INFO_QUERY: (1, 0),
-    FrameType.START: (44, 0),
-    FrameType.STOP: (1, 0),
-    FrameType.HEARTBEAT: (1, 0),
-    FrameType.STATUS: (10, 4),
-    FrameType.INFO: (4, 2),
-    FrameType.START_ACK: (10, 0),
-    FrameType.STOP_ACK: (6, 0),
-    FrameType.CYCLE_DONE: (10, 0),
-}
-_B2A = ("SAMPLE", "STATUS", "INFO", "START_ACK", "STOP_ACK", "CYCLE_DONE")
-BOARD_TO_AGENT = frozenset(FrameType[n] for n in _B2A)
-AGENT_TO_BOARD = frozenset(
-    FrameType[n] for n in ("STATUS_QUERY", "INFO_QUERY", "START", "STOP", "HEARTBEAT")
+from drivers.serial_decoder import (
+    AGENT_TO_BOARD,
+    BOARD_TO_AGENT,
+    DecoderStats,
+    FrameDecoder,
+    length_rule,
+)
+from drivers.serial_wire import (
+    CRC16_TABLE,
+    CRC_BYTES,
+    HEADER_BYTES,
+    MAX_JOINTS,
+    MAX_PAYLOAD_BYTES,
+    PROTOCOL_VERSION,
+    SAMPLE_HEADER,
+    SYNC,
+    ChannelSide,
+    CycleResult,
+    Frame,
+    FrameError,
+    FrameType,
+    Layout,
+    StartResult,
+    StatusBits,
+    crc16_ccitt_false,
+    crc16_fast,
+    encode_frame,
 )
 
-
-def length_rule(layout: Layout, accept: frozenset[FrameType]) -> Callable[[int, int], bool]:
-    """A predicate (type, length) -> bool accepting only the frames one side should receive."""
-    table: dict[int, tuple[int, int]] = {
-        t: (layout.sample_payload_bytes, 0) if t == FrameType.SAMPLE else _FIXED_LENGTHS[t]
-        for t in accept
-    }
-
-    def ok(frame_type: int, length: int) -> bool:
-        rule = table.get(frame_type)
-        if rule is None:
-            return False
-        base, step = rule
-        return length == base if step == 0 else length >= base and (length - base) % step == 0
-
-    return ok
-
-
-@dataclass
-class DecoderStats:
-    """Running counts of one stream; garbage_bytes counts every byte outside a good frame."""
-
-    frames: int = 0
-    bytes_in: int = 0
-    garbage_bytes: int = 0
-    bad_header: int = 0
-    bad_crc: int = 0
-
-    def to_dict(self) -> dict[str, int]:
-        return {
-            "frames": self.frames,
-            "bytes_in": self.bytes_in,
-            "garbage_bytes": self.garbage_bytes,
-            "bad_header": self.bad_header,
-            "bad_crc": self.bad_crc,
-        }
-
-
-class FrameDecoder:
-    """Byte stream -> good frames, resynchronising on the sync word after anything else."""
-
-    def __init__(self, accepts: Callable[[int, int], bool]) -> None:
-        self._accepts = accepts
-        self._buf = bytearray()
-        self.stats = DecoderStats()
-
-    @property
-    def pending_bytes(self) -> int:
-        """Bytes held back as the possible start of a frame not yet complete."""
-        return len(self._buf)
-
-    def feed(self, data: bytes | bytearray | memoryview) -> list[Frame]:
-        buf = self._buf
-        buf += data
-        self.stats.bytes_in += len(data)
-        out: list[Frame] = []
-        pos = 0
-        size = len(buf)
-        stats = self.stats
-        while True:
-            i = buf.find(SYNC, pos)
-            if i < 0:
-                # A trailing first sync byte may be half of the next sync word: keep it.
-                keep = 1 if size > pos and buf[-1] == SYNC[0] else 0
-                stats.garbage_bytes += size - pos - keep
-                pos = size - keep
-                break
-            stats.garbage_bytes += i - pos
-            pos = i
-            if size - i < HEADER_BYTES:
-                break
-            frame_type, length = buf[i + 2], buf[i + 3]
-            if not self._accepts(frame_type, length):
-                stats.bad_header += 1
-                stats.garbage_bytes += 1
-                pos = i + 1
-                continue
-            end = i + HEADER_BYTES + length + CRC_BYTES
-            if end > size:
-                break
-            # Over type..CRC the remainder is 0 for an intact frame (CRC sent big-endian).
-            if binascii.crc_hqx(memoryview(buf)[i + 2 : end], 0xFFFF) != 0:
-                stats.bad_crc += 1
-                stats.garbage_bytes += 1
-                pos = i + 1
-                continue
-            out.append(Frame(frame_type, bytes(buf[i + HEADER_BYTES : end - CRC_BYTES])))
-            stats.frames += 1
-            pos = end
-        del buf[:pos]
-        return out
+__all__ = [
+    "AGENT_TO_BOARD", "BOARD_TO_AGENT", "CRC16_TABLE", "CRC_BYTES", "HEADER_BYTES", "MAX_JOINTS",
+    "MAX_PAYLOAD_BYTES", "PROTOCOL_VERSION", "SAMPLE_HEADER", "SYNC", "ChannelSide", "CycleDone",
+    "CycleResult", "DecoderStats", "Frame", "FrameDecoder", "FrameError", "FrameType",
+    "InfoReply", "Layout", "SampleBlock", "StartAck", "StartCommand", "StartResult",
+    "StatusBits", "StatusReply", "StopAck", "crc16_ccitt_false", "crc16_fast", "decode_samples",
+    "encode_frame", "encode_query", "encode_samples", "length_rule", "reply_tag",
+]
 
 
 # --- sample frames --------------------------------------------------------------------------------

@@ -15,59 +15,46 @@ design reports the plain values of eq. 16. Sequential design: `given` measuremen
 information (at k0 or at the current estimate) and only the new ones are optimised.
 
 Dual encoder (not in the paper): the poses are the only input, gravity the load; the
-criterion is taken on the stiffness block of the posterior, the encoder offsets marginalised.
+criterion is taken on the stiffness block of the posterior, the encoder offsets marginalised
+(agent.estimation.stiffness_design_dual).
+
+The criteria, the design dataclass and the multi-start SLSQP live in
+agent.estimation.stiffness_design_solver; this module states the paper's TCP problem, and
+every name stays importable from here.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy.optimize import minimize
 
-from agent.estimation.stiffness import StiffnessPrior, joint_indices, unidentified_joints
-from agent.models.compliance import (
-    ComplianceModel,
-    InfeasibleRequestError,
-    encoder_sigma_rad,
-    linear_sensitivity,
+from agent.estimation.stiffness import StiffnessPrior
+from agent.estimation.stiffness_design_dual import design_dual_encoder
+from agent.estimation.stiffness_design_solver import (
+    CRITERIA,
+    FD_STEP,
+    Array,
+    Criterion,
+    Problem,
+    StiffnessDesign,
+    check_identified,
+    criterion_value,
+    solve,
+    whiten_prior,
 )
-from agent.models.kinematics import forward, gravity_torques, position_jacobian
+from agent.models.compliance import ComplianceModel, InfeasibleRequestError, linear_sensitivity
+from agent.models.kinematics import forward, position_jacobian
 
-Array = npt.NDArray[np.float64]
-Criterion = Literal["A", "D", "E"]
-CRITERIA: tuple[Criterion, ...] = ("A", "D", "E")
-FD_STEP = 1e-6  # rad, and force / force scale
-
-
-@contextlib.contextmanager
-def _single_thread_blas() -> Iterator[None]:
-    """SLSQP's small dense solves go through BLAS; a threaded BLAS on a busy 2-core machine
-    stalls each of them for milliseconds (a 5-measurement design: 9 s instead of 0.7 s)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # optional: only the speed changes
-        yield
-        return
-    with threadpool_limits(limits=1, user_api="blas"):
-        yield
-
-
-def criterion_value(cov: Array, criterion: Criterion) -> float:
-    """Psi_A, Psi_D or Psi_E of eq. 16."""
-    if criterion == "A":
-        return float(np.trace(cov))
-    if criterion == "D":
-        return float(np.linalg.det(cov))
-    if criterion == "E":
-        return float(np.linalg.eigvalsh(cov)[-1])
-    raise ValueError(f"criterion must be one of {CRITERIA}, got {criterion!r}")
+__all__ = [
+    "CRITERIA", "FD_STEP", "Array", "Criterion", "StiffnessDesign", "TcpDesignSettings",
+    "criterion_value", "design_dual_encoder", "design_tcp", "given_information",
+    "random_feasible_tcp",
+]
 
 
 @dataclass(frozen=True)
@@ -85,212 +72,6 @@ class TcpDesignSettings:
     tolerance: float = 1e-5  # constraint violation accepted (rad, m, cosine)
 
 
-@dataclass(frozen=True)
-class StiffnessDesign:
-    """The designed experiments and the posterior they are expected to give."""
-
-    method: str
-    criterion: Criterion
-    joint_names: tuple[str, ...]
-    q_rad: Array  # (K, n)
-    force_n: Array | None  # (K, 3); None for the dual encoder
-    tcp_m: Array  # (K, 3)
-    covariance: Array  # expected posterior covariance of k (eq. 17)
-    criterion_value: float
-    prior_criterion_value: float
-    starts: int
-    feasible_starts: int
-    seconds: float
-    given: int = 0
-    warnings: tuple[str, ...] = ()
-    extra: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def std_nm_rad(self) -> Array:
-        return np.sqrt(np.diag(self.covariance))
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "method": self.method,
-            "criterion": self.criterion,
-            "joint_names": list(self.joint_names),
-            "q_rad": self.q_rad.tolist(),
-            "force_n": None if self.force_n is None else self.force_n.tolist(),
-            "tcp_m": self.tcp_m.tolist(),
-            "covariance": self.covariance.tolist(),
-            "std_nm_rad": self.std_nm_rad.tolist(),
-            "trace": float(np.trace(self.covariance)),
-            "criterion_value": self.criterion_value,
-            "prior_criterion_value": self.prior_criterion_value,
-            "starts": self.starts,
-            "feasible_starts": self.feasible_starts,
-            "seconds": self.seconds,
-            "given": self.given,
-            "warnings": list(self.warnings),
-            **self.extra,
-        }
-
-
-# -- the generic multi-start SLSQP on batched evaluations ---------------------------------------
-
-
-@dataclass
-class _Problem:
-    """dim variables; evaluate(X (B, dim)) -> (whitened information (B, p, p) of the new
-    experiments, inequalities >= 0 (B, m_i), equalities = 0 (B, m_e))."""
-
-    lower: Array
-    upper: Array
-    evaluate: Callable[[Array], tuple[Array, Array, Array]]
-    scale: Array  # (p,) prior sd of each parameter: whitened -> physical
-    base_info: Array  # (p, p) whitened information of the prior plus the given experiments
-    n_k: int
-    criterion: Criterion
-
-    def covariance(self, info_w: Array) -> Array:
-        """Physical covariance of the k block, (B, n_k, n_k)."""
-        c_w = np.linalg.inv(info_w + self.base_info)[:, : self.n_k, : self.n_k]
-        s = self.scale[: self.n_k]
-        return np.asarray(c_w * s[:, None] * s[None, :])
-
-    def log_criterion(self, cov: Array) -> Array:
-        if self.criterion == "A":
-            return np.asarray(np.log(np.trace(cov, axis1=1, axis2=2)))
-        if self.criterion == "D":
-            return np.asarray(np.linalg.slogdet(cov)[1])
-        return np.asarray(np.log(np.linalg.eigvalsh(cov)[:, -1]))
-
-
-class _Evaluator:
-    """Objective, constraints and their forward-difference Jacobians from one batched call,
-    cached for the last x (SLSQP asks for them one after another)."""
-
-    def __init__(
-        self, problem: _Problem, free: npt.NDArray[np.bool_], template: Array, ref: float
-    ) -> None:
-        self.p, self.free, self.template, self.ref = problem, free, template, ref
-        self.x: Array | None = None
-
-    def full(self, xf: Array) -> Array:
-        x = self.template.copy()
-        x[self.free] = xf
-        return x
-
-    def _run(self, xf: Array) -> None:
-        if self.x is not None and np.array_equal(xf, self.x):
-            return
-        n = xf.size
-        batch = np.repeat(xf[None, :], n + 1, axis=0)
-        batch[1:] += FD_STEP * np.eye(n)
-        full = np.repeat(self.template[None, :], n + 1, axis=0)
-        full[:, self.free] = batch
-        info, ineq, eq = self.p.evaluate(full)
-        obj = self.p.log_criterion(self.p.covariance(info)) - self.ref
-        self.x = xf.copy()
-        self.f, self.g = float(obj[0]), (obj[1:] - obj[0]) / FD_STEP
-        self.ci, self.ci_j = ineq[0], ((ineq[1:] - ineq[0]) / FD_STEP).T
-        self.ce, self.ce_j = eq[0], ((eq[1:] - eq[0]) / FD_STEP).T
-
-    def fun(self, xf: Array) -> float:
-        self._run(xf)
-        return self.f
-
-    def jac(self, xf: Array) -> Array:
-        self._run(xf)
-        return np.asarray(self.g)
-
-    def constraints(self) -> list[dict[str, Any]]:
-        _, ineq, eq = self.p.evaluate(self.template[None, :])
-        out: list[dict[str, Any]] = []
-        for kind, size, value, jac in (("ineq", ineq, "ci", "ci_j"), ("eq", eq, "ce", "ce_j")):
-            if size.shape[1]:
-                out.append({"type": kind, "fun": self._getter(value), "jac": self._getter(jac)})
-        return out
-
-    def _getter(self, name: str) -> Callable[[Array], Array]:
-        def get(xf: Array) -> Array:
-            self._run(xf)
-            return np.asarray(getattr(self, name))
-
-        return get
-
-
-@dataclass(frozen=True)
-class _Solution:
-    x: Array
-    log_value: float
-    violation: float
-    worst: int  # index of the worst constraint (inequalities first), -1 if none
-    feasible_starts: int
-
-
-def _violation(problem: _Problem, x: Array) -> tuple[float, int]:
-    _, ineq, eq = problem.evaluate(x[None, :])
-    v = np.concatenate([np.maximum(-ineq[0], 0.0), np.abs(eq[0])])
-    if v.size == 0:
-        return 0.0, -1
-    return float(v.max()), int(np.argmax(v))
-
-
-def _solve(
-    problem: _Problem, starts: list[Array], max_iter: int, tolerance: float
-) -> _Solution:
-    with _single_thread_blas():
-        return _solve_starts(problem, starts, max_iter, tolerance)
-
-
-def _solve_starts(
-    problem: _Problem, starts: list[Array], max_iter: int, tolerance: float
-) -> _Solution:
-    free = problem.upper > problem.lower
-    template = np.where(free, 0.0, problem.lower)
-    no_data = np.zeros((1, *problem.base_info.shape))
-    ref = float(problem.log_criterion(problem.covariance(no_data))[0])
-    bounds = list(zip(problem.lower[free], problem.upper[free], strict=True))
-    best: tuple[float, Array] | None = None
-    closest: tuple[float, Array] | None = None
-    feasible = 0
-    for x0 in starts:
-        ev = _Evaluator(problem, free, template, ref)
-        xf = np.clip(x0[free], problem.lower[free], problem.upper[free])
-        cons = ev.constraints()
-        res = minimize(
-            ev.fun, xf, jac=ev.jac, method="SLSQP", bounds=bounds, constraints=cons,
-            options={"maxiter": max_iter, "ftol": 1e-9},
-        )
-        x = ev.full(np.clip(res.x, problem.lower[free], problem.upper[free]))
-        viol, _ = _violation(problem, x)
-        value = ev.fun(x[free])
-        if viol <= tolerance:
-            feasible += 1
-            if best is None or value < best[0]:
-                best = (value, x)
-        elif closest is None or viol < closest[0]:
-            closest = (viol, x)
-    if best is not None:
-        return _Solution(best[1], best[0], 0.0, -1, feasible)
-    assert closest is not None
-    viol, worst = _violation(problem, closest[1])
-    return _Solution(closest[1], math.inf, viol, worst, 0)
-
-
-def _check_identified(problem: _Problem, info_w: Array, names: tuple[str, ...], why: str) -> None:
-    """Raise naming the joints whose stiffness the design leaves at its prior."""
-    cov = problem.covariance(info_w[None, :, :])[0]
-    bad = unidentified_joints(cov, np.diag(problem.scale[: problem.n_k] ** -2.0), names)
-    if bad:
-        joints = ", ".join(bad)
-        raise InfeasibleRequestError(
-            f"joint {joints}" if len(bad) == 1 else f"joints {joints}",
-            f"no feasible measurement loads {'it' if len(bad) == 1 else 'them'} ({why}); "
-            "the design would leave the stiffness at its prior",
-        )
-
-
-def _whiten_prior(prior: StiffnessPrior) -> tuple[Array, Array]:
-    scale = prior.std_nm_rad / math.sqrt(prior.gamma)
-    return scale, np.eye(scale.size)
-
 
 # -- TCP force and laser deviation (the paper) -------------------------------------------------
 
@@ -302,7 +83,7 @@ def _tcp_problem(
     k_ref: Array,
     base_extra: Array,
     n_meas: int,
-) -> tuple[_Problem, float]:
+) -> tuple[Problem, float]:
     robot, n = model.robot, model.n_joints
     fmin = np.asarray(settings.force_min_n, dtype=np.float64)
     fmax = np.asarray(settings.force_max_n, dtype=np.float64)
@@ -312,7 +93,7 @@ def _tcp_problem(
     limits = robot.position_limits_rad()
     lower = np.tile(np.concatenate([limits[:, 0], fmin / f_scale]), n_meas)
     upper = np.tile(np.concatenate([limits[:, 1], fmax / f_scale]), n_meas)
-    scale, prior_w = _whiten_prior(prior)
+    scale, prior_w = whiten_prior(prior)
     ranged = [i for i, j in enumerate(robot.joints) if j.dh_range_rad is not None]
     rng_lo = np.array([robot.joints[i].dh_range_rad[0] for i in ranged])  # type: ignore[index]
     rng_hi = np.array([robot.joints[i].dh_range_rad[1] for i in ranged])  # type: ignore[index]
@@ -342,7 +123,7 @@ def _tcp_problem(
             np.concatenate(eq, axis=1) if eq else np.zeros((b, 0)),
         )
 
-    problem = _Problem(lower, upper, evaluate, scale, prior_w + base_extra, n, settings.criterion)
+    problem = Problem(lower, upper, evaluate, scale, prior_w + base_extra, n, settings.criterion)
     return problem, f_scale
 
 
@@ -380,7 +161,7 @@ def given_information(
 ) -> Array:
     """Whitened information of measurements already taken (for sequential design)."""
     k = prior.mean_nm_rad if k_ref is None else np.asarray(k_ref, dtype=np.float64)
-    scale, _ = _whiten_prior(prior)
+    scale, _ = whiten_prior(prior)
     qa = np.atleast_2d(np.asarray(q, dtype=np.float64))
     fa = np.broadcast_to(np.asarray(force, dtype=np.float64), (qa.shape[0], 3))
     jac = position_jacobian(model.chain, forward(model.chain, qa))
@@ -438,7 +219,7 @@ def design_tcp(
             np.concatenate([rows[(i * k_n + j) % len(rows)] for j in range(k_n)])
             for i in range(n_starts)
         ]
-    sol = _solve(problem, starts, settings.max_iter, settings.tolerance)
+    sol = solve(problem, starts, settings.max_iter, settings.tolerance)
     if sol.feasible_starts == 0:
         names = _constraint_names(model, settings, k_n)
         what = names[sol.worst] if 0 <= sol.worst < len(names) else "constraints"
@@ -455,7 +236,7 @@ def design_tcp(
         f"force bounds {settings.force_min_n}..{settings.force_max_n} N; a force never twists "
         "a joint whose axis passes through the TCP"
     )
-    _check_identified(problem, info[0], model.joint_names, bounds)
+    check_identified(problem, info[0], model.joint_names, bounds)
     cov = problem.covariance(info)[0]
     prior_cov = problem.covariance(np.zeros_like(info))[0]
     pose = forward(model.chain, q)
@@ -500,7 +281,7 @@ def _check_reach(model: ComplianceModel, target: tuple[float, float, float]) -> 
 
 def _feasible_rows(
     model: ComplianceModel,
-    problem: _Problem,
+    problem: Problem,
     target: Array,
     rng: np.random.Generator,
     count: int,
@@ -536,7 +317,7 @@ def _feasible_rows(
     return rows, best_violation, worst
 
 
-def _tcp_start(problem: _Problem, rng: np.random.Generator, k_n: int, n: int) -> Array:
+def _tcp_start(problem: Problem, rng: np.random.Generator, k_n: int, n: int) -> Array:
     """Random poses inside the limits, forces at random corners of the box (information
     grows with |F|^2, so the optimum lies on the force bounds)."""
     lo, hi = problem.lower.reshape(k_n, n + 3), problem.upper.reshape(k_n, n + 3)
@@ -584,95 +365,3 @@ def random_feasible_tcp(
         )
     return out
 
-
-# -- dual encoder: the poses where gravity twists the joints ------------------------------------
-
-
-def design_dual_encoder(
-    model: ComplianceModel,
-    poses: int,
-    prior: StiffnessPrior,
-    *,
-    criterion: Criterion = "A",
-    joints: tuple[str, ...] | None = None,
-    noise_counts: float = 0.5,
-    offset_std_rad: float = 0.01,
-    starts: int = 3,
-    max_iter: int = 200,
-    seed: int = 0,
-) -> StiffnessDesign:
-    """Standstill poses whose gravity torques best determine k of `joints` (default all)."""
-    started = time.perf_counter()
-    robot, n = model.robot, model.n_joints
-    if robot.encoder_counts_per_turn is None:
-        raise InfeasibleRequestError(
-            "encoder_counts_per_turn", f"{robot.source} has no encoder resolution"
-        )
-    if poses < 2:
-        raise InfeasibleRequestError("poses", f"need 2 or more (stiffness, offset), got {poses}")
-    names = model.joint_names
-    idx = joint_indices(model, joints)
-    m = len(idx)
-    gear = np.array([j.gear_ratio for j in robot.joints])
-    sigma = encoder_sigma_rad(robot.encoder_counts_per_turn, gear, noise_counts)[idx]
-    k0 = prior.mean_nm_rad[idx]
-    k_scale = (prior.std_nm_rad / math.sqrt(prior.gamma))[idx]
-    scale = np.concatenate([k_scale, np.full(m, offset_std_rad)])
-    limits = robot.position_limits_rad()
-    lower, upper = np.tile(limits[:, 0], poses), np.tile(limits[:, 1], poses)
-    ranged = [i for i, j in enumerate(robot.joints) if j.dh_range_rad is not None]
-    cols = np.arange(m)
-
-    def evaluate(x: Array) -> tuple[Array, Array, Array]:
-        b = x.shape[0]
-        q = x.reshape(b * poses, n)
-        tau = gravity_torques(model.chain, q)[:, idx].reshape(b, poses, m)
-        s4 = np.zeros((b, poses, m, 2 * m))
-        s4[:, :, cols, cols] = -tau / k0**2 * k_scale / sigma
-        s4[:, :, cols, m + cols] = offset_std_rad / sigma
-        s = s4.reshape(b, poses * m, 2 * m)
-        info = np.einsum("bmi,bmj->bij", s, s)
-        ineq = np.zeros((b, 0))
-        if ranged:
-            coupled = (q @ model.chain.coupling.T)[:, ranged]
-            lo = np.array([robot.joints[i].dh_range_rad[0] for i in ranged])  # type: ignore[index]
-            hi = np.array([robot.joints[i].dh_range_rad[1] for i in ranged])  # type: ignore[index]
-            ineq = np.concatenate([coupled - lo, hi - coupled], axis=1).reshape(b, -1)
-        return info, ineq, np.zeros((b, 0))
-
-    problem = _Problem(lower, upper, evaluate, scale, np.eye(2 * m), m, criterion)
-    rng = np.random.default_rng(seed)
-    start_list = [rng.uniform(lower, upper) for _ in range(max(starts, 1))]
-    sol = _solve(problem, start_list, max_iter, 1e-6)
-    if sol.feasible_starts == 0:
-        raise InfeasibleRequestError("closed-chain range", "no start found feasible poses")
-    info = problem.evaluate(sol.x[None, :])[0]
-    sub = tuple(names[i] for i in idx)
-    _check_identified(
-        problem, info[0], sub,
-        "gravity does not twist it in any pose: axis parallel to gravity, or the centre of "
-        "mass beyond it on its axis; exclude it, tilt the base or add an off-axis payload",
-    )
-    cov = problem.covariance(info)[0]
-    prior_cov = problem.covariance(np.zeros_like(info))[0]
-    q = sol.x.reshape(poses, n)
-    tau = gravity_torques(model.chain, q)
-    return StiffnessDesign(
-        method="dual-encoder",
-        criterion=criterion,
-        joint_names=sub,
-        q_rad=q,
-        force_n=None,
-        tcp_m=forward(model.chain, q).tcp_pos,
-        covariance=cov,
-        criterion_value=criterion_value(cov, criterion),
-        prior_criterion_value=criterion_value(prior_cov, criterion),
-        starts=len(start_list),
-        feasible_starts=sol.feasible_starts,
-        seconds=time.perf_counter() - started,
-        extra={
-            "gravity_torque_nm": tau[:, idx].tolist(),
-            "windup_sd_rad": sigma.tolist(),
-            "noise_counts": noise_counts,
-        },
-    )

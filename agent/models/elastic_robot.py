@@ -26,6 +26,9 @@ Gaussian sensor noise at a given signal-to-noise ratio. Paper 002's SN values (2
 make sense in decibels: a linear ratio of 80 would bury the 0.1-0.4 degree deflections the
 paper reports, yet it calls SN = 80 "comparable to the absence of noise". Noise std is
 std(signal) * 10^(-SN/20).
+
+The rigid-body part is agent.models.newton_euler, the friction law agent.models.joint_friction
+and the sensors agent.models.elastic_measure; every name stays importable from here.
 """
 
 from __future__ import annotations
@@ -37,212 +40,25 @@ import numpy as np
 import numpy.typing as npt
 from scipy.linalg.lapack import dgesv
 
-from agent.capture import Capture, CaptureMeta
 from agent.errors import EstimationError
+from agent.models.elastic_measure import add_noise_snr, measure, quantise
+from agent.models.joint_friction import (
+    FrictionArrays,
+    FrictionNonlinearity,
+    friction_torque,
+    joint_values,
+)
+from agent.models.newton_euler import inverse_dynamics, mass_matrix_and_bias
 from agent.models.regressor import ChainGeometry, chain_geometry
-from agent.models.robot import InertiaTensor, LinkInertial, RobotDescription, link_parameters
+from agent.models.robot import InertiaTensor, LinkInertial, RobotDescription
+
+__all__ = [
+    "FRICTION_TOL_NM", "MAX_FRICTION_ITERATIONS", "Array", "ElasticRun", "FrictionNonlinearity",
+    "PdController", "add_noise_snr", "friction_torque", "inverse_dynamics",
+    "mass_matrix_and_bias", "measure", "pd_gains", "perturbed", "quantise", "simulate",
+]
 
 Array = npt.NDArray[np.float64]
-
-# ------------------------------------------------------------------------------- dynamics
-
-
-def _body_parameters(robot: RobotDescription, geo: ChainGeometry) -> Array:
-    """(n, 10) inertial parameters of every link in its body frame B_i (see ChainGeometry)."""
-    return np.array([geo.to_body[i] @ link_parameters(j.link) for i, j in enumerate(robot.joints)])
-
-
-def _cross(a: Array, b: Array) -> Array:
-    return np.stack(
-        [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]]
-    )
-
-
-def _inertia_times(phi: Array, w: Array) -> Array:
-    xx, xy, yy, xz, yz, zz = phi[4:10]
-    return np.stack(
-        [
-            xx * w[0] + xy * w[1] + xz * w[2],
-            xy * w[0] + yy * w[1] + yz * w[2],
-            xz * w[0] + yz * w[1] + zz * w[2],
-        ]
-    )
-
-
-def inverse_dynamics(
-    robot: RobotDescription,
-    q: npt.ArrayLike,
-    qd: npt.ArrayLike,
-    qdd: npt.ArrayLike,
-    base_accel: npt.ArrayLike | None = None,
-    geometry: ChainGeometry | None = None,
-) -> Array:
-    """Rigid-body joint torques (N, n) by Newton-Euler, batched over the samples.
-
-    base_accel: (3,) or (N, 3) acceleration of the base in frame 0; default minus gravity (a
-    robot at rest in gravity is a robot accelerating upwards). No rotor or friction terms.
-    """
-    geo = geometry if geometry is not None else chain_geometry(robot)
-    phi = _body_parameters(robot, geo)
-    qt, qdt, qddt = (np.atleast_2d(np.asarray(x, dtype=np.float64)).T for x in (q, qd, qdd))
-    n, n_s = qt.shape
-    if base_accel is None:
-        base_accel = -np.asarray(robot.gravity_m_s2)
-    acc = np.broadcast_to(np.asarray(base_accel, dtype=np.float64).T.reshape(3, -1), (3, n_s))
-    w = np.zeros((3, n_s))
-    dw = np.zeros((3, n_s))
-    rots, forces, moments = [], [], []
-    for i in range(n):
-        c, s = np.cos(qt[i]), np.sin(qt[i])
-        rp = geo.placement_rot[i]
-        r = np.empty((3, 3, n_s))
-        for row in range(3):
-            r[row, 0] = rp[row, 0] * c + rp[row, 1] * s
-            r[row, 1] = rp[row, 1] * c - rp[row, 0] * s
-            r[row, 2] = rp[row, 2]
-        p = geo.placement_pos[i][:, None]
-        acc = np.einsum("jin,jn->in", r, acc + _cross(dw, p) + _cross(w, _cross(w, p)))
-        w_in = np.einsum("jin,jn->in", r, w)
-        dw = np.einsum("jin,jn->in", r, dw)
-        dw[0] += w_in[1] * qdt[i]
-        dw[1] -= w_in[0] * qdt[i]
-        dw[2] += qddt[i]
-        w = w_in
-        w[2] += qdt[i]
-        m, h = phi[i, 0], phi[i, 1:4, None]
-        forces.append(m * acc + _cross(dw, h) + _cross(w, _cross(w, h)))
-        moments.append(
-            _inertia_times(phi[i], dw) + _cross(w, _inertia_times(phi[i], w)) + _cross(h, acc)
-        )
-        rots.append(r)
-    tau = np.empty((n, n_s))
-    f_next = np.zeros((3, n_s))
-    n_next = np.zeros((3, n_s))
-    for i in range(n - 1, -1, -1):
-        f_i = forces[i] + f_next
-        n_i = moments[i] + n_next
-        tau[i] = n_i[2]
-        if i > 0:
-            f_next = np.einsum("ijn,jn->in", rots[i], f_i)
-            n_next = np.einsum("ijn,jn->in", rots[i], n_i) + _cross(
-                geo.placement_pos[i][:, None], f_next
-            )
-    return np.ascontiguousarray(tau.T)
-
-
-def mass_matrix_and_bias(
-    robot: RobotDescription, q: npt.ArrayLike, qd: npt.ArrayLike, geometry: ChainGeometry
-) -> tuple[Array, Array]:
-    """M(q) (N, n, n) and h(q, qd) = C qd + g (N, n) in one batched Newton-Euler pass."""
-    q_ = np.atleast_2d(np.asarray(q, dtype=np.float64))
-    qd_ = np.atleast_2d(np.asarray(qd, dtype=np.float64))
-    n_s, n = q_.shape
-    q_all = np.tile(q_, (n + 1, 1))
-    qd_all = np.concatenate([qd_, np.zeros((n * n_s, n))])
-    qdd_all = np.concatenate([np.zeros((n_s, n)), np.repeat(np.eye(n), n_s, axis=0)])
-    g = -np.asarray(robot.gravity_m_s2, dtype=np.float64)
-    base = np.concatenate([np.tile(g, (n_s, 1)), np.zeros((n * n_s, 3))])
-    tau = inverse_dynamics(robot, q_all, qd_all, qdd_all, base, geometry)
-    bias = tau[:n_s]
-    mass = tau[n_s:].reshape(n, n_s, n).transpose(1, 2, 0)
-    return np.ascontiguousarray(mass), bias
-
-
-# ------------------------------------------------------------------------------- friction
-
-
-@dataclass(frozen=True)
-class FrictionNonlinearity:
-    """Friction beyond Coulomb + viscous, per joint, link-side units, on the rotor coordinate.
-
-    f = (Fc + S exp(-(v/vs)^2) + mu |tau_J|) tanh(v/eps) + Fv v + R sin(k G theta)
-    with S the Stribeck excess of breakaway over Coulomb friction, vs the Stribeck speed, mu the
-    load-dependent share (strain-wave gears: friction grows with the transmitted torque tau_J),
-    R the ripple twice per turn of the wave generator (motor), eps a pre-sliding speed.
-    """
-
-    stribeck_nm: tuple[float, ...]
-    ripple_nm: tuple[float, ...]
-    stribeck_speed_rad_s: float = 0.02
-    load_fraction: float = 0.0
-    ripple_per_motor_turn: float = 2.0
-    presliding_speed_rad_s: float = 1e-3
-
-    @classmethod
-    def none(cls, n_joints: int) -> FrictionNonlinearity:
-        return cls((0.0,) * n_joints, (0.0,) * n_joints)
-
-    @classmethod
-    def typical(
-        cls,
-        robot: RobotDescription,
-        stribeck: float = 0.5,
-        ripple: float = 0.05,
-        load_fraction: float = 0.0,
-    ) -> FrictionNonlinearity:
-        """Excess and ripple as fractions of each joint's Coulomb friction."""
-        fc = [j.coulomb_nm for j in robot.joints]
-        return cls(
-            tuple(stribeck * c for c in fc),
-            tuple(ripple * c for c in fc),
-            load_fraction=load_fraction,
-        )
-
-
-@dataclass(frozen=True)
-class _FrictionArrays:
-    fc: Array
-    fv: Array
-    stribeck: Array
-    inv_vs2: float
-    load: float
-    ripple: Array
-    ripple_freq: Array  # ripple cycles per rad of theta
-    eps: float
-
-    @classmethod
-    def of(cls, robot: RobotDescription, nl: FrictionNonlinearity, linear: bool) -> _FrictionArrays:
-        n = robot.n_joints
-        if len(nl.stribeck_nm) != n or len(nl.ripple_nm) != n:
-            raise ValueError(f"friction nonlinearity needs {n} values per term")
-        return cls(
-            _vec(robot, "coulomb_nm") * float(linear),
-            _vec(robot, "viscous_nm_s_rad") * float(linear),
-            np.asarray(nl.stribeck_nm, dtype=np.float64),
-            1.0 / nl.stribeck_speed_rad_s**2,
-            nl.load_fraction,
-            np.asarray(nl.ripple_nm, dtype=np.float64),
-            nl.ripple_per_motor_turn * _vec(robot, "gear_ratio"),
-            nl.presliding_speed_rad_s,
-        )
-
-    def __call__(self, speed: Array, theta: Array, transmitted: Array) -> tuple[Array, Array]:
-        strib = self.stribeck * np.exp(-(speed * speed) * self.inv_vs2)
-        level = self.fc + strib + self.load * np.abs(transmitted)
-        th = np.tanh(speed / self.eps)
-        f = level * th + self.fv * speed + self.ripple * np.sin(self.ripple_freq * theta)
-        slope = level * (1.0 - th * th) / self.eps - 2.0 * self.inv_vs2 * speed * strib * th
-        return f, slope + self.fv
-
-
-def friction_torque(
-    robot: RobotDescription,
-    nl: FrictionNonlinearity,
-    speed: npt.ArrayLike,
-    theta: npt.ArrayLike,
-    transmitted: npt.ArrayLike,
-    *,
-    linear: bool = True,
-) -> tuple[Array, Array]:
-    """Friction on the rotor coordinate and its slope d f / d speed (arrays (..., n)).
-
-    speed and theta are the rotor's, seen from the link; transmitted is the gear torque K delta.
-    linear=False leaves out Coulomb + viscous: what remains is the part a Coulomb + viscous
-    identification model does not contain (a prior model for the rotor-side compensation).
-    """
-    arrays = _FrictionArrays.of(robot, nl, linear)
-    return arrays(*(np.asarray(x, dtype=np.float64) for x in (speed, theta, transmitted)))
-
 
 # ------------------------------------------------------------------------------- control
 
@@ -295,10 +111,6 @@ class ElasticRun:
         return float((self.time_s.size - 1) / (self.time_s[-1] - self.time_s[0]))
 
 
-def _vec(robot: RobotDescription, attr: str) -> Array:
-    return np.array([float(getattr(j, attr) or 0.0) for j in robot.joints])
-
-
 def _stiffness(robot: RobotDescription) -> Array:
     k = [j.stiffness_nm_rad for j in robot.joints]
     if any(v is None for v in k):
@@ -321,9 +133,9 @@ def _feedforward(
     # acceleration is taken as the link's: the twist's second derivative (tau'' / K) is tiny and
     # a numerical one would turn any kink of the reference into torque spikes.
     thd = qd + np.gradient(tau, t, axis=0) / k
-    fc = _vec(model, "coulomb_nm")
-    u = tau + _vec(model, "rotor_inertia_kg_m2") * qdd + fc * np.tanh(thd / 1e-3)
-    return u + _vec(model, "viscous_nm_s_rad") * thd, q + tau / k, thd
+    fc = joint_values(model, "coulomb_nm")
+    u = tau + joint_values(model, "rotor_inertia_kg_m2") * qdd + fc * np.tanh(thd / 1e-3)
+    return u + joint_values(model, "viscous_nm_s_rad") * thd, q + tau / k, thd
 
 
 def simulate(
@@ -361,10 +173,10 @@ def simulate(
     u_ff, th_r, thd_r = _feedforward(model or robot, ctrl, t, qr, qdr, qddr)
     geo = chain_geometry(robot)
     k = _stiffness(robot)
-    inertia_b = _vec(robot, "rotor_inertia_kg_m2")
+    inertia_b = joint_values(robot, "rotor_inertia_kg_m2")
     if np.any(inertia_b <= 0.0):
         raise EstimationError(f"{robot.source}: the elastic model needs rotor inertias > 0")
-    u_max = _vec(robot, "torque_max_nm")
+    u_max = joint_values(robot, "torque_max_nm")
     kp, kd = np.asarray(ctrl.kp_nm_rad), np.asarray(ctrl.kd_nm_s_rad)
     q_bar, qd_bar = qr, qdr
     change = math.inf
@@ -439,7 +251,7 @@ def _newmark(
     th = q + bias[0] / k
     w = np.zeros(n)
     a = np.linalg.solve(mass[0], k * (th - q) - bias[0])
-    fric = _FrictionArrays.of(robot, nl, linear=True)
+    fric = FrictionArrays.of(robot, nl, linear=True)
     f0, _ = fric(w, th, k * (th - q))
     u0 = np.clip(u_ff[0] + kp * (th_r[0] - th) + kd * (thd_r[0] - w), -u_max, u_max)
     b = (u0 - f0 - k * (th - q)) / inertia_b
@@ -505,72 +317,7 @@ def _newmark(
     return out, sat
 
 
-# ------------------------------------------------------------------------------- measurement
-
-
-def add_noise_snr(x: npt.ArrayLike, snr_db: float, rng: np.random.Generator) -> Array:
-    """x plus Gaussian noise of std(column) * 10^(-snr_db / 20) in every column (axis 0 time)."""
-    a = np.asarray(x, dtype=np.float64)
-    std = a.std(axis=0) * 10.0 ** (-snr_db / 20.0)
-    return a + rng.standard_normal(a.shape) * std
-
-
-def quantise(angle_rad: npt.ArrayLike, counts_per_turn: int) -> Array:
-    """The angle an encoder with this many counts per turn reports (zero set mid-count)."""
-    step = 2.0 * math.pi / counts_per_turn
-    return np.round(np.asarray(angle_rad, dtype=np.float64) / step) * step
-
-
-def measure(
-    run: ElasticRun,
-    robot: RobotDescription,
-    *,
-    counts_per_turn: int | None = None,
-    snr_db: float | None = None,
-    torque_noise_nm: npt.ArrayLike | None = None,
-    seed: int = 0,
-    cycle: str = "excitation",
-) -> tuple[Capture, ...]:
-    """One Capture per joint as the two encoders and the drive report the run.
-
-    Link and motor shaft are each read by an encoder of counts_per_turn (default the robot's;
-    None there too: no quantisation); snr_db adds sensor noise to every channel;
-    torque_noise_nm (per joint, link side) adds drive torque noise on top.
-    """
-    rng = np.random.default_rng(seed)
-    counts = counts_per_turn or robot.encoder_counts_per_turn
-    ratio = _vec(robot, "gear_ratio")
-    link = run.link_pos_rad
-    shaft = run.motor_pos_rad * ratio
-    torque = run.motor_torque_nm / ratio
-    if counts:
-        link, shaft = quantise(link, counts), quantise(shaft, counts)
-    if snr_db is not None:
-        link, shaft, torque = (add_noise_snr(x, snr_db, rng) for x in (link, shaft, torque))
-    if torque_noise_nm is not None:
-        std = np.broadcast_to(np.asarray(torque_noise_nm, dtype=np.float64), (robot.n_joints,))
-        torque = torque + rng.standard_normal(torque.shape) * (std / ratio)
-    extra = {"counts_per_turn": counts, "snr_db": snr_db}
-    return tuple(
-        Capture(
-            run.time_s,
-            {
-                "link_pos_rad": link[:, j],
-                "motor_pos_rad": shaft[:, j],
-                "motor_torque_nm": torque[:, j],
-            },
-            CaptureMeta(
-                machine=robot.name,
-                joint=spec.name,
-                cycle=cycle,
-                gear_ratio=spec.gear_ratio,
-                sample_rate_hz=run.sample_rate_hz,
-                extra=extra,
-            ),
-            source=f"<simulated {robot.name} {spec.name}>",
-        )
-        for j, spec in enumerate(robot.joints)
-    )
+# ------------------------------------------------------------------------------- as built
 
 
 def perturbed(

@@ -26,28 +26,27 @@ Faults (`kind@cycle:sample[xcount]`, cycle counted from 1) play the plant's part
   burst       count samples held back, then queued at once: the bus carries them back to back
   dup         this sample's frame sent count more times (1 without a count), byte for byte
   swap        this sample's frame sent after the next one's (out of order)
+
+The cycle's state and its physics are tests/peers/can_controller_cycle.py's; this module is the
+controller's protocol, status frames, faults and pacing on the bus.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from agent.config import JointSettings
-from agent.encoder import angle_to_counts
-from agent.simulation import simulate_backlash_capture
-from drivers.base import BacklashCycle
 from drivers.can_dbc import CanProtocol, Command, CycleState, decode_numbers, encode
 
-from .can_bits import VirtualBus, frame_bits, pack_intel
+from .can_bits import VirtualBus, frame_bits
+from .can_controller_cycle import CycleRun, Fault, prepare
 
 FAULT_KINDS = (
     "drop",
@@ -80,14 +79,6 @@ BADTEXT = b"< frame zz 0.000000 0102 >"
 _ACCEL_RAD_S2 = 4000.0  # ConstantSpeedTest's default run-up
 
 
-@dataclass(frozen=True)
-class Fault:
-    kind: str
-    cycle: int
-    sample: int
-    count: int | None = None
-
-
 @dataclass
 class Out:
     """What the transport must do: deliver a frame (at wall time `t`), or a transport fault."""
@@ -96,39 +87,6 @@ class Out:
     can_id: int = 0
     data: bytes = b""
     t: float = 0.0
-
-
-@dataclass
-class _Cycle:
-    number: int
-    counter: int
-    joint: JointSettings
-    rate_hz: float
-    samples: int
-    settle_s: float
-    speed_rad_s: float
-    start_pose_rad: float
-    state: CycleState = CycleState.PREPARING
-    payload: npt.NDArray[np.uint8] | None = None
-    bits: npt.NDArray[np.int64] | None = None
-    link_rad: npt.NDArray[np.float64] | None = None
-    error: str | None = None
-    capture_t0: float = 0.0
-    settle_end: float = 0.0
-    next_sample: int = 0
-    sent: int = 0
-    dropped: int = 0
-    skip: int = 0
-    # Sample faults: release pace (flood), held samples (burst, swap), muted stream.
-    pace: float = 1.0
-    anchor_k: int = 0
-    anchor_t: float | None = None
-    hold: int = 0
-    held: list[int] = field(default_factory=list)  # a burst: sent before the next sample
-    swapped: list[int] = field(default_factory=list)  # sent after the next sample
-    swap_next: bool = False
-    muted_until: float | None = None
-    duplicates: int = 0
 
 
 class Controller:
@@ -172,7 +130,7 @@ class Controller:
         self.position_turn = 0
         self.setups: dict[int, dict[str, float]] = {}
         self.lengths: dict[int, dict[str, float]] = {}
-        self.cycle: _Cycle | None = None
+        self.cycle: CycleRun | None = None
         self.cycles_started = 0
         self.last_counter = 0
         self.last_state = CycleState.IDLE
@@ -246,7 +204,7 @@ class Controller:
         if rate * (47 + 8 * self.proto.encoder.length) > self.bitrate:
             return self._reject(counter, "bus_load")
         self.cycles_started += 1
-        c = _Cycle(
+        c = CycleRun(
             number=self.cycles_started,
             counter=counter,
             joint=joint,
@@ -272,84 +230,9 @@ class Controller:
                 "seed": seed,
             }
         )
-        threading.Thread(target=self._prepare, args=(c, seed), daemon=True).start()
+        args = (c, self.proto, self.faults, self.backlash, self.noise, seed)
+        threading.Thread(target=prepare, args=args, daemon=True).start()
 
-    def _prepare(self, c: _Cycle, seed: int) -> None:
-        """The physics of the cycle and its frames (off the transport's thread)."""
-        try:
-            cycle = BacklashCycle(
-                controller="peer",
-                joint=c.joint.name,
-                joint_index=c.joint.index,
-                motor_speed_rad_s=c.speed_rad_s,
-                gear_ratio=c.joint.gear_ratio,
-                duration_s=(c.samples - 1) / c.rate_hz,
-                settle_s=c.settle_s,
-                sample_rate_hz=c.rate_hz,
-                encoder_bits=c.joint.encoder_bits,
-                test_pose_rad=c.start_pose_rad,
-            )
-            capture = simulate_backlash_capture(
-                c.joint,
-                cycle,
-                self.backlash.get(c.joint.name, 0.0),
-                noise_counts=self.noise,
-                seed=seed,
-                machine="peer",
-            )
-            bits = c.joint.encoder_bits
-            motor = capture.channels["motor_counts"].astype(np.int64)
-            link_rad = capture.channels["link_pos_rad"]
-            for f in self.faults:
-                if f.kind == "flood" and f.cycle == c.number and 0 <= f.sample < c.samples:
-                    motor, link_rad = self._sampled_faster(c, cycle, seed, f, motor, link_rad)
-            modulus = self.proto.counter_modulus
-            payload = pack_intel(
-                self.proto,
-                {
-                    "MotorCounts": motor,
-                    "LinkCounts": angle_to_counts(link_rad, bits),
-                    "Counter": np.arange(c.samples, dtype=np.int64) % modulus,
-                    "JointIndex": np.full(c.samples, c.joint.index, dtype=np.int64),
-                },
-            )
-            c.bits = frame_bits(self.proto.encoder.frame_id, payload)
-            c.link_rad = np.asarray(link_rad, dtype=np.float64)
-            c.payload = payload
-        except Exception as exc:  # reported as an aborted cycle, never a silent hang
-            c.error = f"{type(exc).__name__}: {exc}"
-
-    def _sampled_faster(
-        self,
-        c: _Cycle,
-        cycle: BacklashCycle,
-        seed: int,
-        f: Fault,
-        motor: npt.NDArray[np.int64],
-        link_rad: npt.NDArray[np.float64],
-    ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.float64]]:
-        """A flood: from sample f.sample on the controller samples the joint f.count times
-        faster than it was asked (and streams as fast), so the samples after it are the
-        physics at that finer spacing, not the cycle's."""
-        x, k = f.count or 10, f.sample
-        fast_rate = c.rate_hz * x
-        fast = simulate_backlash_capture(
-            c.joint,
-            dataclasses.replace(
-                cycle,
-                sample_rate_hz=fast_rate,
-                duration_s=k / c.rate_hz + (c.samples - k) / fast_rate,
-            ),
-            self.backlash.get(c.joint.name, 0.0),
-            noise_counts=self.noise,
-            seed=seed,
-            machine="peer",
-        )
-        rows = k * x + np.arange(c.samples - k)
-        motor, link_rad = motor.copy(), np.array(link_rad, dtype=np.float64)
-        motor[k:] = fast.channels["motor_counts"][rows].astype(np.int64)
-        link_rad[k:] = fast.channels["link_pos_rad"][rows]
-        return motor, link_rad
 
     def _end_cycle(self, state: CycleState) -> None:
         c = self.cycle
@@ -380,7 +263,7 @@ class Controller:
         )
 
     # --- what goes on the bus ------------------------------------------------------------------
-    def _fault_at(self, c: _Cycle, k: int) -> list[Fault]:
+    def _fault_at(self, c: CycleRun, k: int) -> list[Fault]:
         return [f for f in self.faults if f.cycle == c.number and f.sample == k]
 
     def _status_frames(self, now: float) -> None:
@@ -490,7 +373,7 @@ class Controller:
         if c.next_sample >= c.samples and self.bus.stream_pending == 0 and not c.held:
             self._end_cycle(CycleState.DONE)  # the last sample has left the bus
 
-    def _send_sample(self, c: _Cycle, k: int, release: float) -> None:
+    def _send_sample(self, c: CycleRun, k: int, release: float) -> None:
         assert c.payload is not None and c.bits is not None
         enc_id = self.proto.encoder.frame_id
         copies = 1
@@ -502,7 +385,7 @@ class Controller:
             else:
                 c.dropped += 1
 
-    def _apply(self, fault: Fault, c: _Cycle, release: float) -> None:
+    def _apply(self, fault: Fault, c: CycleRun, release: float) -> None:
         self.emit(
             {"event": "fault", "kind": fault.kind, "cycle": c.number, "sample": c.next_sample - 1}
         )

@@ -32,6 +32,9 @@ same sequence number and samples), reorder (chunk N+1 is published before chunk 
 rest of the capture is published at once, without pacing), fast (chunk N's sample times are 4x
 closer together: a controller sampling faster than asked), swap (samples 10 and 11 of chunk N
 change places), repeat (sample 10 of chunk N is sent twice, sample 11 never).
+
+The server, its security and its variables are tests/peers/opcua/server.py's; this module is
+what the controller does with them.
 """
 
 from __future__ import annotations
@@ -46,39 +49,26 @@ import signal
 import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from asyncua import Server, ua
-from asyncua.crypto.permission_rules import User, UserRole
 
 from agent.config import JointSettings, load_config
 from drivers.base import BacklashCycle
 from tests.peers.opcua.physics import Samples, cycle_samples
+from tests.peers.opcua.server import (
+    add_variables,
+    advertise,
+    new_server,
+    nid,
+    write_untyped,
+    write_value,
+)
 
-NAMESPACE = "urn:jha:test:robot"
-APPLICATION_URI = "urn:jha:test:opcua-controller"
 FAULTS = ("die", "freeze", "stall", "skip", "garbage_type", "garbage_shape", "garbage_range",
           "garbage_state", "leave_stopped", "duplicate", "reorder", "flood", "fast", "swap",
           "repeat")
 log = logging.getLogger("opcua-peer")
-
-
-def _nid(name: str) -> ua.NodeId:
-    return ua.NodeId(name, 2)
-
-
-class _Users:
-    """user:password pairs from the command line; anything else is refused."""
-
-    def __init__(self, pairs: dict[str, str]) -> None:
-        self.pairs = pairs
-
-    def get_user(self, iserver: Any, username: str | None = None, password: str | None = None,
-                 certificate: Any = None) -> User | None:
-        if username is not None and self.pairs.get(username) == password:
-            return User(role=UserRole.User, name=username)
-        return None
 
 
 @dataclass
@@ -103,102 +93,20 @@ class Peer:
 
     async def setup(self) -> str:
         a = self.args
-        s = self.server
-        if a.users:
-            pairs = dict(u.split(":", 1) for u in a.users)
-            s = self.server = Server(user_manager=_Users(pairs))
-        await s.init()
-        s.set_server_name("jha test controller")
-        await s.set_application_uri(APPLICATION_URI)
-        s.set_endpoint(f"opc.tcp://{a.host}:{a.port}/jha/")
-        if a.security == "none":
-            s.set_security_policy([ua.SecurityPolicyType.NoSecurity])
-        else:
-            await s.load_certificate(a.cert)
-            await s.load_private_key(a.key)
-            policies = {
-                "sign": [ua.SecurityPolicyType.Basic256Sha256_Sign],
-                "encrypt": [ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt],
-                "both": [ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt,
-                         ua.SecurityPolicyType.Basic256Sha256_Sign],
-            }
-            s.set_security_policy(policies[a.security])
-            if a.trust:
-                trusted = {Path(p).read_bytes() for p in a.trust}
-
-                async def validate(cert: Any, app: Any) -> None:
-                    from cryptography.hazmat.primitives.serialization import Encoding
-
-                    if cert.public_bytes(Encoding.DER) not in trusted:
-                        raise ua.uaerrors.BadCertificateUntrusted()
-
-                s.set_certificate_validator(validate)
-        if a.users:
-            s.set_identity_tokens([ua.UserNameIdentityToken])
-        idx = await s.register_namespace(NAMESPACE)
-        assert idx == 2, idx
+        s = self.server = await new_server(a, self.server)
         await self._build(s)
         self.state = a.mode
         self.fault, self.fault_after = a.fault, a.fault_after
         await s.start()
-        port = s.bserver.port if s.bserver is not None else a.port
-        endpoint = f"opc.tcp://{a.host}:{port}/jha/"
-        # Bound to port 0: advertise the port the kernel chose.
-        for edp in s.iserver.endpoints:
-            edp.EndpointUrl = endpoint
-            edp.Server.DiscoveryUrls = [endpoint]
-        return endpoint
+        return advertise(s, a)
 
     async def _build(self, s: Server) -> None:
-        objects = s.nodes.objects
-        ctrl = await objects.add_object(_nid("Controller"), "Controller")
-        cyc = await objects.add_object(_nid("Cycle"), "Cycle")
-        buf = await objects.add_object(_nid("Buffers"), "Buffers")
-        plant = await objects.add_object(_nid("Plant"), "Plant")
-        vt = ua.VariantType
-        positions = [0.0] * max(self.joints, default=1)
-        for j in self.joints.values():
-            positions[j.index - 1] = j.test_pose_rad
-        specs: list[tuple[Any, str, Any, ua.VariantType, bool]] = [
-            (ctrl, "Controller.State", self.args.mode, vt.String, False),
-            (ctrl, "Controller.Permission", not self.args.no_permission, vt.Boolean, False),
-            (ctrl, "Controller.JointPositions", positions, vt.Double, False),
-            (ctrl, "Controller.Alarms", [], vt.String, False),
-            (ctrl, "Controller.SpeedOverride", 100.0, vt.Double, False),
-            (ctrl, "Controller.Watchdog", 0, vt.UInt32, True),
-            (ctrl, "Controller.WatchdogTimeoutS", self.args.watchdog_s, vt.Double, True),
-            (cyc, "Cycle.Status", "idle", vt.String, False),
-            (cyc, "Cycle.JointIndex", 1, vt.UInt32, True),
-            (cyc, "Cycle.MotorSpeed", 0.0, vt.Double, True),
-            (cyc, "Cycle.SettleS", 0.0, vt.Double, True),
-            (cyc, "Cycle.DurationS", 0.0, vt.Double, True),
-            (cyc, "Cycle.SampleRateHz", 0.0, vt.Double, True),
-            (cyc, "Cycle.Start", False, vt.Boolean, True),
-            (cyc, "Cycle.Stop", False, vt.Boolean, True),
-            (buf, "Buffers.Sequence", 0, vt.UInt32, False),
-            (buf, "Buffers.TimeS", [0.0], vt.Double, False),
-            (buf, "Buffers.MotorCounts", [0], vt.UInt32, False),
-            (buf, "Buffers.LinkCounts", [0], vt.UInt32, False),
-            (buf, "Buffers.CurrentA", [0.0], vt.Float, False),
-            (plant, "Plant.StopRequests", 0, vt.UInt32, False),
-            (plant, "Plant.CyclesStarted", 0, vt.UInt32, False),
-            (plant, "Plant.PublishedSamples", 0, vt.UInt64, False),
-            (plant, "Plant.PublishSeconds", 0.0, vt.Double, False),
-            (plant, "Plant.FirstChunkUnixTime", 0.0, vt.Double, False),
-            (plant, "Plant.WatchdogTrips", 0, vt.UInt32, False),
-            (plant, "Plant.WatchdogTripUnixTime", 0.0, vt.Double, False),
-            (plant, "Plant.WatchdogSilentS", 0.0, vt.Double, False),
-        ]
-        for parent, name, value, vtype, writable in specs:
-            node = await parent.add_variable(_nid(name), name.split(".")[-1],
-                                             ua.Variant(value, vtype))
-            if writable:
-                await node.set_writable()
-            self.nodes[name] = node
-        s.set_attribute_value_setter(_nid("Cycle.Start"), self._on_start_write)
-        s.set_attribute_value_setter(_nid("Cycle.Stop"), self._on_stop_write)
-        s.set_attribute_value_setter(_nid("Controller.Watchdog"), self._on_watchdog_write)
-        s.set_attribute_value_setter(_nid("Controller.WatchdogTimeoutS"), self._on_timeout_write)
+        self.nodes, objects = await add_variables(s, self.args, self.joints)
+        ctrl, plant = objects["Controller"], objects["Plant"]
+        s.set_attribute_value_setter(nid("Cycle.Start"), self._on_start_write)
+        s.set_attribute_value_setter(nid("Cycle.Stop"), self._on_stop_write)
+        s.set_attribute_value_setter(nid("Controller.Watchdog"), self._on_watchdog_write)
+        s.set_attribute_value_setter(nid("Controller.WatchdogTimeoutS"), self._on_timeout_write)
         self.watchdog_s = self.args.watchdog_s
 
         def arg(name: str, t: int) -> ua.Argument:
@@ -206,42 +114,25 @@ class Peer:
                                Description=ua.LocalizedText(name))
 
         oid = ua.ObjectIds
-        await ctrl.add_method(_nid("Controller.StartBacklashCycle"), "StartBacklashCycle",
+        await ctrl.add_method(nid("Controller.StartBacklashCycle"), "StartBacklashCycle",
                               self._start_method,
                               [arg("JointIndex", oid.UInt32), arg("MotorSpeed", oid.Double),
                                arg("SettleS", oid.Double), arg("DurationS", oid.Double),
                                arg("SampleRateHz", oid.Double)], [])
-        await ctrl.add_method(_nid("Controller.StopMotion"), "StopMotion", self._stop_method,
+        await ctrl.add_method(nid("Controller.StopMotion"), "StopMotion", self._stop_method,
                               [], [])
-        await plant.add_method(_nid("Plant.SetState"), "SetState", self._set_state,
+        await plant.add_method(nid("Plant.SetState"), "SetState", self._set_state,
                                [arg("State", oid.String)], [])
-        await plant.add_method(_nid("Plant.SetPermission"), "SetPermission",
+        await plant.add_method(nid("Plant.SetPermission"), "SetPermission",
                                self._set_permission, [arg("Permission", oid.Boolean)], [])
-        await plant.add_method(_nid("Plant.InjectFault"), "InjectFault", self._inject_fault,
+        await plant.add_method(nid("Plant.InjectFault"), "InjectFault", self._inject_fault,
                                [arg("Kind", oid.String), arg("AfterChunks", oid.UInt32)], [])
 
     # --- writes ------------------------------------------------------------------------------
 
     async def write(self, name: str, value: Any, vtype: ua.VariantType | None = None,
                     stamp: dt.datetime | None = None) -> None:
-        now = stamp or dt.datetime.now(dt.UTC)
-        variant = value if isinstance(value, ua.Variant) else ua.Variant(value, vtype)
-        dv = ua.DataValue(variant, SourceTimestamp=now, ServerTimestamp=now)
-        await self.server.write_attribute_value(_nid(name), dv)
-
-    async def _write_untyped(self, name: str, variant: ua.Variant, now: dt.datetime) -> None:
-        """Store a value of the wrong type, as a misbehaving controller program would.
-
-        asyncua refuses such a write through its API, so this sets the stored value and runs
-        the data-change callbacks itself (what write_attribute_value does after its checks).
-        """
-        dv = ua.DataValue(variant, SourceTimestamp=now, ServerTimestamp=now)
-        node = self.server.iserver.aspace.get(_nid(name))
-        assert node is not None
-        attval = node.attributes[ua.AttributeIds.Value]
-        attval.value = dv
-        for handle, callback in list(attval.datachange_callbacks.items()):
-            await callback(handle, dv)
+        await write_value(self.server, name, value, vtype, stamp)
 
     async def set_state(self, state: str) -> None:
         self.state = state
@@ -297,7 +188,7 @@ class Peer:
 
     async def _start_from_variables(self) -> None:
         read = self.server.read_attribute_value
-        values = [read(_nid(f"Cycle.{n}")).Value.Value
+        values = [read(nid(f"Cycle.{n}")).Value.Value
                   for n in ("JointIndex", "MotorSpeed", "SettleS", "DurationS", "SampleRateHz")]
         await self.write("Cycle.Start", False, ua.VariantType.Boolean)
         result = await self.start_cycle(int(values[0]), *(float(v) for v in values[1:]))
@@ -308,7 +199,7 @@ class Peer:
 
     async def start_cycle(self, joint_index: int, speed: float, settle: float, duration: float,
                           rate: float) -> Any:
-        permission = self.server.read_attribute_value(_nid("Controller.Permission")).Value
+        permission = self.server.read_attribute_value(nid("Controller.Permission")).Value
         if self.state != "stopped" or not (permission and permission.Value) or (
             self.task is not None and not self.task.done()
         ):
@@ -369,7 +260,7 @@ class Peer:
         except asyncio.CancelledError:
             # Stopped mid-chunk (or mid-reorder): the next cycle counts on from the sequence
             # number the node shows, as the agent's snapshot does.
-            shown = self.server.read_attribute_value(_nid("Buffers.Sequence")).Value
+            shown = self.server.read_attribute_value(nid("Buffers.Sequence")).Value
             self.sequence = int(shown.Value)
             await self.write("Cycle.Status", "aborted", ua.VariantType.String)
         finally:
@@ -442,7 +333,7 @@ class Peer:
             # A wrong-typed value, or the first good one after it (which asyncua would now
             # refuse as a type change).
             self.untyped = motor.VariantType is vt.String
-            await self._write_untyped("Buffers.MotorCounts", motor, now)
+            await write_untyped(self.server, "Buffers.MotorCounts", motor, now)
         else:
             await self.write("Buffers.MotorCounts", motor, stamp=now)
         await self.write("Buffers.LinkCounts", samples.link_counts[i:j].tolist(), vt.UInt32, now)
