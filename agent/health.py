@@ -2,7 +2,9 @@
 
 A value exactly at a limit takes the worse status. The trend is a Theil-Sen line (robust to the
 odd bad fit in the history) of the indicator against time in days; its confidence interval on the
-slope gives the interval of the forecast.
+slope gives the interval of the forecast. The line follows the current wear regime: when the
+history's slope changed significantly (agent.health_trend: a two-segment fit tested with Davies'
+bound), it is fitted to the points since that change only, and says so (Trend.basis).
 """
 
 from __future__ import annotations
@@ -10,9 +12,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from scipy import stats
@@ -20,6 +22,7 @@ from scipy import stats
 from agent.config import ThresholdSettings
 from agent.errors import ConfigError
 from agent.estimation.results import BacklashResult
+from agent.health_trend import MIN_AFTER, find_break
 from agent.store import TrendPoint
 
 SECONDS_PER_DAY = 86_400.0
@@ -241,8 +244,21 @@ class Forecast:
                 f"(interval {self.days_low:.3g} to {high} days)")
 
 
+TrendBasis = Literal["history", "since_break", "recent_break"]
+
+
 @dataclass(frozen=True)
 class Trend:
+    """The Theil-Sen line of the points it was fitted to: n_points, first_time_iso, span_days
+    and intercept are those of the fit; history_* of the whole finite history.
+
+    basis says which points: "history" (no change of slope found: all of them),
+    "since_break" (the points from the break at break_time_iso on) or "recent_break" (a break
+    with fewer than health_trend.MIN_AFTER points after it: the whole history's line, with the
+    slope interval's high end raised to the slope after the break, so the forecast's early end
+    allows for the new regime).
+    """
+
     indicator: str
     n_points: int
     first_time_iso: str
@@ -256,10 +272,40 @@ class Trend:
     level_now: float  # line value at the last point's time
     forecast_watch: Forecast | None
     forecast_alert: Forecast | None
+    basis: TrendBasis = "history"
+    history_points: int = 0
+    history_first_time_iso: str = ""
+    break_time_iso: str | None = None
+    break_p_value: float | None = None  # Davies' p-value of the change of slope
+    points_after_break: int = 0  # points later than the break's own
 
     def line_at(self, days: float) -> float:
-        """The trend line at `days` after the first point."""
+        """The trend line at `days` after its first point (first_time_iso)."""
         return self.intercept + self.slope_per_day * days
+
+    def since_text(self) -> str:
+        """The date of the break the line is fitted since (YYYY-MM-DD, UTC), or ''."""
+        return "" if self.break_time_iso is None else _date(self.break_time_iso)
+
+    def over_text(self, noun: str = "cycles") -> str:
+        """The opening of a forecast sentence: which points the rate is taken over."""
+        if self.basis == "since_break":
+            return (f"Since {self.since_text()}, when a change of slope was detected "
+                    f"({self.n_points} {noun}, {self.span_days:.3g} days),")
+        return f"Over {self.n_points} {noun} ({self.span_days:.3g} days)"
+
+    def basis_text(self) -> str:
+        """Why these points, for people."""
+        if self.basis == "since_break":
+            return (f"fitted since {self.since_text()}: the slope changed there (Davies "
+                    f"p = {self.break_p_value:.2g}); {self.history_points - self.n_points} "
+                    "older point(s) left out")
+        if self.basis == "recent_break":
+            return (f"fitted to the whole history: the slope changed at {self.since_text()} "
+                    f"(Davies p = {self.break_p_value:.2g}), too recently for a line of its "
+                    f"own ({self.points_after_break} point(s) after it, {MIN_AFTER} needed); "
+                    "the interval's early end allows for the new slope")
+        return "fitted to the whole history: no significant change of slope"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -276,13 +322,21 @@ class Trend:
             "level_now": self.level_now,
             "forecast_watch": _maybe_dict(self.forecast_watch),
             "forecast_alert": _maybe_dict(self.forecast_alert),
+            "basis": self.basis,
+            "basis_text": self.basis_text(),
+            "history_points": self.history_points,
+            "history_first_time": self.history_first_time_iso,
+            "break_time": self.break_time_iso,
+            "break_p_value": self.break_p_value,
+            "points_after_break": self.points_after_break,
         }
 
     def describe(self) -> str:
         info = indicator_info(self.indicator)
         per_day = self.slope_per_day * info.scale
-        parts = [f"trend {per_day:+.3g} {info.display_unit}/day over {self.n_points} points "
-                 f"({self.span_days:.3g} days)"]
+        since = f" since {self.since_text()}" if self.basis == "since_break" else ""
+        parts = [f"trend {per_day:+.3g} {info.display_unit}/day over {self.n_points} points"
+                 f"{since} ({self.span_days:.3g} days)"]
         for fc in (self.forecast_watch, self.forecast_alert):
             if fc is not None:
                 parts.append(fc.describe())
@@ -311,23 +365,43 @@ def trend(
     indicator: str = "value",
     confidence: float = 0.95,
 ) -> Trend | None:
-    """Theil-Sen trend of a history; None with < 3 finite points or no spread in time."""
+    """Theil-Sen trend of a history; None with < 3 finite points or no spread in time.
+
+    The line follows the current wear regime (agent.health_trend): after a significant change
+    of slope with at least MIN_AFTER points after it, only the points from the break on are
+    fitted, since the flat weeks before an onset of wear would make the forecast late. A break
+    with fewer points after it keeps the whole history's line (one or two points give no slope
+    one can trust, and one bad fit at the end looks the same) but raises the slope interval's
+    high end to the slope after the break: the forecast's early end is then as early as the new
+    regime would make it, a warning that may come too soon, never one that comes too late.
+    """
     finite = sorted((p for p in points if math.isfinite(p.value)),
                     key=lambda p: _parse_time(p.time_iso))
     if len(finite) < 3:
         return None
-    x = days_since(finite)
-    y = np.array([p.value for p in finite])
-    if np.ptp(x) <= 0.0:
+    x_all = days_since(finite)
+    y_all = np.array([p.value for p in finite])
+    if np.ptp(x_all) <= 0.0:
         return None
+    brk = find_break(x_all, y_all)
+    basis: TrendBasis = "history"
+    used, x, y = finite, x_all, y_all
+    if brk is not None:
+        after = len(finite) - 1 - brk.index
+        basis = "since_break" if after >= MIN_AFTER else "recent_break"
+        if basis == "since_break":
+            used = finite[brk.index:]
+            x, y = x_all[brk.index:] - x_all[brk.index], y_all[brk.index:]
     slope, intercept, low, high = (float(v) for v in stats.theilslopes(y, x, alpha=confidence))
-    # scipy's intercept is at x = 0, which is the first point's time here.
+    if brk is not None and basis == "recent_break":
+        high = max(high, brk.slope_after)
+    # scipy's intercept is at x = 0, which is the first used point's time here.
     level_now = intercept + slope * float(x[-1])
     return Trend(
         indicator=indicator,
-        n_points=len(finite),
-        first_time_iso=finite[0].time_iso,
-        last_time_iso=finite[-1].time_iso,
+        n_points=len(used),
+        first_time_iso=used[0].time_iso,
+        last_time_iso=used[-1].time_iso,
         span_days=float(x[-1] - x[0]),
         slope_per_day=slope,
         slope_low_per_day=low,
@@ -337,6 +411,12 @@ def trend(
         level_now=level_now,
         forecast_watch=_forecast("watch", watch, level_now, slope, low, high),
         forecast_alert=_forecast("alert", alert, level_now, slope, low, high),
+        basis=basis,
+        history_points=len(finite),
+        history_first_time_iso=finite[0].time_iso,
+        break_time_iso=None if brk is None else finite[brk.index].time_iso,
+        break_p_value=None if brk is None else brk.p_value,
+        points_after_break=0 if brk is None else len(finite) - 1 - brk.index,
     )
 
 
@@ -380,8 +460,9 @@ def forecast_sentence(tr: Trend | None, n_points: int = 0, passed: str | None = 
                 "times.")
     info = indicator_info(tr.indicator)
     rate = f"{tr.slope_per_day * info.scale:+.3g} {info.display_unit}/day".replace(" /", "/")
-    parts = [f"Over {tr.n_points} cycles ({tr.span_days:.3g} days) {info.label} changes by "
-             f"{rate}."]
+    parts = [f"{tr.over_text('cycles')} {info.label} changes by {rate}."]
+    if tr.basis == "recent_break":
+        parts.append(recent_break_sentence(tr))
     fc = next_forecast(tr, passed)
     if fc is not None:
         high = ("an open end (the rise is not certain)" if fc.days_high is None
@@ -399,6 +480,18 @@ def forecast_sentence(tr: Trend | None, n_points: int = 0, passed: str | None = 
     else:
         parts.append("The trend line is at or past the watch limit.")
     return " ".join(parts)
+
+
+def recent_break_sentence(tr: Trend) -> str:
+    """For people: a break too recent to fit a line to, and what the forecast does about it."""
+    return (f"Its slope changed at {tr.since_text()}, too recently to fit a line to "
+            f"({tr.points_after_break} point(s) after it): the interval's early end allows for "
+            "the new slope.")
+
+
+def _date(time_iso: str) -> str:
+    """YYYY-MM-DD (UTC) of a point's time."""
+    return _parse_time(time_iso).astimezone(UTC).date().isoformat()
 
 
 def _parse_time(text: str) -> datetime:

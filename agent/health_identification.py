@@ -31,6 +31,7 @@ from agent.health import (
     ne107_of,
     next_forecast,
     passed_limit,
+    recent_break_sentence,
     trend,
     worst,
 )
@@ -319,8 +320,9 @@ def forecast_sentence(v: IndicatorVerdict) -> str:
                 "different times.")
     info = indicator_info(v.indicator)
     rate = f"{tr.slope_per_day * info.scale:+.3g} {info.display_unit}/day".replace(" /", "/")
-    parts = [f"Over {tr.n_points} identifications ({tr.span_days:.3g} days) {info.label} "
-             f"changes by {rate}."]
+    parts = [f"{tr.over_text('identifications')} {info.label} changes by {rate}."]
+    if tr.basis == "recent_break":
+        parts.append(recent_break_sentence(tr))
     fc = v.forecast
     heading = tr.slope_per_day > 0 if v.limits.direction == "rise" else tr.slope_per_day < 0
     if fc is not None:

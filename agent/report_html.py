@@ -139,9 +139,14 @@ def trend_svg(
     values = np.array([p.value for p in history]) * scale
     series = [Series(f"{info.label} per cycle", days, values, markers=True)]
     if tr is not None:
-        x_line = np.array([0.0, float(days[-1])])
-        series.append(Series("Theil-Sen trend", x_line,
-                             np.array([tr.line_at(x) for x in x_line]) * scale,
+        # The line is drawn over the points it was fitted to: after a change of slope, from
+        # the break on (Trend.basis), so the plot shows which regime the forecast follows.
+        start = float(days_since([history[0], TrendPoint(tr.first_time_iso, 0.0)])[1])
+        x_line = np.array([start, float(days[-1])])
+        label = ("Theil-Sen trend" if tr.basis != "since_break"
+                 else f"Theil-Sen trend since {tr.since_text()} (slope changed)")
+        series.append(Series(label, x_line,
+                             np.array([tr.line_at(x - start) for x in x_line]) * scale,
                              color="#555555", dashed=True))
         fc = next_forecast(tr, passed)
         if fc is not None:
@@ -150,7 +155,7 @@ def trend_svg(
             ahead = min(fc.days, max(tr.span_days, 1.0))
             x_fc = np.array([float(days[-1]), float(days[-1]) + ahead])
             series.append(Series(f"forecast: {fc.limit_name} limit in {fc.days:.3g} days", x_fc,
-                                 np.array([tr.line_at(x) for x in x_fc]) * scale,
+                                 np.array([tr.line_at(x - start) for x in x_fc]) * scale,
                                  color="#8e44ad", dashed=True))
     watch, alert = limits
     hlines = [HLine(v * scale, f"{name} limit", color)
