@@ -305,10 +305,22 @@ def analyze_identification(
     """
     robot = robot if robot is not None else robot_of(settings)
     check_channels(capture, robot)
+    single_encoder = capture.meta.extra.get("motor_position_from") == "link_encoder"
+    if settings.model == "elastic" and single_encoder:
+        # One encoder per joint (UR RTDE): the gear's twist, which the elastic model needs, is
+        # not in the data.
+        raise IdentificationRefused(
+            "missing_channels",
+            f"{capture.source}: {capture.meta.extra.get('motor_position_note', '')}; "
+            "identification.model elastic needs a motor encoder, use model: rigid",
+        )
     by_name = dict(zip(capture.joints, capture.joint_captures(), strict=True))
     captures = [by_name[name] for name in robot.joint_names]
     try:
-        result = identify(captures, robot, identification_settings(settings), where=capture.source)
+        chosen = identification_settings(settings)
+        if single_encoder:  # no twist to read a stiffness from: the gear is fitted as rigid
+            chosen = dataclasses.replace(chosen, use_link_encoder=False)
+        result = identify(captures, robot, chosen, where=capture.source)
     except PoorExcitation as e:
         raise IdentificationRefused("poor_excitation", f"{capture.source}: {e}") from e
     except CaptureError as e:

@@ -17,6 +17,11 @@ the worker a heartbeat from its event loop every heartbeat_interval_s; a loop th
 a blocking call) also blinds the interlock watcher, so the worker stops the arm and aborts the
 cycle after agent_timeout_s without a beat, as it does when the agent dies (EOF on its socket).
 
+The excitation cycle (identification, Capability.EXCITATION): refused unless every joint stands
+at the trajectory's q0; then servoJ along the trajectory at the RTDE rate (initPeriod/waitPeriod),
+the same checks, heartbeat and stops as the test cycle, ended with servoStop then stopJ
+(drivers.ur_rtde_excitation, drivers.ur_rtde_servo).
+
 Modules: drivers.ur_rtde_status (status and capture mapping), drivers.ur_rtde_link (the worker
 process and its socket), drivers.ur_rtde_worker with drivers.ur_rtde_cycle (the worker side).
 
@@ -34,6 +39,7 @@ import math
 from typing import Any, ClassVar
 
 from agent.capture import Capture
+from agent.capture_multi import MultiCapture
 from agent.errors import ConfigError, CycleAborted, DriverError
 from drivers.base import (
     BacklashCycle,
@@ -41,9 +47,10 @@ from drivers.base import (
     ControllerStatus,
     Cycle,
     Driver,
-    backlash_only,
+    ExcitationCycle,
     within,
 )
+from drivers.ur_rtde_excitation import excitation_request, multi_capture_from_rows
 from drivers.ur_rtde_link import WorkerLink
 from drivers.ur_rtde_settings import UR_JOINT_VELOCITY_MAX_RAD_S, UrRtdeSettings
 from drivers.ur_rtde_status import UR_JOINTS, StreamStats, capture_from_rows, controller_status
@@ -62,7 +69,7 @@ _UR_JOINTS = UR_JOINTS
 class UrRtdeDriver(Driver):
     name: ClassVar[str] = "ur_rtde"
     capabilities: ClassVar[Capability] = (
-        Capability.CYCLES | Capability.MOTOR_ENCODER | Capability.CURRENT
+        Capability.CYCLES | Capability.MOTOR_ENCODER | Capability.CURRENT | Capability.EXCITATION
     )
     settings_type: ClassVar[type[Any] | None] = UrRtdeSettings
 
@@ -222,17 +229,50 @@ class UrRtdeDriver(Driver):
             "agent_timeout_s": s.agent_timeout_s,
         }
 
-    async def run_cycle(self, cycle: Cycle) -> Capture:
-        cycle = backlash_only(self, cycle)
-        params = self._cycle_params(cycle)
-        link = await self._ensure_link()
+    def _excitation_params(self, cycle: ExcitationCycle) -> dict[str, Any]:
+        s = self._s
+        # The stop comes from the trajectory's top speed, bounded by the UR's joint limit.
+        stop_s = UR_JOINT_VELOCITY_MAX_RAD_S / s.stop_deceleration_rad_s2
+        return {
+            **excitation_request(cycle, s, self.joints, self.controller),
+            "decel_rad_s2": s.stop_deceleration_rad_s2,
+            "stale_after_s": s.stale_after_s,
+            "watchdog_hz": min(s.watchdog_min_hz, 1.0 / (stop_s + 0.25)),
+            "agent_timeout_s": s.agent_timeout_s,
+        }
+
+    async def run_cycle(self, cycle: Cycle) -> Capture | MultiCapture:
         started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        if isinstance(cycle, ExcitationCycle):
+            result = await self._motion("excite", "identification", self._excitation_params(cycle))
+            return multi_capture_from_rows(
+                result["rows"],
+                cycle,
+                self._s,
+                self.joints,
+                version=result["version"],
+                beat_gap_max_s=float(result["agent_beat_gap_max_s"]),
+            )
+        result = await self._motion("cycle", cycle.joint, self._cycle_params(cycle))
+        return capture_from_rows(
+            result["rows"],
+            cycle,
+            self._s,
+            version=result["version"],
+            started_at=started_at,
+            beat_gap_max_s=float(result["agent_beat_gap_max_s"]),
+        )
+
+    async def _motion(self, op: str, what: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One motion request to the worker with the heartbeat running; on cancellation the
+        stop is sent and the worker given time to end its control script."""
+        link = await self._ensure_link()
         self._cycle_active = True
         # The beats start before the request, so the worker never waits for a first one.
-        beats = asyncio.create_task(self._heartbeat(link), name=f"ur_rtde heartbeat {cycle.joint}")
-        request = asyncio.ensure_future(link.request("cycle", None, **params))
+        beats = asyncio.create_task(self._heartbeat(link), name=f"ur_rtde heartbeat {what}")
+        request = asyncio.ensure_future(link.request(op, None, **params))
         try:
-            result = await asyncio.shield(request)
+            result: dict[str, Any] = await asyncio.shield(request)
         except asyncio.CancelledError:
             await self._stop_quietly(link)
             # Let the worker finish (stop script, disconnect) so the next cycle finds it idle.
@@ -245,14 +285,7 @@ class UrRtdeDriver(Driver):
         finally:
             beats.cancel()
             self._cycle_active = False
-        return capture_from_rows(
-            result["rows"],
-            cycle,
-            self._s,
-            version=result["version"],
-            started_at=started_at,
-            beat_gap_max_s=float(result["agent_beat_gap_max_s"]),
-        )
+        return result
 
     async def _heartbeat(self, link: WorkerLink) -> None:
         """A beat to the worker every heartbeat_interval_s while the cycle runs.

@@ -18,6 +18,7 @@ import math
 import socket
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from drivers.ur_rtde_stream import Row, StreamError, StreamReader
@@ -52,6 +53,7 @@ class CycleOps:
     # time.monotonic() of the agent's last heartbeat, set by the main thread as beats arrive.
     beat_at: float
     beat_gap_max_s: float  # the longest silence between two beats in this cycle
+    servoing: bool = False  # servoJ streamed in this cycle: the stop is servoStop, not speedStop
 
     # Checks --------------------------------------------------------------------------------
     def _check_sample(self, robot_mode: int, safety_bits: int, runtime: int | None) -> None:
@@ -103,35 +105,52 @@ class CycleOps:
 
     # The cycle -----------------------------------------------------------------------------
     def op_cycle(self, **p: Any) -> dict[str, Any]:
+        return self._run_motion(p, lambda: None, self._backlash)
+
+    def _backlash(self, ctrl: Any, p: dict[str, Any]) -> list[Row]:
+        r = self.recv
+        q_start = list(r.getActualQ())
+        q_test = list(q_start)
+        q_test[p["index"]] = p["test_pose_rad"]
+        self._move(ctrl, q_test, p)
+        qd = [0.0] * 6
+        qd[p["index"]] = p["speed_rad_s"]
+        self._commanding(p)
+        if not ctrl.speedJ(qd, p["accel_rad_s2"], 0.0):
+            raise Fault("the controller refused speedJ", "abort")
+        rows = self._capture(ctrl, p)
+        self._send_stop(ctrl, p["decel_rad_s2"])
+        if p["return_to_start"]:
+            self._move(ctrl, q_start, p)
+        return rows
+
+    def _run_motion(
+        self,
+        p: dict[str, Any],
+        precheck: Callable[[], None],
+        body: Callable[[Any, dict[str, Any]], list[Row]],
+    ) -> dict[str, Any]:
+        """Every motion's frame: interlocks before control is taken, `precheck` (refusals that
+        need no control interface), the watchdog, `body`, and on any fault the stop."""
         import rtde_control
 
         r = self.recv
         if r is None:
             raise Fault("not connected")
         ctrl = None
+        self.servoing = False
         try:
             self._check_sample(r.getRobotMode(), r.getSafetyStatusBits(), None)
             if r.getRuntimeState() == RUNTIME_PLAYING:
                 # Uploading the control script would stop whatever program is running.
                 raise Fault("a program is running on the controller: not taking control", "abort")
             self._check_agent(p)
+            precheck()
             ctrl = rtde_control.RTDEControlInterface(self.host, self.frequency_hz)
             self.ctrl = ctrl
             if not ctrl.setWatchdog(p["watchdog_hz"]):
                 raise Fault("the control script did not accept the RTDE watchdog", "abort")
-            q_start = list(r.getActualQ())
-            q_test = list(q_start)
-            q_test[p["index"]] = p["test_pose_rad"]
-            self._move(ctrl, q_test, p)
-            qd = [0.0] * 6
-            qd[p["index"]] = p["speed_rad_s"]
-            self._commanding(p)
-            if not ctrl.speedJ(qd, p["accel_rad_s2"], 0.0):
-                raise Fault("the controller refused speedJ", "abort")
-            rows = self._capture(ctrl, p)
-            self._send_stop(ctrl, p["decel_rad_s2"])
-            if p["return_to_start"]:
-                self._move(ctrl, q_start, p)
+            rows = body(ctrl, p)
             return {
                 "rows": rows,
                 "version": ".".join(map(str, self.version)),
@@ -153,6 +172,7 @@ class CycleOps:
             raise fault from None if fault is exc else exc
         finally:
             self.stopped.set()
+            self.servoing = False
             if ctrl is not None:
                 self.ctrl = None
                 for call in (ctrl.stopScript, ctrl.disconnect):
@@ -160,9 +180,13 @@ class CycleOps:
                         call()
 
     def _send_stop(self, ctrl: Any, decel: float) -> None:
-        # speedStop ends the script's speedj thread (stopJ alone leaves it running); stopJ also
-        # ends a moveJ. Each returns at once when the program is no longer running.
-        ctrl.speedStop(decel)
+        # speedStop ends the script's speedj thread (stopJ alone leaves it running), servoStop
+        # its servoj thread; stopJ also ends a moveJ. Each returns at once when the program is
+        # no longer running.
+        if self.servoing:
+            ctrl.servoStop(decel)
+        else:
+            ctrl.speedStop(decel)
         ctrl.stopJ(decel, False)
         self.stopped.set()
 

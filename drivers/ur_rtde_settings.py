@@ -84,7 +84,28 @@ class UrRtdeSettings:
         },
     )
 
+    # The excitation cycle (identification, drivers.ur_rtde_excitation): servoJ at the RTDE rate.
+    servo_gain: float = field(
+        default=1000.0, metadata={"ge": 100.0, "le": 2000.0, "doc": "servoJ proportional gain"}
+    )
+    servo_lookahead_s: float = field(
+        default=0.1, metadata={"ge": 0.03, "le": 0.2, "doc": "servoJ lookahead_time"}
+    )
+    # Motor-shaft torque per ampere of actual_current, one per joint (base to wrist 3): RTDE has
+    # no measured joint torque (target_moment is the controller's model, not a measurement).
+    # Universal Robots publishes no UR5e values we could find: null refuses the excitation cycle.
+    torque_constants_nm_a: tuple[float, ...] | None = field(
+        default=None, metadata={"doc": "motor torque per A of actual_current, per joint"}
+    )
+    start_tolerance_rad: float = field(
+        default=0.01,
+        metadata={"gt": 0.0, "le": 0.1, "doc": "excitation refused unless every joint is at q0"},
+    )
+
     def check(self) -> list[tuple[str, str]]:
+        kt = self.torque_constants_nm_a
+        if kt is not None and (len(kt) != 6 or not all(k > 0 for k in kt)):
+            return [("torque_constants_nm_a", f"expected 6 values > 0, found {list(kt)}")]
         # Three beats per timeout: one late or lost beat must not stop a healthy cycle.
         if self.agent_timeout_s < 3.0 * self.heartbeat_interval_s:
             return [

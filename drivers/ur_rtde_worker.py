@@ -36,8 +36,8 @@ from drivers.ur_rtde_cycle import (  # noqa: F401  (names the worker's users imp
     ROBOT_MODE_RUNNING,
     RUNTIME_PLAYING,
     SAFETY_STOP_BITS,
-    CycleOps,
 )
+from drivers.ur_rtde_servo import ExcitationOps
 from drivers.ur_rtde_stream import path_cpus, realtime, threads
 from drivers.ur_rtde_wire import Fault, recv_msg, send_msg, tell  # noqa: F401
 
@@ -78,7 +78,7 @@ def _after(answer: str, prefix: str, request: str) -> str:
     return answer[len(prefix) :].strip()
 
 
-class Worker(CycleOps):
+class Worker(ExcitationOps):
     def __init__(self, sock: socket.socket) -> None:
         self.sock = sock
         self.lock = threading.Lock()
@@ -95,6 +95,7 @@ class Worker(CycleOps):
         self.stop_requested = threading.Event()
         self.stopped = threading.Event()
         self.motion_commanded = False
+        self.servoing = False
         self.beat_at = time.monotonic()
         self.beat_gap_max_s = 0.0
         self._seen = (math.nan, 0.0)
@@ -119,7 +120,7 @@ class Worker(CycleOps):
                 now = time.monotonic()
                 self.beat_gap_max_s = max(self.beat_gap_max_s, now - self.beat_at)
                 self.beat_at = now
-            elif op in ("cycle", "stream"):
+            elif op in ("cycle", "excite", "stream"):
                 self.start_thread(msg)
             elif op in ("stop", "close"):
                 self.reply(msg["id"], getattr(self, "op_" + op), msg)
@@ -264,7 +265,7 @@ class Worker(CycleOps):
         self.beat_at = time.monotonic()  # the driver's beats start with its request
         self.beat_gap_max_s = 0.0
         msg = dict(msg, request_id=msg["id"])
-        fn = self.op_cycle if msg["op"] == "cycle" else self.op_stream
+        fn = {"cycle": self.op_cycle, "excite": self.op_excite}.get(msg["op"], self.op_stream)
         self.cycle = threading.Thread(target=self._run_thread, args=(msg, fn), daemon=True)
         self.cycle.start()
 

@@ -18,7 +18,8 @@ Control requests (one JSON object per line, answered with one JSON line):
   {"op": "die"}                            SIGKILL itself
   {"op": "on_motion", "delay_s": 0.5, "action": {...}}  run an action that long after the
                                            physics joint next starts moving ("repeat": true:
-                                           after every start from then on)
+                                           after every start from then on; "when": "servo":
+                                           after a servoj stream starts)
   {"op": "shutdown"}
 """
 
@@ -37,6 +38,7 @@ from typing import Any
 from tests.peers.ur_controller.controller import Controller, die
 from tests.peers.ur_controller.dashboard_server import DashboardServer
 from tests.peers.ur_controller.joint_model import PhysicsConfig
+from tests.peers.ur_controller.rigid_arm import DynamicsConfig
 from tests.peers.ur_controller.rtde_server import RtdeServer, package
 from tests.peers.ur_controller.script_sink import ScriptSink
 
@@ -60,6 +62,23 @@ def _physics(args: argparse.Namespace, controller_hz: float) -> PhysicsConfig | 
     )
 
 
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(","))
+
+
+def _dynamics(args: argparse.Namespace) -> DynamicsConfig | None:
+    if not args.robot:
+        return None
+    return DynamicsConfig(
+        robot_path=args.robot,
+        coulomb_nm=_floats(args.coulomb_nm),
+        viscous_nm_s_rad=_floats(args.viscous_nm_s_rad),
+        torque_constants_nm_a=_floats(args.torque_constants_nm_a),
+        current_noise_a=args.current_noise_a,
+        seed=args.seed,
+    )
+
+
 def _garbage() -> bytes:
     rng = random.Random(42)
     # A data package too short for any recipe, then noise with no valid header in it.
@@ -77,6 +96,7 @@ class Emulator:
             controller_hz=hz,
             q0=q0,
             physics=_physics(args, hz),
+            dynamics=_dynamics(args),
             program_state=args.program_state,
             remote_control=not args.local,
         )
@@ -136,7 +156,8 @@ class Emulator:
             die()
         if op == "on_motion":
             repeat = bool(req.get("repeat", False))
-            c.arm_trigger("motion", float(req["delay_s"]), dict(req["action"]), repeat)
+            when = str(req.get("when", "motion"))
+            c.arm_trigger(when, float(req["delay_s"]), dict(req["action"]), repeat)
             return "ok"
         if op == "shutdown":
             self.done.set()
@@ -197,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backlash", type=float, default=0.0, help="true backlash delta, rad")
     p.add_argument("--seed", type=int, default=0, help="seeds run k with seed * 1000 + k")
     p.add_argument("--noise-counts", type=float, default=1.0)
+    p.add_argument("--robot", help="robot file: servoj joints draw its rigid-body currents")
+    p.add_argument("--coulomb-nm", default="0,0,0,0,0,0", help="true Coulomb friction per joint")
+    p.add_argument("--viscous-nm-s-rad", default="0,0,0,0,0,0", help="true viscous friction")
+    p.add_argument("--torque-constants-nm-a", default="0.1,0.1,0.1,0.1,0.1,0.1")
+    p.add_argument("--current-noise-a", type=float, default=0.0, help="current noise std")
     p.add_argument("--program-state", default="STOPPED", choices=("STOPPED", "PLAYING"))
     p.add_argument("--local", action="store_true", help="pendant in local mode")
     p.add_argument("--rt-priority", type=int, default=0, help="SCHED_FIFO for the cycle, 0: off")

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.peers.ur_controller.joint_model import N_JOINTS, Arm, PhysicsConfig
+from tests.peers.ur_controller.rigid_arm import DynamicsConfig
 from tests.peers.ur_controller.rtde_server import OUTPUT_TYPES, RtdeServer
 from tests.peers.ur_controller.script_sink import (
     CMD_NAMES,
@@ -82,6 +83,7 @@ class Controller:
         controller_hz: float,
         q0: list[float],
         physics: PhysicsConfig | None,
+        dynamics: DynamicsConfig | None = None,
         program_state: str = "STOPPED",
         remote_control: bool = True,
     ) -> None:
@@ -101,7 +103,7 @@ class Controller:
         self.output_double = [0.0] * 48
         self.speed_fraction = 1.0
         self.digital_inputs = 0
-        self.arm = Arm(q0, 1.0 / controller_hz, physics)
+        self.arm = Arm(q0, 1.0 / controller_hz, physics, dynamics)
         self.tick_count = 0
         self.overruns = 0
         self._last_input_tick: dict[str, int] = {}
@@ -210,18 +212,21 @@ class Controller:
     def arm_trigger(
         self, when: str, delay_s: float, action: dict[str, Any], repeat: bool = False
     ) -> None:
-        """Run `action` `delay_s` after the next `when` ('motion': the physics joint starts);
-        with `repeat`, after every one from then on."""
+        """Run `action` `delay_s` after the next `when` ('motion': the physics joint starts,
+        'servo': a servoj stream starts); with `repeat`, after every one from then on."""
         with self.lock:
             self._triggers.append(
                 {
                     "when": when,
                     "delay_s": delay_s,
                     "action": action,
-                    "runs": self.arm.physics_runs,
+                    "runs": self._runs(when),
                     "repeat": repeat,
                 }
             )
+
+    def _runs(self, when: str) -> int:
+        return self.arm.servo_runs if when == "servo" else self.arm.physics_runs
 
     # The cycle -----------------------------------------------------------------------------
     def run(self, apply_action: Callable[[dict[str, Any]], Any], rt_priority: int = 0) -> None:
@@ -331,7 +336,7 @@ class Controller:
     def _fire_triggers(self, apply_action: Callable[[dict[str, Any]], Any]) -> None:
         for trig in list(self._triggers):
             if "start_tick" not in trig:
-                if trig["when"] == "motion" and self.arm.physics_runs > trig["runs"]:
+                if self._runs(trig["when"]) > trig["runs"]:
                     trig["start_tick"] = self.tick_count
                 continue
             if (self.tick_count - trig["start_tick"]) / self.hz >= trig["delay_s"]:

@@ -22,6 +22,7 @@ import numpy as np
 
 from agent.encoder import counts_per_turn
 from agent.models.joint import GRAVITY_M_S2, JointPhysics
+from tests.peers.ur_controller.rigid_arm import DynamicsConfig, RigidDynamics, ServoTracker
 
 N_JOINTS = 6
 AMBIENT_C = 30.0
@@ -280,10 +281,23 @@ class PhysicsConfig:
 
 
 class Arm:
-    """Six joints stepped once per controller cycle."""
+    """Six joints stepped once per controller cycle.
 
-    def __init__(self, q0: list[float], dt_s: float, physics: PhysicsConfig | None) -> None:
+    With `dynamics` (a rigid arm's truth, tests.peers.ur_controller.rigid_arm) the joints report
+    the currents of the realised motion while servoj runs; otherwise kinematic joints draw none.
+    """
+
+    def __init__(
+        self,
+        q0: list[float],
+        dt_s: float,
+        physics: PhysicsConfig | None,
+        dynamics: DynamicsConfig | None = None,
+    ) -> None:
         self.dt_s = dt_s
+        self.dynamics = None if dynamics is None else RigidDynamics(dynamics)
+        self.servo: ServoTracker | None = None
+        self.servo_runs = 0  # servoj streams started (the "servo" trigger counts them)
         self.physics_cfg = physics
         self.physics: PhysicsJoint | None = None
         self.physics_runs = 0
@@ -298,7 +312,17 @@ class Arm:
     # Commands -----------------------------------------------------------------------------
     def _start(self, profile: _Profile) -> None:
         self._release_physics()
+        self.servo = None
         self._profile, self._t = profile, 0.0
+
+    def servoj(self, q: list[float], gain: float) -> None:
+        """URScript servoj: track the latest target (the physics joint stays kinematic)."""
+        if self.servo is None:
+            self._release_physics()
+            self.servo = ServoTracker(self.q, self.qd)
+            self.servo_runs += 1
+            self._profile, self._t = _Hold(self.q), 0.0
+        self.servo.command(q, gain)
 
     def _release_physics(self) -> None:
         """Hand the physics joint back to the kinematic model where it stands."""
@@ -314,6 +338,7 @@ class Arm:
         self._start(_MoveJ(self.q, q1, v, a))
 
     def speedj(self, qd: list[float], a: float) -> None:
+        self.servo = None
         cfg = self.physics_cfg
         if cfg is not None and self.physics is None and qd[cfg.index] != 0.0 and not self.moving:
             n = cfg.physics.gear_ratio
@@ -341,6 +366,7 @@ class Arm:
         self._start(_SpeedRamp(self.q, self.qd, list(qd), a))
 
     def stopj(self, a: float) -> None:
+        self.servo = None
         if self.physics is not None and self.physics_cfg is not None:
             self.physics.stop(abs(a) * self.physics_cfg.physics.gear_ratio)
         self._profile, self._t = _SpeedRamp(self.q, self.qd, [0.0] * N_JOINTS, a), 0.0
@@ -348,11 +374,14 @@ class Arm:
     def halt(self) -> None:
         """Brakes in (power off, emergency stop): every joint stands still where it is."""
         self._release_physics()
+        self.servo = None
         self._profile, self._t = _Hold(self.q), 0.0
         self.qd = [0.0] * N_JOINTS
 
     @property
     def moving(self) -> bool:
+        if self.servo is not None:
+            return True
         if self.physics is not None:
             return not self.physics.stopped
         return any(v != 0.0 for v in self.qd) or self._t < self._profile.duration_s
@@ -364,6 +393,9 @@ class Arm:
 
     # Time ---------------------------------------------------------------------------------
     def step(self) -> None:
+        if self.servo is not None:
+            self._step_servo()
+            return
         self._t += self.dt_s
         q, qd = self._profile.at(self._t)
         if isinstance(self._profile, _SpeedRamp) and all(v == 0.0 for v in qd):
@@ -385,6 +417,21 @@ class Arm:
             self.current[i], self.target_current[i] = s.current_a, s.target_current_a
             if self.physics.stopped and self.profile_done:
                 self._release_physics()
+        self._heat()
+
+    def _step_servo(self) -> None:
+        assert self.servo is not None
+        qd_before = list(self.qd)
+        self.q, self.qd = self.servo.step(self.dt_s)
+        self.target_q, self.target_qd = self.servo.target.tolist(), list(self.qd)
+        if self.dynamics is not None:
+            # the mean acceleration over the cycle, from the integrated speeds
+            qdd = [(b - a) / self.dt_s for a, b in zip(qd_before, self.qd, strict=True)]
+            self.current = self.dynamics.currents(self.q, self.qd, qdd)
+            self.target_current = list(self.current)
+        self._heat()
+
+    def _heat(self) -> None:
         k = self.dt_s / _HEAT_TAU_S
         self.temperature_c = [
             t + k * (AMBIENT_C + 0.5 * i + _HEAT_C_PER_A2 * c * c - t)

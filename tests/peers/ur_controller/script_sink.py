@@ -10,7 +10,8 @@ plays that program's main loop, once per controller cycle (one `sync()`), on the
   client to clear the command (0) before answering "ready" again.
 - `output_int_register_2` is the asynchronous-operation progress word, written exactly as the
   script's `write_async_progress_register` does (change counter, operation id, running bit).
-- movej (1, sync or async), speedj (9), speed_stop (15), stopl/stopj (33/34, sync or async),
+- movej (1, sync or async), speedj (9), servoj (11: target q, t, lookahead, gain in input
+  doubles 0-5, 8, 9, 10), speed_stop (15), servo_stop (16), stopl/stopj (33/34, sync or async),
   set_watchdog (35) and stop script (255) act on the arm; other commands are acknowledged and
   logged as unsupported, so a test can see they were never used.
 """
@@ -34,7 +35,9 @@ CMD_NAMES = {
     0: "no_cmd",
     1: "movej",
     9: "speedj",
+    11: "servoj",
     15: "speed_stop",
+    16: "servo_stop",
     33: "stopl",
     34: "stopj",
     35: "set_watchdog",
@@ -69,6 +72,7 @@ class ControlScript:
         self.move_async = False
         self.stop_async = False
         self.speeding = False
+        self.servoing = False
         self._speed_applied: tuple[tuple[float, ...], float] | None = None
         self.wr_count = 0
         self.op_id = 0
@@ -140,7 +144,7 @@ class ControlScript:
 
     def _process(self, cmd: int) -> None:
         c, arm = self.c, self.c.arm
-        if cmd != 9 or not self.speeding:
+        if not ((cmd == 9 and self.speeding) or (cmd == 11 and self.servoing)):
             c.log_command(cmd)
         if cmd == 1:
             q, v, a, asynchronous = self._q(), self._in_dbl(6), self._in_dbl(7), self._in_int(1)
@@ -157,6 +161,14 @@ class ControlScript:
                 self._speed_applied = target
                 arm.speedj(list(target[0]), target[1])
             self.speeding = True
+        elif cmd == 11:
+            arm.servoj(self._q(), self._in_dbl(10))
+            self.servoing = True
+        elif cmd == 16:
+            # the script kills its servo thread, then the arm decelerates to rest
+            self.servoing = False
+            arm.stopj(self._in_dbl(0))
+            self._blocking = True
         elif cmd == 15:
             self.speeding = False
             self._speed_applied = None
@@ -164,6 +176,8 @@ class ControlScript:
             self._blocking = True
         elif cmd in (33, 34):
             decel, asynchronous = self._in_dbl(0), self._in_int(1)
+            if self.servoing:
+                c.event("stopj while the servoj thread is alive (use servoStop)")
             if self.speeding:
                 # URScript's speed_thread is not killed by stopj/stopl: it would resume.
                 c.event("stopj while the speedj thread is alive (use speedStop)")
