@@ -3,13 +3,17 @@ process of its own, which the test SIGKILLs mid-capture (docs/safety.md, G6) or 
 it hangs (G7).
 
     python -m tests.peers.ur_controller.agent_client --config FILE --controller N --joint J \
-        [--hang-s S[,S...]]
+        [--hang-s S[,S...]] [--excitation]
 
 Prints JSON lines: {"event": "connected", "pid", "worker_pid"} once the driver's worker is up,
 then, if it lives that long, {"event": "outcome", "outcome": "ok" | "aborted" | "refused",
-"error"}. The worker is a child of this process in the same process group, so killing the
-group kills the agent and its worker at once, as systemd's final SIGKILL or an OOM kill of the
-whole unit does.
+"error", "samples"} (samples: the length of the capture the cycle returned, 0 without one).
+With --excitation the cycle is the controller's identification excitation
+(tests/peers/ur_controller/excitation.py) instead of the joint's backlash cycle.
+
+The worker is a child of this process in the same process group, so killing the group kills
+the agent and its worker at once, as systemd's final SIGKILL or an OOM kill of the whole unit
+does.
 
 With --hang-s, each SIGUSR1 makes the event loop run a callback that blocks it for the next of
 the listed seconds (a time.sleep, the bug under test: a blocking call on the loop); it prints
@@ -26,10 +30,12 @@ import os
 import signal
 import time
 
-from agent.config import load_config
+from agent.config import JointSettings, load_config
 from agent.cycles import backlash_cycle, run_guarded_cycle
 from agent.errors import CycleAborted, DriverError, InterlockError
+from drivers.base import Cycle
 from drivers.ur_rtde import UrRtdeDriver
+from tests.peers.ur_controller.excitation import excitation_cycle
 
 
 def emit(event: dict[str, object]) -> None:
@@ -51,14 +57,20 @@ async def run(args: argparse.Namespace) -> None:
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, hang, durations_s)
     config = load_config(args.config)
     ctrl = next(c for c in config.controllers if c.name == args.controller)
-    joint = next(j for j in ctrl.joints if j.name == args.joint)
     driver = UrRtdeDriver(ctrl.name, ctrl.settings, ctrl.joints)
     await asyncio.wait_for(driver.connect(), 20.0)
     emit({"event": "connected", "pid": os.getpid(), "worker_pid": driver.worker_pid})
-    outcome: dict[str, object] = {"event": "outcome", "outcome": "ok", "error": None}
+    outcome: dict[str, object] = {"event": "outcome", "outcome": "ok", "error": None, "samples": 0}
     try:
-        cycle = backlash_cycle(ctrl, joint)
-        await asyncio.wait_for(run_guarded_cycle(driver, cycle, ctrl.interlocks, joint), 60.0)
+        cycle: Cycle
+        joint: JointSettings | None = None
+        if args.excitation:
+            cycle = excitation_cycle(ctrl)
+        else:
+            joint = next(j for j in ctrl.joints if j.name == args.joint)
+            cycle = backlash_cycle(ctrl, joint)
+        got = await asyncio.wait_for(run_guarded_cycle(driver, cycle, ctrl.interlocks, joint), 60.0)
+        outcome["samples"] = len(got)
     except (CycleAborted, DriverError) as exc:
         outcome.update(outcome="aborted", error=str(exc))
     except InterlockError as exc:
@@ -73,6 +85,7 @@ def main() -> None:
     parser.add_argument("--config", required=True)
     parser.add_argument("--controller", required=True)
     parser.add_argument("--joint", required=True)
+    parser.add_argument("--excitation", action="store_true", help="the identification cycle")
     parser.add_argument("--hang-s", default="", help="S[,S...]: each SIGUSR1 blocks the loop S s")
     asyncio.run(run(parser.parse_args()))
 

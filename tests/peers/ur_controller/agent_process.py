@@ -1,7 +1,8 @@
 """The test's handle on an agent_client process: start it, read its JSON lines, kill or hang it.
 
-Shared by tests/faults/test_ur_kill.py (the agent killed mid-capture) and
-tests/faults/test_ur_hang.py (its event loop hung mid-capture), with the emulator helpers both
+Shared by tests/faults/test_ur_kill.py (the agent killed mid-capture),
+tests/faults/test_ur_hang.py (its event loop hung mid-capture) and
+tests/faults/test_ur_excitation_faults.py (both mid-excitation), with the emulator helpers they
 use to tell when the arm is inside the capture and when it is still again.
 """
 
@@ -85,6 +86,16 @@ def moving_into_capture(emu: UrEmulator) -> None:
     state = wait_until(emu, lambda s: "speedj" in s["commands"] and s["moving"], 20.0)
     assert "speedj" in state["commands"] and state["moving"], state["events"]
     time.sleep(INTO_CAPTURE_S)
+    state = emu.state()
+    assert state["moving"], (state["commands"], state["events"])
+
+
+def moving_into_excitation(emu: UrEmulator, into_s: float) -> None:
+    """Wait until the servoJ stream has begun (the arm counts as moving from its first target,
+    still q0, on), then `into_s` more: past settle_s + hold_s it is really on the trajectory."""
+    state = wait_until(emu, lambda s: "servoj" in s["commands"] and s["moving"], 20.0)
+    assert "servoj" in state["commands"] and state["moving"], state["events"]
+    time.sleep(into_s)
     state = emu.state()
     assert state["moving"], (state["commands"], state["events"])
 

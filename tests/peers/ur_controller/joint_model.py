@@ -260,11 +260,16 @@ class _SpeedRamp(_Profile):
         if T == 0.0:
             return [q + v * t for q, v in zip(self.q0, self.v1, strict=True)], list(self.v1)
         tr = min(t, T)
+        if tr == T:
+            # Exactly the target speed at the end: v0 + (v1 - v0) * T / T can miss it by an
+            # ulp, and a stop that never reaches 0.0 would keep the arm "moving" for ever.
+            qd = list(self.v1)
+        else:
+            qd = [v0 + (v1 - v0) * tr / T for v0, v1 in zip(self.v0, self.v1, strict=True)]
         q = [
             q0 + v0 * tr + 0.5 * (v1 - v0) / T * tr * tr + v1 * (t - tr)
             for q0, v0, v1 in zip(self.q0, self.v0, self.v1, strict=True)
         ]
-        qd = [v0 + (v1 - v0) * tr / T for v0, v1 in zip(self.v0, self.v1, strict=True)]
         return q, qd
 
 

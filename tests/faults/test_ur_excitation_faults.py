@@ -1,0 +1,226 @@
+"""Faults mid-excitation on a UR arm: the servoJ stream stops and the cycle records nothing
+(docs/safety.md G10).
+
+The identification excitation (drivers/ur_rtde_excitation.py, drivers/ur_rtde_servo.py) runs in
+the same worker frame as the backlash cycle (`_run_motion` in drivers/ur_rtde_cycle.py), but
+streams a servoJ target every RTDE period instead of one speedJ, and ends with servoStop: these
+tests prove the hang and kill handling of tests/faults/test_ur_{kill,hang}.py for that path, and
+the missed-package abort, against the UR controller emulator's rigid UR5e
+(tests/peers/ur_controller, the real ur_rtde clients in the driver's worker process). The agent
+side runs in a process of its own (tests/peers/ur_controller/agent_client.py --excitation) where
+it must be killed or hung. Every verdict on the motion is read from the emulator.
+
+Short trajectory (tests/peers/ur_controller/excitation.py: settle 0.2 s, hold 0.3 s, 2 periods
+of 2 s): every fault lands INTO_MOTION_S into the motion, well before its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from agent.cycles import run_guarded_cycle
+from agent.errors import CycleAborted
+from drivers.base import ExcitationCycle
+from drivers.ur_rtde import UrRtdeDriver
+from drivers.ur_rtde_settings import UrRtdeSettings
+from tests.peers.ur_controller import UrEmulator, free_host
+from tests.peers.ur_controller.agent_process import (
+    Agent,
+    exited,
+    moving_into_excitation,
+    seconds_until_still,
+)
+from tests.peers.ur_controller.excitation import (
+    HOLD_S,
+    SETTLE_S,
+    controller,
+    emulator_args,
+    excitation_cycle,
+    write_config,
+)
+from tests.peers.ur_controller.harness import run, wait_until
+from tests.peers.ur_controller.joint_model import _SpeedRamp
+from tests.summary import fault, record
+
+DEFAULTS = UrRtdeSettings(host="x")
+AGENT_TIMEOUT_S = DEFAULTS.agent_timeout_s  # the defaults are what is tested
+BEAT_S = DEFAULTS.heartbeat_interval_s
+DECEL_RAD_S2 = DEFAULTS.stop_deceleration_rad_s2
+INTO_MOTION_S = 0.8
+# servoj is logged, and the arm counts as moving, from the first (still q0) target on.
+INTO_STREAM_S = SETTLE_S + HOLD_S + INTO_MOTION_S
+HANG_S = 1.8  # beyond the bound (about 1.1 s): the arm must be still while the loop still hangs
+DROPPED = 3
+
+
+def fastest_rad_s(cycle: ExcitationCycle) -> float:
+    """The trajectory's highest joint speed: what the stop may have to ramp down from."""
+    tau = np.linspace(0.0, cycle.period_s, 2001)
+    return float(np.abs(cycle.trajectory().evaluate(tau)[1]).max())
+
+
+def bounds(cycle: ExcitationCycle, notice_s: float) -> tuple[float, float]:
+    """(seconds, rad) within which the arm must stand once a fault is noticed after
+    `notice_s`: the servoStop ramp from the fastest speed, plus 0.5 s of scheduling, the
+    emulator's cycle and the test's 20 ms polling; the travel the arm may still cover on the
+    trajectory until the stop and during the ramp."""
+    v = fastest_rad_s(cycle)
+    ramp_s = v / DECEL_RAD_S2
+    return notice_s + ramp_s + 0.5, v * (notice_s + 0.1) + v * v / (2.0 * DECEL_RAD_S2)
+
+
+def travel_rad(before: dict[str, Any], after: dict[str, Any]) -> float:
+    return float(np.abs(np.array(after["q"]) - np.array(before["q"])).max())
+
+
+@pytest.fixture
+def ur(tmp_path: Path) -> Iterator[tuple[UrEmulator, Path, ExcitationCycle]]:
+    host = free_host()
+    path = write_config(tmp_path, host)
+    cycle = excitation_cycle(controller(path))
+    with UrEmulator(host, *emulator_args(cycle)) as emu:
+        yield emu, path, cycle
+
+
+def test_agent_killed_mid_excitation_the_worker_sees_eof_and_stops_the_arm(
+    ur: tuple[UrEmulator, Path, ExcitationCycle],
+) -> None:
+    emu, config, cycle = ur
+    bound_s, bound_rad = bounds(cycle, 0.0)  # EOF is seen at once
+    agent = Agent(config, "--excitation")
+    try:
+        worker = agent.wait("connected")["worker_pid"]
+        moving_into_excitation(emu, INTO_STREAM_S)
+        at_kill = emu.state()
+        agent.proc.kill()  # the daemon alone dies: no stop request, no reply ever read
+        t_kill = time.monotonic()
+        took_s, state = seconds_until_still(emu, t_kill, bound_s)
+        deadline = time.monotonic() + 5.0
+        while not exited(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker_exited = exited(worker)
+    finally:
+        agent.kill_group()
+    moved_rad = travel_rad(at_kill, state)
+    speed_rad_s = float(np.abs(at_kill["qd"]).max())
+    print(f"kill at {speed_rad_s:.2f} rad/s: still after {took_s:.3f} s, {moved_rad:.3f} rad")
+    assert speed_rad_s > 0.05, "the fault must land while the arm really moves"
+    assert not state["moving"] and took_s < bound_s, (took_s, state["events"])
+    assert moved_rad < bound_rad, (moved_rad, bound_rad)
+    # The worker's own stop, not the watchdog: servoStop, stopJ, then the script ended.
+    after = state["commands"][state["commands"].index("servoj") :]
+    assert after == ["servoj", "servo_stop", "stopj", "stop_script"], state["events"]
+    assert state["watchdog_trips"] == 0
+    assert worker_exited, "the orphaned worker must exit once the arm is stopped"
+    # Nothing came back to the dead agent: no capture of the aborted run exists.
+    assert [e for e in agent.events if e["event"] == "outcome"] == []
+    record(
+        "UR arm still after",
+        "agent SIGKILLed mid-excitation (worker stops it)",
+        f"{took_s:.2f} s, {moved_rad:.3f} rad",
+    )
+    fault("UR excitation: agent SIGKILLed mid-trajectory (worker servoStop)", records_lost=0)
+
+
+def test_a_hung_event_loop_mid_excitation_the_worker_stops_the_arm(
+    ur: tuple[UrEmulator, Path, ExcitationCycle],
+) -> None:
+    emu, config, cycle = ur
+    bound_s, bound_rad = bounds(cycle, AGENT_TIMEOUT_S)
+    agent = Agent(config, "--excitation", "--hang-s", str(HANG_S))
+    try:
+        agent.wait("connected")
+        moving_into_excitation(emu, INTO_STREAM_S)
+        at_hang = emu.state()
+        os.kill(agent.proc.pid, signal.SIGUSR1)
+        hung_at = agent.wait("hang_start", 5.0)["t"]
+        took_s, state = seconds_until_still(emu, hung_at, bound_s)
+        still_at = hung_at + took_s
+        woke_at = agent.wait("hang_end", HANG_S + 5.0)["t"]
+        outcome = agent.wait("outcome", 20.0)
+        end = emu.state()
+    finally:
+        agent.kill_group()
+    moved_rad = travel_rad(at_hang, state)
+    print(f"hang: still after {took_s:.3f} s, {moved_rad:.3f} rad")
+    assert float(np.abs(at_hang["qd"]).max()) > 0.05, "the hang must land mid-motion"
+    assert not state["moving"] and not state["script_running"], state["events"]
+    # Not sooner than the timeout allows (the last beat left at most one interval before the
+    # hang), not later than the timeout plus the stop ramp, and while the loop still hung.
+    assert AGENT_TIMEOUT_S - BEAT_S < took_s < bound_s, (took_s, state["events"])
+    assert moved_rad < bound_rad, (moved_rad, bound_rad)
+    assert still_at < woke_at, "the arm must stop while the agent's loop is still blocked"
+    after = state["commands"][state["commands"].index("servoj") :]
+    assert after == ["servoj", "servo_stop", "stopj", "stop_script"], state["events"]
+    assert state["watchdog_trips"] == 0
+    # Once the loop runs again the cycle fails, naming the heartbeat; nothing was captured.
+    assert outcome["outcome"] == "aborted" and outcome["samples"] == 0, outcome
+    assert "no heartbeat from the agent" in outcome["error"], outcome
+    assert "event loop is hung" in outcome["error"], outcome
+    assert end["commands"] == state["commands"] and not end["moving"]
+    record(
+        "UR arm still after",
+        "agent event loop hung mid-excitation (heartbeat)",
+        f"{took_s:.2f} s, {moved_rad:.3f} rad",
+    )
+    fault("UR excitation: agent event loop hung mid-trajectory (heartbeat)", records_lost=0)
+
+
+def test_missed_packages_mid_excitation_abort_with_the_count_and_stop(
+    ur: tuple[UrEmulator, Path, ExcitationCycle],
+) -> None:
+    emu, config, cycle = ur
+    ctrl = controller(config)
+    emu.call("on_motion", when="servo", delay_s=INTO_STREAM_S, action={
+        "op": "drop_packets", "n": DROPPED})  # fmt: skip
+
+    async def go() -> tuple[str, float, dict[str, Any]]:
+        driver = UrRtdeDriver(ctrl.name, ctrl.settings, ctrl.joints)
+        await driver.connect()
+        try:
+            with pytest.raises(CycleAborted) as info:
+                await run_guarded_cycle(driver, cycle, ctrl.interlocks, None)
+            # The stop was sent before the worker answered: the arm stands, or ramps down.
+            t_abort = time.monotonic()
+            state = await asyncio.to_thread(
+                wait_until, emu, lambda s: not s["moving"] and not s["script_running"]
+            )
+            return str(info.value), time.monotonic() - t_abort, state
+        finally:
+            await driver.close()
+
+    message, still_s, state = run(go())
+    print(f"drop: {message!r}; still {still_s:.3f} s after the abort")
+    assert f"{DROPPED} RTDE package(s) missed" in message, message
+    assert state["dropped_packets"] == DROPPED
+    assert not state["moving"] and not state["script_running"], state["events"]
+    after = state["commands"][state["commands"].index("servoj") :]
+    assert after == ["servoj", "servo_stop", "stopj", "stop_script"], state["events"]
+    assert state["watchdog_trips"] == 0
+    # The ramp from the fastest speed bounds how long after the abort the arm may still move.
+    assert still_s < fastest_rad_s(cycle) / DECEL_RAD_S2 + 0.5, still_s
+    # run_guarded_cycle raised: no capture of the aborted run exists.
+    fault(f"UR excitation: {DROPPED} RTDE packages missed mid-trajectory", records_lost=0)
+
+
+def test_the_emulator_s_stop_ramp_ends_at_exactly_zero_speed() -> None:
+    # What the kill test found: with every joint moving (a servoJ stream, not one speedJ'd
+    # joint) v0 + (0 - v0) * T / T missed 0.0 by an ulp for most speeds, the emulated arm never
+    # came to rest, servoStop never completed, and only the RTDE watchdog stopped the "motion".
+    rng = np.random.default_rng(0)
+    for _ in range(500):
+        v0 = rng.uniform(-1.0, 1.0, 6).tolist()
+        ramp = _SpeedRamp([0.0] * 6, v0, [0.0] * 6, DECEL_RAD_S2)
+        _, qd = ramp.at(ramp.duration_s + 0.002)
+        assert qd == [0.0] * 6, (v0, qd)
+        _, qd = ramp.at(ramp.duration_s)
+        assert qd == [0.0] * 6, (v0, qd)
