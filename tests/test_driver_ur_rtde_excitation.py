@@ -19,114 +19,31 @@ import numpy as np
 import pytest
 
 from agent.capture_multi import MultiCapture
-from agent.config import ControllerSettings, load_config
+from agent.config import ControllerSettings
 from agent.cycles import run_guarded_cycle
 from agent.errors import CycleAborted, DriverError
-from agent.estimation.excitation import ExcitationSettings, random_excitation
 from agent.identification_job import IdentificationRefused, analyze_identification
 from agent.models.newton_euler import inverse_dynamics
 from agent.models.robot import load_robot
 from drivers.base import Capability, ExcitationCycle
 from drivers.ur_rtde import UrRtdeDriver
-from tests.peers.ur_controller import REPO_ROOT, UrEmulator, free_host
+from tests.peers.ur_controller import UrEmulator, free_host
+from tests.peers.ur_controller.excitation import (
+    COULOMB_NM,
+    ROBOT,
+    VISCOUS_NM_S_RAD,
+    controller,
+    emulator_args_at,
+    excitation_cycle,
+    write_config,
+)
 from tests.peers.ur_controller.harness import run, wait_until
 from tests.peers.ur_controller.rigid_arm import ScalarNewtonEuler
 from tests.summary import fault
 
-ROBOT = str(REPO_ROOT / "config/robots/ur5e.yaml")
-# The emulator's truth (link side) and the torque constants both sides use.
-COULOMB_NM = (5.0, 7.0, 4.0, 1.5, 1.2, 1.0)
-VISCOUS_NM_S_RAD = (6.0, 9.0, 5.0, 2.0, 1.5, 1.2)
-KT_NM_A = (0.125, 0.125, 0.125, 0.092, 0.092, 0.092)
-NOISE_A = 0.02
 # Stated tolerance of the recovered friction: relative, or absolute for the small wrist values.
 COULOMB_TOL = (0.10, 0.3)  # 10 % or 0.3 N·m
 VISCOUS_TOL = (0.10, 0.3)  # 10 % or 0.3 N·m·s/rad
-
-
-def _csv(values: tuple[float, ...] | list[float]) -> str:
-    return ",".join(f"{v:.10g}" for v in values)
-
-
-def _config(tmp_path: Path, host: str, model: str = "rigid") -> ControllerSettings:
-    robot = load_robot(ROBOT)
-    joints = "".join(
-        f"""\
-      - name: {j.name}
-        index: {i + 1}
-        gear_ratio: {j.gear_ratio:g}
-        encoder_bits: 19
-        test_pose_rad: 0.0
-        backlash_cycle:
-          motor_speed_rps: 10
-          sample_rate_hz: 500
-"""
-        for i, j in enumerate(robot.joints)
-    )
-    text = f"""\
-controllers:
-  - name: ur5e
-    driver: ur_rtde
-    settings:
-      host: {host}
-      rt_priority: 20
-      reconnect_backoff_s: 0.2
-      torque_constants_nm_a: [{_csv(KT_NM_A)}]
-    identification:
-      robot: {ROBOT}
-      model: {model}
-      method: ols
-      sample_rate_hz: 500
-      settle_s: 0.2
-      decimation: 10
-      max_condition_number: 1.0e6
-      trajectory:
-        period_s: 2.0
-        harmonics: 3
-        periods: 2
-        hold_s: 0.3
-    joints:
-{joints}"""
-    path = tmp_path / "ur.yaml"
-    path.write_text(text)
-    return load_config(path).controllers[0]
-
-
-def _cycle(ctrl: ControllerSettings) -> ExcitationCycle:
-    """A random (not optimised: SLSQP takes too long for a test) Fourier excitation."""
-    robot = load_robot(ROBOT)
-    s = ctrl.identification
-    assert s is not None
-    design = ExcitationSettings(
-        period_s=2.0, harmonics=3, position_halfrange_rad=0.8, speed_fraction=0.6, seed=3
-    )
-    traj = random_excitation(robot, design)
-    return ExcitationCycle(
-        controller=ctrl.name,
-        robot=robot.name,
-        joints=robot.joint_names,
-        period_s=traj.period_s,
-        q0_rad=traj.q0_rad,
-        a=traj.a,
-        b=traj.b,
-        periods=s.trajectory.periods,
-        hold_s=s.trajectory.hold_s,
-        settle_s=s.settle_s,
-        sample_rate_hz=s.sample_rate_hz,
-        gear_ratios=tuple(j.gear_ratio for j in robot.joints),
-    )
-
-
-def _emulator(host: str, q0: list[float], *extra: str) -> UrEmulator:
-    return UrEmulator(
-        host,
-        *(f"--q0={_csv(q0)}", "--robot", ROBOT, "--rt-priority", "30", "--seed", "5"),
-        f"--coulomb-nm={_csv(COULOMB_NM)}",
-        f"--viscous-nm-s-rad={_csv(VISCOUS_NM_S_RAD)}",
-        f"--torque-constants-nm-a={_csv(KT_NM_A)}",
-        f"--current-noise-a={NOISE_A}",
-        *extra,
-    )
 
 
 def _driver(ctrl: ControllerSettings) -> UrRtdeDriver:
@@ -158,9 +75,9 @@ async def _guarded(ctrl: ControllerSettings, cycle: ExcitationCycle) -> MultiCap
 def excited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, ...]:
     """One excitation through the emulator: (controller, cycle, capture, emulator state)."""
     host = free_host()
-    ctrl = _config(tmp_path_factory.mktemp("ur_excite"), host)
-    cycle = _cycle(ctrl)
-    with _emulator(host, list(cycle.trajectory().start_rad())) as emu:
+    ctrl = controller(write_config(tmp_path_factory.mktemp("ur_excite"), host))
+    cycle = excitation_cycle(ctrl)
+    with UrEmulator(host, *emulator_args_at(list(cycle.trajectory().start_rad()))) as emu:
         capture = run(_guarded(ctrl, cycle))
         state = wait_until(emu, lambda s: not s["moving"])
     return ctrl, cycle, capture, state
@@ -203,7 +120,9 @@ def test_excitation_follows_the_trajectory_and_identifies_the_friction(
     assert delays[best] <= lag_bound_s
     # what a pure delay leaves of a second-order lag: the curvature terms, ~ qdd / gain
     assert errs[best] < 1e-2  # rad, over about +-1 rad of motion
-    assert float(np.abs(q - commanded(0.0)).max()) > 10 * errs[best]  # realised, not echoed
+    # Realised, not echoed: an echo of the targets would fit best at no delay. The ratio is
+    # 11-14 on an idle machine and fell to 9.6 once under load (packages late), so 5.
+    assert float(np.abs(q - commanded(0.0)).max()) > 5 * errs[best]
     assert np.allclose(capture.channel("motor_pos_rad"), q * np.array(cycle.gear_ratios))
 
     s = ctrl.identification
@@ -231,9 +150,9 @@ def test_elastic_model_is_refused_for_a_ur_capture(excited: tuple[Any, ...]) -> 
 
 def test_protective_stop_mid_trajectory_aborts(tmp_path: Path) -> None:
     host = free_host()
-    ctrl = _config(tmp_path, host)
-    cycle = _cycle(ctrl)
-    with _emulator(host, list(cycle.trajectory().start_rad())) as emu:
+    ctrl = controller(write_config(tmp_path, host))
+    cycle = excitation_cycle(ctrl)
+    with UrEmulator(host, *emulator_args_at(list(cycle.trajectory().start_rad()))) as emu:
         stop = {"op": "set", "safety_mode": "PROTECTIVE_STOP"}
         emu.call("on_motion", when="servo", delay_s=1.0, action=stop)
         with pytest.raises(CycleAborted, match=r"(?i)protective"):
@@ -248,8 +167,8 @@ def test_protective_stop_mid_trajectory_aborts(tmp_path: Path) -> None:
 
 def test_stop_motion_mid_trajectory_sends_servo_stop_then_stopj(tmp_path: Path) -> None:
     host = free_host()
-    ctrl = _config(tmp_path, host)
-    cycle = _cycle(ctrl)
+    ctrl = controller(write_config(tmp_path, host))
+    cycle = excitation_cycle(ctrl)
 
     async def go() -> str:
         driver = _driver(ctrl)
@@ -265,7 +184,7 @@ def test_stop_motion_mid_trajectory_sends_servo_stop_then_stopj(tmp_path: Path) 
         finally:
             await driver.close()
 
-    with _emulator(host, list(cycle.trajectory().start_rad())) as emu:
+    with UrEmulator(host, *emulator_args_at(list(cycle.trajectory().start_rad()))) as emu:
         message = run(go())
         state = wait_until(emu, lambda s: not s["moving"])
     assert "stop requested" in message
@@ -276,8 +195,8 @@ def test_stop_motion_mid_trajectory_sends_servo_stop_then_stopj(tmp_path: Path) 
 
 def test_a_robot_not_at_q0_is_refused_before_any_motion(tmp_path: Path) -> None:
     host = free_host()
-    ctrl = _config(tmp_path, host)
-    cycle = _cycle(ctrl)
+    ctrl = controller(write_config(tmp_path, host))
+    cycle = excitation_cycle(ctrl)
     q0 = list(cycle.trajectory().start_rad())
     q0[2] += 0.05
 
@@ -292,7 +211,7 @@ def test_a_robot_not_at_q0_is_refused_before_any_motion(tmp_path: Path) -> None:
             await driver.close()
         raise AssertionError("the excitation was not refused")
 
-    with _emulator(host, q0) as emu:
+    with UrEmulator(host, *emulator_args_at(q0)) as emu:
         message = run(go())
         state = emu.state()
     assert "joint 3 stands at" in message and "not moving" in message
@@ -300,11 +219,11 @@ def test_a_robot_not_at_q0_is_refused_before_any_motion(tmp_path: Path) -> None:
 
 
 def test_an_excitation_without_torque_constants_is_refused(tmp_path: Path) -> None:
-    ctrl = _config(tmp_path, "127.0.0.1")
+    ctrl = controller(write_config(tmp_path, "127.0.0.1"))
     settings = dataclasses.replace(ctrl.settings, torque_constants_nm_a=None)
     driver = UrRtdeDriver(ctrl.name, settings, ctrl.joints)
     with pytest.raises(DriverError, match="torque_constants_nm_a is not set"):
-        run(driver.run_cycle(_cycle(ctrl)))
+        run(driver.run_cycle(excitation_cycle(ctrl)))
 
 
 def test_the_emulator_s_scalar_newton_euler_is_the_agent_s() -> None:

@@ -113,8 +113,13 @@ def excitation_cycle(ctrl: ControllerSettings) -> ExcitationCycle:
 
 def emulator_args(cycle: ExcitationCycle) -> list[str]:
     """The rigid UR5e standing at the excitation's q0, real-time controller cycle."""
+    return emulator_args_at(list(cycle.trajectory().start_rad()))
+
+
+def emulator_args_at(q0_rad: list[float]) -> list[str]:
+    """The rigid UR5e standing at `q0_rad`, real-time controller cycle."""
     return [
-        f"--q0={csv(list(cycle.trajectory().start_rad()))}",
+        f"--q0={csv(q0_rad)}",
         *("--robot", ROBOT, "--rt-priority", "30", "--seed", "5"),
         f"--coulomb-nm={csv(COULOMB_NM)}",
         f"--viscous-nm-s-rad={csv(VISCOUS_NM_S_RAD)}",
