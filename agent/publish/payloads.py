@@ -177,16 +177,9 @@ def identification_health(joint: JointReport) -> dict[str, Any] | None:
     v = joint.identification
     if v is None:
         return None
-    soon = v.forecast
-    fc = None if soon is None else soon.forecast
+    # The verdict's own dict, with each indicator in the health payload's flatter shape.
     return {
-        "status": v.status.value,
-        "ne107": {"status": v.ne107.value, "letter": v.ne107.letter},
-        "reason": v.reason,
-        "indicator": v.worst.indicator,
-        "forecast": None if soon is None or fc is None else {
-            "indicator": soon.indicator, **fc.to_dict()},
-        "forecast_text": v.forecast_text,
+        **v.to_dict(),
         "indicators": [{
             "name": w.indicator, "status": w.status.value,
             "ne107": {"status": w.ne107.value, "letter": w.ne107.letter}, "reason": w.reason,
