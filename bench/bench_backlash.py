@@ -12,19 +12,19 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 from scipy.optimize import brentq
 
-from agent.calibration_sweep import fit_settings, sweep_points
-from agent.capture import Capture, motor_speed_rad_s
-from agent.config import BacklashCycleSettings, ControllerSettings, JointSettings
-from agent.cycles import backlash_cycle
-from agent.estimation.backlash import (
+from agent.capture.model import Capture, motor_speed_rad_s
+from agent.config.model import BacklashCycleSettings, ControllerSettings, JointSettings
+from agent.estimation.backlash.calibration import PAPER_EQ10_COEFFS, fit_calibration
+from agent.estimation.backlash.fit import (
     BacklashFitSettings,
     fit_backlash_residual,
 )
-from agent.estimation.calibration import PAPER_EQ10_COEFFS, fit_calibration
+from agent.kinds.backlash.calibration import fit_settings, sweep_points
 from agent.models.joint import ConstantSpeedTest, simulate_constant_speed
-from agent.simulation import joint_physics, simulate_backlash_capture
+from agent.service.interlocks import backlash_cycle
 from bench.baseline_cma import fit_baseline
 from drivers.base import BacklashCycle
+from drivers.sim.backlash import joint_physics, simulate_backlash_capture
 
 PAPER_SETS_RAD = tuple(round(3e-4 + 2e-4 * k, 6) for k in range(10))  # 3e-4 ... 21e-4
 

@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.config import load_config
-from agent.cycles import backlash_cycle
-from drivers.can import CanDriver
+from agent.config.model import load_config
+from agent.service.interlocks import backlash_cycle
+from drivers.can.driver import CanDriver
 
 ROOT = Path(__file__).resolve().parents[1]
 RATE_HZ = 8000

@@ -8,8 +8,8 @@
    axes with backlash; Z reverses on the surface too but has no backlash in this machine.
    Each line is fed to the filter on its own and timed; throughput is lines over the time of
    the loops that feed them (timing included). Baselines in the same run, on the same lines:
-   (a) the plain G-code pipeline, full parser (agent.feedrate.gcode) and pass-through
-   emitter; (a') the same with the filter's parser front end (agent.feedrate.filter_fast);
+   (a) the plain G-code pipeline, full parser (agent.feedrate.gcode.parser) and pass-through
+   emitter; (a') the same with the filter's parser front end (agent.feedrate.filter.fast);
    (b) the filter on a machine whose axes have no backlash (everything but the windows).
    Both wall-clock and CPU time are shown: this machine is shared, and a process that waits
    for a core sees its wall-clock figures inflated by the others' load.
@@ -33,10 +33,10 @@ from typing import Any
 
 from agent.feedrate.circular_test import circle_program, circular_test, lead_mm
 from agent.feedrate.executor import execute_program
-from agent.feedrate.filter import FeedrateFilter, filter_lines
-from agent.feedrate.filter_fast import FastModalState
-from agent.feedrate.gcode import ModalState
-from agent.feedrate.gcode_emit import GcodeEmitter
+from agent.feedrate.filter.fast import FastModalState
+from agent.feedrate.filter.toolpath_filter import FeedrateFilter, filter_lines
+from agent.feedrate.gcode.emit import GcodeEmitter
+from agent.feedrate.gcode.parser import ModalState
 from agent.feedrate.machine import (
     LookaheadSettings,
     MachineSettings,
@@ -141,7 +141,7 @@ def chunks(n_lines: int) -> Iterator[list[str]]:
 
 def run_baseline(n_lines: int, *, fast: bool) -> tuple[float, float]:
     """Parse + pass-through emit, no filtering: (lines/s wall, lines/s CPU). `fast`: the
-    filter's own parser front end (agent.feedrate.filter_fast), else the full parser."""
+    filter's own parser front end (agent.feedrate.filter.fast), else the full parser."""
     state = FastModalState() if fast else ModalState()
     em = GcodeEmitter("grbl")
     sink, n, wall, cpu = 0, 0, 0.0, 0.0

@@ -1,6 +1,6 @@
 """Streaming throughput to the GRBL-protocol peer over a pty (issue 3, part 5).
 
-Same program, same peer, same run: GRBL character counting (agent.feedrate.stream) against the
+Same program, same peer, same run: GRBL character counting (agent.feedrate.streaming.grbl) against the
 send-one-line-and-wait-for-`ok` baseline (gnea's simple_stream.py protocol), with the peer's
 machine clock made effectively instant (--time-scale 1e6) so that the link and the protocol
 are what is measured; then DNC drip feed with XON/XOFF, paced at a 115200-baud line's byte rate
@@ -20,14 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.feedrate.serial_channel import open_serial
-from agent.feedrate.stream import (
+from agent.feedrate.streaming.grbl import (
     DncOptions,
     GrblOptions,
     StreamResult,
     stream_dnc,
     stream_grbl,
 )
+from agent.feedrate.streaming.serial_channel import open_serial
 
 PEER = Path(__file__).resolve().parent.parent / "tests" / "peers" / "grbl_controller.py"
 

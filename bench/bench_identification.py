@@ -11,7 +11,7 @@
    validation trajectories (paper: 16.5 % to 28.5 % better); WLS against OLS when the torque
    noise differs across joints; the identification timed (target: under 2 s).
 6. The identification test cycle as the daemon runs it: excitation_cycle (design), the sim
-   driver's excitation (drivers.sim_excitation) on a UR5e, analyze_identification; a healthy
+   driver's excitation (drivers.sim.excitation) on a UR5e, analyze_identification; a healthy
    robot and one whose elbow friction doubled and shoulder_lift stiffness dropped 20 %.
 """
 
@@ -26,14 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.capture_io import save_capture
-from agent.estimation.excitation import (
+from agent.capture.files import save_capture
+from agent.estimation.identification.excitation import (
     ExcitationSettings,
     FourierTrajectory,
     design_excitation,
     random_excitation,
 )
-from agent.estimation.identification import (
+from agent.estimation.identification.fit import (
     IdentificationSettings,
     elastic_base,
     identify,
@@ -44,9 +44,9 @@ from agent.estimation.identification import (
     true_parameters,
     validate,
 )
-from agent.estimation.signal_chain import FilterSettings, robot_signals
-from agent.models import elastic_robot as er
-from agent.models.robot import RobotDescription, load_robot
+from agent.estimation.identification.signal_chain import FilterSettings, robot_signals
+from agent.models.robot.description import RobotDescription, load_robot
+from agent.models.robot.description import elastic as er
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 SNR_DB = (None, 200.0, 100.0, 80.0, 70.0, 20.0)
@@ -339,7 +339,7 @@ def wls_vs_ols(
 
 def timing(cad: RobotDescription, caps: tuple) -> None:
     print("\n-- identification time of the capture above (target: 31 s at 1 kHz in <= 2 s)")
-    from agent.capture_io import load_capture
+    from agent.capture.files import load_capture
 
     times, total = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -361,13 +361,13 @@ def timing(cad: RobotDescription, caps: tuple) -> None:
 
 
 def identification_cycle(quick: bool) -> None:
-    from agent.config import ControllerSettings
-    from agent.identification_job import analyze_identification, excitation_cycle
-    from agent.identification_settings import (
+    from agent.config.identification import (
         ExcitationDesignSettings,
         IdentificationCycleSettings,
     )
-    from drivers.sim_excitation import SimJointWear, SimRobotSettings, simulate_excitation
+    from agent.config.model import ControllerSettings
+    from agent.kinds.identification.analysis import analyze_identification, excitation_cycle
+    from drivers.sim.excitation import SimJointWear, SimRobotSettings, simulate_excitation
 
     name = "planar2" if quick else "ur5e"
     worn_joint, soft_joint = ("joint_2", "joint_1") if quick else ("elbow", "shoulder_lift")

@@ -23,8 +23,8 @@ from typing import Any
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
-from agent.publish.mqtt import MqttPublisher
-from agent.publish.mqtt_settings import MqttSettings
+from agent.config.mqtt import MqttSettings
+from agent.publish.mqtt.publisher import MqttPublisher
 from tests.peers.mosquitto_broker import MosquittoBroker, free_port, wait_until
 from tests.test_publish_mqtt import cycle_report
 

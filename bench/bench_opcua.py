@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.config import ControllerSettings, load_config
-from agent.cycles import CycleLimits, backlash_cycle, run_guarded_cycle
+from agent.config.model import ControllerSettings, load_config
 from agent.errors import AgentError
-from drivers.opcua import OpcUaDriver
+from agent.service.interlocks import CycleLimits, backlash_cycle, run_guarded_cycle
+from drivers.opcua.driver import OpcUaDriver
 from tests.peers.opcua.harness import PeerProcess, Plant, config_text
 
 RATE_HZ = 100_000.0

@@ -20,11 +20,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.config import InterlockSettings, load_config
-from agent.cycles import CycleLimits, run_guarded_cycle
+from agent.config.model import InterlockSettings, load_config
 from agent.errors import AgentError
+from agent.service.interlocks import CycleLimits, run_guarded_cycle
 from drivers.base import BacklashCycle
-from drivers.serial import SerialEncoderDriver
+from drivers.serial.driver import SerialEncoderDriver
 
 PEER = Path(__file__).resolve().parent.parent / "tests" / "peers" / "serial_board.py"
 BAUD = 921_600

@@ -10,19 +10,19 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.estimation.stiffness import (
-    estimate_dual_encoder,
-    estimate_stiffness,
-    prior_from_robot,
-)
-from agent.estimation.stiffness_design import (
+from agent.estimation.stiffness.design import (
     CRITERIA,
     TcpDesignSettings,
     design_dual_encoder,
     design_tcp,
     random_feasible_tcp,
 )
-from agent.models.compliance import (
+from agent.estimation.stiffness.inference import (
+    estimate_dual_encoder,
+    estimate_stiffness,
+    prior_from_robot,
+)
+from agent.models.robot.compliance import (
     ComplianceModel,
     InfeasibleRequestError,
     Payload,
@@ -31,7 +31,7 @@ from agent.models.compliance import (
     simulate_tcp_measurements,
     with_payload,
 )
-from agent.models.robot import load_robot
+from agent.models.robot.description import load_robot
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 DESIGN_BUDGET_S = 10.0  # issue 5: a 5-measurement A-optimal design for the IRB 6660

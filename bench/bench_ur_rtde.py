@@ -2,7 +2,7 @@
 
 The controller emulator (tests/peers/ur_controller) streams the driver's output recipe at 500 Hz;
 the driver's worker reads it through the real ur_rtde receive interfaces (two paths, merged by
-controller tick; drivers/ur_rtde_stream.py) and counts every package and every gap in the
+controller tick; drivers/ur_rtde/worker/stream.py) and counts every package and every gap in the
 controller timestamps, also per path. The baseline is what the emulator itself sent in the same
 window.
 """
@@ -18,8 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from drivers.ur_rtde import UrRtdeDriver  # noqa: E402
-from drivers.ur_rtde_settings import UrRtdeSettings  # noqa: E402
+from drivers.ur_rtde.driver import UrRtdeDriver  # noqa: E402
+from drivers.ur_rtde.settings import UrRtdeSettings  # noqa: E402
 from tests.peers.ur_controller import UrEmulator, free_host  # noqa: E402
 
 RT_PRIORITY = 20  # the driver's capture loop

@@ -16,12 +16,12 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar
 
-from agent.capture import Capture, CaptureMeta
+from agent.capture.model import Capture, CaptureMeta
 from agent.errors import DriverError
 
 if TYPE_CHECKING:  # numpy and the estimation package load only where a trajectory is evaluated
-    from agent.capture_multi import MultiCapture
-    from agent.estimation.excitation import FourierTrajectory
+    from agent.capture.multi import MultiCapture
+    from agent.estimation.identification.excitation import FourierTrajectory
 
 ENTRY_POINT_GROUP = "joint_health_agent.drivers"
 T = TypeVar("T")
@@ -110,12 +110,12 @@ class ExcitationCycle:
 
     Joint j (in the order of `joints`) follows, with w = 2 pi / period_s and l = 1..L,
         q_j(t) = q0_j + sum_l a_jl / (w l) sin(w l t) - b_jl / (w l) cos(w l t)
-    (agent.estimation.excitation.FourierTrajectory), starting and ending each period at rest in
+    (agent.estimation.identification.excitation.FourierTrajectory), starting and ending each period at rest in
     the start pose q(0). The cycle is: settle_s standing still at the start pose (discarded),
     then the captured part: hold_s at rest, `periods` periods of motion, hold_s at rest. Moving
     to the start pose is not part of it: the interlocks require the robot to stand there.
     The capture holds every joint's link position, motor position and motor torque
-    (agent.capture_multi.MultiCapture).
+    (agent.capture.multi.MultiCapture).
     """
 
     controller: str
@@ -165,7 +165,7 @@ class ExcitationCycle:
         return dict(zip(self.joints, self.trajectory().start_rad(), strict=True))
 
     def trajectory(self) -> FourierTrajectory:
-        from agent.estimation.excitation import FourierTrajectory
+        from agent.estimation.identification.excitation import FourierTrajectory
 
         return FourierTrajectory(self.period_s, self.q0_rad, self.a, self.b)
 
@@ -213,7 +213,7 @@ class Driver(abc.ABC):
 
     name: ClassVar[str] = "abstract"
     capabilities: ClassVar[Capability] = Capability.NONE
-    # The frozen dataclass the driver's `settings:` section is validated into (agent.schema).
+    # The frozen dataclass the driver's `settings:` section is validated into (agent.schema.validate).
     settings_type: ClassVar[type[Any] | None] = None
 
     def __init__(self, controller: str, settings: Any, joints: tuple[Any, ...]) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agent.config import BacklashCycleSettings, JointSettings
+from agent.config.model import BacklashCycleSettings, JointSettings
 
 # Paper 000's test: 100 motor rev/s through a 40:1 gear, so one load turn lasts T_f = 0.4 s.
 MOTOR_SPEED_RPS = 100.0

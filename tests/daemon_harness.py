@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from agent.daemon import Agent
-from agent.store import HistoryStore
+from agent.history.store import HistoryStore
+from agent.service.daemon import Agent
 
 
 async def until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -29,7 +29,7 @@ def serve(agent: Agent, scenario: Callable[[], Awaitable[None]]) -> int:
         task = asyncio.create_task(agent.run())
         try:
             await until(
-                lambda: len(agent.runners) == len(agent.config.controllers),
+                lambda: len(agent.runners) == len(agent.config.model.controllers),
                 10,
                 "the controller tasks",
             )

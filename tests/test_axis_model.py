@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.integrate import solve_ivp
 
-from agent.models.axis import (
+from agent.models.axis.model import (
     AxisParams,
     engaged_harmonic_motion,
     harmonic_backlash_interval,
@@ -19,7 +19,7 @@ from agent.models.axis import (
     motor_angle_in_gap,
     simulate_harmonic_p,
 )
-from agent.models.axis_pid import gap_take_up_s, simulate_axis
+from agent.models.axis.pid import gap_take_up_s, simulate_axis
 
 PAPER = AxisParams(b_s2=0.0005, c_s=0.005, gear_ratio=25.0, screw_lead_m_per_rad=1.0,
                    motor_inertia_fraction=0.35, motor_time_constant_s=1.0,

@@ -7,11 +7,11 @@ import math
 import numpy as np
 import pytest
 
-from agent.capture import Capture, CaptureMeta
+from agent.capture.model import Capture, CaptureMeta
 from agent.errors import EstimationError
-from agent.estimation.backlash import BacklashFitSettings, fit_backlash, fit_backlash_residual
-from agent.estimation.period import estimate_period
-from agent.estimation.signature import SignatureParams, paper_signature, signature_basis
+from agent.estimation.backlash.fit import BacklashFitSettings, fit_backlash, fit_backlash_residual
+from agent.estimation.backlash.period import estimate_period
+from agent.estimation.backlash.signature import SignatureParams, paper_signature, signature_basis
 
 FS_HZ = 500.0
 TF_S = 0.4  # 100 rev/s motor, gear ratio 40

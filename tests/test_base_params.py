@@ -13,13 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.errors import EstimationError
-from agent.estimation.base_params import (
+from agent.estimation.identification.base_params import (
     base_parameters,
     random_states,
     reduce_regressor,
 )
-from agent.models.regressor import ParameterLayout, parameter_vector, regressor
-from agent.models.robot import RobotDescription, load_robot
+from agent.models.robot.description import RobotDescription, load_robot
+from agent.models.robot.regressor import ParameterLayout, parameter_vector, regressor
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 TILT_RAD = 0.3

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from agent.errors import EstimationError
-from agent.estimation.calibration import (
+from agent.estimation.backlash.calibration import (
     PAPER_EQ10_COEFFS,
     BacklashCalibration,
     fit_calibration,

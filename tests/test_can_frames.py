@@ -12,13 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.config import load_config
+from agent.config.model import load_config
 from agent.errors import ConfigError, DriverError
 from drivers.base import load_driver_class
-from drivers.can import CanDriver
-from drivers.can_dbc import load_protocol, nominal_frame_bits
-from drivers.can_link import CaptureRecorder
-from drivers.can_settings import CanMessageNames, CanSettings
+from drivers.can.dbc import load_protocol, nominal_frame_bits
+from drivers.can.driver import CanDriver
+from drivers.can.link import CaptureRecorder
+from drivers.can.settings import CanMessageNames, CanSettings
 from tests.peers.can_bits import VirtualBus, frame_bits, frame_bits_reference, pack_intel
 from tests.peers.can_harness import DBC, config_text, run, write
 

@@ -7,14 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from agent.capture import (
+from agent.capture.encoder import angle_to_counts
+from agent.capture.model import (
     CHANNEL_UNITS,
     Capture,
     CaptureMeta,
     motor_speed_rad_s,
     speed_from_position,
 )
-from agent.encoder import angle_to_counts
 from agent.errors import EX_DATAERR, CaptureError
 
 T = np.arange(5) * 0.01

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.atomic import atomic_write_bytes, atomic_write_text, atomic_writer
-from agent.capture import Capture, CaptureMeta
-from agent.capture_io import (
+from agent.capture.encoder import angle_to_counts, unwrap_counts
+from agent.capture.files import (
     capture_with_positions,
     load_capture,
     read_csv,
@@ -28,7 +28,7 @@ from agent.capture_io import (
     write_csv,
     write_npz,
 )
-from agent.encoder import angle_to_counts, unwrap_counts
+from agent.capture.model import Capture, CaptureMeta
 from agent.errors import EX_DATAERR, CaptureError
 
 BITS = 19

@@ -1,6 +1,6 @@
 """`jha ...`: config check, analyze backlash (JSON, plot, bad input), simulate, drivers.
 
-Most cases call agent.cli.main in-process; a few run the installed `jha` as a subprocess, the way
+Most cases call agent.cli.main.main in-process; a few run the installed `jha` as a subprocess, the way
 a user or a script does.
 """
 
@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.capture_io import load_capture
-from agent.cli import main
+from agent.capture.files import load_capture
+from agent.cli.main import main
 from agent.errors import EX_CONFIG, EX_DATAERR, EX_OK
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -302,7 +302,7 @@ def test_drivers_lists_sim_with_its_capabilities(capsys: pytest.CaptureFixture[s
     assert main(["drivers"]) == EX_OK
     lines = capsys.readouterr().out.splitlines()
     (sim,) = [line for line in lines if line.split()[0] == "sim"]
-    assert "drivers.sim:SimDriver" in sim
+    assert "drivers.sim.driver:SimDriver" in sim
     assert sim.rstrip().endswith(
         "cycles, motor_encoder, link_encoder, current, toolpath_streaming, excitation"
     )

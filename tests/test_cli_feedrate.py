@@ -1,7 +1,7 @@
-"""`jha feedrate ...` (agent.cli_feedrate): filter, stream, simulate, sweep.
+"""`jha feedrate ...` (agent.cli.feedrate): filter, stream, simulate, sweep.
 
-The command group is mounted on a bare argparse parser here, as agent/cli.py mounts it, and run
-in-process; errors map to sysexits codes the way agent.cli.main maps them. `stream` talks to
+The command group is mounted on a bare argparse parser here, as agent/cli/main.py mounts it, and run
+in-process; errors map to sysexits codes the way agent.cli.main.main maps them. `stream` talks to
 the GRBL-protocol peer (tests/peers/grbl_controller.py) on a pseudo-terminal.
 """
 
@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from agent.cli_feedrate import register
+from agent.cli.feedrate import register
 from agent.errors import EX_CONFIG, EX_DATAERR, EX_IOERR, EX_OK, AgentError
-from agent.feedrate.filter import filter_lines, filtered_lines_with_origin
+from agent.feedrate.filter.toolpath_filter import filter_lines, filtered_lines_with_origin
 from agent.feedrate.machine import load_machine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,8 +182,8 @@ class Peer:
 
     def wait_idle(self, timeout_s: float = 10.0) -> Any:
         """Poll '?' until the controller reports Idle (all planned motion executed)."""
-        from agent.feedrate.grbl_protocol import parse_status
-        from agent.feedrate.serial_channel import open_serial
+        from agent.feedrate.streaming.grbl_protocol import parse_status
+        from agent.feedrate.streaming.serial_channel import open_serial
 
         channel = open_serial(self.path)
         try:
@@ -203,7 +203,7 @@ class Peer:
 
     def state(self) -> Any:
         """The machine's status from the peer's display (its stdin and stdout, not the port)."""
-        from agent.feedrate.grbl_protocol import parse_status
+        from agent.feedrate.streaming.grbl_protocol import parse_status
 
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write("status\n")

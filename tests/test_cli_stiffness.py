@@ -1,4 +1,4 @@
-"""`jha stiffness design|simulate|estimate|predict`, driven through agent.cli_stiffness."""
+"""`jha stiffness design|simulate|estimate|predict`, driven through agent.cli.stiffness."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.cli_stiffness import (
+from agent.cli.stiffness import (
     load_tcp_measurements,
     register,
     save_tcp_measurements,
     tcp_columns,
 )
 from agent.errors import EX_DATAERR, EX_OK, CaptureError, EstimationError
-from agent.models.compliance import InfeasibleRequestError, TcpMeasurements
+from agent.models.robot.compliance import InfeasibleRequestError, TcpMeasurements
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 IRB = str(ROBOTS / "irb6660.yaml")

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.errors import ConfigError, EstimationError
-from agent.models.compliance import (
+from agent.models.robot.compliance import (
     InfeasibleRequestError,
     Payload,
     cartesian_compliance,
@@ -25,7 +25,8 @@ from agent.models.compliance import (
     tcp_deviation,
     with_payload,
 )
-from agent.models.kinematics import (
+from agent.models.robot.description import RobotDescription, ToolFrame, load_robot
+from agent.models.robot.kinematics import (
     coupling_matrix,
     forward,
     gravity_torques,
@@ -33,7 +34,6 @@ from agent.models.kinematics import (
     make_chain,
     position_jacobian,
 )
-from agent.models.robot import RobotDescription, ToolFrame, load_robot
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 

@@ -11,7 +11,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.config import (
+from agent.config.model import (
     PAPER_SWEEP_BACKLASH_RAD,
     CalibrationPoint,
     Config,
@@ -19,8 +19,8 @@ from agent.config import (
     load_config,
 )
 from agent.errors import EX_CONFIG, ConfigError
-from agent.schema import issues_of
-from drivers.sim_settings import SimJointSettings, SimSettings
+from agent.schema.validate import issues_of
+from drivers.sim.settings import SimJointSettings, SimSettings
 
 # A complete valid config: one simulated controller with two joints.
 VALID_CONFIG = """\

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agent.cli import main
-from agent.config import load_config
-from agent.control_socket import ControlError, request, socket_path
-from agent.daemon import Agent
+from agent.cli.main import main
+from agent.config.model import load_config
+from agent.service.control_socket import ControlError, request, socket_path
+from agent.service.daemon import Agent
 
 
 def test_the_socket_path_follows_systemd_then_the_config_then_the_state_dir() -> None:

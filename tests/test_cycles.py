@@ -1,6 +1,6 @@
 """Safety around every motion: interlocks before a cycle, the watcher during it, the aborts.
 
-The drivers here are the simulated fake controller (drivers/sim.py), subclassed only to record
+The drivers here are the simulated fake controller (drivers/sim/driver.py), subclassed only to record
 what the guard asked of them (run_cycle entered, how it ended) or to play a failing link.
 Timing bounds are generous: the machine running the suite has two shared cores.
 """
@@ -17,18 +17,23 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.capture import Capture
-from agent.config import (
+from agent.capture.model import Capture
+from agent.config.model import (
     BacklashCycleSettings,
     ControllerSettings,
     InterlockSettings,
     JointSettings,
 )
-from agent.cycles import CycleLimits, backlash_cycle, interlock_violations, run_guarded_cycle
 from agent.errors import CycleAborted, DriverError, InterlockError
+from agent.service.interlocks import (
+    CycleLimits,
+    backlash_cycle,
+    interlock_violations,
+    run_guarded_cycle,
+)
 from drivers.base import BacklashCycle, ControllerMode, ControllerStatus
-from drivers.sim import SimDriver
-from drivers.sim_settings import SimJointSettings, SimSettings
+from drivers.sim.driver import SimDriver
+from drivers.sim.settings import SimJointSettings, SimSettings
 
 TOLERANCE_RAD = 0.01
 RULES = InterlockSettings(pose_tolerance_rad=TOLERANCE_RAD, require_operator_absent=True)
@@ -606,7 +611,7 @@ def test_a_failing_stop_still_cancels_the_cycle_within_its_bound(
 ) -> None:
     """The stop is attempted, bounded to STOP_TIMEOUT_S, logged when it fails, and the cycle
     task is cancelled anyway: the watcher is never left stuck behind a dead stop."""
-    from agent.cycles import STOP_TIMEOUT_S
+    from agent.service.interlocks import STOP_TIMEOUT_S
 
     joint = make_joint()
     driver = sim(joint, BrokenStopSim, time_scale=SLOW_SCALE)
@@ -629,7 +634,7 @@ def test_a_failing_stop_still_cancels_the_cycle_within_its_bound(
         took.append(time.monotonic() - began)
         assert not others()
 
-    with caplog.at_level("ERROR", logger="agent.cycles"):
+    with caplog.at_level("ERROR", logger="agent.service.interlocks"):
         run(scenario())
     assert len(driver.stop_motion_times) == 1
     assert driver.cycle_ending == "cancelled"  # the cancel ended it, the stop could not

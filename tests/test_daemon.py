@@ -19,12 +19,12 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.config import load_config
-from agent.daemon import EX_NO_CONTROLLER, EX_NO_STOP, Agent
+from agent.config.model import load_config
 from agent.errors import DriverError
-from agent.store import HistoryStore
+from agent.history.store import HistoryStore
+from agent.service.daemon import EX_NO_CONTROLLER, EX_NO_STOP, Agent
 from drivers.base import ControllerMode
-from drivers.sim import SimDriver
+from drivers.sim.driver import SimDriver
 
 WORN_RAD = 1.2e-3
 BACKLASH_RAD = {"j1": 0.0, "j2": WORN_RAD, "j3": 1.0e-4}

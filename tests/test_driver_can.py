@@ -1,8 +1,8 @@
-"""CAN driver (drivers/can.py) against real peers: socketcand over TCP loopback, and python-can's
+"""CAN driver (drivers/can/driver.py) against real peers: socketcand over TCP loopback, and python-can's
 udp_multicast inside a network namespace of the test's own.
 
 The peers (tests/peers/socketcand_peer.py, udp_multicast_peer.py) run in their own processes and
-produce their samples from agent.simulation's physics; faults are injected at a given sample of
+produce their samples from drivers.sim.backlash's physics; faults are injected at a given sample of
 a given cycle. Every await has a timeout, so a hang fails the test instead of blocking it.
 """
 
@@ -22,16 +22,16 @@ from typing import Any, TypeVar
 import numpy as np
 import pytest
 
-from agent.calibration_sweep import fit_settings
-from agent.capture import Capture
-from agent.capture_io import load_capture
-from agent.config import ControllerSettings, load_config
-from agent.cycles import backlash_cycle, run_guarded_cycle
-from agent.daemon import Agent
+from agent.capture.files import load_capture
+from agent.capture.model import Capture
+from agent.config.model import ControllerSettings, load_config
 from agent.errors import CycleAborted, DriverError, InterlockError
-from agent.estimation.backlash import fit_backlash
+from agent.estimation.backlash.fit import fit_backlash
+from agent.kinds.backlash.calibration import fit_settings
+from agent.service.daemon import Agent
+from agent.service.interlocks import backlash_cycle, run_guarded_cycle
 from drivers.base import ControllerMode
-from drivers.can import CanDriver
+from drivers.can.driver import CanDriver
 from tests.peers.can_harness import Peer, config_text, peer_args, run, sim_captures, write
 from tests.summary import fault
 

@@ -14,16 +14,16 @@ from typing import Any
 
 import pytest
 
-from agent.config import ControllerSettings, config_issues, load_config
+from agent.config.model import ControllerSettings, config_issues, load_config
 from agent.errors import EX_CONFIG, EX_DATAERR, EX_OK, DriverError
-from agent.feedrate.filter import filter_lines
-from agent.feedrate.grbl_protocol import parse_status
+from agent.feedrate.filter.toolpath_filter import filter_lines
 from agent.feedrate.machine import load_machine
-from agent.feedrate.serial_channel import open_serial
-from agent.feedrate.stream import DncOptions
+from agent.feedrate.streaming.grbl import DncOptions
+from agent.feedrate.streaming.grbl_protocol import parse_status
+from agent.feedrate.streaming.serial_channel import open_serial
 from drivers.base import BacklashCycle, Capability, ControllerMode, load_driver_class
-from drivers.grbl import GrblDriver, controller_status, overrides_percent
-from drivers.grbl_settings import GrblSettings
+from drivers.grbl.driver import GrblDriver, controller_status, overrides_percent
+from drivers.grbl.settings import GrblSettings
 from tests.test_cli_feedrate import GRBL_MACHINE, Peer, jha, zigzag
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -382,7 +382,7 @@ def test_cli_dnc_stream_from_the_config_holds_the_machine_on_an_error(
 
 
 def test_the_example_config_validates() -> None:
-    from agent.cli_feedrate import _configured_target
+    from agent.cli.feedrate import _configured_target
 
     path = ROOT / "config" / "cnc_example.yaml"
     assert config_issues(path) == []

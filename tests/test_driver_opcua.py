@@ -22,26 +22,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.calibration_sweep import fit_settings
-from agent.config import ControllerSettings, load_config
-from agent.cycles import CycleLimits, backlash_cycle, run_guarded_cycle
-from agent.daemon import Agent
+from agent.config.model import ControllerSettings, load_config
 from agent.errors import ConfigError, CycleAborted, DriverError, InterlockError
-from agent.estimation.backlash import fit_backlash
+from agent.estimation.backlash.fit import fit_backlash
+from agent.kinds.backlash.calibration import fit_settings
+from agent.service.daemon import Agent
+from agent.service.interlocks import CycleLimits, backlash_cycle, run_guarded_cycle
 from drivers.base import BacklashCycle, ControllerMode, load_driver_class
-from drivers.opcua import OpcUaDriver
-from drivers.opcua_capture import (
+from drivers.opcua.capture import (
     CaptureAssembler,
     ChunkError,
     ChunkPairer,
     decode_chunk,
     expected_samples,
 )
-from drivers.opcua_session import RejectedError
-from drivers.opcua_settings import OpcUaSecurity, OpcUaSettings, OpcUaUser
-from drivers.opcua_status import RawValue, decode_status
-from drivers.sim import SimDriver
-from drivers.sim_settings import SimJointSettings, SimSettings
+from drivers.opcua.driver import OpcUaDriver
+from drivers.opcua.session import RejectedError
+from drivers.opcua.settings import OpcUaSecurity, OpcUaSettings, OpcUaUser
+from drivers.opcua.status import RawValue, decode_status
+from drivers.sim.driver import SimDriver
+from drivers.sim.settings import SimJointSettings, SimSettings
 from tests.peers.opcua.certs import make_certificate
 from tests.peers.opcua.harness import (
     NODES,
@@ -832,6 +832,6 @@ def test_a_watchdog_the_agent_cannot_feed_refuses_the_cycle_before_motion(
     assert "cannot write the watchdog counter: node ns=2;s=Plant.CyclesStarted answered Bad" \
         in message
     assert cycles == 0 and beats == 0  # nothing moved
-    with caplog.at_level("WARNING", logger="drivers.opcua"):
+    with caplog.at_level("WARNING", logger="drivers.opcua.driver"):
         run(without())
     assert "event=opcua_no_watchdog controller=robot1" in caplog.text  # never silently

@@ -21,16 +21,16 @@ from typing import Any, TypeVar
 import numpy as np
 import pytest
 
-from agent.capture import Capture
-from agent.config import ControllerSettings, InterlockSettings, load_config
-from agent.cycles import backlash_cycle, run_guarded_cycle
+from agent.capture.model import Capture
+from agent.config.model import ControllerSettings, InterlockSettings, load_config
 from agent.errors import ConfigError, CycleAborted, DriverError
-from agent.estimation.backlash import fit_backlash
+from agent.estimation.backlash.fit import fit_backlash
+from agent.service.interlocks import backlash_cycle, run_guarded_cycle
 from drivers.base import Capability, ControllerMode, load_driver_class
-from drivers.serial import SerialEncoderDriver
-from drivers.serial_settings import SerialSettings
-from drivers.sim import SimDriver
-from drivers.sim_settings import SimJointSettings, SimSettings
+from drivers.serial.driver import SerialEncoderDriver
+from drivers.serial.settings import SerialSettings
+from drivers.sim.driver import SimDriver
+from drivers.sim.settings import SimJointSettings, SimSettings
 from tests.summary import record
 
 PEER = Path(__file__).parent / "peers" / "serial_board.py"

@@ -1,7 +1,7 @@
 """Universal Robots driver through the real ur_rtde 1.6.5 clients and the controller emulator.
 
 The ur_rtde C++ clients never run in the pytest process: the driver runs them in its worker
-process (drivers.ur_rtde_worker), the isolation the issue asks for (a garbled stream or a broken
+process (drivers.ur_rtde.worker.main), the isolation the issue asks for (a garbled stream or a broken
 pipe can abort the C++ client's whole process); the tests assert on what the driver reports and
 on what the emulator saw (the settings and status mapping, which need no emulator, are in
 tests/test_driver_ur_rtde_config.py). Each test gets its own emulator on its own 127.0.0.N,
@@ -29,16 +29,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.calibration_sweep import fit_settings
-from agent.config import ControllerSettings, JointSettings
-from agent.cycles import backlash_cycle, run_guarded_cycle
+from agent.config.model import ControllerSettings, JointSettings
 from agent.errors import CycleAborted, DriverError, InterlockError
-from agent.estimation.backlash import fit_backlash
+from agent.estimation.backlash.fit import fit_backlash
+from agent.kinds.backlash.calibration import fit_settings
 from agent.models.joint import ConstantSpeedTest, JointPhysics, simulate_constant_speed
+from agent.service.interlocks import backlash_cycle, run_guarded_cycle
 from drivers.base import ControllerMode
-from drivers.sim import SimDriver
-from drivers.sim_settings import SimJointSettings, SimSettings
-from drivers.ur_rtde import UrRtdeDriver
+from drivers.sim.driver import SimDriver
+from drivers.sim.settings import SimJointSettings, SimSettings
+from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller import UrEmulator
 from tests.peers.ur_controller.harness import (
     BACKLASH_RAD,

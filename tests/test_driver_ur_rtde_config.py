@@ -1,6 +1,6 @@
 """Universal Robots driver: its settings (file:line errors) and the status mapping, no robot.
 
-The parts of the UR driver that need no controller: settings validated by agent.schema, with
+The parts of the UR driver that need no controller: settings validated by agent.schema.validate, with
 the heartbeat rule (agent_timeout_s at least 3 x heartbeat_interval_s), the capture-rate check
 at start-up, and how one status read maps to the interlocks' modes. The emulator tests are in
 tests/test_driver_ur_rtde.py.
@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from agent.config import config_issues
+from agent.config.model import config_issues
 from agent.errors import ConfigError
 from drivers.base import ControllerMode, load_driver_class
-from drivers.ur_rtde import UrRtdeDriver, controller_status
-from drivers.ur_rtde_settings import UrRtdeSettings
+from drivers.ur_rtde.driver import UrRtdeDriver, controller_status
+from drivers.ur_rtde.settings import UrRtdeSettings
 from tests.peers.ur_controller.harness import config_text, setup
 
 

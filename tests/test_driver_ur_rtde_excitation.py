@@ -18,15 +18,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent.capture_multi import MultiCapture
-from agent.config import ControllerSettings
-from agent.cycles import run_guarded_cycle
+from agent.capture.multi import MultiCapture
+from agent.config.model import ControllerSettings
 from agent.errors import CycleAborted, DriverError
-from agent.identification_job import IdentificationRefused, analyze_identification
-from agent.models.newton_euler import inverse_dynamics
-from agent.models.robot import load_robot
+from agent.kinds.identification.analysis import IdentificationRefused, analyze_identification
+from agent.models.robot.description import load_robot
+from agent.models.robot.newton_euler import inverse_dynamics
+from agent.service.interlocks import run_guarded_cycle
 from drivers.base import Capability, ExcitationCycle
-from drivers.ur_rtde import UrRtdeDriver
+from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller import UrEmulator, free_host
 from tests.peers.ur_controller.excitation import (
     COULOMB_NM,

@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.estimation.excitation import ExcitationSettings, random_excitation
-from agent.models import elastic_robot as er
-from agent.models.regressor import chain_geometry, torques
-from agent.models.robot import RobotDescription, load_robot
+from agent.estimation.identification.excitation import ExcitationSettings, random_excitation
+from agent.models.robot.description import RobotDescription, load_robot
+from agent.models.robot.description import elastic as er
+from agent.models.robot.regressor import chain_geometry, torques
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.encoder import (
+from agent.capture.encoder import (
     MAX_BITS,
     MIN_BITS,
     angle_to_counts,

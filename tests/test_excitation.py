@@ -12,14 +12,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.errors import EstimationError
-from agent.estimation.excitation import (
+from agent.estimation.identification.excitation import (
     ExcitationSettings,
     FourierTrajectory,
     condition_number,
     design_excitation,
     random_excitation,
 )
-from agent.models.robot import load_robot
+from agent.models.robot.description import load_robot
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 PLANAR = load_robot(ROBOTS / "planar2.yaml")

@@ -20,7 +20,7 @@ from agent.feedrate.executor import (
     plan_entry_speeds,
     trapezoid,
 )
-from agent.feedrate.gcode import ModalState, parse_lines
+from agent.feedrate.gcode.parser import ModalState, parse_lines
 from agent.feedrate.profile import symmetric_feedrate
 
 RHO_MM = 250.0  # the osculating circle of sections 4.2 and 6: rho_0 = a = 0.25 m

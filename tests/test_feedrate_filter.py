@@ -1,4 +1,4 @@
-"""The streaming feedrate filter (agent.feedrate.filter) and the machine file it runs on.
+"""The streaming feedrate filter (agent.feedrate.filter.toolpath_filter) and the machine file it runs on.
 
 What the windows do (the paper's profile realised exactly in G93, back-and-forth in
 retrograde), what they leave alone (byte-identical lines), how t* is chosen, the bounded
@@ -20,10 +20,11 @@ from agent.errors import ConfigError
 from agent.feedrate.circular_test import circle_program, circular_test, lead_mm
 from agent.feedrate.example import PAPER_AXIS
 from agent.feedrate.executor import execute_program
-from agent.feedrate.filter import FeedrateFilter, filter_lines, filtered_lines
-from agent.feedrate.filter_plan import Geometry, WindowPlanner, corner_take_up_s
-from agent.feedrate.filter_window import unit_shape
-from agent.feedrate.gcode import GcodeError, Motion
+from agent.feedrate.filter.plan import Geometry, WindowPlanner, corner_take_up_s
+from agent.feedrate.filter.toolpath_filter import FeedrateFilter, filter_lines, filtered_lines
+from agent.feedrate.filter.window import unit_shape
+from agent.feedrate.filter.window_length import plan_window
+from agent.feedrate.gcode.parser import GcodeError, Motion
 from agent.feedrate.machine import (
     LookaheadSettings,
     MachineSettings,
@@ -31,7 +32,6 @@ from agent.feedrate.machine import (
     load_machine,
 )
 from agent.feedrate.profile import symmetric_feedrate
-from agent.feedrate.window_length import plan_window
 from tests.test_feedrate_filter_properties import check_output, machine, parse_program
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,7 +138,7 @@ def test_lines_without_reversals_of_modulated_axes_pass_through_byte_identical()
              "N50 G1 X20 Y10 Z-1*29\r\n", "N60 G3 X25 Y15 I0 J5\r\n", "N70 G1 X40 Z0\r\n",
              "M30\r\n", "%"]
     lines[6] = "N50 G1 X20 Y10 Z-1"
-    from agent.feedrate.gcode_lex import checksum
+    from agent.feedrate.gcode.lex import checksum
 
     lines[6] = f"{lines[6]}*{checksum(lines[6])}\r\n"
     m = machine()
@@ -223,7 +223,7 @@ def test_g93_segments_follow_the_papers_profile(ratio: float) -> None:
 
 
 def _f_words(text: str) -> list[float]:
-    from agent.feedrate.gcode_lex import lex_line
+    from agent.feedrate.gcode.lex import lex_line
 
     return [v for i, line in enumerate(text.splitlines(), 1)
             if (v := lex_line(line, i).values.get("F")) is not None]

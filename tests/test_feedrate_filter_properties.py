@@ -22,12 +22,12 @@ import numpy.typing as npt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.feedrate.filter import FeedrateFilter, FilterStats, filter_lines
-from agent.feedrate.filter_fast import FastModalState
-from agent.feedrate.gcode import Block, ModalState, Motion
-from agent.feedrate.gcode_emit import DIALECTS, validate_output_line
-from agent.feedrate.gcode_lex import lex_line
-from agent.feedrate.geometry import ArcSegment, Vec3
+from agent.feedrate.filter.fast import FastModalState
+from agent.feedrate.filter.toolpath_filter import FeedrateFilter, FilterStats, filter_lines
+from agent.feedrate.gcode.emit import DIALECTS, validate_output_line
+from agent.feedrate.gcode.lex import lex_line
+from agent.feedrate.gcode.parser import Block, ModalState, Motion
+from agent.feedrate.geometry.primitives import ArcSegment, Vec3
 from agent.feedrate.machine import (
     AxisSettings,
     LookaheadSettings,

@@ -15,7 +15,8 @@ from scipy.integrate import quad
 from scipy.optimize import brentq
 from scipy.special import ellipe, fresnel
 
-from agent.feedrate.geometry import (
+from agent.feedrate.geometry.curves import ParametricCurve, bezier_curve, polynomial_curve
+from agent.feedrate.geometry.primitives import (
     ArcSegment,
     LineSegment,
     OsculatingCircle,
@@ -24,8 +25,7 @@ from agent.feedrate.geometry import (
     arc_centre_from_radius,
     osculating_extent,
 )
-from agent.feedrate.geometry_curves import ParametricCurve, bezier_curve, polynomial_curve
-from agent.feedrate.turning_points import TurningPointTracker, turning_points
+from agent.feedrate.geometry.turning_points import TurningPointTracker, turning_points
 
 Derivs = Callable[[float], Sequence[Sequence[float]]]
 

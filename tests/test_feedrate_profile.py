@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from scipy.integrate import quad
 
 from agent.feedrate.example import PAPER_AXIS
+from agent.feedrate.filter.window_length import plan_window, take_up_instant_s
 from agent.feedrate.profile import (
     BernsteinFeedrate,
     CompositeFeedrate,
@@ -21,7 +22,6 @@ from agent.feedrate.profile import (
     middle_ratio,
     symmetric_feedrate,
 )
-from agent.feedrate.window_length import plan_window, take_up_instant_s
 
 VC = 0.25 * math.pi / 6.0  # the paper's V_c = rho_0 Omega
 

@@ -14,7 +14,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agent.errors import EX_DATAERR, AgentError
-from agent.feedrate.gcode import (
+from agent.feedrate.gcode.emit import (
+    DIALECTS,
+    Dialect,
+    GcodeEmitter,
+    canonical_lines,
+    format_number,
+    format_significant,
+    insert_motion_word,
+    validate_output_line,
+)
+from agent.feedrate.gcode.lex import checksum, lex_line, strip_number_and_checksum
+from agent.feedrate.gcode.parser import (
     PLANE_OFFSETS,
     Block,
     DistanceMode,
@@ -29,19 +40,8 @@ from agent.feedrate.gcode import (
     parse_lines,
     read_lines,
 )
-from agent.feedrate.gcode_emit import (
-    DIALECTS,
-    Dialect,
-    GcodeEmitter,
-    canonical_lines,
-    format_number,
-    format_significant,
-    insert_motion_word,
-    validate_output_line,
-)
-from agent.feedrate.gcode_lex import checksum, lex_line, strip_number_and_checksum
-from agent.feedrate.geometry import Plane
-from agent.feedrate.turning_points import TurningPointTracker
+from agent.feedrate.geometry.primitives import Plane
+from agent.feedrate.geometry.turning_points import TurningPointTracker
 
 
 def parse(text: str, **kwargs: object) -> list[Block]:

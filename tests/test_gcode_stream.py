@@ -26,9 +26,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.errors import EX_DATAERR, EX_IOERR
-from agent.feedrate.grbl_protocol import parse_status, prepare_line
-from agent.feedrate.serial_channel import FdChannel, open_serial
-from agent.feedrate.stream import (
+from agent.feedrate.streaming.grbl import (
     DncOptions,
     GrblOptions,
     StreamError,
@@ -36,6 +34,8 @@ from agent.feedrate.stream import (
     stream_dnc,
     stream_grbl,
 )
+from agent.feedrate.streaming.grbl_protocol import parse_status, prepare_line
+from agent.feedrate.streaming.serial_channel import FdChannel, open_serial
 
 PEER = Path(__file__).parent / "peers" / "grbl_controller.py"
 
@@ -501,8 +501,8 @@ def test_budget_rule_property(lengths: list[int], rx: int) -> None:
 
 def test_a_port_that_cannot_be_opened_stops_the_stream_before_the_first_line(
         tmp_path: Path) -> None:
-    from agent.feedrate.serial_channel import ChannelLost
-    from agent.feedrate.stream import stream_to_port
+    from agent.feedrate.streaming.grbl import stream_to_port
+    from agent.feedrate.streaming.serial_channel import ChannelLost
 
     missing = str(tmp_path / "ttyNONE")
     with pytest.raises(ChannelLost, match="cannot open serial port"):
@@ -535,7 +535,7 @@ def test_a_stream_ended_by_a_signal_holds_the_machine(
     program.write_text("".join(polygon(3000)))
     machine = Path(__file__).resolve().parents[1] / "config" / "machines" / "farouki2022.yaml"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "feedrate", "stream", str(program),
+        [sys.executable, "-m", "agent.cli.main", "feedrate", "stream", str(program),
          "--port", p.path, "--machine", str(machine), "--no-filter", "--quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

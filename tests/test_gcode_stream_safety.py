@@ -19,10 +19,9 @@ from typing import Any
 
 import pytest
 
-from agent.cli_feedrate_control import EX_UNAVAILABLE
+from agent.cli.feedrate_control import EX_UNAVAILABLE
 from agent.errors import EX_OK
-from agent.feedrate.serial_channel import open_serial
-from agent.feedrate.stream import (
+from agent.feedrate.streaming.grbl import (
     EX_TEMPFAIL,
     DncOptions,
     GrblOptions,
@@ -30,6 +29,7 @@ from agent.feedrate.stream import (
     StreamResult,
     stream_dnc,
 )
+from agent.feedrate.streaming.serial_channel import open_serial
 from tests.test_cli_feedrate import GRBL_MACHINE, jha, zigzag
 from tests.test_gcode_stream import Peer, failure, peer, polygon, stream
 
@@ -101,7 +101,7 @@ def test_a_controller_that_answers_no_status_is_refused() -> None:
         channel = open_serial(os.ttyname(slave))
         started = time.monotonic()
         try:
-            from agent.feedrate.stream import StreamError, stream_grbl
+            from agent.feedrate.streaming.grbl import StreamError, stream_grbl
 
             with pytest.raises(StreamError) as info:
                 stream_grbl(["G1 X1 F100\n"], channel,
@@ -163,7 +163,7 @@ def test_hold_and_resume_a_running_stream_from_another_terminal(
     program.write_text("".join(polygon(1500)))
     pid_path = tmp_path / "stream.pid"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "feedrate", "stream", str(program), "--port",
+        [sys.executable, "-m", "agent.cli.main", "feedrate", "stream", str(program), "--port",
          p.path, "--machine", str(MACHINE), "--no-filter", "--pid-file", str(pid_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

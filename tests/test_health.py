@@ -12,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.config import ThresholdSettings
+from agent.config.model import ThresholdSettings
 from agent.errors import ConfigError
-from agent.estimation.results import BacklashResult
-from agent.health import (
+from agent.estimation.backlash.result import BacklashResult
+from agent.health.verdicts import (
     Ne107,
     Status,
     Verdict,
@@ -28,7 +28,7 @@ from agent.health import (
     trend,
     worst,
 )
-from agent.store import TrendPoint
+from agent.history.store import TrendPoint
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -21,30 +21,30 @@ import pytest
 import yaml
 from asyncua import Server, ua
 
-from agent.cli_report import report_from_history
-from agent.config import load_config
-from agent.errors import ConfigError
-from agent.health import Ne107, Status
-from agent.health_identification import (
-    assess_history,
-    assess_indicator,
-    joint_verdict,
-    limits_from_detail,
-)
-from agent.identification_job import analyze_identification, excitation_cycle
-from agent.identification_limits import (
+from agent.cli.report import report_from_history
+from agent.config.identification_limits import (
     LIMITS_KEY,
     IdentificationLimitSettings,
     JointBaselineSettings,
     limits_detail,
 )
-from agent.publish.opcua_server_identification import IdentificationAddressSpace
-from agent.publish.opcua_server_settings import HEALTH_NAMESPACE_URI
-from agent.publish.payloads import report_messages
-from agent.report import render_html, report_to_dict, summary_table
-from agent.report_model import rejudged
-from agent.store import Estimate, HistoryStore, TrendPoint
-from drivers.sim_excitation import SimJointWear, SimRobotSettings, simulate_excitation
+from agent.config.model import load_config
+from agent.config.opcua_server import HEALTH_NAMESPACE_URI
+from agent.errors import ConfigError
+from agent.health.identification import (
+    assess_history,
+    assess_indicator,
+    joint_verdict,
+    limits_from_detail,
+)
+from agent.health.verdicts import Ne107, Status
+from agent.history.store import Estimate, HistoryStore, TrendPoint
+from agent.kinds.identification.analysis import analyze_identification, excitation_cycle
+from agent.publish.mqtt.payloads import report_messages
+from agent.publish.opcua_server.identification import IdentificationAddressSpace
+from agent.report.model import rejudged
+from agent.report.write import render_html, report_to_dict, summary_table
+from drivers.sim.excitation import SimJointWear, SimRobotSettings, simulate_excitation
 from tests.summary import record
 from tests.test_identification_cycle import PLANAR, controller, cycle_settings
 
@@ -75,7 +75,7 @@ def record_identification(
     store: HistoryStore, when: datetime, by_joint: dict[str, Any],
     limits: IdentificationLimitSettings | None = None,
 ) -> None:
-    """As the daemon records one (agent.service_identification: the limits go along)."""
+    """As the daemon records one (agent.kinds.identification.kind: the limits go along)."""
     for joint, estimates in by_joint.items():
         if limits is not None:
             estimates = [Estimate(e.indicator, e.value, e.unit,

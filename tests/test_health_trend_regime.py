@@ -1,4 +1,4 @@
-"""The trend follows a change of wear regime (agent.health_trend, agent.health.trend).
+"""The trend follows a change of wear regime (agent.health.regime, agent.health.verdicts.trend).
 
 Histories are simulated as a reliability engineer sees them: one test cycle a day, the
 indicator's scatter from one cycle to the next (Gaussian, the size of the backlash estimator's
@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from agent.health import Trend, forecast_sentence, trend
-from agent.health_identification import assess_indicator
-from agent.health_trend import BREAK_ALPHA, MIN_POINTS, find_break
-from agent.report_html import trend_svg
-from agent.store import TrendPoint
+from agent.health.identification import assess_indicator
+from agent.health.regime import BREAK_ALPHA, MIN_POINTS, find_break
+from agent.health.verdicts import Trend, forecast_sentence, trend
+from agent.history.store import TrendPoint
+from agent.report.html import trend_svg
 from tests.summary import record
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

@@ -12,12 +12,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.capture import Capture
-from agent.capture_io import save_capture
-from agent.cli_identify import register
+from agent.capture.files import save_capture
+from agent.capture.model import Capture
+from agent.cli.identify import register
 from agent.errors import EX_DATAERR, EX_OK, AgentError, CaptureError, EstimationError
-from agent.estimation.excitation import ExcitationSettings, design_excitation, random_excitation
-from agent.estimation.identification import (
+from agent.estimation.identification.excitation import (
+    ExcitationSettings,
+    design_excitation,
+    random_excitation,
+)
+from agent.estimation.identification.fit import (
     IdentificationSettings,
     elastic_base,
     identify,
@@ -28,9 +32,9 @@ from agent.estimation.identification import (
     normalised_mean_error,
     validate,
 )
-from agent.estimation.signal_chain import robot_signals
-from agent.models import elastic_robot as er
-from agent.models.robot import RobotDescription, load_robot
+from agent.estimation.identification.signal_chain import robot_signals
+from agent.models.robot.description import RobotDescription, load_robot
+from agent.models.robot.description import elastic as er
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 
@@ -108,7 +112,7 @@ def test_elastic_identification_sees_every_drive_parameter_alone() -> None:
             for p in ("Ia", "fc", "fv", "k"):
                 assert b.classes[b.names.index(f"{p}{j + 1}")] == "identifiable"
     # unlike a rigid model, where Ia1 merges with the inertia of link 1 about axis 1
-    rigid = __import__("agent.estimation.base_params", fromlist=["x"]).base_parameters(
+    rigid = __import__("agent.estimation.identification.base_params", fromlist=["x"]).base_parameters(
         robot("ur5e"), rotor=True
     )
     assert rigid.classes[rigid.names.index("Ia1")] == "combination"
@@ -272,7 +276,7 @@ def test_a_capture_without_the_link_encoder_is_refused(planar) -> None:
 
 
 def jha_identify(argv: list[str], capsys) -> tuple[int, str]:
-    """`jha identify ...` as agent.cli.main runs it: AgentError -> its exit code."""
+    """`jha identify ...` as agent.cli.main.main runs it: AgentError -> its exit code."""
     parser = argparse.ArgumentParser(prog="jha")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["identify", *argv])

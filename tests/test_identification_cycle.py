@@ -1,6 +1,6 @@
 """The identification test cycle end to end: ExcitationCycle through a driver, the simulated
-robot's excitation (drivers.sim_excitation), the multi-joint capture, the daemon's job
-(agent.identification_job) with its refusals, and `jha simulate identification`."""
+robot's excitation (drivers.sim.excitation), the multi-joint capture, the daemon's job
+(agent.kinds.identification.analysis) with its refusals, and `jha simulate identification`."""
 
 from __future__ import annotations
 
@@ -19,34 +19,34 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent import cli
-from agent.capture import Capture, CaptureMeta
-from agent.capture_io import save_capture
-from agent.capture_multi import (
+from agent.capture.files import save_capture
+from agent.capture.model import Capture, CaptureMeta
+from agent.capture.multi import (
     MultiCapture,
     is_multi_capture,
     load_multi_capture,
     save_multi_capture,
 )
-from agent.config import (
+from agent.cli.main import main as cli
+from agent.config.identification import ExcitationDesignSettings, IdentificationCycleSettings
+from agent.config.model import (
     BacklashCycleSettings,
     ControllerSettings,
     InterlockSettings,
     JointSettings,
 )
-from agent.cycles import run_guarded_cycle
 from agent.errors import EX_OK, CaptureError, ConfigError, CycleAborted, DriverError
-from agent.evidence import EvidencePlot
-from agent.identification_job import (
+from agent.kinds.identification.analysis import (
     MAX_EVIDENCE_POINTS,
     IdentificationRefused,
     analyze_identification,
     excitation_cycle,
 )
-from agent.identification_settings import ExcitationDesignSettings, IdentificationCycleSettings
-from agent.models.robot import load_robot
-from agent.schema import build
-from agent.yaml_lines import load_yaml
+from agent.models.robot.description import load_robot
+from agent.report.evidence import EvidencePlot
+from agent.schema.validate import build
+from agent.schema.yaml_lines import load_yaml
+from agent.service.interlocks import run_guarded_cycle
 from drivers.base import (
     BacklashCycle,
     Capability,
@@ -57,9 +57,9 @@ from drivers.base import (
     ExcitationCycle,
     backlash_only,
 )
-from drivers.sim import SimDriver
-from drivers.sim_excitation import SimJointWear, SimRobotSettings, run_excitation
-from drivers.sim_settings import SimSettings
+from drivers.sim.driver import SimDriver
+from drivers.sim.excitation import SimJointWear, SimRobotSettings, run_excitation
+from drivers.sim.settings import SimSettings
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 PLANAR = str(ROBOTS / "planar2.yaml")
@@ -73,7 +73,7 @@ class RobotSimSettings(SimSettings):
 
 
 class ExcitingSim(SimDriver):
-    """SimDriver with the routing drivers/sim.py gets: an ExcitationCycle to run_excitation."""
+    """SimDriver with the routing drivers/sim/driver.py gets: an ExcitationCycle to run_excitation."""
 
     capabilities: ClassVar[Capability] = SimDriver.capabilities | Capability.EXCITATION
 

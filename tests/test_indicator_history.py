@@ -11,11 +11,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent import cli_identify, cli_report, cli_stiffness
+from agent.cli.main import identify as cli_identify
+from agent.cli.main import report as cli_report
+from agent.cli.main import stiffness as cli_stiffness
 from agent.errors import EX_CONFIG, EX_OK, EX_USAGE, AgentError
-from agent.estimation.identification import IndicatorRow
-from agent.report import render_html, report_to_dict, summary_table
-from agent.store import Estimate, HistoryStore
+from agent.estimation.identification.fit import IndicatorRow
+from agent.history.store import Estimate, HistoryStore
+from agent.report.write import render_html, report_to_dict, summary_table
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 IRB = str(ROBOTS / "irb6660.yaml")
@@ -38,7 +40,7 @@ controllers:
 
 
 def jha(*argv: str) -> int:
-    """A `jha` command as agent.cli.main runs it: AgentError -> its exit code."""
+    """A `jha` command as agent.cli.main.main runs it: AgentError -> its exit code."""
     parser = argparse.ArgumentParser(prog="jha")
     sub = parser.add_subparsers(dest="command", required=True)
     cli_stiffness.register(sub)

@@ -104,7 +104,7 @@ def test_installed_package_is_a_copy_not_the_checkout(staged: tuple[Path, str]) 
     dest, _ = staged
     py = dest / PREFIX / "venv/bin/python"
     out = subprocess.run(
-        [str(py), "-c", "import agent, drivers.sim; print(agent.__file__)"],
+        [str(py), "-c", "import agent, drivers.sim.driver; print(agent.__file__)"],
         capture_output=True, text=True, check=True, cwd=dest,  # not the checkout
     ).stdout.strip()
     assert out.startswith(str(dest / PREFIX / "venv/lib")), out
@@ -115,7 +115,7 @@ def test_installed_jha_accepts_the_installed_config(staged: tuple[Path, str]) ->
     assert f"{dest / CONFDIR / 'config.yaml'}: OK" in output  # the script checks it itself
     py = dest / PREFIX / "venv/bin/python"
     proc = subprocess.run(
-        [str(py), "-I", "-m", "agent.cli", "config", "check", str(dest / CONFDIR / "config.yaml")],
+        [str(py), "-I", "-m", "agent.cli.main", "config", "check", str(dest / CONFDIR / "config.yaml")],
         capture_output=True, text=True, cwd=ROOT,  # -I: the checkout in cwd is not imported
     )
     assert proc.returncode == 0, proc.stderr

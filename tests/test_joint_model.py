@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from agent.capture import speed_from_position
-from agent.encoder import unwrap_counts
+from agent.capture.encoder import unwrap_counts
+from agent.capture.model import speed_from_position
 from agent.models.joint import ConstantSpeedTest, JointPhysics, simulate_constant_speed
 
 TEST = ConstantSpeedTest(motor_speed_rad_s=2 * math.pi * 100, duration_s=2.4, sample_rate_hz=2000.0)

@@ -12,12 +12,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.config import ThresholdSettings
+from agent.config.model import ThresholdSettings
+from agent.config.mqtt import MqttSettings, OutboxSettings
 from agent.errors import ConfigError
-from agent.estimation.results import BacklashResult
-from agent.health import Status
-from agent.publish.mqtt_settings import MqttSettings, OutboxSettings
-from agent.publish.payloads import (
+from agent.estimation.backlash.result import BacklashResult
+from agent.health.verdicts import Status
+from agent.history.store import TrendPoint
+from agent.publish.mqtt.payloads import (
     HEALTH_SCHEMA,
     derived_id,
     health_topic,
@@ -27,9 +28,8 @@ from agent.publish.payloads import (
     status_topic,
     topic_part,
 )
-from agent.report import IndicatorSummary, Report, joint_report
-from agent.schema import load
-from agent.store import TrendPoint
+from agent.report.write import IndicatorSummary, Report, joint_report
+from agent.schema.validate import load
 
 T0 = datetime(2024, 3, 1, 6, 0, tzinfo=UTC)
 LIMITS = ThresholdSettings(backlash_watch_rad=1e-3, backlash_alert_rad=2e-3)

@@ -22,12 +22,12 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from agent.config import load_config
+from agent.config.model import load_config
 from agent.errors import ConfigError
-from drivers.opcua import OpcUaDriver
-from drivers.opcua_session import OpcUaSession, RejectedError
-from drivers.opcua_settings import OpcUaSettings, OpcUaUser
-from drivers.opcua_trust import TrustList, certificate_facts, load_certificate_file
+from agent.opcua.trust import TrustList, certificate_facts, load_certificate_file
+from drivers.opcua.driver import OpcUaDriver
+from drivers.opcua.session import OpcUaSession, RejectedError
+from drivers.opcua.settings import OpcUaSettings, OpcUaUser
 from tests.peers.opcua.certs import CertPair, make_certificate
 from tests.peers.opcua.harness import PeerProcess, config_text
 
@@ -205,7 +205,7 @@ def refused(settings: OpcUaSettings) -> str:
 def test_trusted_server_is_accepted_with_sign_and_encrypt_by_default(
         secure_peer: PeerProcess, pki: Pki, tmp_path: Path,
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="drivers.opcua_session")
+    caplog.set_level(logging.INFO, logger="drivers.opcua.session")
     settings = settings_for(tmp_path, secure_peer.endpoint, secure_yaml(pki), agent_user(pki))
     assert settings.security.mode == "SignAndEncrypt"  # not written in the config
     mode, namespaces = run(open_and_read(settings))
@@ -295,7 +295,7 @@ def test_no_security_only_when_explicitly_allowed(
         "      security: {policy: None, allow_none_security: true}\n", ""))
     with pytest.raises(ConfigError, match=r"settings\.security: .*required"):
         load_config(no_section)
-    caplog.set_level(logging.WARNING, logger="drivers.opcua_session")
+    caplog.set_level(logging.WARNING, logger="drivers.opcua.session")
     allowed = settings_for(tmp_path, plain_peer.endpoint,
                            "{policy: None, allow_none_security: true}")
     mode, _ = run(open_and_read(allowed))

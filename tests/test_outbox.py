@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.publish.mqtt_message import OutMessage
-from agent.publish.outbox import Outbox, OutboxError
+from agent.publish.mqtt.message import OutMessage
+from agent.publish.mqtt.outbox import Outbox, OutboxError
 
 
 def report(mid: str, size: int = 10) -> OutMessage:
@@ -218,8 +218,8 @@ def test_newer_version_is_refused(tmp_path: Path) -> None:
 
 _WRITER = textwrap.dedent("""
     import sys
-    from agent.publish.outbox import Outbox
-    from agent.publish.mqtt_message import OutMessage
+    from agent.publish.mqtt.outbox import Outbox
+    from agent.publish.mqtt.message import OutMessage
     box = Outbox(sys.argv[1], 1_000_000, 1 << 30)
     n = 0
     while True:

@@ -26,15 +26,15 @@ import paho.mqtt.client as paho
 import pytest
 from paho.mqtt.enums import CallbackAPIVersion
 
-from agent.config import ThresholdSettings
+from agent.config.model import ThresholdSettings
+from agent.config.mqtt import MqttSettings
+from agent.config.publish import PublishSettings
 from agent.errors import ConfigError
-from agent.estimation.results import BacklashResult
+from agent.estimation.backlash.result import BacklashResult
+from agent.history.store import TrendPoint
 from agent.publish.factory import publishers_for
-from agent.publish.mqtt import OUTBOX_FILE, MqttPublisher
-from agent.publish.mqtt_settings import MqttSettings
-from agent.publish.settings import PublishSettings
-from agent.report import Report, joint_report
-from agent.store import TrendPoint
+from agent.publish.mqtt.publisher import OUTBOX_FILE, MqttPublisher
+from agent.report.write import Report, joint_report
 from tests.peers.mosquitto_broker import (
     CuttableRelay,
     MosquittoBroker,
@@ -307,8 +307,8 @@ def test_connection_cut_mid_burst_loses_nothing(tmp_path: Path, cuts: int) -> No
 _CHILD = textwrap.dedent("""
     import asyncio, sys
     from pathlib import Path
-    from agent.publish.mqtt import MqttPublisher
-    from agent.publish.mqtt_settings import MqttSettings
+    from agent.publish.mqtt.publisher import MqttPublisher
+    from agent.config.mqtt import MqttSettings
     from tests.test_publish_mqtt import cycle_report
 
     async def main():

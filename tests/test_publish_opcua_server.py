@@ -27,18 +27,18 @@ from asyncua.crypto.security_policies import SecurityPolicyBasic256Sha256
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.config import ThresholdSettings, load_config
-from agent.daemon import Agent
+from agent.config.model import ThresholdSettings, load_config
+from agent.config.opcua_server import HEALTH_NAMESPACE_URI, OpcUaServerSettings
 from agent.errors import AgentError, ConfigError
-from agent.estimation.results import BacklashResult
-from agent.health import Ne107
+from agent.estimation.backlash.result import BacklashResult
+from agent.health.verdicts import Ne107
+from agent.history.store import TrendPoint
 from agent.publish.factory import publishers_for
-from agent.publish.opcua_nodes import health_of, unece_unit_id, unit_of
-from agent.publish.opcua_server import OpcUaHealthServer
-from agent.publish.opcua_server_settings import HEALTH_NAMESPACE_URI, OpcUaServerSettings
-from agent.publish.opcua_server_users import hash_line, load_users
-from agent.report import IndicatorSummary, Report, joint_report
-from agent.store import TrendPoint
+from agent.publish.opcua_server.nodes import health_of, unece_unit_id, unit_of
+from agent.publish.opcua_server.server import OpcUaHealthServer
+from agent.publish.opcua_server.users import hash_line, load_users
+from agent.report.write import IndicatorSummary, Report, joint_report
+from agent.service.daemon import Agent
 from tests.peers.opcua.certs import CertPair, make_certificate
 
 T = TypeVar("T")
@@ -318,7 +318,7 @@ def test_clients_cannot_write(server: OpcUaHealthServer, pki: Pki) -> None:
 @pytest.mark.security("OPC UA health server refuses an untrusted client")
 def test_untrusted_client_certificate_is_refused(server: OpcUaHealthServer, pki: Pki,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    from drivers.opcua_trust import certificate_facts, load_certificate_file
+    from agent.opcua.trust import certificate_facts, load_certificate_file
 
     thumbprint = certificate_facts(load_certificate_file(pki.stranger.certificate)).thumbprint_sha1
     caplog.set_level(logging.WARNING, logger="jha.publish.opcua_server")

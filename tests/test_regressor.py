@@ -13,8 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.models.regressor import ParameterLayout, parameter_vector, regressor, torques
-from agent.models.robot import (
+from agent.models.robot.description import (
     InertiaTensor,
     JointSpec,
     LinkInertial,
@@ -23,6 +22,7 @@ from agent.models.robot import (
     load_robot,
     rpy_matrix,
 )
+from agent.models.robot.regressor import ParameterLayout, parameter_vector, regressor, torques
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 

@@ -17,24 +17,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.config import ThresholdSettings
-from agent.estimation.results import BacklashResult
-from agent.evidence import EvidencePlot, EvidenceSeries
-from agent.health import Ne107, Status
-from agent.report import (
-    REPORT_SCHEMA,
-    JointReport,
-    Report,
-    joint_report,
-    render_html,
-    report_dir,
-    report_to_dict,
-    summary_table,
-    write_report,
-)
-from agent.report_html import trend_svg
-from agent.store import HistoryStore, TrendPoint, estimates_for
-from agent.svg import (
+from agent.config.model import ThresholdSettings
+from agent.estimation.backlash.result import BacklashResult
+from agent.health.verdicts import Ne107, Status
+from agent.history.store import HistoryStore, TrendPoint, estimates_for
+from agent.report.evidence import EvidencePlot, EvidenceSeries
+from agent.report.html import trend_svg
+from agent.report.svg import (
     LEGEND_CHAR_PX,
     SVG_NS,
     HLine,
@@ -45,6 +34,17 @@ from agent.svg import (
     legend_layout,
     line_plot,
     nice_ticks,
+)
+from agent.report.write import (
+    REPORT_SCHEMA,
+    JointReport,
+    Report,
+    joint_report,
+    render_html,
+    report_dir,
+    report_to_dict,
+    summary_table,
+    write_report,
 )
 
 T0 = datetime(2024, 3, 1, 6, 0, tzinfo=UTC)

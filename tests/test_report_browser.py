@@ -30,13 +30,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent.config import ThresholdSettings
-from agent.estimation.results import BacklashResult
-from agent.evidence import EvidencePlot, EvidenceSeries
-from agent.health import Ne107, Status, trend
-from agent.report import IndicatorSummary, JointReport, Report, joint_report, render_html
-from agent.store import TrendPoint
-from agent.svg import clean_text
+from agent.config.model import ThresholdSettings
+from agent.estimation.backlash.result import BacklashResult
+from agent.health.verdicts import Ne107, Status, trend
+from agent.history.store import TrendPoint
+from agent.report.evidence import EvidencePlot, EvidenceSeries
+from agent.report.svg import clean_text
+from agent.report.write import IndicatorSummary, JointReport, Report, joint_report, render_html
 
 CHROMIUM = Path("/usr/bin/chromium")
 T0 = datetime(2026, 1, 5, 6, 0, tzinfo=UTC)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from agent.errors import ConfigError
-from agent.models.robot import (
+from agent.models.robot.description import (
     InertiaTensor,
     LinkInertial,
     RobotDescription,

@@ -1,4 +1,4 @@
-"""agent.yaml_lines (YAML with lines) and agent.schema (tree -> dataclasses), on their own."""
+"""agent.schema.yaml_lines (YAML with lines) and agent.schema.validate (tree -> dataclasses), on their own."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.errors import EX_CONFIG, ConfigError
-from agent.schema import (
+from agent.schema.validate import (
     ConfigIssue,
     SchemaDefinitionError,
     build,
@@ -21,7 +21,7 @@ from agent.schema import (
     load,
     validate,
 )
-from agent.yaml_lines import join_path, load_yaml, parse_yaml, split_path
+from agent.schema.yaml_lines import join_path, load_yaml, parse_yaml, split_path
 
 F = "t.yaml"
 

@@ -1,6 +1,6 @@
 """Wire format of the serial encoder board: CRC, frames, resynchronisation, capture assembly.
 
-The golden byte strings below are written out by hand from the table in drivers/serial_frames.py
+The golden byte strings below are written out by hand from the table in drivers/serial/frames.py
 so the format cannot drift with the code that produces it.
 """
 
@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.encoder import angle_to_counts, counts_per_turn, unwrap_counts
+from agent.capture.encoder import angle_to_counts, counts_per_turn, unwrap_counts
 from agent.errors import DriverError
 from drivers.base import BacklashCycle
-from drivers.serial_capture import assemble_capture, fill_gaps
-from drivers.serial_frames import (
+from drivers.serial.capture import assemble_capture, fill_gaps
+from drivers.serial.frames import (
     AGENT_TO_BOARD,
     BOARD_TO_AGENT,
     SAMPLE_HEADER,
@@ -45,8 +45,8 @@ from drivers.serial_frames import (
     encode_samples,
     length_rule,
 )
-from drivers.serial_settings import SerialSettings
-from drivers.serial_sink import CaptureSink
+from drivers.serial.settings import SerialSettings
+from drivers.serial.sink import CaptureSink
 
 LAYOUT = Layout(channels=2, count_bits=19)
 
@@ -428,7 +428,7 @@ def test_fill_gaps_follows_more_than_half_a_turn_with_the_speed() -> None:
         fill_gaps(index, counts[index], step, cpt, max_gap=1)
 
 
-# --- the frame-by-frame checks of a running capture (drivers/serial_sink.py) ---------------------
+# --- the frame-by-frame checks of a running capture (drivers/serial/sink.py) ---------------------
 
 SINK_RATE_HZ = 500.0
 PERIOD_US = 2000

@@ -22,13 +22,13 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
-from agent.config import load_config
-from agent.control_socket import peer_allowed, request
-from agent.daemon import Agent
+from agent.config.model import load_config
 from agent.publish.base import HealthPublisher
-from agent.report import Report
+from agent.report.write import Report
+from agent.service.control_socket import peer_allowed, request
+from agent.service.daemon import Agent
 from drivers.base import Capability, ControllerMode
-from drivers.sim import SimDriver
+from drivers.sim.driver import SimDriver
 from tests.daemon_harness import cycles, serve, until
 from tests.summary import record, security
 
@@ -416,7 +416,7 @@ def test_a_broken_reload_is_logged_with_file_and_line(
     assert serve(agent, scenario) == 0
     (line,) = [r.getMessage() for r in caplog.records if "reload_rejected" in r.getMessage()]
     assert f"{path}:" in line and "load_turns" in line
-    assert agent.config.controllers[0].joints[0].backlash_cycle.load_turns == 2
+    assert agent.config.model.controllers[0].joints[0].backlash_cycle.load_turns == 2
 
 
 # --- streaming-only controllers, publishing, dry runs ---------------------------------------
@@ -451,7 +451,7 @@ def test_a_streaming_only_controller_is_connected_but_never_cycled(
 
 
 def test_a_config_without_joints_needs_a_driver_without_cycles(tmp_path: Path) -> None:
-    from agent.config import config_issues
+    from agent.config.model import config_issues
 
     doc = {"controllers": [{"name": "robot", "driver": "sim", "joints": []}]}
     path = tmp_path / "c.yaml"
@@ -546,7 +546,7 @@ def test_a_dry_run_still_refuses_on_an_interlock(tmp_path: Path) -> None:
 
 
 def test_the_pool_is_made_on_first_use_and_given_back_when_idle() -> None:
-    from agent.service_pool import LazyPool
+    from agent.service.pool import LazyPool
 
     pool = LazyPool(max_workers=1, idle_s=0.2)
     assert not pool.alive and not pool.reap()

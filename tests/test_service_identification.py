@@ -20,25 +20,25 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.cli import main
-from agent.config import load_config
-from agent.cycle_queue import CycleQueue
-from agent.daemon import Agent
+from agent.cli.main import main
+from agent.config.identification import IdentificationCycleSettings
+from agent.config.model import load_config
 from agent.errors import ConfigError
-from agent.identification_job import excitation_cycle
-from agent.identification_settings import IdentificationCycleSettings
-from agent.models.robot import load_robot
-from agent.service_identification import (
+from agent.history.store import HistoryStore
+from agent.kinds.base import AnalysisContext
+from agent.kinds.identification.analysis import excitation_cycle
+from agent.kinds.identification.kind import (
     IdentificationCadence,
     IdentificationKind,
     RunnerIdentification,
     design_in_pool,
     last_identification_age_s,
 )
-from agent.service_jobs import AnalysisContext
-from agent.store import HistoryStore
+from agent.models.robot.description import load_robot
+from agent.service.daemon import Agent
+from agent.service.queue import CycleQueue
 from drivers.base import ControllerMode
-from drivers.sim import SimDriver
+from drivers.sim.driver import SimDriver
 from tests.daemon_harness import cycles, serve, until
 from tests.summary import fault
 
@@ -220,7 +220,7 @@ def test_the_daemon_identifies_the_robot_in_a_stop_long_enough(tmp_path: Path) -
 
     # designed once, in the state dir; the daemon's cadence goes on from this success
     assert len(list((state / "identification").glob("excitation-*.json"))) == 2  # cell, weak
-    cell_ctrl = next(c for c in agent.config.controllers if c.name == "cell")
+    cell_ctrl = next(c for c in agent.config.model.controllers if c.name == "cell")
     age = last_identification_age_s(state, cell_ctrl)
     assert age is not None and age < 60
 
@@ -230,7 +230,7 @@ def test_the_daemon_identifies_the_robot_in_a_stop_long_enough(tmp_path: Path) -
         ("joint_1", "rejected"), ("joint_2", "rejected")]  # fmt: skip
     for c in weak:
         assert c.estimates == () and "saturated" in c.reason and "joint_2" in c.reason
-    weak_ctrl = next(c for c in agent.config.controllers if c.name == "weak")
+    weak_ctrl = next(c for c in agent.config.model.controllers if c.name == "weak")
     assert last_identification_age_s(state, weak_ctrl) is None
     backlash = cycles(state, "backlash")
     assert [(c.controller, c.outcome) for c in backlash] == [("weak", "ok"), ("weak", "ok")]

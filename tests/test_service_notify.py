@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.control_socket import request
-from agent.store import HistoryStore
+from agent.history.store import HistoryStore
+from agent.service.control_socket import request
 
 JHA = Path(sys.executable).parent / "jha"
 WATCHDOG_S = 1.0  # WATCHDOG_USEC = 1 s: a ping is due every 0.5 s

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.capture import Capture, CaptureMeta
+from agent.capture.model import Capture, CaptureMeta
 from agent.errors import EX_DATAERR, CaptureError, EstimationError
-from agent.estimation.signal_chain import (
+from agent.estimation.identification.signal_chain import (
     FilterSettings,
     band_pass,
     central_difference,
@@ -25,7 +25,7 @@ from agent.estimation.signal_chain import (
     subgrid,
     zero_phase_lowpass,
 )
-from agent.models.robot import load_robot
+from agent.models.robot.description import load_robot
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 FS = 1000.0

@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent.capture import Capture, motor_speed_rad_s
-from agent.config import ControllerSettings, JointSettings
-from agent.cycles import backlash_cycle
-from agent.encoder import unwrap_counts
+from agent.capture.encoder import unwrap_counts
+from agent.capture.model import Capture, motor_speed_rad_s
+from agent.config.model import ControllerSettings, JointSettings
 from agent.errors import CycleAborted, DriverError
-from agent.estimation.backlash import fit_backlash
+from agent.estimation.backlash.fit import fit_backlash
+from agent.service.interlocks import backlash_cycle
 from drivers.base import (
     BacklashCycle,
     Capability,
@@ -26,8 +26,8 @@ from drivers.base import (
     available_drivers,
     load_driver_class,
 )
-from drivers.sim import SimDriver
-from drivers.sim_settings import SimJointSettings, SimSettings
+from drivers.sim.driver import SimDriver
+from drivers.sim.settings import SimJointSettings, SimSettings
 
 LOAD_TURN_S = 0.4  # T_f at 100 motor rev/s through 40:1 (tests/conftest.py)
 

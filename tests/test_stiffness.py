@@ -10,15 +10,15 @@ import numpy as np
 import pytest
 
 from agent.errors import EstimationError
-from agent.estimation.stiffness import (
+from agent.estimation.stiffness.design import design_dual_encoder
+from agent.estimation.stiffness.inference import (
     StiffnessPrior,
     estimate_dual_encoder,
     estimate_stiffness,
     map_fit,
     prior_from_robot,
 )
-from agent.estimation.stiffness_design import design_dual_encoder
-from agent.models.compliance import (
+from agent.models.robot.compliance import (
     InfeasibleRequestError,
     Payload,
     TcpMeasurements,
@@ -29,7 +29,7 @@ from agent.models.compliance import (
     tcp_deviation,
     with_payload,
 )
-from agent.models.robot import load_robot
+from agent.models.robot.description import load_robot
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 IRB = compliance_model(load_robot(ROBOTS / "irb6660.yaml"))

@@ -8,8 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.estimation.stiffness import prior_from_robot
-from agent.estimation.stiffness_design import (
+from agent.estimation.stiffness.design import (
     TcpDesignSettings,
     criterion_value,
     design_dual_encoder,
@@ -17,15 +16,16 @@ from agent.estimation.stiffness_design import (
     given_information,
     random_feasible_tcp,
 )
-from agent.models.compliance import (
+from agent.estimation.stiffness.inference import prior_from_robot
+from agent.models.robot.compliance import (
     InfeasibleRequestError,
     Payload,
     check_poses,
     compliance_model,
     with_payload,
 )
-from agent.models.kinematics import forward
-from agent.models.robot import load_robot
+from agent.models.robot.description import load_robot
+from agent.models.robot.kinematics import forward
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 IRB = compliance_model(load_robot(ROBOTS / "irb6660.yaml"))

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.estimation.results import BacklashResult
-from agent.store import (
+from agent.estimation.backlash.result import BacklashResult
+from agent.history.store import (
     MIGRATIONS,
     SCHEMA_VERSION,
     Estimate,

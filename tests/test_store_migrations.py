@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.health import Ne107, Status, ne107_of
-from agent.store import (
+from agent.health.verdicts import Ne107, Status, ne107_of
+from agent.history.store import (
     MIGRATIONS,
     SCHEMA_VERSION,
     TRIGGERS,

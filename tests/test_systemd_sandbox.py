@@ -190,7 +190,7 @@ def main():
         pass
     out["chmod_suid"] = outcome(lambda: os.chmod("/tmp/suid", 0o4755))
     out["ctypes_callback"] = outcome(lambda: ctypes.CFUNCTYPE(ctypes.c_int)(lambda: 1)())
-    from drivers.ur_rtde_stream import realtime  # the UR worker's request for SCHED_FIFO
+    from drivers.ur_rtde.worker.stream import realtime  # the UR worker's request for SCHED_FIFO
     said = io.StringIO()
     with contextlib.redirect_stdout(said):
         realtime(0, 20)

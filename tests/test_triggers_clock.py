@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 
-from agent.triggers import CRON_MEMORY_LIMIT_S, ScheduleState, schedule_due, schedule_of
+from agent.config.schedule import CRON_MEMORY_LIMIT_S, ScheduleState, schedule_due, schedule_of
 from tests.summary import fault
 
 POLL_S = 10.0

@@ -25,7 +25,7 @@ for a range of V(1/2)/V_c, simulated as section 5.3 describes. Setup derived fro
     section 3.4 to both axes at every motor reversal (our extension; it changes the retrograde
     side of the curve, see below);
   * P control, integration step 1 ms (the paper's delta t; each step here is exact for a
-    command cubic across it, see agent.models.axis_pid);
+    command cubic across it, see agent.models.axis.pid);
   * error e = (r - rho_0) / rho_0, r the distance from the circle centre, over the samples with
     t in [-t*, t*]: the maximum of |e| and the root mean square (uniform samples).
 
@@ -67,8 +67,8 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.feedrate.profile import FeedrateProfile, middle_factor, symmetric_feedrate
-from agent.models.axis import AxisParams, HarmonicReversal, simulate_harmonic_p
-from agent.models.axis_pid import AxisTrajectory, simulate_axis
+from agent.models.axis.model import AxisParams, HarmonicReversal, simulate_harmonic_p
+from agent.models.axis.pid import AxisTrajectory, simulate_axis
 
 Array = npt.NDArray[np.float64]
 

@@ -1,7 +1,7 @@
 """The simulated fake CNC: a G-code program executed on two axes with backlash (issue 3, part 6).
 
-The parsed program (agent.feedrate.gcode Blocks, mm) is turned into a commanded path X(t), Y(t)
-and each axis's command is fed to the dead-zone axis model of paper 001 (agent.models.axis_pid,
+The parsed program (agent.feedrate.gcode.parser Blocks, mm) is turned into a commanded path X(t), Y(t)
+and each axis's command is fed to the dead-zone axis model of paper 001 (agent.models.axis.pid,
 trigger "reversal": a gap phase at every motor reversal, sections 3.3-3.4), P control unless the
 AxisParams say otherwise, both axes with the section 4.2 parameters by default (section 5.3:
 "the x and y axes are assumed to be characterized by the same values"). Out: commanded and
@@ -44,10 +44,10 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.feedrate.example import PAPER_AXIS
-from agent.feedrate.gcode import Block, ModalState, Motion, parse_lines
-from agent.feedrate.geometry import ArcSegment, Plane
-from agent.models.axis import AxisParams
-from agent.models.axis_pid import AxisTrajectory, simulate_axis
+from agent.feedrate.gcode.parser import Block, ModalState, Motion, parse_lines
+from agent.feedrate.geometry.primitives import ArcSegment, Plane
+from agent.models.axis.model import AxisParams
+from agent.models.axis.pid import AxisTrajectory, simulate_axis
 
 Array = npt.NDArray[np.float64]
 Vec3 = tuple[float, float, float]

@@ -1,9 +1,9 @@
 """Machine description for the feedrate filter: axis drives, tolerance, dialect, lookahead.
 
-One YAML file per machine (`config/machines/*.yaml`), validated by agent.schema into these
+One YAML file per machine (`config/machines/*.yaml`), validated by agent.schema.validate into these
 frozen dataclasses; every mistake is reported with file:line. SI units throughout (m, s, rad).
 
-Each axis drive is the model of paper 001 section 3 (agent.models.axis.AxisParams), given either
+Each axis drive is the model of paper 001 section 3 (agent.models.axis.model.AxisParams), given either
 as the identified coefficients of eq. 8/9 (b = N J / (k_p k_a k_t r), c = N B / (k_p k_a k_t r):
 the position-loop gain k_p sits inside both) with the motor's share of the inertia eta and its
 coast-down time constant tau = 1/beta (section 3.4), or as the physical parts of figure 3
@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agent import schema
-from agent.feedrate.gcode_emit import DIALECTS, Dialect
-from agent.models.axis import AxisParams
+from agent.feedrate.gcode.emit import DIALECTS, Dialect
+from agent.models.axis.model import AxisParams
+from agent.schema.validate import validate as schema
 
 AxisName = Literal["X", "Y", "Z"]
 DialectName = Literal["generic", "grbl", "linuxcnc", "marlin"]
@@ -92,7 +92,7 @@ class AxisSettings:
         return []
 
     def params(self) -> AxisParams:
-        """The model of agent.models.axis for this drive."""
+        """The model of agent.models.axis.model for this drive."""
         if self.physical is not None:
             p = self.physical
             return AxisParams.from_physical(

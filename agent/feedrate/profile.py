@@ -15,7 +15,7 @@ acceleration back, each transition a Bernstein polynomial of degree 2k+1 with co
 k+1 at the inner ones, so the speed is C^k at all four junctions (position C^(k+1)); default
 k = 4 matches the paper's n = 10 profile. Each transition covers V_c T / 2 of path.
 
-The choice of t* for a turning point is agent.feedrate.window_length. All evaluation is
+The choice of t* for a turning point is agent.feedrate.filter.window_length. All evaluation is
 vectorised over arrays of times.
 """
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from agent.encoder import counts_per_turn
+from agent.capture.encoder import counts_per_turn
 
 Array = npt.NDArray[np.float64]
 GRAVITY_M_S2 = 9.80665

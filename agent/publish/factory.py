@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agent.config.publish import PublishSettings
 from agent.publish.base import HealthPublisher
-from agent.publish.settings import PublishSettings
 
 
 def publishers_for(settings: PublishSettings, state_dir: Path) -> list[HealthPublisher]:
     out: list[HealthPublisher] = []
     if settings.mqtt is not None:
-        from agent.publish.mqtt import MqttPublisher
+        from agent.publish.mqtt.publisher import MqttPublisher
 
         out.append(MqttPublisher(settings.mqtt, state_dir))
     if settings.opcua_server is not None:
-        from agent.publish.opcua_server import OpcUaHealthServer
+        from agent.publish.opcua_server.server import OpcUaHealthServer
 
         out.append(OpcUaHealthServer(settings.opcua_server, state_dir))
     return out

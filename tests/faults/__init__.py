@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from agent.capture_io import load_capture
+from agent.capture.files import load_capture
 
 # 200 motor rev/s through 40:1 is 0.2 s per load turn: 0.1 s settle + 2 turns = 0.5 s a cycle
 # with time_scale 1, so a kill in the first seconds lands in cycles, saves and report writes.
@@ -72,7 +72,7 @@ def start(
     log = log_path.open("ab")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "agent.cli", "run", "--config", str(config_path), *args],
+            [sys.executable, "-m", "agent.cli.main", "run", "--config", str(config_path), *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

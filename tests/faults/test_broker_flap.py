@@ -12,7 +12,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from agent.publish.mqtt import OUTBOX_FILE
+from agent.publish.mqtt.publisher import OUTBOX_FILE
 from tests.faults import audit, config, start, terminate, wait_for
 from tests.peers.mosquitto_broker import MosquittoBroker
 from tests.summary import fault, record

@@ -20,11 +20,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent.capture import Capture
-from agent.config import ControllerSettings, load_config
-from agent.cycles import backlash_cycle, run_guarded_cycle
+from agent.capture.model import Capture
+from agent.config.model import ControllerSettings, load_config
 from agent.errors import CycleAborted
-from drivers.can import CanDriver
+from agent.service.interlocks import backlash_cycle, run_guarded_cycle
+from drivers.can.driver import CanDriver
 from tests.peers.can_harness import Peer, config_text, peer_args, run, sim_captures
 from tests.summary import fault
 

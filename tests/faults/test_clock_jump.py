@@ -6,7 +6,7 @@ pool workers read the new wall time at once; the monotonic clock is left alone, 
 or a clock set by hand leaves it. The clock goes back a day, forward a day and three hours, then
 back five seconds (report directories are named by the second: those names come round
 again). Afterwards: nothing recorded is lost, the trend and latest() keep the order the cycles
-ran (agent.store.CLOCKED_TRIGGERS), and no report overwrote another.
+ran (agent.history.store.CLOCKED_TRIGGERS), and no report overwrote another.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from agent.store import CLOCK_STEP_S, Estimate, HistoryStore
+from agent.history.store import CLOCK_STEP_S, Estimate, HistoryStore
 from tests.faults import audit, config, cycle_count, lost, start, terminate, wait_for
 from tests.summary import fault, record
 
@@ -168,11 +168,11 @@ def test_the_history_keeps_the_order_cycles_ran_when_the_clock_was_stepped_back(
 def test_report_directories_claimed_at_once_for_one_second_are_all_distinct(
     tmp_path: Path,
 ) -> None:
-    """agent.report.new_report_dir: eight writers claiming the same second at the same moment
+    """agent.report.write.new_report_dir: eight writers claiming the same second at the same moment
     (two pool workers, or one second lived twice after a step back) each get their own."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from agent.report import new_report_dir
+    from agent.report.write import new_report_dir
 
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda _: new_report_dir(tmp_path, T0), range(8)))

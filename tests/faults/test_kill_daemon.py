@@ -58,7 +58,7 @@ def test_kill_9_at_random_moments_loses_nothing(tmp_path: Path) -> None:
     assert counts[-1] >= ROUNDS, counts
 
     # A clean run on the same state, with one more stop: it recovers the captures the kills
-    # left unrecorded (agent.service_recovery), records the stop and stops with SIGTERM, exit 0.
+    # left unrecorded (agent.service.recovery), records the stop and stops with SIGTERM, exit 0.
     orphans = audit(state).orphan_captures
     before = counts[-1]
     clean = config(tmp_path / "clean.yaml", state, [{"at_s": 0.2, "length_s": 1.5}])

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent.capture import Capture
-from agent.config import ControllerSettings
-from agent.cycles import backlash_cycle
+from agent.capture.model import Capture
+from agent.config.model import ControllerSettings
 from agent.errors import CycleAborted
+from agent.service.interlocks import backlash_cycle
 from tests.peers.opcua.harness import PeerProcess, Plant, config_text
 from tests.peers.opcua.physics import Samples, cycle_samples
 from tests.summary import fault

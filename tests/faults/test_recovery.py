@@ -1,5 +1,5 @@
 """Captures a crash left without a record, taken up when `jha run` starts again
-(agent/service_recovery.py): a good one is analysed and recorded once as "recovered", a torn or
+(agent/service/recovery.py): a good one is analysed and recorded once as "recovered", a torn or
 foreign file is moved to the quarantine with a log line naming it and the reason, a capture of
 a joint no longer configured is left alone with a log line, and a recorded one is never touched.
 """
@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from agent.capture_io import save_capture
-from agent.config import BacklashCycleSettings, ControllerSettings, JointSettings
-from agent.cycles import backlash_cycle
-from agent.service_recovery import QUARANTINE_DIR
-from agent.simulation import simulate_backlash_capture
-from agent.store import HistoryStore
+from agent.capture.files import save_capture
+from agent.config.model import BacklashCycleSettings, ControllerSettings, JointSettings
+from agent.history.store import HistoryStore
+from agent.service.interlocks import backlash_cycle
+from agent.service.recovery import QUARANTINE_DIR
+from drivers.sim.backlash import simulate_backlash_capture
 from tests.faults import CYCLE, audit, config, start, terminate, wait_for
 from tests.summary import fault, record
 
@@ -132,7 +132,7 @@ def test_orphans_are_found_through_a_relative_state_dir_and_quarantine_never_ove
 ) -> None:
     """The history may name captures by a relative path (`state_dir: var`) or through a
     symlink; a second file quarantined under the same name is kept beside the first."""
-    from agent.service_recovery import find_orphans, quarantine
+    from agent.service.recovery import find_orphans, quarantine
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "real").mkdir()

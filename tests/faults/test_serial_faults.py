@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent.capture import Capture
+from agent.capture.model import Capture
 from agent.errors import CycleAborted
 from tests.summary import fault
 from tests.test_driver_serial import Bench, connected, run, sim_capture

@@ -1,8 +1,8 @@
 """Faults mid-excitation on a UR arm: the servoJ stream stops and the cycle records nothing
 (docs/safety.md G10).
 
-The identification excitation (drivers/ur_rtde_excitation.py, drivers/ur_rtde_servo.py) runs in
-the same worker frame as the backlash cycle (`_run_motion` in drivers/ur_rtde_cycle.py), but
+The identification excitation (drivers/ur_rtde/excitation.py, drivers/ur_rtde/worker/servo.py) runs in
+the same worker frame as the backlash cycle (`_run_motion` in drivers/ur_rtde/worker/cycle.py), but
 streams a servoJ target every RTDE period instead of one speedJ, and ends with servoStop: these
 tests prove the hang and kill handling of tests/faults/test_ur_{kill,hang}.py for that path, and
 the missed-package abort, against the UR controller emulator's rigid UR5e
@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from agent.cycles import run_guarded_cycle
 from agent.errors import CycleAborted
+from agent.service.interlocks import run_guarded_cycle
 from drivers.base import ExcitationCycle
-from drivers.ur_rtde import UrRtdeDriver
-from drivers.ur_rtde_settings import UrRtdeSettings
+from drivers.ur_rtde.driver import UrRtdeDriver
+from drivers.ur_rtde.settings import UrRtdeSettings
 from tests.peers.ur_controller import UrEmulator, free_host
 from tests.peers.ur_controller.agent_process import (
     Agent,

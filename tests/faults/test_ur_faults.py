@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from agent.capture import Capture
-from agent.config import ControllerSettings, JointSettings
-from agent.cycles import backlash_cycle, run_guarded_cycle
+from agent.capture.model import Capture
+from agent.config.model import ControllerSettings, JointSettings
 from agent.errors import CycleAborted, DriverError
-from drivers.sim import SimDriver
-from drivers.sim_settings import SimJointSettings, SimSettings
-from drivers.ur_rtde import UrRtdeDriver
+from agent.service.interlocks import backlash_cycle, run_guarded_cycle
+from drivers.sim.driver import SimDriver
+from drivers.sim.settings import SimJointSettings, SimSettings
+from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller import UrEmulator
 from tests.peers.ur_controller.harness import (
     BACKLASH_RAD,

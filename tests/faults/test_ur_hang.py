@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from drivers.ur_rtde_settings import UrRtdeSettings
+from drivers.ur_rtde.settings import UrRtdeSettings
 from tests.peers.ur_controller import UrEmulator
 from tests.peers.ur_controller.agent_process import Agent, moving_into_capture, seconds_until_still
 from tests.peers.ur_controller.harness import FAST, emulator_args, setup

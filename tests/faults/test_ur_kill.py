@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from agent.cycles import backlash_cycle, run_guarded_cycle
+from agent.service.interlocks import backlash_cycle, run_guarded_cycle
 from drivers.base import ControllerMode
-from drivers.ur_rtde import UrRtdeDriver
+from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller import UrEmulator
 from tests.peers.ur_controller.agent_process import (
     Agent,
@@ -102,7 +102,7 @@ def test_cancelling_the_guarded_cycle_mid_capture_stops_the_arm(
     ur: tuple[UrEmulator, Path],
 ) -> None:
     emu, config = ur
-    from agent.config import load_config
+    from agent.config.model import load_config
 
     ctrl = load_config(config).controllers[0]
     joint = ctrl.joints[0]

@@ -19,8 +19,8 @@ from collections.abc import Iterator
 import can
 import numpy as np
 
-from drivers.can_dbc import CanFrameError, encode
-from drivers.can_link import BusLink, CaptureRecorder
+from drivers.can.dbc import CanFrameError, encode
+from drivers.can.link import BusLink, CaptureRecorder
 from tests.fuzz.atheris_oracle import Target, check, expect_place, guarded
 from tests.fuzz.test_fuzz_can import CYCLE_COUNTER, JOINT, PROTO, SAMPLES, _decode_case
 

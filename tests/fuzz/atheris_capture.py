@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agent.capture import Capture
-from agent.capture_io import load_capture, save_capture, sidecar_path
+from agent.capture.files import load_capture, save_capture, sidecar_path
+from agent.capture.model import Capture
 from agent.errors import CaptureError
 from tests.fuzz.atheris_oracle import SCRATCH, Target, check, guarded
 
@@ -104,9 +104,9 @@ def _npz(data: bytes) -> None:
 
 def _simulated(samples: int) -> Capture:
     """The demo joint's constant-speed test from the simulator, cut to `samples` samples."""
-    from agent.config import BacklashCycleSettings, ControllerSettings, JointSettings
-    from agent.cycles import backlash_cycle
-    from agent.simulation import simulate_backlash_capture
+    from agent.config.model import BacklashCycleSettings, ControllerSettings, JointSettings
+    from agent.service.interlocks import backlash_cycle
+    from drivers.sim.backlash import simulate_backlash_capture
 
     joint = JointSettings(
         name="axis4", index=4, gear_ratio=40.0,

@@ -15,9 +15,9 @@ import math
 from collections.abc import Iterator
 from pathlib import Path
 
-from agent.feedrate.gcode import Block, ModalState, ParserOptions
-from agent.feedrate.gcode_emit import DIALECTS, GcodeEmitter
-from agent.feedrate.gcode_lex import GcodeError
+from agent.feedrate.gcode.emit import DIALECTS, GcodeEmitter
+from agent.feedrate.gcode.lex import GcodeError
+from agent.feedrate.gcode.parser import Block, ModalState, ParserOptions
 from tests.fuzz.atheris_oracle import Target, check, expect_place, guarded
 
 ROOT = Path(__file__).resolve().parents[2]

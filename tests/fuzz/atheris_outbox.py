@@ -1,7 +1,7 @@
 """atheris target `mqtt_outbox`: the MQTT messages the agent reads back from its outbox.
 
 The agent subscribes to nothing: the MQTT payloads it reads are its own, queued in the SQLite
-outbox (agent/publish/outbox.py) and read back by the sender and after every restart. The
+outbox (agent/publish/mqtt/outbox.py) and read back by the sender and after every restart. The
 input damages a real outbox file written by Outbox.put; the first byte picks how:
   0, 1: rows appended with any values in any column: each value is `tag, n, n bytes` with tag
         NULL, INTEGER, REAL, TEXT, BLOB, or text that is not UTF-8 (what SQLite keeps when
@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agent.publish.outbox import Outbox, OutboxError
+from agent.publish.mqtt.outbox import Outbox, OutboxError
 from tests.fuzz.atheris_oracle import SCRATCH, Target, check, guarded
 from tests.fuzz.test_fuzz_outbox import _check_message, _seed_file
 

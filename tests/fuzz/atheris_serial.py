@@ -8,7 +8,7 @@ The first input byte picks what the rest is:
   1: the raw stream as the port delivers it (sync search, CRC refusals, resynchronisation);
   2: one payload straight into a decoder (byte 1 the frame type), past the CRC that screens it.
 The stream is fed to FrameDecoder in chunks of 1..64 bytes, the replies decoded, the sample
-frames assembled into a capture as drivers/serial.py does, under both lost-frame policies.
+frames assembled into a capture as drivers/serial/driver.py does, under both lost-frame policies.
 
 Property (tests/fuzz/test_fuzz_serial.py states the same): the decoder never raises and its
 byte counts add up; a payload decodes or raises FrameError; the capture is valid or a
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from drivers.serial_frames import (
+from drivers.serial.frames import (
     BOARD_TO_AGENT,
     FrameError,
     FrameType,

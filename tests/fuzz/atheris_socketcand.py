@@ -22,8 +22,8 @@ from collections.abc import Iterator
 
 from can.interfaces.socketcand.socketcand import SocketCanDaemonBus
 
-import drivers.can_link
-from drivers.can_link import BusLink
+import drivers.can.link
+from drivers.can.link import BusLink
 from tests.fuzz.atheris_can import check_link, reset
 from tests.fuzz.atheris_oracle import Target, check, guarded
 from tests.fuzz.test_fuzz_can import PROTO, _line
@@ -32,11 +32,11 @@ CHANNEL = "can0"
 # python-can logs every element it cannot parse, with a traceback: thousands of lines per run
 # that say what the property checks anyway.
 logging.getLogger("can.interfaces.socketcand.socketcand").setLevel(logging.CRITICAL)
-logging.getLogger("drivers.can_link").setLevel(logging.CRITICAL)
+logging.getLogger("drivers.can.link").setLevel(logging.CRITICAL)
 # The reader's poll interval (50 ms in the driver). At end of stream python-can's recv spins
 # until its timeout runs out before BusLink can see the closed socket: 50 ms per input would
 # be 20 inputs a second. Only how often the loop looks changes, not what it does.
-drivers.can_link._RECV_TIMEOUT_S = 0.001
+drivers.can.link._RECV_TIMEOUT_S = 0.001
 
 
 def _read_until_close(conn: socket.socket) -> bytes:

@@ -24,7 +24,7 @@ import numpy as np
 from can.interfaces.socketcand.socketcand import convert_ascii_message_to_can_message
 from hypothesis import strategies as st
 
-from drivers.can_dbc import (
+from drivers.can.dbc import (
     CanFrameError,
     CanProtocol,
     decode_numbers,
@@ -32,8 +32,8 @@ from drivers.can_dbc import (
     encode,
     load_protocol,
 )
-from drivers.can_link import BusLink, CaptureRecorder
-from drivers.can_settings import CanMessageNames
+from drivers.can.link import BusLink, CaptureRecorder
+from drivers.can.settings import CanMessageNames
 from tests.fuzz.harness import Oracle, fuzz
 
 DBC = Path(__file__).resolve().parents[2] / "config" / "can" / "joint_encoder.dbc"

@@ -20,15 +20,15 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from agent.capture import CHANNEL_UNITS, Capture, CaptureMeta
-from agent.capture_io import (
+from agent.capture.encoder import counts_per_turn
+from agent.capture.files import (
     COUNT_CHANNELS,
     MOTOR_CHANNELS,
     load_capture,
     save_capture,
     sidecar_path,
 )
-from agent.encoder import counts_per_turn
+from agent.capture.model import CHANNEL_UNITS, Capture, CaptureMeta
 from agent.errors import CaptureError
 from tests.fuzz.harness import Oracle, fuzz
 
@@ -274,7 +274,7 @@ def _npz_bytes(**entries: Any) -> bytes:
 
 
 _META = np.array('{"format_version": 1, "meta": {}}')
-# Found by this fuzzer (fixed in agent/capture_io.py): a complex time_s was read with its
+# Found by this fuzzer (fixed in agent/capture/files.py): a complex time_s was read with its
 # imaginary part dropped (numpy's ComplexWarning the only trace) and a Boolean one as 0 and 1.
 NPZ_REGRESSIONS = (
     _npz_bytes(time_s=np.array([0, 1 + 1j, 2]), motor_speed_rad_s=np.zeros(3), meta_json=_META),

@@ -19,11 +19,11 @@ import pytest
 from hypothesis import strategies as st
 
 import drivers.base
-from agent import config as config_mod
-from agent.config import Config, config_issues, load_config
+from agent.config.model import Config, config_issues, load_config
+from agent.config.model import model as config_mod
 from agent.errors import ConfigError
-from agent.schema import validate
-from agent.yaml_lines import ConfigIssue, Node, issues_of, parse_yaml
+from agent.schema.validate import validate
+from agent.schema.yaml_lines import ConfigIssue, Node, issues_of, parse_yaml
 from tests.fuzz.harness import Oracle, fuzz
 from tests.fuzz.trees import mutated_text, mutated_tree
 from tests.peers.opcua.harness import config_text as opcua_config_text
@@ -130,7 +130,7 @@ def _entry_points_read_once(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def load_tree(root: Node, file: str) -> tuple[Config | None, list[ConfigIssue]]:
-    """agent.config._load after the YAML step: the same validation on an already parsed tree."""
+    """agent.config.model._load after the YAML step: the same validation on an already parsed tree."""
     config, issues = validate(Config, root, file, checks=config_mod._CHECKS)
     issues += config_mod._duplicate_names(root, file)
     _settings, driver_issues = config_mod._driver_settings(root, file)
@@ -241,7 +241,7 @@ def test_fuzz_config_file(shm_path: Path) -> None:
     fuzz(oracle, texts, lambda data: _file_case(data, oracle, shm_path), examples=(NEL_CASE,))
 
 
-# Found by this fuzzer (fixed in agent/yaml_lines.py): YAML also ends a line at NEL, LS, PS,
+# Found by this fuzzer (fixed in agent/schema/yaml_lines.py): YAML also ends a line at NEL, LS, PS,
 # so PyYAML's line numbers counted `\x85agent:` as two lines and the error named line 2 of a
 # file an editor shows as one line. Errors now name the LF-counted line.
 NEL_CASE = b"\xc2\x85agent:"

@@ -14,8 +14,8 @@ import math
 import pytest
 from hypothesis import strategies as st
 
-from agent.feedrate.gcode import ModalState, ParserOptions
-from agent.feedrate.gcode_lex import GcodeError, checksum
+from agent.feedrate.gcode.lex import GcodeError, checksum
+from agent.feedrate.gcode.parser import ModalState, ParserOptions
 from tests.fuzz.harness import Oracle, fuzz
 
 PROGRAM = (

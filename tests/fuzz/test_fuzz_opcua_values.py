@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from agent.errors import DriverError
 from drivers.base import BacklashCycle, ControllerMode
-from drivers.opcua_capture import CaptureAssembler, ChunkError, decode_chunk, expected_samples
-from drivers.opcua_settings import OpcUaStatusNodes
-from drivers.opcua_status import RawValue, decode_cycle_status, decode_status
+from drivers.opcua.capture import CaptureAssembler, ChunkError, decode_chunk, expected_samples
+from drivers.opcua.settings import OpcUaStatusNodes
+from drivers.opcua.status import RawValue, decode_cycle_status, decode_status
 from tests.fuzz.harness import Oracle, fuzz
 
 NODES = OpcUaStatusNodes(

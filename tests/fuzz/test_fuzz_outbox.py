@@ -1,4 +1,4 @@
-"""Fuzz the MQTT outbox the agent reads back on restart (agent/publish/outbox.py).
+"""Fuzz the MQTT outbox the agent reads back on restart (agent/publish/mqtt/outbox.py).
 
 Near-valid input is a real outbox file written by Outbox.put (report and health messages),
 then damaged the ways a disk or an older / newer agent could: a column holding a value of
@@ -24,8 +24,8 @@ from typing import Any
 import pytest
 from hypothesis import strategies as st
 
-from agent.publish.outbox import Outbox, OutboxError
-from agent.publish.payloads import OutMessage
+from agent.publish.mqtt.outbox import Outbox, OutboxError
+from agent.publish.mqtt.payloads import OutMessage
 from tests.fuzz.harness import Oracle, fuzz
 
 SHM = Path("/dev/shm")
@@ -149,7 +149,7 @@ def _names_file(exc: BaseException) -> bool:
     return ".sqlite" in str(exc) and "outbox-" in str(exc)
 
 
-# Found by this fuzzer and reported to C, who fixed agent/publish/outbox.py (damaged rows are
+# Found by this fuzzer and reported to C, who fixed agent/publish/mqtt/outbox.py (damaged rows are
 # now discarded and logged, a damaged file is an OutboxError). Before the fix:
 #   payload TEXT 'x'  -> TypeError from bytes(payload) in pending() (the sender thread died)
 #   kind 'bogus'      -> an OutMessage whose kind is none of report/health/status

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from agent.errors import DriverError
 from drivers.base import BacklashCycle
-from drivers.serial_capture import assemble_capture
-from drivers.serial_frames import (
+from drivers.serial.capture import assemble_capture
+from drivers.serial.frames import (
     BOARD_TO_AGENT,
     CRC_BYTES,
     HEADER_BYTES,
@@ -43,7 +43,7 @@ from drivers.serial_frames import (
     encode_samples,
     length_rule,
 )
-from drivers.serial_settings import SerialSettings
+from drivers.serial.settings import SerialSettings
 from tests.fuzz.harness import Oracle, fuzz
 
 LAYOUT = Layout(channels=2, count_bits=19)

@@ -13,14 +13,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.capture_io import load_capture
-from agent.config import load_config
+from agent.capture.files import load_capture
+from agent.config.model import load_config
 from agent.errors import CaptureError, ConfigError
-from agent.feedrate.gcode import ModalState, ParserOptions
-from agent.feedrate.gcode_emit import DIALECTS, GcodeEmitter
-from agent.feedrate.gcode_lex import lex_line
-from agent.publish.outbox import Outbox, OutboxError
-from agent.yaml_lines import issues_of
+from agent.feedrate.gcode.emit import DIALECTS, GcodeEmitter
+from agent.feedrate.gcode.lex import lex_line
+from agent.feedrate.gcode.parser import ModalState, ParserOptions
+from agent.publish.mqtt.outbox import Outbox, OutboxError
+from agent.schema.yaml_lines import issues_of
 from tests.fuzz.atheris_outbox import _prepare as _prepare_outbox
 from tests.fuzz.atheris_run import CORPUS, load_target
 
@@ -38,7 +38,7 @@ def test_every_crash_input_is_replayed() -> None:
 
 # atheris `gcode` (Marlin emitter): a block-deleted tape mark `/%` passed through as
 # `/N2 %*86`, a line the parser itself refuses ("expected a letter and a number at '%'").
-# Fixed in agent/feedrate/gcode_emit.py: a tape mark, block-deleted or not, is dropped from a
+# Fixed in agent/feedrate/gcode/emit.py: a tape mark, block-deleted or not, is dropped from a
 # numbered stream, as a plain `%` already was.
 @pytest.mark.parametrize("block_delete", [True, False])
 def test_marlin_drops_a_block_deleted_tape_mark(block_delete: bool) -> None:
@@ -52,7 +52,7 @@ def test_marlin_drops_a_block_deleted_tape_mark(block_delete: bool) -> None:
 
 # atheris `gcode`: in G93 a rapid carried its F word as inverse_time_f, so `G0 X5 F0` gave a
 # Block whose duration_s divided 60 by 0 (ZeroDivisionError), and `G0 X5 F30` a 2 s duration
-# for a rapid. Fixed in agent/feedrate/gcode.py: only feed moves keep their inverse-time F.
+# for a rapid. Fixed in agent/feedrate/gcode/parser.py: only feed moves keep their inverse-time F.
 def test_g93_rapid_is_not_timed_by_its_f_word() -> None:
     state = ModalState(source="p.nc")
     state.apply("G93", 1)
@@ -66,7 +66,7 @@ def test_g93_rapid_is_not_timed_by_its_f_word() -> None:
 
 # atheris `capture_npz`: numpy hands out an archive entry without the .npy magic as raw bytes,
 # and read_npz then failed with AttributeError ('bytes' object has no attribute 'ndim'), exit
-# 70 instead of 65. Fixed in agent/capture_io.py: such an entry is a CaptureError naming it.
+# 70 instead of 65. Fixed in agent/capture/files.py: such an entry is a CaptureError naming it.
 def test_npz_entry_that_is_no_array_is_a_capture_error(tmp_path: Path) -> None:
     buf = io.BytesIO()
     np.savez(buf, time_s=np.arange(3.0), motor_pos_rad=np.zeros(3))
@@ -82,7 +82,7 @@ def test_npz_entry_that_is_no_array_is_a_capture_error(tmp_path: Path) -> None:
 # atheris `config_yaml` (seeded with config/cnc_example.yaml): an inline machine key that is no
 # identifier (`"bad key": 1`) made GrblSettings.check return the path "machine.['bad key']",
 # which the schema cannot split: ValueError out of load_config instead of a ConfigError.
-# Fixed in drivers/grbl_settings.py: no dot before a quoted key.
+# Fixed in drivers/grbl/settings.py: no dot before a quoted key.
 def test_inline_machine_odd_key_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "cnc.yaml"
     path.write_bytes((CORPUS / "config_yaml" / "crash-inline-machine-quoted-key").read_bytes())
@@ -95,7 +95,7 @@ def test_inline_machine_odd_key_is_a_config_error(tmp_path: Path) -> None:
 # atheris `mqtt_outbox` (bytes of the file overwritten): a damaged page of the outbox made
 # SQLite return the queued rows out of seq order ([1, 93, 3, 4]); the sender, which goes on
 # from the last seq it handed over, would then skip or repeat messages. Fixed in
-# agent/publish/outbox.py: a file failing PRAGMA quick_check is refused with an OutboxError.
+# agent/publish/mqtt/outbox.py: a file failing PRAGMA quick_check is refused with an OutboxError.
 def test_outbox_with_a_damaged_page_is_refused(tmp_path: Path) -> None:
     crash = (CORPUS / "mqtt_outbox" / "crash-page-damage-rows-out-of-order").read_bytes()
     path = tmp_path / "outbox.sqlite"
@@ -112,7 +112,7 @@ def test_outbox_with_a_damaged_page_is_refused(tmp_path: Path) -> None:
 # atheris `mqtt_outbox` (a table `outbox` of another making, columns untyped): a row whose seq
 # was text that is not UTF-8 and whose kind was unknown made pending() discard it by that seq,
 # and binding the seq back failed with UnicodeEncodeError, out of pending() (the sender thread
-# would have died). Fixed in agent/publish/outbox.py: a file whose outbox.seq is not the
+# would have died). Fixed in agent/publish/mqtt/outbox.py: a file whose outbox.seq is not the
 # INTEGER PRIMARY KEY is refused with an OutboxError when it is opened.
 def test_outbox_table_of_another_making_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "outbox.sqlite"

@@ -1,4 +1,4 @@
-"""Hypothesis strategies that mutate a parsed YAML tree (agent.yaml_lines.Node) and YAML text.
+"""Hypothesis strategies that mutate a parsed YAML tree (agent.schema.yaml_lines.Node) and YAML text.
 
 Tree mutations keep the rest of a real config intact, so most cases get past the structure
 and exercise the value checks deep inside (bounds, types, cross-field rules, driver settings);
@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from hypothesis import strategies as st
 
-from agent.yaml_lines import Node
+from agent.schema.yaml_lines import Node
 
 Step = tuple[str, int]  # ("item", i) | ("key", i) | ("value", i)
 _TAG = "tag:yaml.org,2002:"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from drivers.can_dbc import CanProtocol, encode
+from drivers.can.dbc import CanProtocol, encode
 
 CRC15_POLY = 0x4599
 _UNSTUFFED_TAIL = 1 + 2 + 7 + 3  # CRC delimiter, ACK slot + delimiter, EOF, interframe space

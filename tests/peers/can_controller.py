@@ -1,10 +1,10 @@
 """A controller on a virtual CAN bus, for the CAN driver's peers (socketcand, udp_multicast).
 
-It speaks the frames of the agent's DBC (drivers/can_dbc.py, docs/drivers/can.md): after ENABLE
+It speaks the frames of the agent's DBC (drivers/can/dbc.py, docs/drivers/can.md): after ENABLE
 it sends a status frame and one joint-position frame every status period; it takes CycleSetup,
 CycleLength and START_CYCLE, rejects what it must (not stopped, no permission, unknown joint,
 bad parameters, a stream the bus cannot carry), runs the cycle's physics with
-agent.simulation.simulate_backlash_capture (the simulated fake's physics, same seeds), and
+drivers.sim.backlash.simulate_backlash_capture (the simulated fake's physics, same seeds), and
 streams one encoder frame per sample in real time through a virtual bus that times every frame
 to its stuffed bit length (tests/peers/can_bits.py). STOP ends motion at once; without a command
 frame carrying the cycle's counter (the agent's heartbeat) for `watchdog_s` it stops by itself.
@@ -42,8 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from agent.config import JointSettings
-from drivers.can_dbc import CanProtocol, Command, CycleState, decode_numbers, encode
+from agent.config.model import JointSettings
+from drivers.can.dbc import CanProtocol, Command, CycleState, decode_numbers, encode
 
 from .can_bits import VirtualBus, frame_bits
 from .can_controller_cycle import CycleRun, Fault, prepare

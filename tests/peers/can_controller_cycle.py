@@ -1,7 +1,7 @@
 """The motion model of the CAN controller peer (tests/peers/can_controller.py): one cycle's
 state, and its physics turned into encoder frames before the stream starts.
 
-The physics is agent.simulation.simulate_backlash_capture (the simulated fake's, same seeds);
+The physics is drivers.sim.backlash.simulate_backlash_capture (the simulated fake's, same seeds);
 a flood fault re-samples it faster from its sample on. The protocol and the pacing on the bus
 stay in can_controller.py.
 """
@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from agent.config import JointSettings
-from agent.encoder import angle_to_counts
-from agent.simulation import simulate_backlash_capture
+from agent.capture.encoder import angle_to_counts
+from agent.config.model import JointSettings
 from drivers.base import BacklashCycle
-from drivers.can_dbc import CanProtocol, CycleState
+from drivers.can.dbc import CanProtocol, CycleState
+from drivers.sim.backlash import simulate_backlash_capture
 
 from .can_bits import frame_bits, pack_intel
 

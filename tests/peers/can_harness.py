@@ -13,11 +13,11 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agent.capture import Capture
-from agent.config import ControllerSettings
-from agent.cycles import backlash_cycle
-from drivers.sim import SimDriver
-from drivers.sim_settings import SimJointSettings, SimSettings
+from agent.capture.model import Capture
+from agent.config.model import ControllerSettings
+from agent.service.interlocks import backlash_cycle
+from drivers.sim.driver import SimDriver
+from drivers.sim.settings import SimJointSettings, SimSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 DBC = ROOT / "config" / "can" / "joint_encoder.dbc"

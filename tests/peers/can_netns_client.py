@@ -12,11 +12,11 @@ import argparse
 import asyncio
 import json
 
-from agent.capture_io import save_capture
-from agent.config import load_config
-from agent.cycles import backlash_cycle, run_guarded_cycle
+from agent.capture.files import save_capture
+from agent.config.model import load_config
 from agent.errors import CycleAborted, InterlockError
-from drivers.can import CanDriver
+from agent.service.interlocks import backlash_cycle, run_guarded_cycle
+from drivers.can.driver import CanDriver
 
 
 async def run(args: argparse.Namespace) -> dict[str, object]:

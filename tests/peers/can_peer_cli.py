@@ -8,9 +8,9 @@ import sys
 import threading
 from typing import Any
 
-from agent.config import load_config
-from drivers.can_dbc import load_protocol
-from drivers.can_settings import CanSettings
+from agent.config.model import load_config
+from drivers.can.dbc import load_protocol
+from drivers.can.settings import CanSettings
 
 from .can_controller import FAULT_KINDS, MODE_CODES, Controller, Fault
 

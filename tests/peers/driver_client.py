@@ -15,9 +15,9 @@ import argparse
 import asyncio
 import json
 
-from agent.config import load_config
-from agent.cycles import backlash_cycle, run_guarded_cycle
+from agent.config.model import load_config
 from agent.errors import CycleAborted, InterlockError
+from agent.service.interlocks import backlash_cycle, run_guarded_cycle
 from drivers.base import load_driver_class
 
 

@@ -13,7 +13,7 @@ dies takes its peer with it) or when killed. It behaves like a controller:
 - Cycle.Status: idle / running / done / aborted;
 - sample buffers Buffers.TimeS / MotorCounts / LinkCounts / CurrentA rewritten chunk by chunk,
   then Buffers.Sequence bumped, paced at the capture's rate times --speedup; the samples come
-  from agent.simulation.simulate_backlash_capture with the simulated fake's seed rule;
+  from drivers.sim.backlash.simulate_backlash_capture with the simulated fake's seed rule;
 - a Plant object the tests use to play the plant's part: SetState, SetPermission,
   InjectFault(kind, after_chunks), counters of stop requests and cycles, and the publish rate.
 
@@ -53,7 +53,7 @@ from typing import Any
 
 from asyncua import Server, ua
 
-from agent.config import JointSettings, load_config
+from agent.config.model import JointSettings, load_config
 from drivers.base import BacklashCycle
 from tests.peers.opcua.physics import Samples, cycle_samples
 from tests.peers.opcua.server import (

@@ -7,8 +7,8 @@ Run as a process (the tests and the bench do):
 
 It opens a pty pair (os.openpty), links PATH to the slave device (as `socat pty,link=PATH`
 would) and prints `READY <slave>` on stdout. The agent's serial driver opens PATH. The board
-speaks drivers/serial_frames.py: it answers INFO / STATUS / START / STOP and, for a START,
-runs the constant-speed cycle on the joint model of agent/simulation.py (the same physics and
+speaks drivers/serial/frames.py: it answers INFO / STATUS / START / STOP and, for a START,
+runs the constant-speed cycle on the joint model of drivers/sim/backlash.py (the same physics and
 seed rule as the simulated fake: seed * 1000 + cycles run) and streams its capture window as
 SAMPLE frames, paced like a UART at `baud` (8N1: 10 bits a byte) and, with time_scale > 0,
 in (scaled) real time.
@@ -59,9 +59,9 @@ from typing import Any
 
 import numpy as np
 
-from agent.config import ControllerSettings, JointSettings, load_config
-from drivers.serial import resolve_channels
-from drivers.serial_frames import (
+from agent.config.model import ControllerSettings, JointSettings, load_config
+from drivers.serial.driver import resolve_channels
+from drivers.serial.frames import (
     AGENT_TO_BOARD,
     PROTOCOL_VERSION,
     ChannelSide,

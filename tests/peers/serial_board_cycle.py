@@ -15,11 +15,10 @@ from typing import Any
 
 import numpy as np
 
-from agent.config import ControllerSettings, JointSettings
-from agent.encoder import angle_to_counts
-from agent.simulation import simulate_backlash_capture
+from agent.capture.encoder import angle_to_counts
+from agent.config.model import ControllerSettings, JointSettings
 from drivers.base import BacklashCycle
-from drivers.serial_frames import (
+from drivers.serial.frames import (
     SYNC,
     CycleDone,
     CycleResult,
@@ -30,6 +29,7 @@ from drivers.serial_frames import (
     crc16_fast,
     encode_samples,
 )
+from drivers.sim.backlash import simulate_backlash_capture
 
 
 @dataclass

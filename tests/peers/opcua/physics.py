@@ -1,7 +1,7 @@
 """The samples a peer controller publishes for one cycle: the simulated fake's physics.
 
-`cycle_samples` calls agent.simulation.simulate_backlash_capture (the function the simulated
-fake uses) with the same seed rule as drivers.sim (seed * 1000 + cycles run), so a cycle through
+`cycle_samples` calls drivers.sim.backlash.simulate_backlash_capture (the function the simulated
+fake uses) with the same seed rule as drivers.sim.driver (seed * 1000 + cycles run), so a cycle through
 a peer and the same cycle on the simulated fake see identical physics. For long benchmark
 captures it can simulate a shorter window and repeat it, continuing time and encoder counts, so
 the peer does not spend minutes integrating before it streams.
@@ -15,10 +15,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import numpy.typing as npt
 
-from agent.config import JointSettings
-from agent.encoder import angle_to_counts, counts_per_turn
-from agent.simulation import simulate_backlash_capture
+from agent.capture.encoder import angle_to_counts, counts_per_turn
+from agent.config.model import JointSettings
 from drivers.base import BacklashCycle
+from drivers.sim.backlash import simulate_backlash_capture
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 from asyncua import Server, ua
 from asyncua.crypto.permission_rules import User, UserRole
 
-from agent.config import JointSettings
+from agent.config.model import JointSettings
 
 NAMESPACE = "urn:jha:test:robot"
 APPLICATION_URI = "urn:jha:test:opcua-controller"

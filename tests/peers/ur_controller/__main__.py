@@ -46,8 +46,8 @@ from tests.peers.ur_controller.script_sink import ScriptSink
 def _physics(args: argparse.Namespace, controller_hz: float) -> PhysicsConfig | None:
     if not args.config:
         return None
-    from agent.config import load_config
-    from agent.simulation import joint_physics
+    from agent.config.model import load_config
+    from drivers.sim.backlash import joint_physics
 
     config = load_config(args.config)
     ctrl = next(c for c in config.controllers if c.name == args.controller)

@@ -30,11 +30,11 @@ import os
 import signal
 import time
 
-from agent.config import JointSettings, load_config
-from agent.cycles import backlash_cycle, run_guarded_cycle
+from agent.config.model import JointSettings, load_config
 from agent.errors import CycleAborted, DriverError, InterlockError
+from agent.service.interlocks import backlash_cycle, run_guarded_cycle
 from drivers.base import Cycle
-from drivers.ur_rtde import UrRtdeDriver
+from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller.excitation import excitation_cycle
 
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agent.config import ControllerSettings, load_config
-from agent.estimation.excitation import ExcitationSettings, random_excitation
-from agent.models.robot import load_robot
+from agent.config.model import ControllerSettings, load_config
+from agent.estimation.identification.excitation import ExcitationSettings, random_excitation
+from agent.models.robot.description import load_robot
 from drivers.base import ExcitationCycle
 from tests.peers.ur_controller import REPO_ROOT
 

@@ -13,7 +13,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agent.config import ControllerSettings, JointSettings, load_config
+from agent.config.model import ControllerSettings, JointSettings, load_config
 from tests.peers.ur_controller import UrEmulator, free_host
 
 T = TypeVar("T")

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent.encoder import counts_per_turn
+from agent.capture.encoder import counts_per_turn
 from agent.models.joint import GRAVITY_M_S2, JointPhysics
 from tests.peers.ur_controller.rigid_arm import DynamicsConfig, RigidDynamics, ServoTracker
 

@@ -8,7 +8,7 @@ sqrt(gain) rad/s), integrated in substeps of the controller cycle. lookahead_tim
 not modelled.
 
 `RigidDynamics`: the motor currents a rigid arm needs for the realised motion: the Newton-Euler
-inverse dynamics of the robot file (agent.models.newton_euler), the rotor inertia Ia q'', and
+inverse dynamics of the robot file (agent.models.robot.newton_euler), the rotor inertia Ia q'', and
 Coulomb + viscous friction per joint that the emulator is configured with (the truth an
 identification must recover), over gear ratio and torque constant, plus Gaussian noise.
 """
@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agent.models.newton_euler import _body_parameters
-from agent.models.regressor import chain_geometry
-from agent.models.robot import RobotDescription, load_robot
+from agent.models.robot.description import RobotDescription, load_robot
+from agent.models.robot.newton_euler import _body_parameters
+from agent.models.robot.regressor import chain_geometry
 
 _SUBSTEPS = 8
 
@@ -62,7 +62,7 @@ def _add(*vs: Vec) -> Vec:
 
 
 class ScalarNewtonEuler:
-    """agent.models.newton_euler.inverse_dynamics for one sample, on Python floats.
+    """agent.models.robot.newton_euler.inverse_dynamics for one sample, on Python floats.
 
     The same recursion statement for statement (tests check the two agree): the batched numpy
     version costs about 1 ms a call for one sample, half of the emulator's 2 ms cycle.

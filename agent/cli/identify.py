@@ -1,0 +1,326 @@
+"""`jha identify CAPTURE --robot FILE [--method ols|wls] [--json]`: dynamic identification of a
+robot with two encoders per joint (papers 002 and 004) from an excitation capture, and
+`jha simulate identification --robot FILE -o CAPTURE.npz`: such a capture from the simulated
+robot (the sim driver's excitation cycle), to try it.
+
+CAPTURE is a multi-joint capture (.npz of the excitation cycle), a directory holding one
+capture file per joint (.npz, or .csv with its .meta.yaml sidecar), or the files themselves.
+Each joint has link_pos_rad (or link_counts), motor_pos_rad (or motor_counts) and
+motor_torque_nm on the same time base; the metadata field `joint` names it (else the files are
+taken in the robot's joint order). A capture that misses an encoder
+channel, whose drive saturated or whose motion does not excite the dynamics is refused with the
+reason and exit code 65.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agent.errors import EX_OK, CaptureError, ConfigError
+from agent.history.store import Estimate
+
+if TYPE_CHECKING:  # the estimator loads scipy: imported by the command, not by `jha --help`
+    from agent.capture.model import Capture
+    from agent.estimation.identification.fit import IdentificationResult, IndicatorRow
+
+CAPTURE_SUFFIXES = (".npz", ".csv")
+
+
+def register(subparsers: Any) -> None:
+    """Add the `identify` sub-command to the `jha` parser's sub-parsers."""
+    p = subparsers.add_parser(
+        "identify",
+        help="dynamic identification from a dual-encoder excitation capture (papers 002, 004)",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    p.add_argument(
+        "capture",
+        nargs="+",
+        type=Path,
+        metavar="CAPTURE",
+        help="directory of per-joint capture files, or the files",
+    )
+    p.add_argument("--robot", required=True, type=Path, help="robot description (YAML)")
+    p.add_argument("--method", choices=["ols", "wls"], default="wls")
+    p.add_argument(
+        "--model",
+        choices=["elastic", "rigid"],
+        default="elastic",
+        help="elastic: paper 002 (identifies rotor inertia and stiffness); rigid: "
+        "paper 004 IDIM with rotor-side compensation (rotor inertia from the file)",
+    )
+    p.add_argument(
+        "--max-condition",
+        type=float,
+        metavar="C",
+        help="refuse a trajectory whose regressor condition number exceeds C",
+    )
+    p.add_argument(
+        "--bandwidth-hz",
+        type=float,
+        help="frequency of the robot dynamics (default: estimated from the link positions)",
+    )
+    p.add_argument("--cutoff-hz", type=float, help="position filter cut-off (default 5x bandwidth)")
+    p.add_argument("--decimation", type=int, default=20)
+    p.add_argument("--json", action="store_true", help="print the full result as JSON")
+    p.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="also write a report page: per joint the indicators and measured vs predicted "
+        "motor torque",
+    )
+    from agent.cli.report import add_record_options
+
+    add_record_options(p)
+    p.set_defaults(func=_cmd_identify)
+    simulate = _subcommands(subparsers, "simulate")
+    if simulate is not None and "identification" not in simulate.choices:
+        register_simulate(simulate)
+
+
+def _subcommands(subparsers: Any, name: str) -> Any:
+    """The sub-parsers of the existing command `name` (argparse has no public way to them)."""
+    parser = subparsers.choices.get(name)
+    if parser is None:
+        return None
+    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+
+
+def register_simulate(simulate_subparsers: Any) -> None:
+    """Add `identification` to `jha simulate`'s sub-parsers."""
+    p = simulate_subparsers.add_parser(
+        "identification",
+        help="excitation capture of a simulated robot with elastic joints (papers 002, 004)",
+    )
+    p.add_argument("--robot", required=True, type=Path, help="robot description (YAML)")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="CAPTURE.npz")
+    p.add_argument("--period-s", type=float, default=4.0, help="excitation period")
+    p.add_argument("--harmonics", type=int, default=4)
+    p.add_argument("--periods", type=int, default=2, help="periods captured")
+    p.add_argument("--sample-rate", type=float, default=1000.0)
+    p.add_argument("--maxiter", type=int, default=40, help="excitation design iterations")
+    p.add_argument(
+        "--friction-scale",
+        action="append",
+        default=[],
+        metavar="JOINT=X",
+        help="wear: that joint's friction times X (repeatable)",
+    )
+    p.add_argument(
+        "--stiffness-scale", action="append", default=[], metavar="JOINT=X",
+        help="wear: that joint's stiffness times X (repeatable)",
+    )  # fmt: skip
+    p.add_argument("--torque-noise-nm", type=float, default=0.0, help="drive torque noise std")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=_cmd_simulate_identification)
+
+
+def _scales(items: Sequence[str], option: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        joint, _, value = item.partition("=")
+        try:
+            out[joint.strip()] = float(value)
+        except ValueError:
+            raise ConfigError(f"{option}: expected JOINT=NUMBER, found {item!r}") from None
+        if not (joint.strip() and out[joint.strip()] > 0):
+            raise ConfigError(f"{option}: expected JOINT=NUMBER > 0, found {item!r}")
+    return out
+
+
+def _cmd_simulate_identification(args: argparse.Namespace) -> int:
+    from agent.capture.multi import save_multi_capture
+    from agent.config.identification import (
+        ExcitationDesignSettings,
+        IdentificationCycleSettings,
+    )
+    from agent.config.model import ControllerSettings
+    from agent.kinds.identification.analysis import excitation_cycle
+    from drivers.sim.excitation import SimJointWear, SimRobotSettings, simulate_excitation
+
+    friction = _scales(args.friction_scale, "--friction-scale")
+    stiffness = _scales(args.stiffness_scale, "--stiffness-scale")
+    wear = {
+        j: SimJointWear(friction_scale=friction.get(j, 1.0), stiffness_scale=stiffness.get(j, 1.0))
+        for j in {*friction, *stiffness}
+    }
+    settings = IdentificationCycleSettings(
+        robot=str(args.robot),
+        sample_rate_hz=args.sample_rate,
+        settle_s=0.0,
+        trajectory=ExcitationDesignSettings(
+            period_s=args.period_s,
+            harmonics=args.harmonics,
+            periods=args.periods,
+            maxiter=args.maxiter,
+            seed=args.seed,
+        ),
+    )
+    cycle = excitation_cycle(ControllerSettings(name="sim", driver="sim", identification=settings))
+    truth = SimRobotSettings(robot=str(args.robot), wear=wear, torque_noise_nm=args.torque_noise_nm)
+    capture = simulate_excitation(cycle, truth, args.seed, "sim")
+    save_multi_capture(capture, args.output)
+    print(
+        f"{args.output}: {len(capture)} samples of {len(capture.joints)} joints at "
+        f"{capture.sample_rate_hz:g} Hz ({cycle.robot}, {cycle.periods} x {cycle.period_s:g} s)"
+    )
+    return EX_OK
+
+
+def load_captures(files: Sequence[Path]) -> list[Capture]:
+    """Per-joint captures from the files; a multi-joint .npz gives one per joint."""
+    from agent.capture.files import load_capture
+    from agent.capture.multi import is_multi_capture, load_multi_capture
+
+    captures: list[Capture] = []
+    for f in files:
+        if f.suffix.lower() == ".npz" and is_multi_capture(f):
+            captures += load_multi_capture(f).joint_captures()
+        else:
+            captures.append(load_capture(f))
+    return captures
+
+
+def capture_files(paths: Sequence[Path]) -> list[Path]:
+    """The capture files named by `paths` (directories expand to their .npz and .csv files)."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found = sorted(
+                f for f in path.iterdir() if f.suffix.lower() in CAPTURE_SUFFIXES and f.is_file()
+            )
+            if not found:
+                raise CaptureError(str(path), "no .npz or .csv capture files in this directory")
+            files += found
+        elif path.is_file():
+            files.append(path)
+        else:
+            raise CaptureError(str(path), "no such file or directory")
+    return files
+
+
+def identification_estimates(
+    rows: Sequence[IndicatorRow], detail: Mapping[str, Any]
+) -> dict[str, list[Estimate]]:
+    """History records of indicator rows, by joint in row order; the relative sd in the
+    detail. A non-finite value cannot be stored and is left out."""
+    by_joint: dict[str, list[Estimate]] = {}
+    for r in rows:
+        found = by_joint.setdefault(r.joint, [])
+        if math.isfinite(r.value):
+            found.append(Estimate(r.indicator, r.value, r.unit,
+                                  {**detail, "rel_std_pct": r.rel_std_pct}))
+    return by_joint
+
+
+def _cmd_identify(args: argparse.Namespace) -> int:
+    from agent.cli.report import record_joint_estimates, recording_target
+    from agent.estimation.identification.fit import IdentificationSettings, identify
+    from agent.estimation.identification.signal_chain import FilterSettings
+    from agent.models.robot.description import load_robot
+
+    target = recording_target(args)  # a bad config or controller fails before the fit
+    started = datetime.now(UTC)
+    robot = load_robot(args.robot)
+    files = capture_files(args.capture)
+    captures = load_captures(files)
+    settings = IdentificationSettings(
+        method=args.method,
+        model=args.model,
+        filter=FilterSettings(
+            bandwidth_hz=args.bandwidth_hz, cutoff_hz=args.cutoff_hz, decimation=args.decimation
+        ),
+    )
+    if args.max_condition is not None:
+        settings = replace(settings, max_condition_number=args.max_condition)
+    where = str(args.capture[0]) if len(args.capture) == 1 else f"{len(files)} capture files"
+    result = identify(captures, robot, settings, where=where)
+    if target is not None:
+        detail = {"method": result.method, "model": result.model, "source": where}
+        recorded = identification_estimates(result.indicator_rows(), detail)
+        record_joint_estimates(target[0], target[1], "identification", recorded, started)
+        # stderr: --json output on stdout stays one JSON document
+        print(f"recorded {sum(map(len, recorded.values()))} indicators of {len(recorded)} "
+              f"joints in {target[0]} (controller {target[1]})", file=sys.stderr)
+    if args.html is not None:
+        identification_report(result, robot.name, where, started, args.html)
+        print(f"report: {args.html}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+        return EX_OK
+    out = sys.stdout
+    print(
+        f"{robot.name}: {result.model} model, {result.method.upper()}, {result.n_samples} samples "
+        f"-> {result.n_rows} rows, condition number {result.condition_number:.1f}",
+        file=out,
+    )
+    f = result.filter
+    print(
+        f"filters    position {f.order}th order at {f.cutoff_hz:.3g} Hz (bandwidth "
+        f"{f.bandwidth_hz:.3g} Hz), parallel {f.parallel_order}th order at "
+        f"{f.parallel_cutoff_hz:.3g} Hz, decimation {f.decimation}",
+        file=out,
+    )
+    print(
+        f"{'joint':16s} {'Fc N·m':>10s} {'Fv N·m·s/rad':>13s} {'K N·m/rad':>11s} "
+        f"{'Ia kg·m²':>10s} {'NMSE N·m':>9s}",
+        file=out,
+    )
+    for j in result.joints:
+        k = "n/a" if j.stiffness_nm_rad is None else f"{j.stiffness_nm_rad:11.5g}"
+        print(
+            f"{j.joint:16s} {j.coulomb_nm:10.4g} {j.viscous_nm_s_rad:13.4g} {k:>11s} "
+            f"{j.rotor_inertia_kg_m2:10.4g} {j.torque_nmse_nm:9.4g}",
+            file=out,
+        )
+    print(
+        f"torque NMSE {result.nmse_nm:.4g} N·m (sum over joints, paper 004 section 4.5)", file=out
+    )
+    for w in result.warnings:
+        print(f"warning    {w}", file=out)
+    return EX_OK
+
+
+def identification_report(
+    result: IdentificationResult, machine: str, where: str, started: datetime, path: Path
+) -> None:
+    """A self-contained report page of one identification: the indicators of every joint with
+    the torque evidence they come from (the same page the daemon writes)."""
+    from agent.atomic import atomic_write_text
+    from agent.config.model import ThresholdSettings
+    from agent.history.store import TrendPoint, iso_utc
+    from agent.kinds.identification.analysis import torque_evidence
+    from agent.report.html import render_html
+    from agent.report.write import IndicatorSummary, Report, joint_report
+
+    evidence = torque_evidence(result)
+    rows = identification_estimates(result.indicator_rows(), {"source": where})
+    when = iso_utc(started)
+    joints = []
+    for health in result.joints:
+        summaries = tuple(
+            IndicatorSummary(e.indicator, e.unit, (TrendPoint(when, e.value),), None)
+            for e in rows.get(health.joint, [])
+        )
+        joints.append(
+            joint_report(
+                machine,
+                health.joint,
+                None,
+                ThresholdSettings(),
+                indicators=summaries,
+                evidence=evidence.get(health.joint, ()),
+                outcome="ok",
+            )
+        )
+    report = Report(created_at_iso=started.isoformat(), machines=(machine,), joints=tuple(joints))
+    atomic_write_text(path, render_html(report))

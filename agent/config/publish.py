@@ -1,0 +1,14 @@
+"""The `publish:` section: every publisher is opt-in, so an empty section opens no socket."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.config.mqtt import MqttSettings
+from agent.config.opcua_server import OpcUaServerSettings
+
+
+@dataclass(frozen=True)
+class PublishSettings:
+    mqtt: MqttSettings | None = None
+    opcua_server: OpcUaServerSettings | None = None

@@ -1,0 +1,367 @@
+"""Dynamic identification of a robot with elastic joints and two encoders per joint.
+
+Two models share the signal chain (agent.estimation.identification.signal_chain) and the least squares:
+
+elastic (paper 002): the link and rotor equations, stacked, linear in 14 parameters per joint
+    link  j:  Y_j(q, q', q'') pi_link           - K_j (theta_j - q_j) = 0
+    rotor j:  Ia_j theta''_j + Fc_j sgn(theta'_j) + Fv_j theta'_j + K_j (theta_j - q_j) = tau_j
+  from link position q, motor position theta (link-side units) and motor torque tau. What it
+  sees (elastic_base() works it out numerically, paper 002 section 5):
+    * every rotor inertia, Coulomb and viscous coefficient and stiffness on its own: the rotor
+      equation of joint j holds only those four, and the deflection column ties K_j to the link
+      equation. Unlike a rigid model, Ia_1 does not merge into the inertia of link 1;
+    * the link parameters only as the rigid-body base parameters (the same regrouping as a rigid
+      robot mounted the same way: 36 on an upright UR5e); the rest stay invisible. The link
+      equation alone is homogeneous: the rotor equation gives it its scale through K.
+    * not in the model, so not seen and biasing the rest if present: link-side friction, joint
+      damping, an offset between the two encoders' zeros (a constant K * offset torque), the
+      friction beyond Coulomb + viscous (Stribeck hump, strain-wave ripple, load dependence).
+rigid (paper 004, IDIM with rotor-side compensation): tau_J = tau - Ia theta'' - f_prior with
+    the rotor terms known (Ia from the robot file, f_prior a friction model identified before),
+    regressed on the rigid base regressor at the link-side positions plus Coulomb + viscous
+    friction at the rotor speed; stiffness afterwards from tau_J against the deflection.
+
+Beyond the papers: rotor-equation rows within one parallel-filter length of a speed below
+`min_friction_speed_rad_s` are left out of the fit and of the torque NMSE (the Stribeck hump
+lives there, a sign column cannot follow it, and at rest friction is anything up to
+breakaway); the WLS weights are iterated (signal_chain.least_squares); in the elastic model
+the gear itself is the link-side torque sensor (K delta), which keeps the link parameters free
+of every friction error (bench: 5-10 times smaller base-parameter error than the rigid model).
+
+The model and settings the fit shares with validation live in
+agent.estimation.identification.model, the result dataclasses in
+agent.estimation.identification.result, the held-out and simulation checks in
+agent.estimation.identification.validation; every name stays importable from here.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.capture.model import Capture
+from agent.errors import EstimationError
+from agent.estimation.identification.model import (
+    Array,
+    DynamicModel,
+    IdentificationSettings,
+    Kinematics,
+    Model,
+    elastic_base,
+    kinematics,
+    link_base,
+    nmse_nm,
+    nominal_model,
+    slow_rows,
+)
+from agent.estimation.identification.result import (
+    IdentificationResult,
+    IndicatorRow,
+    JointHealth,
+)
+from agent.estimation.identification.signal_chain import (
+    LsqSolution,
+    Method,
+    RobotSignals,
+    decimation_index,
+    least_squares,
+    parallel_decimate,
+    robot_signals,
+    single_thread_blas,
+    subgrid,
+)
+from agent.estimation.identification.validation import (
+    Validation,
+    normalised_mean_error,
+    true_parameters,
+    validate,
+)
+from agent.models.robot.description import RobotDescription
+from agent.models.robot.elastic import friction_torque
+from agent.models.robot.regressor import regressor
+
+__all__ = [
+    "DRIVE", "STIFFNESS_SEEN_REL_STD_PCT", "Array", "DynamicModel", "IdentificationResult",
+    "IdentificationSettings", "IndicatorRow", "JointHealth", "Kinematics", "Model",
+    "PoorExcitation", "Validation", "elastic_base", "identify", "identify_kinematics",
+    "identify_signals", "kinematics", "link_base", "nmse_nm", "nominal_model",
+    "normalised_mean_error", "true_parameters", "validate",
+]
+
+DRIVE = ("Ia", "fc", "fv", "k")  # per-joint parameters of the rotor equation
+# A joint's stiffness is taken as seen when its rotor equation alone pins it to this relative
+# standard deviation (%); above, the twist is lost in the encoder quantisation (_fit_elastic).
+STIFFNESS_SEEN_REL_STD_PCT = 5.0
+
+
+class PoorExcitation(EstimationError):
+    """The trajectory does not excite the dynamics: the base regressor is ill-conditioned."""
+
+    def __init__(self, condition_number: float, limit: float) -> None:
+        super().__init__(
+            f"the trajectory does not excite the dynamics: condition number "
+            f"{condition_number:.4g} of the base regressor exceeds the limit {limit:g}; run an "
+            "optimised excitation (agent.estimation.identification.excitation)"
+        )
+        self.condition_number = condition_number
+        self.limit = limit
+
+    def __reduce__(self) -> tuple[type[PoorExcitation], tuple[float, float]]:
+        # process pools pickle exceptions through their constructor arguments
+        return (type(self), (self.condition_number, self.limit))
+
+
+# ------------------------------------------------------------------------------- identification
+
+
+def identify(
+    captures: tuple[Capture, ...] | list[Capture],
+    robot: RobotDescription,
+    settings: IdentificationSettings | None = None,
+    *,
+    where: str = "<captures>",
+) -> IdentificationResult:
+    """Identify from one capture per joint; refuses (exit code 65) what it cannot use."""
+    s = settings or IdentificationSettings()
+    signals = robot_signals(captures, robot, saturation_fraction=s.saturation_fraction, where=where)
+    return identify_signals(signals, robot, s)
+
+
+def identify_signals(
+    signals: RobotSignals, robot: RobotDescription, settings: IdentificationSettings
+) -> IdentificationResult:
+    started = time.perf_counter()
+    kin = kinematics(signals, settings.filter)
+    if not settings.use_link_encoder:
+        kin = replace(kin, q=kin.th, qd=kin.thd, qdd=kin.thdd)
+    return identify_kinematics(kin, robot, settings, started)
+
+
+def identify_kinematics(
+    kin: Kinematics,
+    robot: RobotDescription,
+    settings: IdentificationSettings,
+    started: float | None = None,
+) -> IdentificationResult:
+    """The least-squares part, from band-passed motion (the paper-002 noise protocol adds its
+    noise to these kinematics and enters here)."""
+    t0 = time.perf_counter() if started is None else started
+    with single_thread_blas():
+        return _identify(kin, robot, settings, t0)
+
+
+def _identify(
+    kin: Kinematics, robot: RobotDescription, settings: IdentificationSettings, t0: float
+) -> IdentificationResult:
+    n = robot.n_joints
+    flt = kin.flt
+    base = link_base(robot)
+    keep = decimation_index(kin.q.shape[0], flt)
+    sub = subgrid(kin.q.shape[0], keep, flt)
+    y_b = parallel_decimate(
+        base.reduce(regressor(robot, kin.q[sub], kin.qd[sub], kin.qdd[sub])), flt, keep, sub
+    )
+    sgn = np.sign(kin.thd)
+    delta = kin.th - kin.q
+    slow = slow_rows(kin.thd, flt, settings.min_friction_speed_rad_s)[keep]
+    cols = {
+        "thdd": kin.thdd,
+        "sgn": sgn,
+        "thd": kin.thd,
+        "delta": delta,
+        "tau": kin.tau,
+    }
+    if settings.model == "rigid":
+        tau_j = kin.tau - np.array([j.rotor_inertia_kg_m2 for j in robot.joints]) * kin.thdd
+        if settings.prior_friction is not None:
+            tau_j -= friction_torque(
+                robot, settings.prior_friction, kin.thd, kin.th, tau_j, linear=False
+            )[0]
+        cols["tau_j"] = tau_j
+    dec = {k: parallel_decimate(v, flt, keep) for k, v in cols.items()}
+    cond = _condition(y_b, dec["sgn"], dec["thd"])
+    if not cond <= settings.max_condition_number:
+        raise PoorExcitation(cond, settings.max_condition_number)
+    k: Array | None
+    rel_k: dict[str, float] = {}
+    warnings: list[str] = []
+    if settings.model == "elastic":
+        sol, names, groups, twist_rel = _fit_elastic(y_b, dec, slow, settings.method)
+        est = dict(zip(names, sol.theta, strict=True))
+        k = np.array([est.get(f"k{j + 1}", math.nan) for j in range(n)])
+        ia = np.array([est[f"Ia{j + 1}"] for j in range(n)])
+        warnings += [
+            f"joint {robot.joints[j].name}: stiffness not seen (the gear twist is too small "
+            f"for the encoders: {twist_rel[j]:.3g} % relative std from the rotor equation); "
+            "the joint is fitted as rigid"
+            for j in range(n)
+            if math.isnan(k[j])
+        ]
+    else:
+        sol, names, groups = _fit_rigid(y_b, dec, slow, settings.method)
+        est = dict(zip(names, sol.theta, strict=True))
+        ia = np.array([j.rotor_inertia_kg_m2 for j in robot.joints])
+        k = None
+        if settings.use_link_encoder:  # one encoder sees no deflection
+            k, k_std = _stiffness_from_link_torque(y_b, sol.theta[: base.count], dec["delta"])
+            rel_k = {f"k{j + 1}": float(k_std[j]) for j in range(n)}
+    model = DynamicModel(
+        sol.theta[: base.count],
+        ia,
+        np.array([est[f"fc{j + 1}"] for j in range(n)]),
+        np.array([est[f"fv{j + 1}"] for j in range(n)]),
+        k,
+        settings.prior_friction if settings.model == "rigid" else None,
+    )
+    predicted = np.einsum("njp,p->nj", y_b, model.link_base) + ia * dec["thdd"]
+    predicted += model.coulomb_nm * dec["sgn"] + model.viscous_nm_s_rad * dec["thd"]
+    if settings.model == "rigid":  # the prior friction that was compensated
+        predicted += dec["tau"] - dec["tau_j"] - ia * dec["thdd"]
+    total, per_joint = nmse_nm(dec["tau"], predicted, ~slow)
+    rel = {**dict(zip(names, sol.relative_std_pct, strict=True)), **rel_k}
+    joints = tuple(
+        JointHealth(
+            spec.name,
+            float(model.coulomb_nm[j]),
+            float(model.viscous_nm_s_rad[j]),
+            None if k is None or math.isnan(k[j]) else float(k[j]),
+            float(ia[j]),
+            float(per_joint[j]),
+            {p: float(rel[f"{p}{j + 1}"]) for p in DRIVE if f"{p}{j + 1}" in rel},
+        )
+        for j, spec in enumerate(robot.joints)
+    )
+    warnings += [
+        f"{name}: relative standard deviation {r:.0f} %"
+        for name, r in zip(names, sol.relative_std_pct, strict=True)
+        if r > 50.0
+    ]
+    return IdentificationResult(
+        robot=robot.name,
+        model=settings.model,
+        method=settings.method,
+        names=tuple(names),
+        estimate=sol.theta,
+        rel_std_pct=sol.relative_std_pct,
+        combinations=base.combinations(),
+        group_names=groups,
+        group_sigma=sol.sigma,
+        condition_number=cond,
+        n_samples=kin.q.shape[0],
+        n_rows=int(sol.residual.size),
+        filter=flt,
+        joints=joints,
+        nmse_nm=total,
+        dynamic_model=model,
+        seconds=time.perf_counter() - t0,
+        warnings=tuple(warnings),
+        time_s=keep / flt.sample_rate_hz,
+        measured_torque_nm=np.where(slow, np.nan, dec["tau"]),
+        predicted_torque_nm=np.where(slow, np.nan, predicted),
+    )
+
+
+def _condition(y_b: Array, sgn: Array, thd: Array) -> float:
+    n_d, n, b = y_b.shape
+    w = np.zeros((n_d, n, b + 2 * n))
+    w[..., :b] = y_b
+    j = np.arange(n)
+    w[:, j, b + j] = sgn
+    w[:, j, b + n + j] = thd
+    sv = np.linalg.svd(w.reshape(-1, b + 2 * n), compute_uv=False)
+    return float(sv[0] / sv[-1]) if sv[-1] > 0.0 else math.inf
+
+
+def _names(prefixes: tuple[str, ...], n: int) -> list[str]:
+    return [f"{p}{j + 1}" for p in prefixes for j in range(n)]
+
+
+def _twist_seen(dec: dict[str, Array], slow: npt.NDArray[np.bool_]) -> Array:
+    """Relative std (%) of each joint's stiffness from its rotor equation alone."""
+    rel = np.empty(dec["tau"].shape[1])
+    for j in range(rel.size):
+        rows = ~slow[:, j]
+        a = np.stack([dec[key][rows, j] for key in ("thdd", "sgn", "thd", "delta")], axis=1)
+        if rows.sum() <= a.shape[1] or np.any(np.all(a == 0.0, axis=0)):
+            rel[j] = math.inf
+            continue
+        sol = least_squares(a, dec["tau"][rows, j], np.zeros(int(rows.sum()), np.intp), "ols")
+        rel[j] = sol.relative_std_pct[3]
+    return rel
+
+
+def _fit_elastic(
+    y_b: Array, dec: dict[str, Array], slow: npt.NDArray[np.bool_], method: Method
+) -> tuple[LsqSolution, list[str], tuple[str, ...], Array]:
+    """Stacked link and rotor equations (paper 002); groups: link j, then rotor j.
+
+    The link equation is homogeneous: only the twist term K_j delta_j in the rotor equation
+    gives it a scale. A joint whose twist stays within a few encoder counts (the PUMA's wrist
+    at K = 2000 N·m/rad) has none, and a weighted fit then drifts towards pi = 0, K = 0, which
+    zeroes those rows. Such a joint is fitted as rigid instead (link + rotor equations summed:
+    Y_j pi + Ia theta'' + friction = tau) and its stiffness is reported as not seen.
+    Returns also the rotor-equation relative std of every stiffness (%).
+    """
+    n_d, n, b = y_b.shape
+    twist_rel = _twist_seen(dec, slow)
+    seen = [j for j in range(n) if twist_rel[j] <= STIFFNESS_SEEN_REL_STD_PCT]
+    kcol = {j: b + 3 * n + i for i, j in enumerate(seen)}
+    p = b + 3 * n + len(seen)
+    blocks, rhs, groups = [], [], []
+    for j in range(n):
+        moving = ~slow[:, j]
+        rotor = np.zeros((n_d, p))
+        for c, key in enumerate(("thdd", "sgn", "thd")):
+            rotor[:, b + c * n + j] = dec[key][:, j]
+        if j in kcol:
+            link = np.zeros((n_d, p))
+            link[:, :b] = y_b[:, j]
+            link[:, kcol[j]] = -dec["delta"][:, j]
+            rotor[:, kcol[j]] = dec["delta"][:, j]
+            blocks += [link, rotor[moving]]
+            rhs += [np.zeros(n_d), dec["tau"][moving, j]]
+            groups += [np.full(n_d, j), np.full(int(moving.sum()), n + j)]
+        else:
+            rotor[:, :b] = y_b[:, j]
+            blocks.append(rotor[moving])
+            rhs.append(dec["tau"][moving, j])
+            groups.append(np.full(int(moving.sum()), n + j))
+    sol = least_squares(np.vstack(blocks), np.concatenate(rhs), np.concatenate(groups), method)
+    names = [f"base{i + 1}" for i in range(b)] + _names(DRIVE[:3], n)
+    names += [f"k{j + 1}" for j in seen]
+    group_names = (*_names(("link",), n), *_names(("rotor",), n))
+    return sol, names, group_names, twist_rel
+
+
+def _fit_rigid(
+    y_b: Array, dec: dict[str, Array], slow: npt.NDArray[np.bool_], method: Method
+) -> tuple[LsqSolution, list[str], tuple[str, ...]]:
+    """IDIM on the rotor-compensated torque (paper 004 eq. 13); groups: joints."""
+    n_d, n, b = y_b.shape
+    j = np.arange(n)
+    a = np.zeros((n_d, n, b + 2 * n))
+    a[..., :b] = y_b
+    a[:, j, b + j] = dec["sgn"]
+    a[:, j, b + n + j] = dec["thd"]
+    # one row holds the rigid body and the friction: a slow joint's row goes whole
+    keep = ~slow
+    rows = a[keep]
+    groups = np.nonzero(keep)[1]
+    sol = least_squares(rows, dec["tau_j"][keep], groups, method)
+    names = [f"base{i + 1}" for i in range(b)] + _names(("fc", "fv"), n)
+    return sol, names, tuple(_names(("joint",), n))
+
+
+def _stiffness_from_link_torque(y_b: Array, pi_b: Array, delta: Array) -> tuple[Array, Array]:
+    """K_j = <tau_link_j, delta_j> / <delta_j, delta_j> with tau_link the model's link torque
+    (paper 002's link equation with the inertial part fixed); its relative std in %."""
+    tau_link = np.einsum("njp,p->nj", y_b, pi_b)
+    dd = np.sum(delta * delta, axis=0)
+    k = np.sum(tau_link * delta, axis=0) / dd
+    res = tau_link - delta * k
+    var = np.sum(res * res, axis=0) / max(delta.shape[0] - 1, 1) / dd
+    return k, 100.0 * np.sqrt(var) / np.abs(k)

@@ -1,0 +1,137 @@
+"""What an identification returns: per-joint wear indicators and the result with its evidence.
+
+Frozen dataclasses with to_dict(); the algorithm that fills them is
+agent.estimation.identification.fit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from agent.estimation.identification.model import Array, DynamicModel, Model
+from agent.estimation.identification.signal_chain import Method, ResolvedFilter
+
+
+class IndicatorRow(NamedTuple):
+    joint: str
+    indicator: str
+    value: float
+    unit: str
+    rel_std_pct: float | None
+
+
+@dataclass(frozen=True)
+class JointHealth:
+    """Wear indicators of one joint, with the relative standard deviation of each estimate."""
+
+    joint: str
+    coulomb_nm: float
+    viscous_nm_s_rad: float
+    stiffness_nm_rad: float | None
+    rotor_inertia_kg_m2: float
+    torque_nmse_nm: float
+    rel_std_pct: dict[str, float]
+
+    def rows(self) -> tuple[IndicatorRow, ...]:
+        items = [
+            ("coulomb_friction_nm", self.coulomb_nm, "N·m", "fc"),
+            ("viscous_friction_nm_s_rad", self.viscous_nm_s_rad, "N·m·s/rad", "fv"),
+            ("stiffness_nm_rad", self.stiffness_nm_rad, "N·m/rad", "k"),
+            ("rotor_inertia_kg_m2", self.rotor_inertia_kg_m2, "kg·m²", "Ia"),
+            ("torque_nmse_nm", self.torque_nmse_nm, "N·m", ""),
+        ]
+        return tuple(
+            IndicatorRow(self.joint, name, float(v), unit, self.rel_std_pct.get(key))
+            for name, v, unit, key in items
+            if v is not None
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.__dict__, "rel_std_pct": dict(self.rel_std_pct)}
+
+
+@dataclass(frozen=True)
+class IdentificationResult:
+    robot: str
+    model: Model
+    method: Method
+    names: tuple[str, ...]  # estimated parameters: link base parameters, then drive ones
+    estimate: Array
+    rel_std_pct: Array
+    combinations: tuple[str, ...]  # what each link base parameter stands for
+    group_names: tuple[str, ...]
+    group_sigma: Array  # residual std of each equation group (N·m)
+    condition_number: float
+    n_samples: int
+    n_rows: int
+    filter: ResolvedFilter
+    joints: tuple[JointHealth, ...]
+    nmse_nm: float
+    dynamic_model: DynamicModel = field(repr=False)
+    seconds: float = 0.0
+    warnings: tuple[str, ...] = ()
+    # Evidence for the report's measured-vs-predicted plots: the decimated rows of the fit
+    # (time from the start of the capture; NaN where a joint stood still and was left out).
+    time_s: Array = field(default_factory=lambda: np.zeros(0), repr=False)
+    measured_torque_nm: Array = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+    predicted_torque_nm: Array = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+
+    def __post_init__(self) -> None:
+        for a in (
+            self.estimate,
+            self.rel_std_pct,
+            self.group_sigma,
+            self.time_s,
+            self.measured_torque_nm,
+            self.predicted_torque_nm,
+        ):
+            a.setflags(write=False)
+
+    def value(self, name: str) -> float:
+        return float(self.estimate[self.names.index(name)])
+
+    def indicator_rows(self) -> tuple[IndicatorRow, ...]:
+        return tuple(r for j in self.joints for r in j.rows())
+
+    def to_dict(self, evidence: bool = False) -> dict[str, Any]:
+        d = self._summary()
+        if evidence:
+            d["evidence"] = {
+                "time_s": self.time_s.tolist(),
+                "measured_torque_nm": _nan_to_none(self.measured_torque_nm),
+                "predicted_torque_nm": _nan_to_none(self.predicted_torque_nm),
+            }
+        return d
+
+    def _summary(self) -> dict[str, Any]:
+        return {
+            "robot": self.robot,
+            "model": self.model,
+            "method": self.method,
+            "parameters": [
+                {"name": n, "value": float(v), "rel_std_pct": _finite(s)}
+                for n, v, s in zip(self.names, self.estimate, self.rel_std_pct, strict=True)
+            ],
+            "combinations": list(self.combinations),
+            "group_sigma": dict(zip(self.group_names, map(_finite, self.group_sigma), strict=True)),
+            "condition_number": self.condition_number,
+            "n_samples": self.n_samples,
+            "n_rows": self.n_rows,
+            "filter": self.filter.to_dict(),
+            "joints": [j.to_dict() for j in self.joints],
+            "nmse_nm": self.nmse_nm,
+            "seconds": self.seconds,
+            "warnings": list(self.warnings),
+        }
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
+
+
+def _nan_to_none(a: Array) -> list[list[float | None]]:
+    return [[_finite(v) for v in row] for row in a.tolist()]

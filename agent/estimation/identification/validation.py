@@ -1,0 +1,111 @@
+"""Checks of an identified model in simulation and on held-out captures (papers 002, 004).
+
+validate() is paper 004's cross-validation torque NMSE; true_parameters() and
+normalised_mean_error() are paper 002's figure of merit against the robot file's values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from agent.capture.model import Capture
+from agent.estimation.identification.model import (
+    Array,
+    DynamicModel,
+    IdentificationSettings,
+    kinematics,
+    nmse_nm,
+    nominal_model,
+    slow_rows,
+)
+from agent.estimation.identification.result import IdentificationResult
+from agent.estimation.identification.signal_chain import (
+    decimation_index,
+    parallel_decimate,
+    robot_signals,
+    single_thread_blas,
+    subgrid,
+)
+from agent.models.robot.description import RobotDescription
+
+
+@dataclass(frozen=True)
+class Validation:
+    nmse_nm: float
+    per_joint_nm: Array
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"nmse_nm": self.nmse_nm, "per_joint_nm": self.per_joint_nm.tolist()}
+
+
+def validate(
+    model: DynamicModel,
+    robot: RobotDescription,
+    captures: tuple[Capture, ...] | list[Capture],
+    settings: IdentificationSettings | None = None,
+    reference: DynamicModel | None = None,
+) -> Validation:
+    """Torque NMSE of `model` on a capture not used for its estimation (paper 004 section 5);
+    measured and predicted torques go through the same chain as in the estimation.
+
+    With `reference` (in simulation, the true robot's model) the torque compared against is
+    that model's prediction instead of the measured one: the error of the parameters alone,
+    without what neither model contains.
+    """
+    s = settings or IdentificationSettings()
+    signals = robot_signals(captures, robot, saturation_fraction=s.saturation_fraction)
+    kin = kinematics(signals, s.filter)
+    if not s.use_link_encoder:
+        kin = replace(kin, q=kin.th, qd=kin.thd, qdd=kin.thdd)
+    keep = decimation_index(kin.q.shape[0], kin.flt)
+    sub = subgrid(kin.q.shape[0], keep, kin.flt)
+    with single_thread_blas():
+        if reference is None:
+            measured = parallel_decimate(kin.tau, kin.flt, keep)
+        else:
+            measured = reference.decimated_torque(robot, kin, keep, sub)
+        predicted = model.decimated_torque(robot, kin, keep, sub)
+    moving = ~slow_rows(kin.thd, kin.flt, s.min_friction_speed_rad_s)[keep]
+    total, per_joint = nmse_nm(measured, predicted, moving)
+    return Validation(total, per_joint)
+
+
+def true_parameters(robot: RobotDescription, result: IdentificationResult) -> Array:
+    """The values a perfect identification of `result`'s parameters would give (simulation)."""
+    m = nominal_model(robot)
+    drive = {
+        "Ia": m.rotor_inertia_kg_m2,
+        "fc": m.coulomb_nm,
+        "fv": m.viscous_nm_s_rad,
+        "k": m.stiffness_nm_rad,
+    }
+    out = []
+    for name in result.names:
+        if name.startswith("base"):
+            out.append(m.link_base[int(name[4:]) - 1])
+        else:
+            stem = name.rstrip("0123456789")
+            values = drive[stem]
+            assert values is not None
+            out.append(values[int(name[len(stem) :]) - 1])
+    return np.array(out, dtype=np.float64)
+
+
+def normalised_mean_error(
+    result: IdentificationResult, robot: RobotDescription, skip: tuple[str, ...] = ()
+) -> tuple[float, dict[str, float]]:
+    """Paper 002's figure of merit in simulation: mean of |estimate - true| / |true| over the
+    estimated parameters whose true value is not zero (the others have no relative error; a
+    rounding residue below 1e-12 of the largest counts as zero). `skip`: name prefixes to
+    leave out (paper 002 also quotes the mean without static friction, "fc")."""
+    truth = true_parameters(robot, result)
+    floor = 1e-12 * float(np.max(np.abs(truth)))
+    errors = {
+        name: float(abs(est - tv) / abs(tv))
+        for name, est, tv in zip(result.names, result.estimate, truth, strict=True)
+        if abs(tv) > floor and name.rstrip("0123456789") not in skip
+    }
+    return float(np.mean(list(errors.values()))), errors

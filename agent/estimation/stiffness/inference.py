@@ -1,0 +1,423 @@
+"""Joint stiffness by Bayesian inference (paper 003, section 3), and its dual-encoder variant.
+
+Data z = eta(k, u) + noise, noise ~ N(0, Sigma) with Sigma diagonal (eq. 8-9). Prior
+k ~ N(k0, Gamma0 / gamma) (eq. 11), Gamma0 = diag(sd^2). The MAP point (eq. 12) is found by
+Gauss-Newton with Levenberg-Marquardt damping, iterated in k0 / k (map_fit); the posterior
+is linearised there, C_post = (S^T Sigma^-1 S + gamma Gamma0^-1)^-1 (eq. 13) with S
+the sensitivity d eta / dk (eq. 14). The 1-alpha region is the ellipsoid of eq. 15 (chi-square
+quantile with n_k degrees of freedom); per joint the marginal interval k_i +- z_{1-alpha/2} sd_i.
+
+Two measurement models:
+  * TCP deviation under a known force (the paper: laser sensors, eq. 6), `estimate_stiffness`;
+  * dual encoder (not in the paper): motor angle / gear ratio minus link angle at standstill
+    is the gravity twist tau_g(q) / k_i plus an unknown zero offset o_i per joint (the two
+    encoders are not mounted in phase), `estimate_dual_encoder`. Gravity is the load and the
+    encoders are the sensors; offsets are nuisance parameters with a wide prior.
+A joint the data do not inform (no measurement loads it, or only in a fixed combination with
+other joints) keeps (almost) its prior: it is listed in `unidentified` with a warning.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from scipy.special import chdtri, ndtri
+
+from agent.errors import EstimationError
+from agent.models.robot.compliance import (
+    ComplianceModel,
+    DualEncoderMeasurements,
+    TcpMeasurements,
+    check_poses,
+    deviation_and_sensitivity,
+    load_case,
+)
+from agent.models.robot.kinematics import gravity_torques
+
+Array = npt.NDArray[np.float64]
+
+# A direction of k whose data information is below this share of its prior information is
+# "not determined by the data": its posterior variance is > 1 / (1 + 0.01) of the prior's.
+IDENTIFIABLE_INFO_RATIO = 1e-2
+
+
+@dataclass(frozen=True)
+class StiffnessPrior:
+    """N(mean, diag(std^2) / gamma): Gamma0 = diag(std^2) (eq. 11)."""
+
+    mean_nm_rad: Array
+    std_nm_rad: Array
+    gamma: float = 1.0
+    origin: str = ""
+
+    @property
+    def covariance(self) -> Array:
+        return np.diag(self.std_nm_rad**2) / self.gamma
+
+    @property
+    def precision(self) -> Array:
+        return np.diag(self.gamma / self.std_nm_rad**2)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mean_nm_rad": self.mean_nm_rad.tolist(),
+            "std_nm_rad": self.std_nm_rad.tolist(),
+            "gamma": self.gamma,
+            "origin": self.origin,
+        }
+
+
+def prior_from_robot(
+    model: ComplianceModel, rel_std: float = 0.5, gamma: float = 1.0
+) -> StiffnessPrior:
+    """The robot file's stiffnesses as prior mean, with a relative standard deviation."""
+    if not rel_std > 0 or not gamma > 0:
+        raise ValueError(f"rel_std and gamma must be > 0, got {rel_std}, {gamma}")
+    k0 = model.nominal_stiffness()
+    return StiffnessPrior(
+        k0, rel_std * k0, gamma, f"{model.robot.source} stiffness_nm_rad, {rel_std:.0%} sd"
+    )
+
+
+@dataclass(frozen=True)
+class StiffnessEstimate:
+    """MAP stiffness with its linearised posterior (eqs. 12-15) and the evidence of the fit."""
+
+    method: str  # "tcp-deviation" or "dual-encoder"
+    joint_names: tuple[str, ...]
+    k_nm_rad: Array
+    covariance: Array  # (n_k, n_k)
+    alpha: float
+    intervals_nm_rad: Array  # (n_k, 2) marginal 1-alpha intervals
+    ellipsoid_radius2: float  # chi2_{n_k}(1 - alpha), eq. 15
+    prior: StiffnessPrior
+    residuals: Array  # same shape as the data, in data units
+    residual_rms: float
+    chi2_per_dof: float  # weighted SSR / (data count - parameters); ~1 if the noise is right
+    iterations: int
+    converged: bool
+    unidentified: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    nuisance: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def std_nm_rad(self) -> Array:
+        return np.sqrt(np.diag(self.covariance))
+
+    def mahalanobis2(self, k: npt.ArrayLike) -> float:
+        d = np.asarray(k, dtype=np.float64) - self.k_nm_rad
+        return float(d @ np.linalg.solve(self.covariance, d))
+
+    def contains(self, k: npt.ArrayLike) -> bool:
+        """Is k inside the 1-alpha confidence ellipsoid G (eq. 15)?"""
+        return self.mahalanobis2(k) <= self.ellipsoid_radius2
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "joint_names": list(self.joint_names),
+            "k_nm_rad": self.k_nm_rad.tolist(),
+            "std_nm_rad": self.std_nm_rad.tolist(),
+            "covariance": self.covariance.tolist(),
+            "confidence": 1.0 - self.alpha,
+            "intervals_nm_rad": self.intervals_nm_rad.tolist(),
+            "ellipsoid_radius2": self.ellipsoid_radius2,
+            "prior": self.prior.to_dict(),
+            "residuals": self.residuals.tolist(),
+            "residual_rms": self.residual_rms,
+            "chi2_per_dof": self.chi2_per_dof,
+            "iterations": self.iterations,
+            "converged": self.converged,
+            "unidentified": list(self.unidentified),
+            "warnings": list(self.warnings),
+            "nuisance": dict(self.nuisance),
+        }
+
+
+# -- the generic MAP / linearised posterior -----------------------------------------------------
+
+# (parameters) -> (model prediction (N,), sensitivity (N, P)); data and weights are flat
+Model = Callable[[Array], tuple[Array, Array]]
+
+
+@dataclass(frozen=True)
+class MapFit:
+    p: Array
+    covariance: Array
+    sensitivity: Array
+    residual: Array  # z - eta(p)
+    iterations: int
+    converged: bool
+
+
+def map_fit(
+    model: Model,
+    z: Array,
+    sigma: Array,
+    prior_mean: Array,
+    prior_precision: Array,
+    *,
+    reciprocal: int = 0,
+    max_iter: int = 60,
+    step_tol_sd: float = 1e-6,
+) -> MapFit:
+    """argmin 1/2 |z - eta(p)|^2_{Sigma^-1} + 1/2 |p - p0|^2_P (eq. 12), then eq. 13.
+
+    Gauss-Newton with Levenberg-Marquardt damping, started at the prior mean. The first
+    `reciprocal` parameters (the stiffnesses, prior mean > 0) are iterated as v = p0 / p: a
+    deflection is linear in 1/k, so the data term is nearly quadratic in v and two or three
+    steps reach the minimum; v > 0 keeps k > 0. The minimiser is the same point. It stops when
+    every step is below `step_tol_sd` posterior standard deviations.
+    """
+    w = 1.0 / sigma**2
+    p = prior_mean.copy()
+    r = reciprocal
+    if r and np.any(prior_mean[:r] <= 0):
+        raise ValueError("reciprocal parameters need a positive prior mean")
+    lam = 1e-9
+
+    def cost(par: Array, eta: Array) -> float:
+        d = par - prior_mean
+        return 0.5 * float(np.sum(w * (z - eta) ** 2) + d @ prior_precision @ d)
+
+    eta, s = model(p)
+    current = cost(p, eta)
+    converged = False
+    it = 0
+    for it in range(1, max_iter + 1):  # noqa: B007 - `it` is reported
+        h = s.T @ (w[:, None] * s) + prior_precision
+        g = s.T @ (w * (z - eta)) - prior_precision @ (p - prior_mean)
+        dpdv = np.ones_like(p)  # chain rule for p = p0 / v at v = p0 / p
+        dpdv[:r] = -p[:r] ** 2 / prior_mean[:r]
+        h_v = h * dpdv[:, None] * dpdv[None, :]
+        g_v = g * dpdv
+        v = p.copy()
+        v[:r] = prior_mean[:r] / p[:r]
+        sd = np.sqrt(np.diag(_inverse_spd(h)))
+        accepted = tiny = False
+        for _ in range(12):
+            dv = np.linalg.solve(h_v + lam * np.diag(np.diag(h_v)), g_v)
+            if np.all(np.abs(dv * dpdv) <= step_tol_sd * sd):
+                tiny = True  # the (first-order) step is far inside the uncertainty: done
+                break
+            v_t = v + dv
+            if r and np.any(v_t[:r] <= 0):
+                lam = max(lam, 1e-6) * 10.0
+                continue
+            trial = v_t.copy()
+            trial[:r] = prior_mean[:r] / v_t[:r]
+            eta_t, s_t = model(trial)
+            c_t = cost(trial, eta_t)
+            if c_t <= current:
+                accepted = True
+                break
+            lam = max(lam, 1e-6) * 10.0
+        if not accepted:
+            converged = tiny  # else even heavily damped steps fail to descend
+            break
+        p, eta, s, current = trial, eta_t, s_t, c_t
+        lam = max(lam / 10.0, 1e-9)
+    h = s.T @ (w[:, None] * s) + prior_precision
+    return MapFit(p, _inverse_spd(h), s, z - eta, it, converged)
+
+
+def _inverse_spd(a: Array) -> Array:
+    # scaled to unit diagonal first: stiffness and offset columns differ by ~1e12
+    d = 1.0 / np.sqrt(np.diag(a))
+    inv = np.linalg.inv(a * d[:, None] * d[None, :])
+    out = inv * d[:, None] * d[None, :]
+    return np.asarray(0.5 * (out + out.T))
+
+
+def unidentified_joints(
+    covariance_k: Array, prior_precision_k: Array, names: tuple[str, ...]
+) -> tuple[str, ...]:
+    """Joints that take part in a direction of k the data leave undetermined.
+
+    Data information in prior-whitened coordinates, L^-1 (C^-1 - P) L^-T with P = L L^T: an
+    eigenvalue below IDENTIFIABLE_INFO_RATIO is a direction where the data add less than 1 %
+    to the prior; joints with a component > 0.3 in it are named.
+    """
+    info = np.linalg.inv(covariance_k) - prior_precision_k
+    l_inv = 1.0 / np.sqrt(np.diag(prior_precision_k))
+    white = info * l_inv[:, None] * l_inv[None, :]
+    vals, vecs = np.linalg.eigh(0.5 * (white + white.T))
+    bad: list[str] = []
+    for v, vec in zip(vals, vecs.T, strict=True):
+        if v < IDENTIFIABLE_INFO_RATIO:
+            bad += [names[i] for i in np.flatnonzero(np.abs(vec) > 0.3) if names[i] not in bad]
+    return tuple(bad)
+
+
+@functools.cache
+def _normal_quantile(p: float) -> float:
+    return float(ndtri(p))
+
+
+@functools.cache
+def _chi2_quantile(p: float, dof: int) -> float:
+    return float(chdtri(dof, 1.0 - p))  # chdtri inverts the upper tail
+
+
+def _finish(
+    method: str,
+    names: tuple[str, ...],
+    fit: MapFit,
+    n_k: int,
+    prior: StiffnessPrior,
+    sigma: Array,
+    residual_shape: tuple[int, ...],
+    alpha: float,
+    nuisance: dict[str, float],
+) -> StiffnessEstimate:
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    k = fit.p[:n_k]
+    cov = fit.covariance[:n_k, :n_k]
+    half = _normal_quantile(1 - alpha / 2) * np.sqrt(np.diag(cov))
+    dof = fit.residual.size - fit.p.size
+    chi2_dof = float(np.sum((fit.residual / sigma) ** 2) / dof) if dof > 0 else math.nan
+    bad = unidentified_joints(cov, prior.precision, names)
+    warnings = []
+    if bad:
+        warnings.append(
+            f"joints {', '.join(bad)} are not determined by these measurements (no measurement "
+            "loads them, or only together with others): their estimate is the prior"
+        )
+    if not fit.converged:
+        warnings.append(f"MAP iteration stopped after {fit.iterations} steps without converging")
+    if dof > 0 and chi2_dof > 4.0:
+        warnings.append(
+            f"residuals are {math.sqrt(chi2_dof):.1f} times the stated noise: model or noise "
+            "level wrong, the intervals are too narrow"
+        )
+    return StiffnessEstimate(
+        method=method,
+        joint_names=names,
+        k_nm_rad=k,
+        covariance=cov,
+        alpha=alpha,
+        intervals_nm_rad=np.stack([k - half, k + half], axis=1),
+        ellipsoid_radius2=_chi2_quantile(1 - alpha, n_k),
+        prior=prior,
+        residuals=fit.residual.reshape(residual_shape),
+        residual_rms=float(np.sqrt(np.mean(fit.residual**2))),
+        chi2_per_dof=chi2_dof,
+        iterations=fit.iterations,
+        converged=fit.converged,
+        unidentified=bad,
+        warnings=tuple(warnings),
+        nuisance=nuisance,
+    )
+
+
+# -- TCP deviation under a force (the paper) ------------------------------------------------------
+
+
+def estimate_stiffness(
+    model: ComplianceModel,
+    data: TcpMeasurements,
+    prior: StiffnessPrior,
+    *,
+    alpha: float = 0.05,
+) -> StiffnessEstimate:
+    """MAP k and its 1-alpha ellipsoid from TCP deviations under known forces."""
+    n = model.n_joints
+    _check_tcp(model, data)
+    case = load_case(model, data.q_rad, data.force_n)
+
+    def eta(k: Array) -> tuple[Array, Array]:
+        dev, s = deviation_and_sensitivity(model, case, k)
+        return dev.ravel(), s.reshape(-1, n)
+
+    fit = map_fit(
+        eta, data.deviation_m.ravel(), data.sigma_m.ravel(), prior.mean_nm_rad,
+        prior.precision, reciprocal=n,
+    )
+    return _finish(
+        "tcp-deviation", model.joint_names, fit, n, prior, data.sigma_m.ravel(),
+        data.deviation_m.shape, alpha, {},
+    )
+
+
+def _check_tcp(model: ComplianceModel, data: TcpMeasurements) -> None:
+    m, n = len(data), model.n_joints
+    shapes = {
+        "q_rad": (data.q_rad.shape, (m, n)),
+        "force_n": (data.force_n.shape, (m, 3)),
+        "deviation_m": (data.deviation_m.shape, (m, 3)),
+        "sigma_m": (data.sigma_m.shape, (m, 3)),
+    }
+    for name, (got, want) in shapes.items():
+        if got != want:
+            raise EstimationError(f"{data.source}: {name} has shape {got}, expected {want}")
+    if m == 0:
+        raise EstimationError(f"{data.source}: no measurements")
+    if np.any(data.sigma_m <= 0):
+        raise EstimationError(f"{data.source}: noise sd must be > 0")
+    check_poses(model, data.q_rad, f"{data.source}: measurement")
+
+
+# -- dual encoder: gravity twist ---------------------------------------------------------------
+
+
+def joint_indices(model: ComplianceModel, joints: tuple[str, ...] | None) -> list[int]:
+    names = model.joint_names
+    if joints is None:
+        return list(range(model.n_joints))
+    unknown = [j for j in joints if j not in names]
+    if unknown:
+        raise EstimationError(f"no joints {', '.join(unknown)}; known: {', '.join(names)}")
+    return [names.index(j) for j in joints]
+
+
+def estimate_dual_encoder(
+    model: ComplianceModel,
+    data: DualEncoderMeasurements,
+    prior: StiffnessPrior,
+    *,
+    joints: tuple[str, ...] | None = None,
+    offset_std_rad: float = 0.01,
+    alpha: float = 0.05,
+) -> StiffnessEstimate:
+    """MAP k of the chosen joints (default all) and the encoder offsets from windup readings.
+
+    windup_ij = tau_g,i(q_j) / k_i + o_i: per joint a regression on the gravity torque, which
+    needs at least two poses with different torques on that joint.
+    """
+    idx = joint_indices(model, joints)
+    q = data.q_link_rad
+    p_, n = q.shape
+    if data.q_motor_link_rad.shape != q.shape or data.sigma_rad.shape != (n,) or p_ == 0:
+        raise EstimationError(f"{data.source}: inconsistent dual-encoder arrays")
+    tau = gravity_torques(model.chain, q)[:, idx]
+    m = len(idx)
+    z = data.windup_rad[:, idx].ravel()
+    sigma = np.broadcast_to(data.sigma_rad[idx], (p_, m)).ravel()
+
+    def eta(par: Array) -> tuple[Array, Array]:
+        k, off = par[:m], par[m:]
+        pred = tau / k + off
+        s = np.zeros((p_, m, 2 * m))
+        cols = np.arange(m)
+        s[:, cols, cols] = -tau / k**2
+        s[:, cols, m + cols] = 1.0
+        return pred.ravel(), s.reshape(p_ * m, 2 * m)
+
+    sub = StiffnessPrior(
+        prior.mean_nm_rad[idx], prior.std_nm_rad[idx], prior.gamma, prior.origin
+    )
+    mean = np.concatenate([sub.mean_nm_rad, np.zeros(m)])
+    prec = np.zeros((2 * m, 2 * m))
+    prec[:m, :m] = sub.precision
+    prec[m:, m:] = np.eye(m) / offset_std_rad**2
+    fit = map_fit(eta, z, sigma, mean, prec, reciprocal=m)
+    names = tuple(model.joint_names[i] for i in idx)
+    offsets = {f"offset_{name}_rad": float(o) for name, o in zip(names, fit.p[m:], strict=True)}
+    return _finish("dual-encoder", names, fit, m, sub, sigma, (p_, m), alpha, offsets)

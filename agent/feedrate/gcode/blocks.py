@@ -1,0 +1,143 @@
+"""What the G-code parser (agent.feedrate.gcode.parser) produces: the modal codes, the modal state in
+force after a line, and the frozen Block of one parsed line; with the parser's options.
+
+Kept apart from the state machine so the filter, the emitter and the executor read blocks
+without the parser's tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, NamedTuple
+
+from agent.feedrate.geometry.primitives import ArcSegment, LineSegment, PathPrimitive, Plane, Vec3
+
+MM_PER_INCH = 25.4
+
+
+class Units(Enum):
+    INCH = 20
+    MM = 21
+
+    @property
+    def mm_per_unit(self) -> float:
+        return MM_PER_INCH if self is Units.INCH else 1.0
+
+
+class DistanceMode(Enum):
+    ABSOLUTE = 90
+    INCREMENTAL = 91
+
+
+class FeedMode(Enum):
+    INVERSE_TIME = 93
+    UNITS_PER_MIN = 94
+
+
+class Motion(Enum):
+    RAPID = 0
+    LINEAR = 1
+    CW = 2
+    CCW = 3
+
+
+PLANE_GCODE = {Plane.XY: 17, Plane.ZX: 18, Plane.YZ: 19}
+# Centre-offset letters along the plane's first and second axis (I->X, J->Y, K->Z).
+PLANE_OFFSETS = {Plane.XY: ("I", "J"), Plane.ZX: ("K", "I"), Plane.YZ: ("J", "K")}
+
+PASSIVE_GCODES = frozenset({540, 550, 560, 570, 580, 590, 610, 611, 640})
+
+@dataclass(frozen=True, slots=True)
+class ParserOptions:
+    """Block delete switch and the arc end-radius tolerance (GRBL's rule: an error when the
+    radii differ by more than `arc_tolerance_mm` and by more than `arc_tolerance_rel` of the
+    radius or `arc_tolerance_max_mm`)."""
+
+    block_delete: bool = False  # True: lines starting with '/' are skipped
+    arc_tolerance_mm: float = 0.005
+    arc_tolerance_rel: float = 0.001
+    arc_tolerance_max_mm: float = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Modal:
+    """The modal state in force after a line."""
+
+    units: Units = Units.MM
+    distance: DistanceMode = DistanceMode.ABSOLUTE
+    plane: Plane = Plane.XY
+    motion: Motion | None = None
+    feed_mode: FeedMode = FeedMode.UNITS_PER_MIN
+    feed_mm_s: float | None = None  # G94 feed; None when undefined (and always in G93)
+
+
+class Block(NamedTuple):
+    """One parsed line, immutable. `motion` is the move it makes (None for no move); start
+    and end are absolute program coordinates in mm. Feed moves carry `feed_mm_s` (for G93
+    lines derived from the line's duration 60/F, which `inverse_time_f` keeps).
+
+    A NamedTuple rather than a frozen dataclass: one is built per streamed line and this is
+    four times cheaper to construct.
+    """
+
+    line_no: int
+    text: str
+    modal: Modal
+    motion: Motion | None
+    start_mm: Vec3
+    end_mm: Vec3
+    length_mm: float = 0.0
+    feed_mm_s: float | None = None
+    inverse_time_f: float | None = None
+    arc: ArcSegment | None = None
+    explicit_motion: bool = False  # the line names its motion code (else it is modal)
+    line_number: int | None = None  # its N word
+    has_checksum: bool = False
+    skipped: bool = False  # block-deleted (options.block_delete) or a '%' tape mark
+    dwell_s: float | None = None
+
+    @property
+    def centre_mm(self) -> Vec3 | None:
+        return None if self.arc is None else self.arc.centre
+
+    @property
+    def clockwise(self) -> bool | None:
+        return None if self.arc is None else self.arc.clockwise
+
+    @property
+    def duration_s(self) -> float | None:
+        """Time the move takes at its programmed feed (None for rapids and non-moves)."""
+        if self.inverse_time_f is not None:
+            return 60.0 / self.inverse_time_f
+        if self.feed_mm_s is None or self.motion is None:
+            return None
+        return self.length_mm / self.feed_mm_s
+
+    def primitive(self) -> PathPrimitive | None:
+        if self.motion is None:
+            return None
+        if self.arc is not None:
+            return self.arc
+        return LineSegment(self.start_mm, self.end_mm)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = self._asdict()
+        out["modal"] = {
+            "units": self.modal.units.name,
+            "distance": self.modal.distance.name,
+            "plane": self.modal.plane.name,
+            "motion": None if self.modal.motion is None else self.modal.motion.name,
+            "feed_mode": self.modal.feed_mode.name,
+            "feed_mm_s": self.modal.feed_mm_s,
+        }
+        out["motion"] = None if self.motion is None else self.motion.name
+        out["arc"] = None
+        if self.arc is not None:
+            out["arc"] = {
+                "centre_mm": self.arc.centre,
+                "clockwise": self.arc.clockwise,
+                "radius_mm": self.arc.radius,
+                "sweep_rad": self.arc.sweep_rad,
+            }
+        return out

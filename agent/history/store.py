@@ -1,0 +1,512 @@
+"""History of test cycles, their estimates, verdicts and reports in SQLite.
+
+The schema, its pragmas and its migrations are in agent.history.schema (re-exported here).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from agent.estimation.backlash.result import BacklashResult
+from agent.history.schema import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Migration,
+    StoreError,
+    connect,
+    iso_utc,
+    migrate,
+    schema_version,
+)
+
+__all__ = [
+    "BACKLASH_INDICATORS", "CLOCKED_TRIGGERS", "CLOCK_STEP_S", "MIGRATIONS", "OUTCOMES",
+    "SCHEMA_VERSION", "TRIGGERS", "CycleRecord", "Estimate", "HistoryStore", "Migration",
+    "ReportRecord", "StoreError", "TrendPoint", "connect", "estimates_for", "iso_utc", "migrate",
+    "schema_version",
+]
+
+OUTCOMES = ("ok", "aborted", "rejected", "error")
+
+# What started a cycle. Checked here rather than by a CHECK constraint, which SQLite cannot
+# alter without rebuilding the table; "manual" is an estimate recorded from the command line.
+TRIGGERS = ("production_stop", "schedule", "on_demand", "once", "manual", "recovered")
+
+# Cycles timed by the daemon's clock as they run. The wall clock may be stepped back under a
+# running daemon (NTP, a clock set by hand): such a cycle then carries an earlier time than the
+# ones before it, yet it is the newer. A cycle recorded more than CLOCK_STEP_S before the latest
+# time the daemon recorded so far is taken as such, and sorts (seq_at) at that latest time, so
+# trends and latest() keep it after the cycles recorded before the step. Cycles a little out of
+# order (a stop's fit finishing after the next stop's) still sort by their own time, as do
+# cycles given their time ("manual": recorded from the command line; "recovered": a capture
+# from before a crash, recorded at the next start).
+CLOCK_STEP_S = 600.0
+CLOCKED_TRIGGERS = ("production_stop", "schedule", "on_demand", "once")
+
+# What a backlash cycle records (estimates_for); every other indicator is "other" to the report.
+BACKLASH_INDICATORS = ("amplitude_rad_s", "backlash_rad")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One indicator value to record with a cycle; `detail` must be JSON-serialisable."""
+
+    indicator: str
+    value: float
+    unit: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "indicator": self.indicator,
+            "value": self.value,
+            "unit": self.unit,
+            "detail": dict(self.detail),
+        }
+
+
+@dataclass(frozen=True)
+class TrendPoint:
+    time_iso: str
+    value: float
+
+    @property
+    def time(self) -> datetime:
+        return datetime.fromisoformat(self.time_iso)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"time": self.time_iso, "value": self.value}
+
+
+@dataclass(frozen=True)
+class CycleRecord:
+    id: int
+    controller: str
+    joint: str
+    kind: str
+    started_at: str
+    finished_at: str | None
+    outcome: str
+    reason: str
+    capture_path: str | None
+    estimates: tuple[Estimate, ...] = ()
+    status: str | None = None
+    status_reason: str | None = None
+    ne107: str | None = None
+    trigger: str | None = None
+    report_message_id: str | None = None
+    report_path: str | None = None
+
+    def estimate(self, indicator: str) -> Estimate | None:
+        return next((e for e in self.estimates if e.indicator == indicator), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "controller": self.controller,
+            "joint": self.joint,
+            "kind": self.kind,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "capture_path": self.capture_path,
+            "estimates": [e.to_dict() for e in self.estimates],
+            "status": self.status,
+            "status_reason": self.status_reason,
+            "ne107": self.ne107,
+            "trigger": self.trigger,
+            "report_message_id": self.report_message_id,
+            "report_path": self.report_path,
+        }
+
+
+@dataclass(frozen=True)
+class ReportRecord:
+    """A report written from the history: its message id (MQTT accounting) and where it is."""
+
+    message_id: str
+    created_at: str
+    path: str | None
+    cycle_ids: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "created_at": self.created_at,
+            "path": self.path,
+            "cycle_ids": list(self.cycle_ids),
+        }
+
+
+def estimates_for(result: BacklashResult) -> tuple[Estimate, ...]:
+    """The indicators a backlash fit contributes to the history (fit details on the amplitude)."""
+    detail = result.to_dict(evidence=False)
+    found = [Estimate("amplitude_rad_s", result.amplitude_rad_s, "rad/s", detail)]
+    if result.backlash_rad is not None:
+        found.append(Estimate("backlash_rad", result.backlash_rad, "rad"))
+    return tuple(found)
+
+
+class HistoryStore:
+    """The agent's history: one SQLite file, migrated to SCHEMA_VERSION on open.
+
+    One instance per thread (sqlite3 connections are not shared across threads); several
+    processes may open the same file.
+    """
+
+    def __init__(self, path: str | Path, timeout_s: float = 10.0) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._conn = connect(self.path, timeout_s)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot open the history database: {exc}") from exc
+        self._depth = 0
+        try:
+            self.version = migrate(self._conn, MIGRATIONS, where=str(self.path))
+        except sqlite3.Error as exc:
+            self._conn.close()
+            raise StoreError(f"{self.path}: cannot bring the history database to schema "
+                             f"version {SCHEMA_VERSION}: {exc}") from exc
+        except BaseException:
+            self._conn.close()
+            raise
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> HistoryStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def pragma(self, name: str) -> Any:
+        """The value of a pragma on this connection (journal_mode, synchronous, foreign_keys)."""
+        if not name.isidentifier():
+            raise StoreError(f"pragma {name!r}: expected a pragma name")
+        return self._conn.execute(f"PRAGMA {name}").fetchone()[0]
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """All writes inside commit together or not at all; nested use joins the outer one."""
+        if self._depth:
+            self._depth += 1
+            try:
+                yield self._conn
+            finally:
+                self._depth -= 1
+            return
+        self._conn.execute("BEGIN IMMEDIATE")
+        self._depth = 1
+        try:
+            yield self._conn
+            self._conn.execute("COMMIT")
+        except BaseException:
+            # Also when COMMIT itself fails: the connection must not stay inside a transaction.
+            if self._conn.in_transaction:
+                self._conn.execute("ROLLBACK")
+            raise
+        finally:
+            self._depth = 0
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def record_cycle(
+        self,
+        *,
+        controller: str,
+        joint: str,
+        kind: str,
+        started_at: datetime | str,
+        finished_at: datetime | str | None,
+        estimates: Sequence[Estimate] = (),
+        status: str | None = None,
+        status_reason: str = "",
+        outcome: str = "ok",
+        reason: str = "",
+        capture_path: str | Path | None = None,
+        trigger: str | None = None,
+        ne107: str | None = None,
+    ) -> int:
+        """Write one cycle with its estimates and verdict in one transaction; returns its id.
+
+        `ne107` defaults to agent.health.verdicts.ne107_of(status) (failure for an 'error' outcome).
+        """
+        if outcome not in OUTCOMES:
+            raise StoreError(f"cycle outcome {outcome!r}: expected one of {', '.join(OUTCOMES)}")
+        if trigger is not None and trigger not in TRIGGERS:
+            raise StoreError(f"cycle trigger {trigger!r}: expected one of {', '.join(TRIGGERS)}")
+        started = iso_utc(started_at)
+        finished = None if finished_at is None else iso_utc(finished_at)
+        if status is not None:
+            ne107 = _ne107(str(status), outcome, ne107)
+        with self.transaction() as conn:
+            seq_at = started
+            if trigger in CLOCKED_TRIGGERS:
+                marks = ", ".join("?" for _ in CLOCKED_TRIGGERS)
+                (before,) = conn.execute(
+                    f"SELECT MAX(seq_at) FROM cycles WHERE controller = ? AND trigger IN ({marks})",
+                    (controller, *CLOCKED_TRIGGERS),
+                ).fetchone()
+                if before is not None and _seconds(before) - _seconds(started) > CLOCK_STEP_S:
+                    seq_at = before
+            cursor = conn.execute(
+                "INSERT INTO cycles (controller, joint, kind, started_at, finished_at, outcome,"
+                " reason, capture_path, trigger, seq_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (controller, joint, kind, started, finished, outcome, reason,
+                 None if capture_path is None else str(capture_path), trigger, seq_at),
+            )
+            cycle_id = cursor.lastrowid
+            assert cycle_id is not None
+            for est in estimates:
+                if not math.isfinite(est.value):
+                    raise StoreError(
+                        f"{controller}/{joint} estimate {est.indicator}: value {est.value} is not "
+                        "a finite number"
+                    )
+                conn.execute(
+                    "INSERT INTO estimates (cycle_id, indicator, value, unit, detail_json)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (cycle_id, est.indicator, float(est.value), est.unit,
+                     json.dumps(_json_safe(dict(est.detail)), allow_nan=False, sort_keys=True)),
+                )
+            if status is not None:
+                conn.execute(
+                    "INSERT INTO verdicts (cycle_id, joint, status, reason, ne107)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (cycle_id, joint, str(status), status_reason, ne107),
+                )
+        return cycle_id
+
+    def record_rejected(
+        self,
+        *,
+        controller: str,
+        joint: str,
+        kind: str,
+        started_at: datetime | str,
+        finished_at: datetime | str | None,
+        reason: str,
+        outcome: str = "rejected",
+        capture_path: str | Path | None = None,
+        trigger: str | None = None,
+    ) -> int:
+        """A cycle that produced no estimate (rejected capture, aborted motion, error)."""
+        if outcome == "ok":
+            raise StoreError("record_rejected: outcome must be 'aborted', 'rejected' or 'error'")
+        return self.record_cycle(
+            controller=controller, joint=joint, kind=kind, started_at=started_at,
+            finished_at=finished_at, outcome=outcome, reason=reason, capture_path=capture_path,
+            trigger=trigger,
+        )
+
+    def record_report(
+        self,
+        message_id: str,
+        created_at: datetime | str,
+        path: str | Path | None,
+        cycle_ids: Sequence[int],
+    ) -> int:
+        """Note that the cycles went into the report `message_id` (written at `path`); a cycle
+        already in a report moves to this one. Returns the report's row id."""
+        if not message_id:
+            raise StoreError("record_report: expected a non-empty message id")
+        created = iso_utc(created_at)
+        with self.transaction() as conn:
+            try:
+                cursor = conn.execute(
+                    "INSERT INTO reports (message_id, created_at, path) VALUES (?, ?, ?)",
+                    (message_id, created, None if path is None else str(path)),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise StoreError(f"report {message_id}: already recorded ({exc})") from exc
+            report_id = cursor.lastrowid
+            assert report_id is not None
+            for cycle_id in cycle_ids:
+                changed = conn.execute("UPDATE cycles SET report_id = ? WHERE id = ?",
+                                       (report_id, int(cycle_id))).rowcount
+                if changed != 1:
+                    raise StoreError(f"report {message_id}: no cycle with id {cycle_id}")
+        return report_id
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def history(
+        self, controller: str, joint: str, indicator: str, limit: int | None = None
+    ) -> list[TrendPoint]:
+        """Values of one indicator from successful cycles, oldest first (the last `limit`);
+        in the order the cycles ran, which is time order unless the clock was stepped back
+        (CLOCKED_TRIGGERS)."""
+        rows = self._conn.execute(
+            "SELECT c.started_at, e.value FROM estimates e JOIN cycles c ON c.id = e.cycle_id"
+            " WHERE c.controller = ? AND c.joint = ? AND e.indicator = ? AND c.outcome = 'ok'"
+            " ORDER BY c.seq_at DESC, c.id DESC LIMIT ?",
+            (controller, joint, indicator, -1 if limit is None else int(limit)),
+        ).fetchall()
+        return [TrendPoint(t, float(v)) for t, v in reversed(rows)]
+
+    def history_with_detail(
+        self, controller: str, joint: str, indicator: str
+    ) -> list[tuple[TrendPoint, dict[str, Any]]]:
+        """Like history() (every point), each point with the detail recorded with it (e.g. the
+        relative standard deviation `rel_std_pct` an identification gave it)."""
+        rows = self._conn.execute(
+            "SELECT c.started_at, e.value, e.detail_json FROM estimates e"
+            " JOIN cycles c ON c.id = e.cycle_id"
+            " WHERE c.controller = ? AND c.joint = ? AND e.indicator = ? AND c.outcome = 'ok'"
+            " ORDER BY c.seq_at, c.id",
+            (controller, joint, indicator),
+        ).fetchall()
+        found: list[tuple[TrendPoint, dict[str, Any]]] = []
+        for t, v, text in rows:
+            try:
+                detail = json.loads(text)
+            except ValueError:  # a damaged detail only loses what it said, not the value
+                detail = {}
+            found.append((TrendPoint(t, float(v)), detail if isinstance(detail, dict) else {}))
+        return found
+
+    def indicators(
+        self, controller: str, joint: str, exclude: Sequence[str] = BACKLASH_INDICATORS
+    ) -> list[tuple[str, str]]:
+        """(indicator, unit) recorded by successful cycles of a joint, by name; the backlash
+        ones left out. The unit is the latest cycle's (a unit should never change anyway)."""
+        rows = self._conn.execute(
+            "SELECT e.indicator, e.unit FROM estimates e JOIN cycles c ON c.id = e.cycle_id"
+            " WHERE c.controller = ? AND c.joint = ? AND c.outcome = 'ok'"
+            " ORDER BY c.seq_at, c.id",
+            (controller, joint),
+        ).fetchall()
+        found = {str(i): str(u) for i, u in rows if i not in exclude}
+        return sorted(found.items())
+
+    def joints(self, controller: str) -> list[str]:
+        """Every joint of a controller with a cycle in the history, in order of first cycle."""
+        rows = self._conn.execute(
+            "SELECT joint FROM cycles WHERE controller = ? GROUP BY joint"
+            " ORDER BY MIN(seq_at), MIN(id)",
+            (controller,),
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def latest(
+        self, controller: str, joint: str, outcome: str | None = None, kind: str | None = None
+    ) -> CycleRecord | None:
+        """The most recent cycle of a joint (of the given outcome and kind, if any), with its
+        estimates."""
+        sql = _CYCLE_SELECT + " WHERE controller = ? AND joint = ?"
+        args: list[Any] = [controller, joint]
+        if outcome is not None:
+            sql += " AND outcome = ?"
+            args.append(outcome)
+        if kind is not None:
+            sql += " AND kind = ?"
+            args.append(kind)
+        row = self._conn.execute(sql + " ORDER BY seq_at DESC, cycles.id DESC LIMIT 1", args)
+        found = self._records(row)
+        return found[0] if found else None
+
+    def report(self, message_id: str) -> ReportRecord | None:
+        """A recorded report with the ids of its cycles, oldest first."""
+        row = self._conn.execute(
+            "SELECT id, message_id, created_at, path FROM reports WHERE message_id = ?",
+            (message_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        ids = self._conn.execute("SELECT id FROM cycles WHERE report_id = ? ORDER BY id",
+                                 (row[0],)).fetchall()
+        return ReportRecord(row[1], row[2], row[3], tuple(int(i) for (i,) in ids))
+
+    def cycles(self, limit: int = 50) -> list[CycleRecord]:
+        """The most recent cycles of every joint, newest first."""
+        rows = self._conn.execute(
+            _CYCLE_SELECT + " ORDER BY seq_at DESC, cycles.id DESC LIMIT ?", (int(limit),)
+        )
+        return self._records(rows)
+
+    def _records(self, cursor: sqlite3.Cursor) -> list[CycleRecord]:
+        names = [d[0] for d in cursor.description]
+        rows = [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+        records = []
+        for r in rows:
+            est_rows = self._conn.execute(
+                "SELECT indicator, value, unit, detail_json FROM estimates WHERE cycle_id = ?"
+                " ORDER BY id",
+                (r["id"],),
+            ).fetchall()
+            verdict = self._conn.execute(
+                "SELECT status, reason, ne107 FROM verdicts WHERE cycle_id = ?", (r["id"],)
+            ).fetchone()
+            records.append(
+                CycleRecord(
+                    id=r["id"], controller=r["controller"], joint=r["joint"], kind=r["kind"],
+                    started_at=r["started_at"], finished_at=r["finished_at"],
+                    outcome=r["outcome"], reason=r["reason"], capture_path=r["capture_path"],
+                    estimates=tuple(Estimate(i, float(v), u, json.loads(d))
+                                    for i, v, u, d in est_rows),
+                    status=None if verdict is None else verdict[0],
+                    status_reason=None if verdict is None else verdict[1],
+                    ne107=None if verdict is None else verdict[2],
+                    trigger=r["trigger"], report_message_id=r["report_message_id"],
+                    report_path=r["report_path"],
+                )
+            )
+        return records
+
+
+# Cycles with the report they went into (the column names are those of CycleRecord).
+_CYCLE_SELECT = (
+    "SELECT cycles.*, reports.message_id AS report_message_id, reports.path AS report_path"
+    " FROM cycles LEFT JOIN reports ON reports.id = cycles.report_id"
+)
+
+
+def _seconds(iso: str) -> float:
+    return datetime.fromisoformat(iso).timestamp()
+
+
+def _ne107(status: str, outcome: str, given: str | None) -> str:
+    """The NE 107 signal recorded with a verdict: the caller's, else mapped from the status."""
+    from agent.health.verdicts import Ne107, Status, ne107_of  # health imports this module
+
+    if given is not None:
+        try:
+            return Ne107(given).value
+        except ValueError:
+            raise StoreError(f"ne107 {given!r}: expected one of "
+                             f"{', '.join(n.value for n in Ne107)}") from None
+    try:
+        ours = Status(status)
+    except ValueError:
+        return Ne107.FAILURE.value if outcome == "error" else Ne107.CHECK_FUNCTION.value
+    return ne107_of(ours, failed=outcome == "error").value
+
+
+def _json_safe(value: Any) -> Any:
+    """NaN/inf become null (strict JSON); anything json cannot encode raises TypeError."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value

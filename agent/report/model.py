@@ -1,0 +1,420 @@
+"""What a joint-health report holds, and its versioned JSON form.
+
+JSON schema "jha.report/1" (keys only ever get added within a major version):
+  schema, message_id (uuid4, one per report: publishers count deliveries by it), created_at,
+  agent_version, host, machines[], summary{worst_status, counts{status: n},
+  ne107_counts{signal: n}},
+  joints[]{controller, joint, status, ne107, reason, forecast, indicator, value, unit,
+           limits{watch, alert}, error, outcome, capture_path, result (BacklashResult.to_dict,
+           or null), trend (Trend.to_dict, or null), history[]{time, value},
+           indicators[] (see below), identification (see below), evidence[] (EvidencePlot.to_dict;
+           only with evidence=True)}
+  (indicators, identification, evidence, indicator_joints and summary.identification are there
+  only when not empty.)
+  indicator_joints[]: joints with no backlash cycle but other indicators (stiffness,
+           identification); same keys as joints[], not counted in summary; status "unknown",
+           or the identification verdict's status, NE 107 and reason when there is one.
+  indicators[]{indicator, label, unit, latest_value, latest_time, n_points, trend (or null),
+           history[]{time, value}, verdict (identification indicators only, see below)}: each
+           further indicator of the joint's history.
+  identification{status, ne107{status, letter}, reason, indicator (the worst), forecast
+           (the soonest limit crossing: indicator + Forecast.to_dict, or null), forecast_text,
+           indicators[] (the verdicts)}: the worst of the joint's indicator verdicts.
+  verdict{indicator, label, status, ne107{status, letter}, reason, value, time, unit, n_points,
+           baseline{value, source (median|commissioning), n_points, rel_noise, point_noise} or
+           null, relative_limits{direction (rise|drop), kind (fraction|ratio), watch, alert},
+           limits{watch, alert} (SI), change (value/baseline - 1), change_sigma, significant,
+           forecast (Forecast.to_dict or null), forecast_text, trend, failure}.
+  summary.identification{worst_status, counts, ne107_counts}: over every joint with an
+           identification verdict (summary.worst_status stays the backlash verdicts').
+Non-finite numbers are written as null so that the file is strict JSON.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent import __version__
+from agent.config.identification_limits import IdentificationLimitSettings
+from agent.config.model import ThresholdSettings
+from agent.estimation.backlash.result import BacklashResult
+from agent.health.identification import (
+    IndicatorVerdict,
+    JointIdentificationVerdict,
+    assess_history,
+    joint_verdict,
+    verdict_counts,
+)
+from agent.health.verdicts import (
+    Ne107,
+    Status,
+    Trend,
+    assess_backlash,
+    forecast_sentence,
+    indicator_info,
+    ne107_of,
+    passed_limit,
+    trend,
+    worst,
+)
+from agent.history.store import BACKLASH_INDICATORS, HistoryStore, TrendPoint
+from agent.report.evidence import EvidencePlot
+
+REPORT_SCHEMA = "jha.report/1"
+
+
+@dataclass(frozen=True)
+class IndicatorSummary:
+    """One further indicator of a joint (stiffness, friction...) over its history."""
+
+    indicator: str
+    unit: str
+    history: Sequence[TrendPoint]
+    trend: Trend | None
+    # The verdict against the joint's baseline (identification indicators only).
+    verdict: IndicatorVerdict | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "history", tuple(self.history))
+
+    @property
+    def latest(self) -> TrendPoint | None:
+        return self.history[-1] if self.history else None
+
+    def to_dict(self) -> dict[str, Any]:
+        last = self.latest
+        return {
+            "indicator": self.indicator,
+            "label": indicator_info(self.indicator).label,
+            "unit": self.unit,
+            "latest_value": None if last is None else last.value,
+            "latest_time": None if last is None else last.time_iso,
+            "n_points": len(self.history),
+            "trend": None if self.trend is None else self.trend.to_dict(),
+            "history": [p.to_dict() for p in self.history],
+            **({} if self.verdict is None else {"verdict": self.verdict.to_dict()}),
+        }
+
+
+def indicator_summaries(
+    store: HistoryStore,
+    controller: str,
+    joint: str,
+    judged: str | None = None,
+    limits: IdentificationLimitSettings | None = None,
+) -> tuple[IndicatorSummary, ...]:
+    """Every indicator of the joint in the history but the judged one, with a trend, and for
+    the identification indicators their verdict against the joint's baseline (`limits`: the
+    controller's identification.limits; None: those recorded with its last identification).
+    Without `judged` both backlash indicators are left out (the older behaviour)."""
+    exclude = BACKLASH_INDICATORS if judged is None else (judged,)
+    verdicts = assess_history(store, controller, joint, limits)
+    found = []
+    for name, unit in store.indicators(controller, joint, exclude=exclude):
+        points = store.history(controller, joint, name)
+        # The trend without limits, as ever; the verdict's own carries the forecast to them.
+        found.append(IndicatorSummary(name, unit, points, trend(points, indicator=name),
+                                      verdicts.get(name)))
+    return tuple(found)
+
+
+def rejudged(
+    j: JointReport, store: HistoryStore, limits: IdentificationLimitSettings | None
+) -> JointReport:
+    """The joint with its identification indicators judged again against `limits` (the
+    controller's config, when a caller built the report without them)."""
+    verdicts = assess_history(store, j.controller, j.joint, limits)
+    indicators = tuple(
+        replace(s, verdict=verdicts.get(s.indicator)) for s in j.indicators
+    )
+    ident = joint_verdict([s.verdict for s in indicators if s.verdict is not None])
+    if j.indicator_only and ident is not None:
+        return replace(j, indicators=indicators, identification=ident, status=ident.status,
+                       verdict_reason=ident.reason, ne107=ident.ne107)
+    return replace(j, indicators=indicators, identification=ident)
+
+
+@dataclass(frozen=True)
+class JointReport:
+    controller: str
+    joint: str
+    status: Status
+    verdict_reason: str
+    result: BacklashResult | None
+    error: str | None
+    thresholds: ThresholdSettings
+    trend: Trend | None
+    history: Sequence[TrendPoint]
+    capture_path: str | None
+    # The indicator judged and trended; derived from the result when not given.
+    indicator: str | None = None
+    # The judged value when there is no result in hand (a report built from the history).
+    latest_value: float | None = None
+    indicators: Sequence[IndicatorSummary] = ()
+    # Plots of what the estimates were made from (e.g. measured vs predicted torque).
+    evidence: Sequence[EvidencePlot] = ()
+    # How the joint's last cycle ended (store.OUTCOMES), when known.
+    outcome: str | None = None
+    # NE 107 signal; None -> ne107_of(status, failed=the last cycle ended in an error).
+    ne107: Ne107 | None = None
+    # The identification indicators' verdict; None -> the worst of the indicators' verdicts.
+    identification: JointIdentificationVerdict | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "history", tuple(self.history))
+        object.__setattr__(self, "indicators", tuple(self.indicators))
+        object.__setattr__(self, "evidence", tuple(self.evidence))
+        if self.identification is None:
+            object.__setattr__(self, "identification", joint_verdict(
+                [s.verdict for s in self.indicators if s.verdict is not None]))
+        ident = self.identification
+        # A joint with no backlash cycle takes its status from its identification verdict:
+        # NE 107 'check function' would hide a worn joint from the asset-management system.
+        if (ident is not None and self.indicator_only and self.status is Status.UNKNOWN
+                and self.ne107 in (None, Ne107.CHECK_FUNCTION)):
+            object.__setattr__(self, "status", ident.status)
+            object.__setattr__(self, "verdict_reason", ident.reason)
+            object.__setattr__(self, "ne107", ident.ne107)
+        if self.ne107 is None:
+            object.__setattr__(self, "ne107", ne107_of(self.status, failed=self.failed))
+
+    @property
+    def failed(self) -> bool:
+        """The last cycle or its analysis ended in an error; a refused or aborted cycle did not
+        fail (it measured nothing). Without an outcome, any error counts."""
+        if self.outcome is not None:
+            return self.outcome == "error"
+        return self.error is not None
+
+    @property
+    def signal(self) -> Ne107:
+        """The NE 107 signal (never None after construction)."""
+        assert self.ne107 is not None
+        return self.ne107
+
+    @property
+    def indicator_name(self) -> str:
+        if self.indicator:
+            return self.indicator
+        if self.result is not None and self.result.backlash_rad is not None:
+            return "backlash_rad"
+        return "amplitude_rad_s"
+
+    @property
+    def value(self) -> float | None:
+        if self.result is None:
+            return self.latest_value
+        if self.indicator_name == "backlash_rad":
+            return self.result.backlash_rad
+        return self.result.amplitude_rad_s
+
+    @property
+    def limits(self) -> tuple[float | None, float | None]:
+        return limits_for(self.indicator_name, self.thresholds)
+
+    @property
+    def indicator_only(self) -> bool:
+        """A joint with further indicators only: no backlash verdict to show."""
+        return (self.result is None and self.value is None and not self.history
+                and bool(self.indicators) and not self.error)
+
+    def to_dict(self, evidence: bool = False) -> dict[str, Any]:
+        return joint_to_dict(self, evidence)
+
+    @property
+    def forecast(self) -> str:
+        """The forecast sentence of the judged indicator's trend."""
+        if self.indicator_only:
+            return ""
+        return forecast_sentence(self.trend, len(self.history), passed_limit(self.status))
+
+
+@dataclass(frozen=True)
+class Report:
+    created_at_iso: str
+    machines: tuple[str, ...]
+    joints: tuple[JointReport, ...]
+    agent_version: str = __version__
+    host: str = ""
+    # Joints with other indicators only (no backlash cycle): shown, but given no status.
+    indicator_joints: tuple[JointReport, ...] = ()
+    # One per report, kept by every copy of it (file, MQTT message): exactly-once accounting.
+    message_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "machines", tuple(self.machines))
+        object.__setattr__(self, "joints", tuple(self.joints))
+        object.__setattr__(self, "indicator_joints", tuple(self.indicator_joints))
+
+    @property
+    def worst_status(self) -> Status:
+        """The worst backlash verdict (identification verdicts: identification_worst)."""
+        return worst([j.status for j in self.joints])
+
+    @property
+    def identification_verdicts(self) -> dict[str, JointIdentificationVerdict]:
+        """'controller/joint' -> the identification verdict, for every joint that has one."""
+        return {f"{j.controller}/{j.joint}": j.identification
+                for j in (*self.joints, *self.indicator_joints) if j.identification is not None}
+
+    @property
+    def identification_worst(self) -> Status | None:
+        found = self.identification_verdicts
+        return worst([v.status for v in found.values()]) if found else None
+
+    def to_dict(self, evidence: bool = False) -> dict[str, Any]:
+        """The JSON form (schema REPORT_SCHEMA); see report_to_dict."""
+        return report_to_dict(self, evidence)
+
+    def joints_of(self, machine: str) -> tuple[JointReport, ...]:
+        """Every joint of one machine, judged ones first."""
+        return tuple(j for j in (*self.joints, *self.indicator_joints) if j.controller == machine)
+
+
+def limits_for(indicator: str, thresholds: ThresholdSettings) -> tuple[float | None, float | None]:
+    """(watch, alert) limits of an indicator in SI units."""
+    if indicator == "backlash_rad":
+        return thresholds.backlash_watch_rad, thresholds.backlash_alert_rad
+    if indicator == "amplitude_rad_s":
+        return thresholds.amplitude_watch_rad_s, thresholds.amplitude_alert_rad_s
+    return None, None
+
+
+def joint_report(
+    controller: str,
+    joint: str,
+    result: BacklashResult | None,
+    thresholds: ThresholdSettings,
+    history: Sequence[TrendPoint] = (),
+    capture_path: str | None = None,
+    error: str | None = None,
+    indicator: str | None = None,
+    indicators: Sequence[IndicatorSummary] = (),
+    evidence: Sequence[EvidencePlot] = (),
+    outcome: str | None = None,
+    running: bool = False,
+) -> JointReport:
+    """Verdict and trend of one joint. `history` is the judged indicator's, this cycle included;
+    `outcome` the cycle's (an 'error' makes NE 107 'failure'); `running` while it moves."""
+    verdict = assess_backlash(result, thresholds)
+    name = indicator or verdict.indicator
+    status, reason = verdict.status, verdict.reason
+    if error is not None:
+        status, reason = Status.UNKNOWN, f"cycle failed: {error}"
+    watch, alert = limits_for(name, thresholds)
+    failed = outcome == "error" if outcome is not None else error is not None
+    return JointReport(
+        controller=controller, joint=joint, status=status, verdict_reason=reason, result=result,
+        error=error, thresholds=thresholds, trend=trend(history, watch, alert, name),
+        history=history, capture_path=capture_path, indicator=name, indicators=indicators,
+        evidence=evidence, outcome=outcome,
+        ne107=ne107_of(status, running=running, failed=failed),
+    )
+
+
+def report_dir(state_dir: str | Path, created_at: datetime) -> Path:
+    """`<state_dir>/reports/<UTC time>`, with a -N suffix if that directory already exists."""
+    stamp = created_at.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    base = Path(state_dir) / "reports"
+    candidate = base / stamp
+    n = 1
+    while candidate.exists():
+        candidate = base / f"{stamp}-{n}"
+        n += 1
+    return candidate
+
+
+def new_report_dir(state_dir: str | Path, created_at: datetime) -> Path:
+    """Like report_dir, but the directory is made here, exclusively: two writers (two
+    controllers' stops finishing in two pool workers in the same second, or one second lived
+    twice after the wall clock was stepped back) never share it."""
+    base = Path(state_dir) / "reports"
+    base.mkdir(parents=True, exist_ok=True)
+    stamp = created_at.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
+    candidate, n = base / stamp, 1
+    while True:
+        try:
+            candidate.mkdir()
+            return candidate
+        except FileExistsError:
+            candidate = base / f"{stamp}-{n}"
+            n += 1
+
+
+# -- JSON --------------------------------------------------------------------------------------
+
+
+def joint_to_dict(j: JointReport, evidence: bool = False) -> dict[str, Any]:
+    watch, alert = j.limits
+    found = {
+        "controller": j.controller,
+        "joint": j.joint,
+        "status": j.status.value,
+        "ne107": j.signal.value,
+        "reason": j.verdict_reason,
+        "forecast": j.forecast,
+        "indicator": j.indicator_name,
+        "value": j.value,
+        "unit": indicator_info(j.indicator_name).unit,
+        "limits": {"watch": watch, "alert": alert},
+        "error": j.error,
+        "outcome": j.outcome,
+        "capture_path": j.capture_path,
+        "result": None if j.result is None else j.result.to_dict(evidence=evidence),
+        "trend": None if j.trend is None else j.trend.to_dict(),
+        "history": [p.to_dict() for p in j.history],
+    }
+    if j.indicators:
+        found["indicators"] = [s.to_dict() for s in j.indicators]
+    if j.identification is not None:
+        found["identification"] = j.identification.to_dict()
+    if evidence and j.evidence:
+        found["evidence"] = [p.to_dict() for p in j.evidence]
+    return found
+
+
+def report_to_dict(report: Report, evidence: bool = False) -> dict[str, Any]:
+    counts = {s.value: 0 for s in Status}
+    signals = {n.value: 0 for n in Ne107}
+    for j in report.joints:
+        counts[j.status.value] += 1
+        signals[j.signal.value] += 1
+    found: dict[str, Any] = {
+        "schema": REPORT_SCHEMA,
+        "message_id": report.message_id,
+        "created_at": report.created_at_iso,
+        "agent_version": report.agent_version,
+        "host": report.host,
+        "machines": list(report.machines),
+        "summary": {"worst_status": report.worst_status.value, "counts": counts,
+                    "ne107_counts": signals},
+        "joints": [joint_to_dict(j, evidence) for j in report.joints],
+    }
+    if report.indicator_joints:
+        found["indicator_joints"] = [joint_to_dict(j, evidence) for j in report.indicator_joints]
+    judged = report.identification_verdicts
+    if judged:
+        found["summary"]["identification"] = verdict_counts(judged)
+    return json_safe(found)
+
+
+def json_safe(value: Any) -> Any:
+    """NaN/inf -> null, numpy scalars and arrays -> Python numbers and lists."""
+    if isinstance(value, float | np.floating):
+        v = float(value)
+        return v if math.isfinite(v) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [json_safe(v) for v in value]
+    return value

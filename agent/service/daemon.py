@@ -1,0 +1,434 @@
+"""The agent's service: controllers watched, cycles run in production stops, results published.
+
+asyncio, one task per configured controller (agent.service.runner). Motion runs on the event
+loop (the interlock watcher must never be late); estimation runs in a process pool made on first
+use, and every file or database write in a thread, so the systemd watchdog is pinged on time.
+This module holds the supervisor: systemd notifications, signals (SIGTERM/SIGINT stop, SIGHUP
+reload), the control socket, publishers and the report of each stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from agent.config.model import Config, ControllerSettings, load_config
+from agent.errors import ConfigError
+from agent.kinds.base import (
+    KINDS,
+    AnalysisContext,
+    CycleKind,
+    JointJob,
+    analyze_backlash_capture,
+    record_and_report,
+)
+from agent.kinds.identification.kind import ALL_JOINTS
+from agent.logfmt import kv
+from agent.service.control_socket import ControlServer, socket_path
+from agent.service.pool import LazyPool
+from agent.service.recovery import Orphan, find_orphans, recover
+from agent.service.runner import (
+    EX_NO_CONTROLLER,
+    EX_NO_STOP,
+    ControllerRunner,
+    RunnerEnv,
+)
+from agent.service.sd_notify import Notifier
+from drivers.base import Driver, load_driver_class
+
+if TYPE_CHECKING:
+    from agent.publish.base import HealthPublisher
+    from agent.report.write import Report
+
+__all__ = ["EX_NO_CONTROLLER", "EX_NO_STOP", "Agent", "analyze_backlash_capture"]
+
+log = logging.getLogger("jha.daemon")
+
+POOL_WORKERS = 2
+
+
+@dataclass
+class Agent:
+    config: Config
+    once: bool = False
+    wait_for_stop_s: float = 60.0
+    out: TextIO | None = None
+    # Factory for the driver of a controller (tests pass one to reach the driver instance).
+    driver_factory: Callable[[ControllerSettings], Driver] | None = None
+    dry_run: bool = False
+    notifier: Notifier = field(default_factory=lambda: Notifier({}))
+    handle_signals: bool = False  # the CLI installs SIGTERM/SIGINT/SIGHUP handlers
+    serve_control: bool | None = None  # default: in service mode, not with --once
+    # None: the config's publishers (agent.publish.factory); tests pass their own.
+    publishers: list[HealthPublisher] | None = None
+    drivers: dict[str, Driver] = field(default_factory=dict)
+    reports: list[Path] = field(default_factory=list)
+    runners: dict[str, ControllerRunner] = field(default_factory=dict)
+    state: str = "starting"
+    pool_idle_s: float = 60.0  # analysis workers are shut down after this long unused
+    pool_workers: int = POOL_WORKERS
+    _executor: LazyPool = field(init=False, repr=False)
+    _stop: asyncio.Event = field(default_factory=asyncio.Event, init=False, repr=False)
+
+    @property
+    def state_dir(self) -> Path:
+        return Path(self.config.agent.state_dir)
+
+    def _make_driver(self, ctrl: ControllerSettings) -> Driver:
+        if self.driver_factory is not None:
+            return self.driver_factory(ctrl)
+        cls = load_driver_class(ctrl.driver)
+        return cls(ctrl.name, ctrl.settings, ctrl.joints)
+
+    # -- the process pool: made on first use, so an idle daemon has no workers ---------------
+
+    def _pool(self) -> concurrent.futures.Executor:
+        return self._executor
+
+    async def _reap_pool(self) -> None:
+        while True:
+            await asyncio.sleep(min(10.0, self.pool_idle_s / 2))
+            if self._executor.reap():
+                log.info(kv("pool_released", idle_s=self.pool_idle_s))
+
+    # -- main --------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Run until stopped (or one pass with --once); returns the process exit code."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self._executor = LazyPool(self.pool_workers, self.pool_idle_s)
+        self._background: set[asyncio.Task[Any]] = set()
+        self._kinds: dict[str, CycleKind] = {name: make() for name, make in KINDS.items()}
+        self._analysis = AnalysisContext(self.state_dir, self._pool)
+        self._control: ControlServer | None = None
+        self._publishers: list[HealthPublisher] = []
+        loop = asyncio.get_running_loop()
+        clean = False
+        try:
+            await self._start_publishers()
+            if self.serve_control if self.serve_control is not None else not self.once:
+                await self._start_control()
+            if self.handle_signals:
+                loop.add_signal_handler(signal.SIGTERM, self.request_stop, "SIGTERM")
+                loop.add_signal_handler(signal.SIGINT, self.request_stop, "SIGINT")
+                loop.add_signal_handler(signal.SIGHUP, self.request_reload)
+            self._warn_interlocks()
+            # Listed before any runner can save a capture of this run; analysed afterwards.
+            orphans = await self._find_orphans()
+            for ctrl in self.config.controllers:
+                self._start_runner(ctrl)
+            if orphans:
+                self._spawn(self._recover(orphans), "recovery")
+            self._spawn(self.notifier.watchdog_loop(), "watchdog")
+            self._spawn(self._reap_pool(), "pool reaper")
+            self.state = "running"
+            self.notifier.ready()
+            self._update_status()
+            log.info(
+                kv(
+                    "ready",
+                    controllers=len(self.config.controllers),
+                    once=self.once,
+                    dry_run=self.dry_run,
+                    watchdog_s=self.notifier.watchdog_s,
+                )
+            )
+            if self.once:
+                codes = await asyncio.gather(
+                    *(r.task for r in self.runners.values() if r.task is not None)
+                )
+                clean = True
+                return max(codes, default=0)
+            await self._stop.wait()
+            clean = True
+            return 0
+        finally:
+            self.state = "stopping"
+            self.notifier.stopping()
+            self.notifier.status("stopping")
+            await self._shutdown(clean)
+            if self.handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                    loop.remove_signal_handler(sig)
+
+    async def _shutdown(self, clean: bool) -> None:
+        tasks = [r.task for r in self.runners.values() if r.task is not None]
+        tasks += list(self._background)
+        for task in tasks:
+            task.cancel()  # a running cycle stops its motion through the driver on the way out
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for future in self._analysis.cache.values():
+            if isinstance(future, asyncio.Future):
+                future.cancel()
+        if self._control is not None:
+            await self._control.close()
+        for pub in self._publishers:
+            try:
+                async with asyncio.timeout(3.0):
+                    await pub.close()
+            except Exception as exc:  # a publisher failing to close must not block the exit
+                log.warning(kv("publisher_close_failed", publisher=pub.name, error=str(exc)))
+        # Only --once waits (its work is done by now); a stopping service must exit within
+        # 5 s, so a fit still running is terminated (its capture is on disk already).
+        self._executor.shutdown(wait=clean and self.once, cancel_futures=True)
+        log.info(kv("stopped"))
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.create_task(coro, name=name)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    def request_stop(self, why: str = "request") -> None:
+        if not self._stop.is_set():
+            log.info(kv("stopping", signal=why))
+            self.state = "stopping"
+            self.notifier.stopping()
+            self._stop.set()
+            if self.once:  # --once has no stop event to wait on: end the runners directly
+                for r in self.runners.values():
+                    if r.task is not None:
+                        r.task.cancel()
+
+    def _warn_interlocks(self) -> None:
+        """Each interlock rule that is off, in the log at every start (G9 of docs/safety.md)."""
+        from agent.config.warnings import interlock_warnings
+
+        for w in interlock_warnings(self.config):
+            log.warning(kv("interlock_off", field=w.path, where=f"{w.file}:{w.line}",
+                           note=w.message.removeprefix("warning: ")))
+
+    # -- captures a crash left without a record (agent.service.recovery) ----------------------
+
+    async def _find_orphans(self) -> list[Orphan]:
+        try:
+            orphans = await asyncio.to_thread(find_orphans, self.state_dir)
+        except Exception as exc:  # an unreadable history or captures dir must not stop the start
+            log.error(kv("orphan_scan_failed", error=f"{type(exc).__name__}: {exc}"))
+            return []
+        if orphans:
+            log.warning(kv("orphan_captures", count=len(orphans), note="recorded as 'recovered'"))
+        return orphans
+
+    async def _recover(self, orphans: list[Orphan]) -> None:
+        try:
+            await recover(
+                self.config,
+                orphans,
+                self._kinds["backlash"],
+                self._analysis,
+                self._report_jobs,
+                asyncio.to_thread,
+            )
+        except Exception:  # a bug here must not take the daemon down; the rest waits a restart
+            log.exception(kv("recovery_failed"))
+
+    # -- controllers -------------------------------------------------------------------------
+
+    def _start_runner(self, ctrl: ControllerSettings) -> ControllerRunner:
+        env = RunnerEnv(
+            state_dir=self.state_dir,
+            kinds=self._kinds,
+            analysis=self._analysis,
+            make_driver=self._make_driver,
+            on_driver=self.drivers.__setitem__,
+            on_state=self._update_status,
+            on_jobs=self._report_jobs,
+            once=self.once,
+            dry_run=self.dry_run,
+            wait_for_stop_s=self.wait_for_stop_s,
+            poll_s=self.config.agent.poll_s,
+        )
+        runner = ControllerRunner(ctrl, env)
+        self.runners[ctrl.name] = runner
+        runner.start()
+        return runner
+
+    def status_text(self) -> str:
+        if self.state != "running":
+            return self.state
+        parts = [f"{name}: {r.state}" for name, r in self.runners.items()]
+        return "; ".join(parts) or "no controllers"
+
+    def _update_status(self) -> None:
+        if self.state == "running":
+            self.notifier.status(self.status_text())
+
+    # -- reports and publishing --------------------------------------------------------------
+
+    async def _report_jobs(self, ctrl: ControllerSettings, jobs: list[JointJob]) -> None:
+        """Record a stop's jobs and write its report, in the pool: the history's verdicts and
+        the report's trends need scipy, which the daemon's own process does without."""
+        loop = asyncio.get_running_loop()
+        written = await loop.run_in_executor(
+            self._pool(),
+            record_and_report,
+            self.state_dir,
+            ctrl.name,
+            jobs,
+            bool(self._publishers),
+        )
+        self.reports.append(written.json_path.parent)
+        log.info(kv("report", controller=ctrl.name, json=written.json_path, html=written.html_path))
+        if self.out is not None:
+            self.out.write(written.table + "\n")
+            self.out.write(f"report: {written.html_path}\n")
+            self.out.flush()
+        if written.report is not None:
+            await self._publish(written.report)
+
+    async def _start_publishers(self) -> None:
+        wanted = self.config.publish.mqtt is not None or self.config.publish.opcua_server
+        if self.publishers is None and not wanted:
+            self.publishers = []  # nothing imported: the publishers pull in the report model
+        if self.publishers is None:
+            from agent.publish.factory import publishers_for
+
+            try:
+                self.publishers = publishers_for(self.config.publish, self.state_dir)
+            except Exception as exc:  # a missing publisher module must not stop the cycles
+                log.error(kv("publishers_unavailable", error=f"{type(exc).__name__}: {exc}"))
+                self.publishers = []
+        for pub in self.publishers:
+            try:
+                await pub.start()
+            except Exception as exc:  # logged; the agent runs on without this publisher
+                log.error(kv("publisher_start_failed", publisher=pub.name, error=str(exc)))
+                continue
+            self._publishers.append(pub)
+
+    async def _publish(self, report: Report) -> None:
+        for pub in self._publishers:
+            try:
+                await pub.publish(report)
+            except Exception as exc:  # never let a publisher's trouble reach the controller
+                log.error(
+                    kv("publish_failed", publisher=pub.name, error=f"{type(exc).__name__}: {exc}")
+                )
+
+    # -- the control socket ------------------------------------------------------------------
+
+    async def _start_control(self) -> None:
+        path = socket_path(self.state_dir, self.config.agent.control_socket)
+        server = ControlServer(path, self.handle_request)
+        try:
+            await server.start()
+        except OSError as exc:  # e.g. a path too long for a unix socket: run without it
+            log.error(kv("control_socket_failed", path=path, error=str(exc)))
+            return
+        self._control = server
+
+    async def handle_request(self, request: dict[str, Any]) -> dict[str, Any]:
+        cmd = request.get("cmd")
+        if cmd == "status":
+            return {
+                "ok": True,
+                "state": self.state,
+                "status": self.status_text(),
+                "dry_run": self.dry_run,
+                "config": self.config.source,
+                "controllers": {name: r.to_dict() for name, r in self.runners.items()},
+            }
+        if cmd == "cycle_now":
+            name, joint = request.get("controller"), request.get("joint")
+            ident = request.get("identification", False)
+            if not isinstance(name, str) or not (joint is None or isinstance(joint, str)):
+                return {
+                    "ok": False,
+                    "error": "expected a string 'controller' and optional string 'joint'",
+                }
+            if not isinstance(ident, bool) or (ident and joint is not None):
+                return {
+                    "ok": False,
+                    "error": "expected 'identification' true or false, and no 'joint' with it "
+                    "(the identification moves every joint)",
+                }
+            runner = self.runners.get(name)
+            if runner is None:
+                known = ", ".join(self.runners) or "none"
+                return {"ok": False, "error": f"unknown controller {name!r} (known: {known})"}
+            try:
+                if ident:
+                    queued = runner.enqueue_identification("on_demand")
+                else:
+                    queued = runner.enqueue(joint, "on_demand")
+            except ValueError as exc:
+                return {"ok": False, "error": str(exc)}
+            return {
+                "ok": True,
+                "queued": queued,
+                "kind": "identification" if ident else "backlash",
+                "controller": name,
+                "message": "queued: the cycle waits for a production stop it fits in and for "
+                "every interlock",
+            }
+        return {"ok": False, "error": f"unknown cmd {cmd!r}: expected 'status' or 'cycle_now'"}
+
+    # -- reload (SIGHUP) ---------------------------------------------------------------------
+
+    def request_reload(self) -> None:
+        self._spawn(self.reload(), "reload")
+
+    async def reload(self) -> bool:
+        """Re-read the config file: a broken one is refused (the old one stays); a good one
+        replaces the controllers that changed, each at its next idle point."""
+        self.notifier.reloading()
+        source = self.config.source
+        try:
+            new = await asyncio.to_thread(load_config, source)
+        except ConfigError as exc:
+            log.error(kv("reload_rejected", config=source, issues=str(exc)))
+            self.notifier.ready()
+            return False
+        except OSError as exc:
+            log.error(kv("reload_rejected", config=source, issues=str(exc)))
+            self.notifier.ready()
+            return False
+        old = {c.name: c for c in self.config.controllers}
+        fresh = {c.name: c for c in new.controllers}
+        for ignored in ("agent", "publish"):
+            if getattr(new, ignored) != getattr(self.config, ignored):
+                log.warning(
+                    kv("reload_partial", section=ignored, note="takes effect after a restart")
+                )
+        self.config = new
+        changed = [n for n in old if n not in fresh or old[n] != fresh[n]]
+        added = [n for n in fresh if n not in old]
+        for name in changed:
+            self._spawn(self._replace(name, fresh.get(name)), f"replace {name}")
+        for name in added:
+            self._start_runner(fresh[name])
+        log.info(
+            kv(
+                "reloaded",
+                config=source,
+                changed=",".join(changed) or None,
+                added=",".join(added) or None,
+            )
+        )
+        self.notifier.ready()
+        self._update_status()
+        return True
+
+    async def _replace(self, name: str, ctrl: ControllerSettings | None) -> None:
+        runner = self.runners[name]
+        runner.retire()
+        if runner.task is not None:
+            await asyncio.gather(runner.task, return_exceptions=True)
+        if self.runners.get(name) is runner:
+            del self.runners[name]
+            self.drivers.pop(name, None)
+        if ctrl is not None and not self._stop.is_set():
+            # Cycles still owed to joints that remain are owed by the new configuration too.
+            fresh = self._start_runner(ctrl)
+            keep = {j.name for j in ctrl.joints}
+            if ctrl.identification is not None:
+                keep.add(ALL_JOINTS)  # a queued identification is owed by the new config too
+            fresh.queue = runner.queue.keep_only(keep)
+        self._update_status()

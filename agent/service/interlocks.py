@@ -1,0 +1,208 @@
+"""Test-cycle definitions and the safety interlocks around every motion.
+
+Nothing moves unless every interlock of the controller's config holds right before motion; while
+the cycle runs they are watched every control period, and any surprise (a violated interlock, a
+status read that fails or hangs, the cycle overrunning its time) stops the motion through the
+driver and aborts the cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from agent.capture.model import Capture
+from agent.config.model import ControllerSettings, InterlockSettings, JointSettings
+from agent.errors import CycleAborted, InterlockError
+from drivers.base import BacklashCycle, ControllerMode, ControllerStatus, Cycle, Driver
+
+if TYPE_CHECKING:
+    from agent.capture.multi import MultiCapture
+
+log = logging.getLogger(__name__)
+
+# Modes in which motion may start / may continue.
+_START_MODES = {ControllerMode.STOPPED}
+_RUN_MODES = {ControllerMode.STOPPED, ControllerMode.TEST_CYCLE}
+
+
+def backlash_cycle(controller: ControllerSettings, joint: JointSettings) -> BacklashCycle:
+    c = joint.backlash_cycle
+    speed_rad_s = 2.0 * math.pi * c.motor_speed_rps
+    load_turn_s = 2.0 * math.pi * joint.gear_ratio / speed_rad_s
+    return BacklashCycle(
+        controller=controller.name,
+        joint=joint.name,
+        joint_index=joint.index,
+        motor_speed_rad_s=speed_rad_s,
+        gear_ratio=joint.gear_ratio,
+        duration_s=c.load_turns * load_turn_s,
+        settle_s=c.settle_s,
+        sample_rate_hz=c.sample_rate_hz,
+        encoder_bits=joint.encoder_bits,
+        test_pose_rad=joint.test_pose_rad,
+    )
+
+
+def interlock_violations(
+    status: ControllerStatus,
+    rules: InterlockSettings,
+    joint: JointSettings | None,
+    *,
+    running: bool = False,
+    start_pose_rad: Mapping[str, float] | None = None,
+) -> list[str]:
+    """Every interlock that does not hold, as a sentence; empty means motion may go on.
+
+    Before motion (running=False) every joint the cycle moves must stand at its start pose
+    (`start_pose_rad`, by default the joint's test pose); during motion the pose changes by
+    design and is not checked, but the end of the announced stop is.
+    """
+    problems: list[str] = []
+    allowed = _RUN_MODES if running else _START_MODES
+    if status.mode in (ControllerMode.MANUAL, ControllerMode.FAULT, ControllerMode.DISCONNECTED):
+        problems.append(f"controller is in {status.mode.value} mode")
+    elif rules.require_production_stop and status.mode not in allowed:
+        problems.append(f"controller is in {status.mode.value} mode, not stopped for production")
+    elif (
+        rules.require_production_stop
+        and status.stop_expected_s is not None
+        and status.stop_expected_s <= 0
+    ):
+        problems.append("the production stop is over (stop_expected_s ran out)")
+    if rules.require_permission and not status.permission:
+        problems.append("permission signal is off")
+    if rules.require_no_alarm and status.alarms:
+        problems.append("active alarm: " + ", ".join(status.alarms))
+    if rules.require_full_override and not math.isclose(status.speed_override, 1.0, abs_tol=1e-3):
+        problems.append(f"speed override is {100 * status.speed_override:.0f} %, not 100 %")
+    if rules.require_operator_absent and status.operator_present is not False:
+        problems.append(
+            "operator presence is unknown"
+            if status.operator_present is None
+            else "an operator is present"
+        )
+    if not running:
+        if start_pose_rad is None:
+            start_pose_rad = {} if joint is None else {joint.name: joint.test_pose_rad}
+        for name, target in start_pose_rad.items():
+            pos = status.joint_positions_rad.get(name)
+            if pos is None:
+                problems.append(f"position of joint {name} is unknown")
+            elif abs(pos - target) > rules.pose_tolerance_rad:
+                problems.append(
+                    f"joint {name} stands at {pos:.4f} rad, test pose is "
+                    f"{target:.4f} +- {rules.pose_tolerance_rad:g} rad"
+                )
+    return problems
+
+
+@dataclass(frozen=True)
+class CycleLimits:
+    status_timeout_s: float = 2.0  # a status read slower than this is a surprise
+    overrun_factor: float = 3.0  # the cycle may take this many times its nominal length
+    overrun_margin_s: float = 10.0
+
+
+async def check_interlocks(
+    driver: Driver,
+    cycle: Cycle,
+    rules: InterlockSettings,
+    joint: JointSettings | None,
+    limits: CycleLimits | None = None,
+) -> ControllerStatus:
+    """The check right before motion (and all of a dry run): the status, or InterlockError."""
+    limits = limits or CycleLimits()
+    try:
+        status = await _read_status(driver, limits.status_timeout_s)
+    except Exception as exc:  # any failure to read the controller means: do not move
+        raise InterlockError(f"cannot read controller status: {str(exc) or 'timeout'}") from exc
+    problems = interlock_violations(status, rules, joint, start_pose_rad=cycle.start_pose_rad)
+    if problems:
+        raise InterlockError("; ".join(problems))
+    return status
+
+
+async def run_guarded_cycle(
+    driver: Driver,
+    cycle: Cycle,
+    rules: InterlockSettings,
+    joint: JointSettings | None,
+    limits: CycleLimits | None = None,
+) -> Capture | MultiCapture:
+    """Check, run and watch one cycle. Raises InterlockError (nothing moved) or CycleAborted."""
+    limits = limits or CycleLimits()
+    await check_interlocks(driver, cycle, rules, joint, limits)
+
+    nominal_s = cycle.settle_s + cycle.duration_s
+    deadline = asyncio.get_running_loop().time() + (
+        nominal_s * limits.overrun_factor + limits.overrun_margin_s
+    )
+    task = asyncio.create_task(
+        driver.run_cycle(cycle), name=f"cycle {cycle.controller}/{cycle.joint}"
+    )
+    reason: str | None = None
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=driver.control_period_s)
+            if task.done():
+                break
+            if asyncio.get_running_loop().time() > deadline:
+                reason = f"cycle overran {nominal_s * limits.overrun_factor:.1f} s"
+                break
+            try:
+                status = await _read_status(driver, limits.status_timeout_s)
+            except Exception as exc:  # whatever the driver raises, the motion must stop
+                reason = f"controller status lost during motion: {str(exc) or 'timeout'}"
+                break
+            problems = interlock_violations(status, rules, joint, running=True)
+            if problems:
+                reason = "; ".join(problems)
+                break
+    except asyncio.CancelledError:
+        reason = "agent shutting down"
+        await _stop_and_cancel(driver, task, reason)
+        raise
+    if reason is not None:
+        await _stop_and_cancel(driver, task, reason)
+        raise CycleAborted(f"{cycle.controller}/{cycle.joint}: {reason}")
+    try:
+        return task.result()
+    except CycleAborted:
+        raise
+    except Exception as exc:
+        await _stop_and_cancel(driver, task, str(exc))
+        raise CycleAborted(f"{cycle.controller}/{cycle.joint}: {exc}") from exc
+
+
+async def _read_status(driver: Driver, timeout_s: float) -> ControllerStatus:
+    # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a cancellation that
+    # arrives as the read completes, and a cancelled cycle must never keep running.
+    async with asyncio.timeout(timeout_s):
+        return await driver.read_status()
+
+
+# How long a stop request may take before the cycle task is cancelled anyway: a driver whose
+# stop hangs must not keep the watcher (and the daemon's shutdown) waiting.
+STOP_TIMEOUT_S = 2.0
+
+
+async def _stop_and_cancel(
+    driver: Driver, task: asyncio.Task[Capture | MultiCapture], reason: str
+) -> None:
+    log.warning("event=cycle_abort reason=%r", reason)
+    try:
+        async with asyncio.timeout(STOP_TIMEOUT_S):
+            await driver.stop_motion()
+    except Exception as exc:  # the stop must be attempted; a failure is logged loudly
+        error = str(exc) or f"{type(exc).__name__}: no answer within {STOP_TIMEOUT_S:g} s"
+        log.error("event=stop_motion_failed error=%r action=cancel_cycle", error)
+    task.cancel()
+    # The cycle's own outcome (cancelled, or the error that made us stop) no longer matters.
+    with contextlib.suppress(BaseException):
+        await task

@@ -1,0 +1,463 @@
+"""One controller's task: connect, watch the status, queue cycles on triggers, run the ones that
+fit in a production stop (guarded by the interlocks), hand captures to analysis, record, report.
+
+Every blocking step (saving captures, SQLite, report rendering) runs in a thread and every fit in
+the process pool, so the event loop stays free for the interlock watcher and the watchdog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent.config.model import ControllerSettings, JointSettings
+from agent.config.schedule import ScheduleState, schedule_due, schedule_of, stop_begins, stopped
+from agent.errors import AgentError, CycleAborted, InterlockError
+from agent.kinds.base import (
+    AnalysisContext,
+    AnalysisRefused,
+    CycleKind,
+    JointJob,
+    stamp,
+    utcnow,
+)
+from agent.kinds.identification.kind import KIND as IDENTIFICATION
+from agent.kinds.identification.kind import RunnerIdentification
+from agent.logfmt import kv
+from agent.service.interlocks import check_interlocks, run_guarded_cycle
+from agent.service.queue import CycleQueue, PendingCycle
+from drivers.base import Capability, ControllerMode, ControllerStatus, Cycle, Driver
+
+log = logging.getLogger("jha.daemon")
+
+EX_NO_STOP = 75  # EX_TEMPFAIL: --once saw no production stop in time
+EX_NO_CONTROLLER = 74  # EX_IOERR: --once could not connect to the controller in time
+MAX_FINISHING = 4  # stops whose analyses may be under way at once, per controller
+
+
+@dataclass
+class RunnerEnv:
+    """What a controller task gets from the daemon."""
+
+    state_dir: Path
+    kinds: dict[str, CycleKind]
+    analysis: AnalysisContext
+    make_driver: Callable[[ControllerSettings], Driver]
+    on_driver: Callable[[str, Driver], None]
+    on_state: Callable[[], None]  # the runner's state changed: STATUS= and `jha status`
+    on_jobs: Callable[[ControllerSettings, list[JointJob]], Awaitable[None]]  # report + publish
+    once: bool = False
+    dry_run: bool = False
+    wait_for_stop_s: float = 60.0
+    poll_s: float = 0.2
+
+
+class ControllerRunner:
+    def __init__(self, ctrl: ControllerSettings, env: RunnerEnv) -> None:
+        self.ctrl = ctrl
+        self.env = env
+        self.queue = CycleQueue()
+        self.state = "starting"
+        self.streaming_only = False
+        self.busy = False  # inside a stop's cycles: not an idle point
+        self.task: asyncio.Task[int] | None = None
+        # Analyses, records and reports of past stops, finishing while the next stop may start.
+        self._finishing: set[asyncio.Task[None]] = set()
+        self._retire = False
+        self._wake = asyncio.Event()
+        self._ran_this_stop = False
+        self._schedule = (
+            None
+            if ctrl.triggers.schedule is None
+            else schedule_of(
+                ctrl.triggers.schedule.every_s,
+                ctrl.triggers.schedule.cron,
+                ctrl.triggers.schedule.window,
+            )
+        )
+        self._schedule_state = ScheduleState()
+        self.last_status: ControllerStatus | None = None
+        # The whole-robot identification (agent.kinds.identification.kind): its own cadence.
+        self._ident = RunnerIdentification(
+            ctrl, env.kinds.get(IDENTIFICATION), env.analysis, self._design_done
+        )
+
+    # -- for the daemon --------------------------------------------------------------------
+
+    def start(self) -> asyncio.Task[int]:
+        self.task = asyncio.create_task(self.run(), name=f"controller {self.ctrl.name}")
+        return self.task
+
+    def retire(self) -> None:
+        """End at the next idle point (a reload changed or removed this controller); analyses
+        of its last stop are finished first."""
+        self._retire = True
+        self._wake.set()
+
+    def enqueue(self, joint: str | None, reason: str) -> list[str]:
+        """Queue the cycles of one joint (or all); raises ValueError for an unknown joint."""
+        if self.streaming_only:
+            raise ValueError(f"controller {self.ctrl.name} runs no test cycles (streaming only)")
+        names = [j.name for j in self.ctrl.joints]
+        if joint is not None and joint not in names:
+            raise ValueError(
+                f"controller {self.ctrl.name} has no joint {joint!r} (joints: {', '.join(names)})"
+            )
+        chosen = [j for j in self.ctrl.joints if joint is None or j.name == joint]
+        now_s = time.monotonic()
+        kind = self.env.kinds["backlash"]
+        for order, j in enumerate(self.ctrl.joints):
+            if j in chosen:
+                needs_s = kind.needs_s(self.ctrl, j)
+                self.queue = self.queue.add(
+                    PendingCycle(j.name, kind.name, now_s, reason, needs_s, order)
+                )
+        log.info(
+            kv(
+                "queued",
+                controller=self.ctrl.name,
+                joints=",".join(j.name for j in chosen),
+                reason=reason,
+                pending=len(self.queue),
+            )
+        )
+        self._ran_this_stop = False  # a new request may use the stop we are in
+        self._wake.set()
+        self.env.on_state()
+        return [j.name for j in chosen]
+
+    def enqueue_identification(self, reason: str) -> list[str]:
+        """Queue the whole-robot identification cycle (its trajectory is designed in the pool
+        meanwhile); raises ValueError when this controller cannot run one."""
+        pending = self._ident.request(reason, self.streaming_only)
+        self.queue = self.queue.add(pending)
+        log.info(kv("queued", controller=self.ctrl.name, joints=pending.joint, kind=pending.kind,
+                    reason=reason, estimate_s=f"{pending.estimate_s:.3g}",
+                    pending=len(self.queue)))  # fmt: skip
+        self._ran_this_stop = False
+        self._wake.set()
+        self.env.on_state()
+        return [pending.joint]
+
+    def _design_done(self) -> None:
+        # A design that finishes inside a stop may still use it (if it fits what is left).
+        self._ran_this_stop = False
+        self._wake.set()
+
+    def to_dict(self) -> dict[str, Any]:
+        s = self.last_status
+        return {
+            "state": self.state,
+            "driver": self.ctrl.driver,
+            "streaming_only": self.streaming_only,
+            "mode": None if s is None else s.mode.value,
+            "stop_expected_s": None if s is None else s.stop_expected_s,
+            **self.queue.to_dict(),
+        }
+
+    # -- the task ----------------------------------------------------------------------------
+
+    def _set_state(self, text: str) -> None:
+        if text != self.state:
+            self.state = text
+            self.env.on_state()
+
+    async def run(self) -> int:
+        ctrl = self.ctrl
+        self._set_state("connecting")
+        driver = self.env.make_driver(ctrl)
+        self._ident.capabilities = driver.capabilities
+        self.env.on_driver(ctrl.name, driver)
+        try:
+            if not await self._connect(driver):
+                return EX_NO_CONTROLLER
+            await self._ident.seed(driver.capabilities, self.env.state_dir)
+            if Capability.CYCLES not in driver.capabilities or not ctrl.joints:
+                self.streaming_only = True
+                log.info(kv("controller_streaming_only", controller=ctrl.name, driver=ctrl.driver))
+                self._set_state("connected, streaming only (no test cycles)")
+                while not (self.env.once or self._retire):
+                    await self._sleep(3600.0)
+                return 0
+            code = await self._loop(driver)
+            if self._finishing:  # --once and reloads: the last stop's results first
+                self._set_state("analysing")
+                await asyncio.gather(*self._finishing)
+            return code
+        finally:
+            for task in list(self._finishing):
+                task.cancel()
+            await asyncio.gather(*self._finishing, return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await driver.close()
+
+    async def _sleep(self, seconds: float) -> None:
+        """Sleep, woken early by a new request or a retirement."""
+        self._wake.clear()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wake.wait()
+
+    async def _connect(self, driver: Driver) -> bool:
+        """Connect, retrying with backoff: a controller that is off at start-up comes later.
+        With --once the retries end with the wait for the production stop."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.env.wait_for_stop_s
+        backoff_s = 0.5
+        while True:
+            try:
+                await driver.connect()
+            except Exception as exc:  # any driver failure: log it, wait, try again
+                log.warning(
+                    kv(
+                        "connect_failed",
+                        controller=self.ctrl.name,
+                        error=str(exc),
+                        retry_s=backoff_s,
+                    )
+                )
+                if self.env.once and loop.time() + backoff_s > deadline:
+                    log.error(kv("controller_unreachable", controller=self.ctrl.name))
+                    return False
+                self._set_state(f"controller unreachable, retrying in {backoff_s:g} s")
+                await self._sleep(backoff_s)
+                if self._retire:
+                    return False
+                backoff_s = min(30.0, backoff_s * 2)
+                continue
+            log.info(kv("connected", controller=self.ctrl.name, driver=self.ctrl.driver))
+            return True
+
+    async def _status_or_none(self, driver: Driver) -> ControllerStatus | None:
+        """A status read while idle; a dead link is logged and retried, never fatal."""
+        try:
+            async with asyncio.timeout(5.0):
+                return await driver.read_status()
+        except Exception as exc:  # the controller may be away for a while: keep waiting
+            log.warning(kv("status_unavailable", controller=self.ctrl.name, error=str(exc)))
+            return None
+
+    def _triggers(self, previous: ControllerStatus | None, status: ControllerStatus) -> None:
+        trig = self.ctrl.triggers
+        if trig.production_stop is not None and stop_begins(
+            previous, status, trig.production_stop.min_expected_stop_s
+        ):
+            log.info(
+                kv("production_stop", controller=self.ctrl.name, expected_s=status.stop_expected_s)
+            )
+            self.enqueue(None, "production_stop")
+        if self._schedule is not None:
+            due, self._schedule_state = schedule_due(
+                self._schedule, self._schedule_state, time.monotonic(), dt.datetime.now()
+            )
+            if due:
+                self.enqueue(None, "schedule")
+        # --once handles one stop with the backlash cycles: it does not wait for a design.
+        if not self.env.once and self._ident.due():
+            try:
+                self.enqueue_identification("schedule")
+            except ValueError as exc:
+                log.error(kv("identification_not_queued", controller=self.ctrl.name,
+                             reason=str(exc)))  # fmt: skip
+
+    async def _loop(self, driver: Driver) -> int:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.env.wait_for_stop_s
+        if self.env.once:
+            self.enqueue(None, "once")
+        previous: ControllerStatus | None = None
+        backoff_s = self.env.poll_s
+        while True:
+            if self._retire:
+                return 0
+            status = await self._status_or_none(driver)
+            if status is not None:
+                self.last_status = status
+                self._triggers(previous, status)
+                if not stopped(status):
+                    self._ran_this_stop = False
+                previous = status
+            if stopped(status) and len(self.queue) and not self._ran_this_stop:
+                assert status is not None
+                plan = self._plannable().plan(
+                    status.stop_expected_s, self.ctrl.triggers.cycle_margin_s
+                )
+                if plan:
+                    self._ran_this_stop = True
+                    self.busy = True
+                    try:
+                        jobs = await self._run_plan(driver, plan)
+                    except Exception:  # a bug or a failing disk must not end this controller
+                        log.exception(kv("stop_failed", controller=self.ctrl.name))
+                        jobs = []
+                    finally:
+                        self.busy = False
+                    if jobs:
+                        await self._hand_over(jobs)
+                    if self.env.once:
+                        return 0
+                    continue
+            if self.env.once and loop.time() > deadline:
+                log.error(
+                    kv(
+                        "no_production_stop",
+                        controller=self.ctrl.name,
+                        waited_s=f"{self.env.wait_for_stop_s:.0f}",
+                    )
+                )
+                return EX_NO_STOP
+            self._set_state(self._idle_text(status))
+            backoff_s = self.env.poll_s if status is not None else min(5.0, backoff_s * 2)
+            await self._sleep(backoff_s)
+
+    def _cycle_of(self, pending: PendingCycle) -> Cycle | None:
+        joint = next((j for j in self.ctrl.joints if j.name == pending.joint), None)
+        if joint is None and pending.kind != IDENTIFICATION:
+            return None
+        return self.env.kinds[pending.kind].make_cycle(self.env.analysis, self.ctrl, joint)
+
+    def _plannable(self) -> CycleQueue:
+        self.queue, plannable = self._ident.plannable(self.queue)
+        return plannable
+
+    async def _hand_over(self, jobs: list[JointJob]) -> None:
+        """Analyses, record and report of a stop's jobs go on in the background, so the next
+        stop is not missed while a slow fit runs; at most MAX_FINISHING stops wait at once
+        (beyond that the runner waits: memory stays bounded)."""
+        while len(self._finishing) >= MAX_FINISHING:
+            self._set_state("waiting for earlier analyses")
+            await asyncio.wait(set(self._finishing), return_when=asyncio.FIRST_COMPLETED)
+        task = asyncio.create_task(self._finish(jobs), name=f"finish {self.ctrl.name}")
+        self._finishing.add(task)
+        task.add_done_callback(self._finishing.discard)
+
+    async def _finish(self, jobs: list[JointJob]) -> None:
+        ctrl = self.ctrl
+        try:
+            for job in jobs:
+                if job.analysis is None:
+                    continue
+                try:
+                    job.result = await job.analysis
+                except AnalysisRefused as exc:  # measured, but not to be trusted: no data
+                    job.outcome, job.error = "rejected", str(exc)
+                    log.warning(kv("analysis_refused", controller=ctrl.name,
+                                   joint=job.joint_name, reason=str(exc)))  # fmt: skip
+                except AgentError as exc:
+                    job.outcome, job.error = "error", str(exc)
+                except Exception as exc:  # a bug or a dead worker must not take the daemon down
+                    log.exception(kv("analysis_failed", controller=ctrl.name, joint=job.joint_name))
+                    job.outcome = "error"
+                    job.error = f"analysis failed: {type(exc).__name__}: {exc}"
+            await self.env.on_jobs(ctrl, [job.for_pool() for job in jobs])
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a full disk or a report bug: logged, the controller goes on
+            log.exception(kv("finish_failed", controller=ctrl.name))
+        finally:
+            for job in jobs:  # on shutdown: nothing left running behind us
+                if job.analysis is not None and not job.analysis.done():
+                    job.analysis.cancel()
+        self.env.on_state()
+
+    def _idle_text(self, status: ControllerStatus | None) -> str:
+        text = self._waiting_text(status)
+        if self._finishing:
+            return f"analysing the last stop's captures; {text}"
+        return text
+
+    def _waiting_text(self, status: ControllerStatus | None) -> str:
+        pending = len(self.queue)
+        if status is None:
+            return "controller status unavailable"
+        if status.mode is ControllerMode.STOPPED and pending:
+            return f"production stopped, {pending} cycle(s) queued that do not fit this stop"
+        if pending:
+            return f"{pending} cycle(s) queued, waiting for a production stop"
+        return f"idle ({status.mode.value})"
+
+    async def _run_plan(self, driver: Driver, plan: tuple[PendingCycle, ...]) -> list[JointJob]:
+        """The planned cycles in turn; each analysis starts as soon as its capture is in."""
+        ctrl = self.ctrl
+        joints = {j.name: j for j in ctrl.joints}
+        jobs: list[JointJob] = []
+        try:
+            for i, pending in enumerate(plan, start=1):
+                cycle = self._cycle_of(pending)
+                if cycle is None:
+                    continue
+                if i > 1 and not await self._still_fits(driver, pending):
+                    log.info(
+                        kv(
+                            "cycle_deferred",
+                            controller=ctrl.name,
+                            joint=pending.joint,
+                            reason="the rest of the stop is too short",
+                        )
+                    )
+                    break
+                self._set_state(f"cycle {pending.joint} {pending.kind} ({i}/{len(plan)})")
+                job = await self._run_one(driver, joints.get(pending.joint), pending, cycle)
+                jobs.append(job)
+        except BaseException:
+            for job in jobs:  # cancelled mid-stop: no analysis is left running behind us
+                if job.analysis is not None and not job.analysis.done():
+                    job.analysis.cancel()
+            raise
+        return jobs
+
+    async def _still_fits(self, driver: Driver, pending: PendingCycle) -> bool:
+        status = await self._status_or_none(driver)
+        if status is None:
+            return True  # the interlock check before motion refuses it with the reason
+        self.last_status = status
+        return self.queue.fits(pending, status.stop_expected_s, self.ctrl.triggers.cycle_margin_s)
+
+    async def _run_one(
+        self, driver: Driver, joint: JointSettings | None, pending: PendingCycle, cycle: Cycle
+    ) -> JointJob:
+        """One cycle (of a joint, or of the whole robot when `joint` is None) through the
+        guarded path; its analysis starts in the pool when its capture is saved."""
+        ctrl = self.ctrl
+        kind = self.env.kinds[pending.kind]
+        name = pending.joint
+        job = JointJob(ctrl, joint, cycle, utcnow(), trigger=pending.reason)
+        try:
+            if self.env.dry_run:
+                await check_interlocks(driver, cycle, ctrl.interlocks, joint)
+                job.outcome, job.error = "dry_run", "dry run: interlocks hold, no motion"
+                self.queue = self.queue.remove(name, kind.name)
+                log.info(kv("cycle_dry_run", controller=ctrl.name, joint=name, kind=kind.name))
+                return job
+            capture = await run_guarded_cycle(driver, cycle, ctrl.interlocks, joint)
+        except InterlockError as exc:
+            job.outcome, job.error = "rejected", f"interlock: {exc}"
+            log.warning(kv("cycle_refused", controller=ctrl.name, joint=name, reason=str(exc)))
+            return job  # stays queued for the next stop
+        except CycleAborted as exc:
+            job.outcome, job.error = "aborted", str(exc)
+            log.warning(kv("cycle_aborted", controller=ctrl.name, joint=name, reason=str(exc)))
+            return job  # stays queued for the next stop
+        self.queue = self.queue.remove(name, kind.name)
+        folder = kind.name if joint is None else joint.name
+        job.capture_path = (
+            self.env.state_dir / "captures" / ctrl.name / folder / f"{stamp(job.started_at)}.npz"
+        )
+        try:
+            await asyncio.to_thread(kind.save, capture, job.capture_path)
+        except OSError as exc:  # a full or failing disk: this capture is lost, the agent is not
+            log.error(kv("capture_not_saved", controller=ctrl.name, joint=name, error=str(exc)))
+            job.outcome, job.error = "error", f"capture not saved: {exc}"
+            job.capture_path = None
+            self.queue = self.queue.add(pending)  # measured again at a later stop
+            return job
+        log.info(kv("captured", controller=ctrl.name, joint=name, path=job.capture_path))
+        job.analysis = asyncio.ensure_future(kind.analyse(self.env.analysis, job, capture))
+        return job

@@ -1,0 +1,49 @@
+"""Settings of the simulated fake controller (`driver: sim`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from drivers.sim.excitation import SimRobotSettings
+
+
+@dataclass(frozen=True)
+class SimJointSettings:
+    """What the simulation knows that the agent must find out."""
+
+    backlash_rad: float = field(default=0.0, metadata={"ge": 0.0, "le": 0.05, "doc": "delta"})
+    pose_rad: float = field(default=0.0, metadata={"doc": "where the joint stands when stopped"})
+
+
+@dataclass(frozen=True)
+class SimStop:
+    """One production stop of the timeline, in seconds after connect."""
+
+    at_s: float = field(metadata={"ge": 0.0})
+    length_s: float = field(metadata={"gt": 0.0})
+
+
+@dataclass(frozen=True)
+class SimSettings:
+    # Encoder-noise seed; without one every connection draws fresh noise, like a real machine.
+    seed: int | None = field(default=None, metadata={"ge": 0})
+    # Production timeline, in seconds after connect: runs, then stops for stop_length_s.
+    production_runs_s: float = field(default=0.0, metadata={"ge": 0.0})
+    stop_length_s: float = field(default=3600.0, metadata={"gt": 0.0})
+    # Several stops instead of the one above (then production runs between and after them).
+    stops: tuple[SimStop, ...] = ()
+    # Whether the stop's length is announced (ControllerStatus.stop_expected_s).
+    announce_stop: bool = True
+    permission: bool = True
+    operator_present: bool | None = None
+    control_period_s: float = field(default=0.01, metadata={"gt": 0.0, "le": 1.0})
+    alarms: tuple[str, ...] = ()
+    speed_override: float = field(default=1.0, metadata={"ge": 0.0, "le": 2.0})
+    encoder_noise_counts: float = field(
+        default=1.0, metadata={"ge": 0.0, "doc": "peak uniform noise on the encoder, in counts"}
+    )
+    # 0 runs cycles as fast as the computer can; 1 paces them in real time.
+    time_scale: float = field(default=0.0, metadata={"ge": 0.0, "le": 10.0})
+    joints: dict[str, SimJointSettings] = field(default_factory=dict)
+    # The robot's truth for identification cycles (which robot, wear per joint).
+    robot: SimRobotSettings | None = None

@@ -1,0 +1,292 @@
+"""The UR worker's motion: the test cycle and the stream count, on the worker's cycle thread.
+
+Split from drivers.ur_rtde.worker.main (its command loop): `CycleOps` is the part of the worker that
+owns the control interface while a cycle runs. Take control only when no program runs (the
+control script upload would stop it), arm the controller's RTDE watchdog, moveJ to the test pose,
+speedJ the tested joint, capture every package from the motion start to the end of the window,
+stop (speedStop, then stopJ), moveJ back. Every package is checked (safety bits, robot mode,
+program state, missed or frozen packages, the joint's target speed), and so is the agent's
+heartbeat: the driver sends one from its event loop every heartbeat_interval_s, and a cycle that
+hears none for agent_timeout_s is stopped here, because the agent's interlock watcher (permission,
+override, operator presence) runs on that same loop and is blind while it hangs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from drivers.ur_rtde.wire import Fault, tell
+from drivers.ur_rtde.worker.stream import Row, StreamError, StreamReader
+
+ROBOT_MODE_RUNNING = 7
+RUNTIME_PLAYING = 2
+# safety_status_bits that mean the arm is stopped by safety: protective, safeguard, emergency
+# (system, robot, any), violation, fault, "stopped due to safety".
+SAFETY_STOP_BITS = sum(1 << b for b in (2, 4, 5, 6, 7, 8, 9, 10))
+_WAIT_S = 0.002  # longest wait for the next package before checking stop, kicks, silence
+_KICK_S = 0.05
+_MOVING_RAD_S = 1e-4  # target joint speed above which the speedJ run-up has begun
+
+
+class CycleOps:
+    """The cycle thread's side of drivers.ur_rtde.worker.main.Worker (which sets these attributes)."""
+
+    sock: socket.socket
+    lock: threading.Lock
+    recv: Any  # path 0: status reads and moves
+    recvs: list[Any]
+    cpus: list[int | None]
+    ctrl: Any
+    host: str
+    frequency_hz: float
+    rt_priority: int
+    version: tuple[int, ...]
+    stop_requested: threading.Event
+    stopped: threading.Event
+    motion_commanded: bool
+    # time.monotonic() of the agent's last heartbeat, set by the main thread as beats arrive.
+    beat_at: float
+    beat_gap_max_s: float  # the longest silence between two beats in this cycle
+    servoing: bool = False  # servoJ streamed in this cycle: the stop is servoStop, not speedStop
+
+    # Checks --------------------------------------------------------------------------------
+    def _check_sample(self, robot_mode: int, safety_bits: int, runtime: int | None) -> None:
+        if safety_bits & SAFETY_STOP_BITS:
+            raise Fault(
+                f"protective or emergency stop (safety status bits {safety_bits:#x})", "abort"
+            )
+        if robot_mode != ROBOT_MODE_RUNNING:
+            raise Fault(f"robot mode left RUNNING (RTDE robot mode {robot_mode})", "abort")
+        if runtime is not None and runtime != RUNTIME_PLAYING:
+            raise Fault(f"control program no longer PLAYING (runtime state {runtime})", "abort")
+
+    def _check_agent(self, p: dict[str, Any]) -> None:
+        """Abort when the agent's event loop has been silent too long (hung or stalled)."""
+        silent = time.monotonic() - self.beat_at
+        if silent > p["agent_timeout_s"]:
+            raise Fault(
+                f"no heartbeat from the agent for {silent:.2f} s (agent_timeout_s "
+                f"{p['agent_timeout_s']:g} s): its event loop is hung, so the worker stopped "
+                "the arm without waiting for the agent's interlocks",
+                "abort",
+            )
+
+    def _check_running(self, p: dict[str, Any]) -> None:
+        if self.stop_requested.is_set():
+            raise Fault("stop requested", "abort")
+        self._check_agent(p)
+
+    def _wait_new(self, last_ts: float, since: float, stale_after_s: float) -> float | None:
+        """The next timestamp, or None to poll again; raises on a lost or frozen stream."""
+        ts = self.recv.getTimestamp()
+        if not math.isfinite(ts):
+            raise Fault(f"RTDE stream is garbled (timestamp {ts})")
+        if ts != last_ts:
+            return float(ts)
+        silent = time.monotonic() - since
+        if silent > stale_after_s:
+            if not self.recv.isConnected():
+                raise Fault("RTDE connection to the controller lost during the cycle")
+            raise Fault(f"RTDE data stale: timestamp {ts:.3f} s frozen for {silent:.2f} s")
+        return None
+
+    def _silence(self, reader: StreamReader, stale_after_s: float) -> None:
+        silent = time.monotonic() - reader.last_new_at
+        if silent > stale_after_s:
+            if not reader.connected():
+                raise Fault("RTDE connection to the controller lost during the cycle")
+            raise Fault(f"RTDE data stale: no new package for {silent:.2f} s")
+
+    # The cycle -----------------------------------------------------------------------------
+    def op_cycle(self, **p: Any) -> dict[str, Any]:
+        return self._run_motion(p, lambda: None, self._backlash)
+
+    def _backlash(self, ctrl: Any, p: dict[str, Any]) -> list[Row]:
+        r = self.recv
+        q_start = list(r.getActualQ())
+        q_test = list(q_start)
+        q_test[p["index"]] = p["test_pose_rad"]
+        self._move(ctrl, q_test, p)
+        qd = [0.0] * 6
+        qd[p["index"]] = p["speed_rad_s"]
+        self._commanding(p)
+        if not ctrl.speedJ(qd, p["accel_rad_s2"], 0.0):
+            raise Fault("the controller refused speedJ", "abort")
+        rows = self._capture(ctrl, p)
+        self._send_stop(ctrl, p["decel_rad_s2"])
+        if p["return_to_start"]:
+            self._move(ctrl, q_start, p)
+        return rows
+
+    def _run_motion(
+        self,
+        p: dict[str, Any],
+        precheck: Callable[[], None],
+        body: Callable[[Any, dict[str, Any]], list[Row]],
+    ) -> dict[str, Any]:
+        """Every motion's frame: interlocks before control is taken, `precheck` (refusals that
+        need no control interface), the watchdog, `body`, and on any fault the stop."""
+        import rtde_control
+
+        r = self.recv
+        if r is None:
+            raise Fault("not connected")
+        ctrl = None
+        self.servoing = False
+        try:
+            self._check_sample(r.getRobotMode(), r.getSafetyStatusBits(), None)
+            if r.getRuntimeState() == RUNTIME_PLAYING:
+                # Uploading the control script would stop whatever program is running.
+                raise Fault("a program is running on the controller: not taking control", "abort")
+            self._check_agent(p)
+            precheck()
+            ctrl = rtde_control.RTDEControlInterface(self.host, self.frequency_hz)
+            self.ctrl = ctrl
+            if not ctrl.setWatchdog(p["watchdog_hz"]):
+                raise Fault("the control script did not accept the RTDE watchdog", "abort")
+            rows = body(ctrl, p)
+            return {
+                "rows": rows,
+                "version": ".".join(map(str, self.version)),
+                "agent_beat_gap_max_s": self.beat_gap_max_s,
+            }
+        except Exception as exc:
+            # A Fault, or ur_rtde's own exception (a lost connection raises RuntimeError).
+            fault = exc if isinstance(exc, Fault) else Fault(str(exc))
+            tell(
+                self.sock,
+                self.lock,
+                {"id": p.get("request_id"), "event": "aborting", "error": str(fault)},
+            )
+            if ctrl is not None:
+                try:
+                    self._send_stop(ctrl, p["decel_rad_s2"])
+                except Exception as stop_exc:
+                    raise Fault(f"{fault}; then the stop failed: {stop_exc}", fault.kind) from exc
+            raise fault from None if fault is exc else exc
+        finally:
+            self.stopped.set()
+            self.servoing = False
+            if ctrl is not None:
+                self.ctrl = None
+                for call in (ctrl.stopScript, ctrl.disconnect):
+                    with contextlib.suppress(Exception):
+                        call()
+
+    def _send_stop(self, ctrl: Any, decel: float) -> None:
+        # speedStop ends the script's speedj thread (stopJ alone leaves it running), servoStop
+        # its servoj thread; stopJ also ends a moveJ. Each returns at once when the program is
+        # no longer running.
+        if self.servoing:
+            ctrl.servoStop(decel)
+        else:
+            ctrl.speedStop(decel)
+        ctrl.stopJ(decel, False)
+        self.stopped.set()
+
+    def _commanding(self, p: dict[str, Any]) -> None:
+        """About to command motion: from now on a stop request waits for the stop to be sent."""
+        self._check_running(p)
+        self.stopped.clear()
+        self.motion_commanded = True
+
+    def _move(self, ctrl: Any, q: list[float], p: dict[str, Any]) -> None:
+        r = self.recv
+        self._commanding(p)
+        if not ctrl.moveJ(q, p["move_speed_rad_s"], p["move_accel_rad_s2"], True):
+            raise Fault("the controller refused moveJ", "abort")
+        dist = max(abs(a - b) for a, b in zip(q, r.getActualQ(), strict=True))
+        deadline = time.monotonic() + 5.0 + 2.0 * dist / p["move_speed_rad_s"]
+        last_ts, since, kicked = r.getTimestamp(), time.monotonic(), 0.0
+        while True:
+            self._check_running(p)
+            now = time.monotonic()
+            if now - kicked > _KICK_S:
+                ctrl.kickWatchdog()
+                kicked = now
+            ts = self._wait_new(last_ts, since, p["stale_after_s"])
+            if ts is not None:
+                last_ts, since = ts, now
+                self._check_sample(r.getRobotMode(), r.getSafetyStatusBits(), r.getRuntimeState())
+                if not ctrl.getAsyncOperationProgressEx().isAsyncOperationRunning():
+                    break
+            if now > deadline:
+                raise Fault("moveJ did not finish in time", "abort")
+            time.sleep(0.002)
+        miss = max(abs(a - b) for a, b in zip(q, r.getActualQ(), strict=True))
+        if miss > 1e-3:
+            raise Fault(f"moveJ ended {miss:.4f} rad from its target", "abort")
+
+    def _reader(self) -> StreamReader:
+        return StreamReader(self.recvs, self.frequency_hz, self.rt_priority, self.cpus)
+
+    def _capture(self, ctrl: Any, p: dict[str, Any]) -> list[Row]:
+        """Every package from the motion start to the end of the window, or a Fault."""
+        j, need, speed = p["index"], p["n_pre"] + p["n_out"], p["speed_rad_s"]
+        # After the run-up the target speed is the commanded one: anything else (a program
+        # that took over, the speed slider) would make a capture of some other motion.
+        run_up = math.ceil(abs(speed) / p["accel_rad_s2"] * self.frequency_hz) + 1
+        rows: list[Row] = []
+        kicked = time.monotonic()
+        start_by = kicked + p["start_timeout_s"]
+        with self._reader() as reader:
+            while len(rows) < need:
+                self._check_running(p)
+                now = time.monotonic()
+                if now - kicked > _KICK_S:
+                    ctrl.kickWatchdog()
+                    kicked = now
+                try:
+                    got = reader.next_row(_WAIT_S)
+                except StreamError as exc:
+                    raise Fault(str(exc)) from None
+                if got is None:
+                    self._silence(reader, p["stale_after_s"])
+                    if not rows and now > start_by:
+                        raise Fault("the joint did not start moving after speedJ", "abort")
+                    continue
+                row, missed = got
+                # The motion starts with the first package whose target_qd for the joint is
+                # not 0; from the package before it on, none may be missing.
+                moving = bool(rows) or abs(row[5][j]) > _MOVING_RAD_S
+                if moving and missed:
+                    raise Fault(f"{missed} RTDE package(s) missed at t = {row[0]:.3f} s")
+                self._check_sample(row[8], row[9], row[10])
+                if moving:
+                    rows.append(row)
+                    if len(rows) > run_up and abs(row[5][j] - speed) > 1e-3 * abs(speed):
+                        raise Fault(
+                            f"the joint's target speed left {speed:.4f} rad/s "
+                            f"({row[5][j]:.4f} rad/s at t = {row[0]:.3f} s)",
+                            "abort",
+                        )
+        return rows[p["n_pre"] :]
+
+    def op_stream(self, duration_s: float, stale_after_s: float, **_: Any) -> dict[str, Any]:
+        """Count packages for a while without moving anything (the benchmark)."""
+        samples = missed = 0
+        end = time.monotonic() + duration_s
+        with self._reader() as reader:
+            while time.monotonic() < end and not self.stop_requested.is_set():
+                try:
+                    got = reader.next_row(_WAIT_S)
+                except StreamError as exc:
+                    raise Fault(str(exc)) from None
+                if got is None:
+                    self._silence(reader, stale_after_s)
+                    continue
+                samples += 1
+                missed += got[1] if samples > 1 else 0
+            by_path = list(reader.missed_by_path)
+        return {
+            "samples": samples,
+            "missed": missed,
+            "seconds": duration_s,
+            "missed_by_path": by_path,
+        }

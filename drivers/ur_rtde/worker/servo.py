@@ -1,0 +1,86 @@
+"""The UR worker's excitation cycle: servoJ along a precomputed trajectory at the RTDE rate.
+
+Worker side of drivers.ur_rtde.excitation. Refuse (nothing moves, no control script) unless every
+joint stands at the trajectory's start q0; then, inside the same frame as the backlash cycle
+(drivers.ur_rtde.worker.cycle `_run_motion`: interlocks, RTDE watchdog, stop and control script end on
+any fault), stream one servoJ target per RTDE period with ur_rtde's initPeriod/waitPeriod and
+check every package as the backlash capture does (safety bits, robot mode, program state, missed
+or frozen packages, the agent's heartbeat). The end is servoStop, then stopJ.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from drivers.ur_rtde.wire import Fault
+from drivers.ur_rtde.worker.cycle import CycleOps
+from drivers.ur_rtde.worker.stream import Row, StreamError, StreamReader
+
+_TAIL_TIMEOUT_S = 0.5  # after the last target: the remaining packages must arrive by then
+
+
+class ExcitationOps(CycleOps):
+    """The excitation request of drivers.ur_rtde.worker.main.Worker."""
+
+    def op_excite(self, **p: Any) -> dict[str, Any]:
+        return self._run_motion(p, lambda: self._check_start(p), self._excite)
+
+    def _check_start(self, p: dict[str, Any]) -> None:
+        q = list(self.recv.getActualQ())
+        for i, (at, want) in enumerate(zip(q, p["q0_rad"], strict=True)):
+            if abs(at - want) > p["start_tolerance_rad"]:
+                raise Fault(
+                    f"joint {i + 1} stands at {at:.4f} rad, the excitation starts at {want:.4f} "
+                    f"rad (tolerance {p['start_tolerance_rad']:g} rad): not moving",
+                    "abort",
+                )
+
+    def _take(self, reader: StreamReader, rows: list[Row], p: dict[str, Any]) -> None:
+        """Every package that has arrived, checked; none may be missing once one was kept."""
+        while True:
+            try:
+                got = reader.next_row(0.0)
+            except StreamError as exc:
+                raise Fault(str(exc)) from None
+            if got is None:
+                self._silence(reader, p["stale_after_s"])
+                return
+            row, missed = got
+            if rows and missed:
+                raise Fault(f"{missed} RTDE package(s) missed at t = {row[0]:.3f} s")
+            self._check_sample(row[8], row[9], row[10])
+            rows.append(row)
+
+    def _excite(self, ctrl: Any, p: dict[str, Any]) -> list[Row]:
+        targets: list[list[float]] = p["targets"]
+        dt = 1.0 / self.frequency_hz
+        gain, lookahead = p["gain"], p["lookahead_s"]
+        rows: list[Row] = []
+        self._commanding(p)
+        self.servoing = True
+        began = time.monotonic()
+        with self._reader() as reader:
+            for q in targets:
+                start = ctrl.initPeriod()
+                self._check_running(p)
+                if not ctrl.servoJ(q, 0.0, 0.0, dt, lookahead, gain):
+                    raise Fault("the controller refused servoJ", "abort")
+                self._take(reader, rows, p)
+                ctrl.waitPeriod(start)
+            # The last target (the rest pose) stays commanded until every package is in.
+            deadline = time.monotonic() + _TAIL_TIMEOUT_S
+            while len(rows) < len(targets):
+                start = ctrl.initPeriod()
+                self._check_running(p)
+                if not ctrl.servoJ(targets[-1], 0.0, 0.0, dt, lookahead, gain):
+                    raise Fault("the controller refused servoJ", "abort")
+                self._take(reader, rows, p)
+                if time.monotonic() > deadline:
+                    raise Fault(
+                        f"RTDE packages stopped arriving at the end of the excitation: "
+                        f"{len(rows)} of {len(targets)} in {time.monotonic() - began:.2f} s"
+                    )
+                ctrl.waitPeriod(start)
+        self._send_stop(ctrl, p["decel_rad_s2"])
+        return rows[p["n_settle"] : len(targets)]
