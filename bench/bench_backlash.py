@@ -20,8 +20,8 @@ from agent.estimation.backlash.fit import (
     fit_backlash_residual,
 )
 from agent.kinds.backlash.calibration import fit_settings, sweep_points
+from agent.kinds.backlash.kind import backlash_cycle
 from agent.models.joint import ConstantSpeedTest, simulate_constant_speed
-from agent.service.interlocks import backlash_cycle
 from bench.baseline_cma import fit_baseline
 from drivers.base import BacklashCycle
 from drivers.sim.backlash import joint_physics, simulate_backlash_capture

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.config.model import load_config
-from agent.service.interlocks import backlash_cycle
+from agent.config.load import load_config
+from agent.kinds.backlash.kind import backlash_cycle
 from drivers.can.driver import CanDriver
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -45,8 +45,8 @@ from agent.estimation.identification.fit import (
     validate,
 )
 from agent.estimation.identification.signal_chain import FilterSettings, robot_signals
+from agent.models.robot import elastic as er
 from agent.models.robot.description import RobotDescription, load_robot
-from agent.models.robot.description import elastic as er
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 SNR_DB = (None, 200.0, 100.0, 80.0, 70.0, 20.0)
@@ -367,7 +367,8 @@ def identification_cycle(quick: bool) -> None:
     )
     from agent.config.model import ControllerSettings
     from agent.kinds.identification.analysis import analyze_identification, excitation_cycle
-    from drivers.sim.excitation import SimJointWear, SimRobotSettings, simulate_excitation
+    from drivers.sim.excitation import simulate_excitation
+    from drivers.sim.settings import SimJointWear, SimRobotSettings
 
     name = "planar2" if quick else "ur5e"
     worn_joint, soft_joint = ("joint_2", "joint_1") if quick else ("elbow", "shoulder_lift")

@@ -22,9 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.config.model import ControllerSettings, load_config
+from agent.config.load import load_config
+from agent.config.model import ControllerSettings
 from agent.errors import AgentError
-from agent.service.interlocks import CycleLimits, backlash_cycle, run_guarded_cycle
+from agent.kinds.backlash.kind import backlash_cycle
+from agent.service.interlocks import CycleLimits, run_guarded_cycle
 from drivers.opcua.driver import OpcUaDriver
 from tests.peers.opcua.harness import PeerProcess, Plant, config_text
 

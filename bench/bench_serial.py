@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.config.model import InterlockSettings, load_config
+from agent.config.load import load_config
+from agent.config.model import InterlockSettings
 from agent.errors import AgentError
 from agent.service.interlocks import CycleLimits, run_guarded_cycle
 from drivers.base import BacklashCycle

@@ -135,7 +135,7 @@ fi
 # --- check what was installed with what was installed ----------------------------------------
 # The venv's python finds its venv from its own location, so this works in a staged tree too;
 # -I keeps a checkout in the current directory from being imported instead.
-"$D$VENV/bin/python" -I -m agent.cli.main config check "$D$CONFDIR/config.yaml"
+"$D$VENV/bin/python" -I -m agent.cli config check "$D$CONFDIR/config.yaml"
 
 if [ -z "$D" ]; then
     say "next: systemctl daemon-reload && systemctl enable --now joint-health-agent"

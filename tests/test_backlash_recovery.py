@@ -14,7 +14,7 @@ from agent.config.model import (
 from agent.estimation.backlash.calibration import fit_calibration
 from agent.estimation.backlash.fit import fit_backlash
 from agent.kinds.backlash.calibration import fit_settings, simulated_calibration, sweep_points
-from agent.service.interlocks import backlash_cycle
+from agent.kinds.backlash.kind import backlash_cycle
 from drivers.sim.backlash import simulate_backlash_capture
 
 SWEEP = (0.0, 3e-4, 7e-4, 1.1e-3, 1.5e-3, 2.1e-3)

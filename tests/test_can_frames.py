@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.config.model import load_config
+from agent.config.load import load_config
 from agent.errors import ConfigError, DriverError
 from drivers.base import load_driver_class
 from drivers.can.dbc import load_protocol, nominal_frame_bits

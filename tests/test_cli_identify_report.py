@@ -12,7 +12,7 @@ ROBOT = Path(__file__).resolve().parents[1] / "config" / "robots" / "planar2.yam
 
 def _jha(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "agent.cli.main", *args], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, timeout=300
     )
 
 

@@ -11,13 +11,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.config.model import (
-    PAPER_SWEEP_BACKLASH_RAD,
-    CalibrationPoint,
-    Config,
-    config_issues,
-    load_config,
-)
+from agent.config.load import config_issues, load_config
+from agent.config.model import PAPER_SWEEP_BACKLASH_RAD, CalibrationPoint, Config
 from agent.errors import EX_CONFIG, ConfigError
 from agent.schema.validate import issues_of
 from drivers.sim.settings import SimJointSettings, SimSettings

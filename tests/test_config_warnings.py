@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent.cli.main import main
-from agent.config.model import load_config
+from agent.config.load import load_config
 from agent.config.warnings import interlock_warnings
 from agent.errors import EX_OK
 
@@ -82,7 +82,7 @@ def test_config_check_warns_about_every_interlock_rule_that_is_off(
 
 def test_the_demo_config_check_warns_about_operator_presence_only() -> None:
     demo = ROOT / "config" / "demo.yaml"
-    done = subprocess.run([sys.executable, "-m", "agent.cli.main", "config", "check", str(demo)],
+    done = subprocess.run([sys.executable, "-m", "agent.cli", "config", "check", str(demo)],
                           capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert done.returncode == 0
     assert done.stdout.strip() == f"{demo}: OK"

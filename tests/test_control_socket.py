@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from agent.cli.main import main
-from agent.config.model import load_config
+from agent.config.load import load_config
 from agent.service.control_socket import ControlError, request, socket_path
 from agent.service.daemon import Agent
 

@@ -25,12 +25,8 @@ from agent.config.model import (
     JointSettings,
 )
 from agent.errors import CycleAborted, DriverError, InterlockError
-from agent.service.interlocks import (
-    CycleLimits,
-    backlash_cycle,
-    interlock_violations,
-    run_guarded_cycle,
-)
+from agent.kinds.backlash.kind import backlash_cycle
+from agent.service.interlocks import CycleLimits, interlock_violations, run_guarded_cycle
 from drivers.base import BacklashCycle, ControllerMode, ControllerStatus
 from drivers.sim.driver import SimDriver
 from drivers.sim.settings import SimJointSettings, SimSettings

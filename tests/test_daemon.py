@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agent.config.model import load_config
+from agent.config.load import load_config
 from agent.errors import DriverError
 from agent.history.store import HistoryStore
 from agent.service.daemon import EX_NO_CONTROLLER, EX_NO_STOP, Agent

@@ -24,12 +24,14 @@ import pytest
 
 from agent.capture.files import load_capture
 from agent.capture.model import Capture
-from agent.config.model import ControllerSettings, load_config
+from agent.config.load import load_config
+from agent.config.model import ControllerSettings
 from agent.errors import CycleAborted, DriverError, InterlockError
 from agent.estimation.backlash.fit import fit_backlash
 from agent.kinds.backlash.calibration import fit_settings
+from agent.kinds.backlash.kind import backlash_cycle
 from agent.service.daemon import Agent
-from agent.service.interlocks import backlash_cycle, run_guarded_cycle
+from agent.service.interlocks import run_guarded_cycle
 from drivers.base import ControllerMode
 from drivers.can.driver import CanDriver
 from tests.peers.can_harness import Peer, config_text, peer_args, run, sim_captures, write

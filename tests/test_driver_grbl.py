@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from agent.config.model import ControllerSettings, config_issues, load_config
+from agent.config.load import config_issues, load_config
+from agent.config.model import ControllerSettings
 from agent.errors import EX_CONFIG, EX_DATAERR, EX_OK, DriverError
 from agent.feedrate.filter.toolpath_filter import filter_lines
 from agent.feedrate.machine import load_machine

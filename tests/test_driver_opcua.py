@@ -22,12 +22,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.config.model import ControllerSettings, load_config
+from agent.config.load import load_config
+from agent.config.model import ControllerSettings
 from agent.errors import ConfigError, CycleAborted, DriverError, InterlockError
 from agent.estimation.backlash.fit import fit_backlash
 from agent.kinds.backlash.calibration import fit_settings
+from agent.kinds.backlash.kind import backlash_cycle
 from agent.service.daemon import Agent
-from agent.service.interlocks import CycleLimits, backlash_cycle, run_guarded_cycle
+from agent.service.interlocks import CycleLimits, run_guarded_cycle
 from drivers.base import BacklashCycle, ControllerMode, load_driver_class
 from drivers.opcua.capture import (
     CaptureAssembler,

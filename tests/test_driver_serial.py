@@ -22,10 +22,12 @@ import numpy as np
 import pytest
 
 from agent.capture.model import Capture
-from agent.config.model import ControllerSettings, InterlockSettings, load_config
+from agent.config.load import load_config
+from agent.config.model import ControllerSettings, InterlockSettings
 from agent.errors import ConfigError, CycleAborted, DriverError
 from agent.estimation.backlash.fit import fit_backlash
-from agent.service.interlocks import backlash_cycle, run_guarded_cycle
+from agent.kinds.backlash.kind import backlash_cycle
+from agent.service.interlocks import run_guarded_cycle
 from drivers.base import Capability, ControllerMode, load_driver_class
 from drivers.serial.driver import SerialEncoderDriver
 from drivers.serial.settings import SerialSettings

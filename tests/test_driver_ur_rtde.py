@@ -33,8 +33,9 @@ from agent.config.model import ControllerSettings, JointSettings
 from agent.errors import CycleAborted, DriverError, InterlockError
 from agent.estimation.backlash.fit import fit_backlash
 from agent.kinds.backlash.calibration import fit_settings
+from agent.kinds.backlash.kind import backlash_cycle
 from agent.models.joint import ConstantSpeedTest, JointPhysics, simulate_constant_speed
-from agent.service.interlocks import backlash_cycle, run_guarded_cycle
+from agent.service.interlocks import run_guarded_cycle
 from drivers.base import ControllerMode
 from drivers.sim.driver import SimDriver
 from drivers.sim.settings import SimJointSettings, SimSettings

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agent.config.model import config_issues
+from agent.config.load import config_issues
 from agent.errors import ConfigError
 from drivers.base import ControllerMode, load_driver_class
 from drivers.ur_rtde.driver import UrRtdeDriver, controller_status

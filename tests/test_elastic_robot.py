@@ -13,8 +13,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.estimation.identification.excitation import ExcitationSettings, random_excitation
+from agent.models.robot import elastic as er
 from agent.models.robot.description import RobotDescription, load_robot
-from agent.models.robot.description import elastic as er
 from agent.models.robot.regressor import chain_geometry, torques
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"

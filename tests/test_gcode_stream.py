@@ -535,7 +535,7 @@ def test_a_stream_ended_by_a_signal_holds_the_machine(
     program.write_text("".join(polygon(3000)))
     machine = Path(__file__).resolve().parents[1] / "config" / "machines" / "farouki2022.yaml"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli.main", "feedrate", "stream", str(program),
+        [sys.executable, "-m", "agent.cli", "feedrate", "stream", str(program),
          "--port", p.path, "--machine", str(machine), "--no-filter", "--quiet"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -163,7 +163,7 @@ def test_hold_and_resume_a_running_stream_from_another_terminal(
     program.write_text("".join(polygon(1500)))
     pid_path = tmp_path / "stream.pid"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli.main", "feedrate", "stream", str(program), "--port",
+        [sys.executable, "-m", "agent.cli", "feedrate", "stream", str(program), "--port",
          p.path, "--machine", str(MACHINE), "--no-filter", "--pid-file", str(pid_path)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -21,14 +21,13 @@ import pytest
 import yaml
 from asyncua import Server, ua
 
-from agent.cli.report import report_from_history
 from agent.config.identification_limits import (
     LIMITS_KEY,
     IdentificationLimitSettings,
     JointBaselineSettings,
     limits_detail,
 )
-from agent.config.model import load_config
+from agent.config.load import load_config
 from agent.config.opcua_server import HEALTH_NAMESPACE_URI
 from agent.errors import ConfigError
 from agent.health.identification import (
@@ -42,9 +41,12 @@ from agent.history.store import Estimate, HistoryStore, TrendPoint
 from agent.kinds.identification.analysis import analyze_identification, excitation_cycle
 from agent.publish.mqtt.payloads import report_messages
 from agent.publish.opcua_server.identification import IdentificationAddressSpace
-from agent.report.model import rejudged
-from agent.report.write import render_html, report_to_dict, summary_table
-from drivers.sim.excitation import SimJointWear, SimRobotSettings, simulate_excitation
+from agent.report.history import report_from_history
+from agent.report.html import render_html
+from agent.report.model import rejudged, report_to_dict
+from agent.report.table import summary_table
+from drivers.sim.excitation import simulate_excitation
+from drivers.sim.settings import SimJointWear, SimRobotSettings
 from tests.summary import record
 from tests.test_identification_cycle import PLANAR, controller, cycle_settings
 

@@ -33,8 +33,8 @@ from agent.estimation.identification.fit import (
     validate,
 )
 from agent.estimation.identification.signal_chain import robot_signals
+from agent.models.robot import elastic as er
 from agent.models.robot.description import RobotDescription, load_robot
-from agent.models.robot.description import elastic as er
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 

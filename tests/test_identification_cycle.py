@@ -58,8 +58,7 @@ from drivers.base import (
     backlash_only,
 )
 from drivers.sim.driver import SimDriver
-from drivers.sim.excitation import SimJointWear, SimRobotSettings, run_excitation
-from drivers.sim.settings import SimSettings
+from drivers.sim.settings import SimJointWear, SimRobotSettings, SimSettings
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 PLANAR = str(ROBOTS / "planar2.yaml")
@@ -72,15 +71,8 @@ class RobotSimSettings(SimSettings):
     robot: SimRobotSettings | None = None
 
 
-class ExcitingSim(SimDriver):
-    """SimDriver with the routing drivers/sim/driver.py gets: an ExcitationCycle to run_excitation."""
-
-    capabilities: ClassVar[Capability] = SimDriver.capabilities | Capability.EXCITATION
-
-    async def run_cycle(self, cycle: Cycle) -> Any:
-        if isinstance(cycle, ExcitationCycle):
-            return await run_excitation(self, cycle)
-        return await super().run_cycle(cycle)
+# The sim routes an ExcitationCycle to its robot simulation itself.
+ExcitingSim = SimDriver
 
 
 def joints_of(robot_file: str) -> tuple[JointSettings, ...]:
@@ -268,7 +260,7 @@ def test_a_driver_without_the_capability_refuses_the_cycle(cycle) -> None:
 def test_the_sim_refuses_without_its_robot_or_away_from_the_start_pose(cycle) -> None:
     async def attempt(driver: SimDriver) -> None:
         await driver.connect()
-        await run_excitation(driver, cycle)
+        await driver.run_cycle(cycle)
 
     plain = SimDriver("cell1", SimSettings(seed=1), joints_of(PLANAR))
     with pytest.raises(DriverError, match="no `robot:` settings"):

@@ -11,13 +11,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.cli.main import identify as cli_identify
-from agent.cli.main import report as cli_report
-from agent.cli.main import stiffness as cli_stiffness
+from agent.cli import identify as cli_identify
+from agent.cli import report as cli_report
+from agent.cli import stiffness as cli_stiffness
 from agent.errors import EX_CONFIG, EX_OK, EX_USAGE, AgentError
 from agent.estimation.identification.fit import IndicatorRow
 from agent.history.store import Estimate, HistoryStore
-from agent.report.write import render_html, report_to_dict, summary_table
+from agent.report.html import render_html
+from agent.report.model import report_to_dict
+from agent.report.table import summary_table
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 IRB = str(ROBOTS / "irb6660.yaml")

@@ -115,7 +115,7 @@ def test_installed_jha_accepts_the_installed_config(staged: tuple[Path, str]) ->
     assert f"{dest / CONFDIR / 'config.yaml'}: OK" in output  # the script checks it itself
     py = dest / PREFIX / "venv/bin/python"
     proc = subprocess.run(
-        [str(py), "-I", "-m", "agent.cli.main", "config", "check", str(dest / CONFDIR / "config.yaml")],
+        [str(py), "-I", "-m", "agent.cli", "config", "check", str(dest / CONFDIR / "config.yaml")],
         capture_output=True, text=True, cwd=ROOT,  # -I: the checkout in cwd is not imported
     )
     assert proc.returncode == 0, proc.stderr

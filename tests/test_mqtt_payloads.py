@@ -28,7 +28,7 @@ from agent.publish.mqtt.payloads import (
     status_topic,
     topic_part,
 )
-from agent.report.write import IndicatorSummary, Report, joint_report
+from agent.report.model import IndicatorSummary, Report, joint_report
 from agent.schema.validate import load
 
 T0 = datetime(2024, 3, 1, 6, 0, tzinfo=UTC)

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from agent.config.model import load_config
+from agent.config.load import load_config
 from agent.errors import ConfigError
 from agent.opcua.trust import TrustList, certificate_facts, load_certificate_file
 from drivers.opcua.driver import OpcUaDriver

@@ -34,7 +34,7 @@ from agent.estimation.backlash.result import BacklashResult
 from agent.history.store import TrendPoint
 from agent.publish.factory import publishers_for
 from agent.publish.mqtt.publisher import OUTBOX_FILE, MqttPublisher
-from agent.report.write import Report, joint_report
+from agent.report.model import Report, joint_report
 from tests.peers.mosquitto_broker import (
     CuttableRelay,
     MosquittoBroker,

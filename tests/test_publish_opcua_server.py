@@ -27,7 +27,8 @@ from asyncua.crypto.security_policies import SecurityPolicyBasic256Sha256
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.config.model import ThresholdSettings, load_config
+from agent.config.load import load_config
+from agent.config.model import ThresholdSettings
 from agent.config.opcua_server import HEALTH_NAMESPACE_URI, OpcUaServerSettings
 from agent.errors import AgentError, ConfigError
 from agent.estimation.backlash.result import BacklashResult
@@ -37,7 +38,7 @@ from agent.publish.factory import publishers_for
 from agent.publish.opcua_server.nodes import health_of, unece_unit_id, unit_of
 from agent.publish.opcua_server.server import OpcUaHealthServer
 from agent.publish.opcua_server.users import hash_line, load_users
-from agent.report.write import IndicatorSummary, Report, joint_report
+from agent.report.model import IndicatorSummary, Report, joint_report
 from agent.service.daemon import Agent
 from tests.peers.opcua.certs import CertPair, make_certificate
 

@@ -22,7 +22,15 @@ from agent.estimation.backlash.result import BacklashResult
 from agent.health.verdicts import Ne107, Status
 from agent.history.store import HistoryStore, TrendPoint, estimates_for
 from agent.report.evidence import EvidencePlot, EvidenceSeries
-from agent.report.html import trend_svg
+from agent.report.html import render_html, trend_svg
+from agent.report.model import (
+    REPORT_SCHEMA,
+    JointReport,
+    Report,
+    joint_report,
+    report_dir,
+    report_to_dict,
+)
 from agent.report.svg import (
     LEGEND_CHAR_PX,
     SVG_NS,
@@ -35,17 +43,8 @@ from agent.report.svg import (
     line_plot,
     nice_ticks,
 )
-from agent.report.write import (
-    REPORT_SCHEMA,
-    JointReport,
-    Report,
-    joint_report,
-    render_html,
-    report_dir,
-    report_to_dict,
-    summary_table,
-    write_report,
-)
+from agent.report.table import summary_table
+from agent.report.write import write_report
 
 T0 = datetime(2024, 3, 1, 6, 0, tzinfo=UTC)
 HOSTILE = '<script>alert("x")</script>&amp;\x1b[2J\ud800'

@@ -35,8 +35,9 @@ from agent.estimation.backlash.result import BacklashResult
 from agent.health.verdicts import Ne107, Status, trend
 from agent.history.store import TrendPoint
 from agent.report.evidence import EvidencePlot, EvidenceSeries
+from agent.report.html import render_html
+from agent.report.model import IndicatorSummary, JointReport, Report, joint_report
 from agent.report.svg import clean_text
-from agent.report.write import IndicatorSummary, JointReport, Report, joint_report, render_html
 
 CHROMIUM = Path("/usr/bin/chromium")
 T0 = datetime(2026, 1, 5, 6, 0, tzinfo=UTC)

@@ -22,9 +22,9 @@ from typing import Any, ClassVar
 import pytest
 import yaml
 
-from agent.config.model import load_config
+from agent.config.load import load_config
 from agent.publish.base import HealthPublisher
-from agent.report.write import Report
+from agent.report.model import Report
 from agent.service.control_socket import peer_allowed, request
 from agent.service.daemon import Agent
 from drivers.base import Capability, ControllerMode
@@ -451,7 +451,7 @@ def test_a_streaming_only_controller_is_connected_but_never_cycled(
 
 
 def test_a_config_without_joints_needs_a_driver_without_cycles(tmp_path: Path) -> None:
-    from agent.config.model import config_issues
+    from agent.config.load import config_issues
 
     doc = {"controllers": [{"name": "robot", "driver": "sim", "joints": []}]}
     path = tmp_path / "c.yaml"

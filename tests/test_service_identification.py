@@ -22,20 +22,19 @@ import yaml
 
 from agent.cli.main import main
 from agent.config.identification import IdentificationCycleSettings
-from agent.config.model import load_config
+from agent.config.load import load_config
 from agent.errors import ConfigError
 from agent.history.store import HistoryStore
 from agent.kinds.base import AnalysisContext
 from agent.kinds.identification.analysis import excitation_cycle
-from agent.kinds.identification.kind import (
-    IdentificationCadence,
-    IdentificationKind,
-    RunnerIdentification,
-    design_in_pool,
-    last_identification_age_s,
-)
+from agent.kinds.identification.kind import IdentificationKind, design_in_pool
 from agent.models.robot.description import load_robot
 from agent.service.daemon import Agent
+from agent.service.identification import (
+    IdentificationCadence,
+    RunnerIdentification,
+    last_identification_age_s,
+)
 from agent.service.queue import CycleQueue
 from drivers.base import ControllerMode
 from drivers.sim.driver import SimDriver

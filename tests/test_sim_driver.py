@@ -17,7 +17,7 @@ from agent.capture.model import Capture, motor_speed_rad_s
 from agent.config.model import ControllerSettings, JointSettings
 from agent.errors import CycleAborted, DriverError
 from agent.estimation.backlash.fit import fit_backlash
-from agent.service.interlocks import backlash_cycle
+from agent.kinds.backlash.kind import backlash_cycle
 from drivers.base import (
     BacklashCycle,
     Capability,

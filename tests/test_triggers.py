@@ -9,15 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent.config.schedule import (
-    ScheduleState,
-    parse_cron,
-    parse_window,
-    schedule_due,
-    schedule_of,
-    stop_begins,
-)
+from agent.config.schedule import parse_cron, parse_window, schedule_of
 from agent.service.queue import CycleQueue, PendingCycle
+from agent.service.triggers import ScheduleState, schedule_due, stop_begins
 from drivers.base import ControllerMode, ControllerStatus
 
 
@@ -187,7 +181,7 @@ def test_a_plan_always_fits_its_stop_and_never_skips_a_cycle_that_fits(
 
 
 def test_schedule_mistakes_in_the_config_name_file_and_line(tmp_path: Path) -> None:
-    from agent.config.model import config_issues, load_config
+    from agent.config.load import config_issues, load_config
 
     text = """\
 controllers:

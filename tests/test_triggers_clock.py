@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime as dt
 import itertools
 
-from agent.config.schedule import CRON_MEMORY_LIMIT_S, ScheduleState, schedule_due, schedule_of
+from agent.config.schedule import schedule_of
+from agent.service.triggers import CRON_MEMORY_LIMIT_S, ScheduleState, schedule_due
 from tests.summary import fault
 
 POLL_S = 10.0

@@ -202,10 +202,10 @@ def _stream_target(args: argparse.Namespace) -> tuple[Any, Any]:
 def _configured_target(path: Path, name: str) -> tuple[Any, Any]:
     from dataclasses import replace
 
-    from agent.config.model import load_config
+    from agent.config.load import load_config
     from agent.errors import ConfigError
     from agent.feedrate.machine import MachineSettings
-    from agent.schema.validate import validate as schema
+    from agent.schema import validate as schema
     from agent.schema.yaml_lines import load_yaml
     from drivers.base import Capability, load_driver_class
     from drivers.grbl.settings import GrblSettings

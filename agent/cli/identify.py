@@ -78,7 +78,7 @@ def register(subparsers: Any) -> None:
         help="also write a report page: per joint the indicators and measured vs predicted "
         "motor torque",
     )
-    from agent.cli.report import add_record_options
+    from agent.cli.common import add_record_options
 
     add_record_options(p)
     p.set_defaults(func=_cmd_identify)
@@ -145,7 +145,8 @@ def _cmd_simulate_identification(args: argparse.Namespace) -> int:
     )
     from agent.config.model import ControllerSettings
     from agent.kinds.identification.analysis import excitation_cycle
-    from drivers.sim.excitation import SimJointWear, SimRobotSettings, simulate_excitation
+    from drivers.sim.excitation import simulate_excitation
+    from drivers.sim.settings import SimJointWear, SimRobotSettings
 
     friction = _scales(args.friction_scale, "--friction-scale")
     stiffness = _scales(args.stiffness_scale, "--stiffness-scale")
@@ -223,7 +224,7 @@ def identification_estimates(
 
 
 def _cmd_identify(args: argparse.Namespace) -> int:
-    from agent.cli.report import record_joint_estimates, recording_target
+    from agent.cli.common import record_joint_estimates, recording_target
     from agent.estimation.identification.fit import IdentificationSettings, identify
     from agent.estimation.identification.signal_chain import FilterSettings
     from agent.models.robot.description import load_robot
@@ -300,7 +301,7 @@ def identification_report(
     from agent.history.store import TrendPoint, iso_utc
     from agent.kinds.identification.analysis import torque_evidence
     from agent.report.html import render_html
-    from agent.report.write import IndicatorSummary, Report, joint_report
+    from agent.report.model import IndicatorSummary, Report, joint_report
 
     evidence = torque_evidence(result)
     rows = identification_estimates(result.indicator_rows(), {"source": where})

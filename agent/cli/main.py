@@ -24,7 +24,7 @@ def _setup_logging(level: str) -> None:
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
-    from agent.config.model import config_issues, load_config
+    from agent.config.load import config_issues, load_config
     from agent.config.warnings import interlock_warnings
 
     issues = config_issues(args.file)
@@ -44,7 +44,7 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from agent.config.model import load_config
+    from agent.config.load import load_config
     from agent.service.daemon import Agent
     from agent.service.sd_notify import Notifier
 
@@ -159,7 +159,7 @@ def _read_pairs(path: Path) -> list[tuple[float, float]]:
 def _cmd_simulate_backlash(args: argparse.Namespace) -> int:
     from agent.capture.files import save_capture
     from agent.config.model import BacklashCycleSettings, ControllerSettings, JointSettings
-    from agent.service.interlocks import backlash_cycle
+    from agent.kinds.backlash.kind import backlash_cycle
     from drivers.sim.backlash import simulate_backlash_capture
 
     joint = JointSettings(
@@ -263,11 +263,11 @@ def build_parser() -> argparse.ArgumentParser:
     drv.set_defaults(func=_cmd_drivers)
 
     # Command groups of the other estimators live beside their code.
-    from agent.cli.main import feedrate as cli_feedrate
-    from agent.cli.main import identify as cli_identify
-    from agent.cli.main import report as cli_report
-    from agent.cli.main import service as cli_service
-    from agent.cli.main import stiffness as cli_stiffness
+    from agent.cli import feedrate as cli_feedrate
+    from agent.cli import identify as cli_identify
+    from agent.cli import report as cli_report
+    from agent.cli import service as cli_service
+    from agent.cli import stiffness as cli_stiffness
     cli_feedrate.register(sub)
     cli_stiffness.register(sub)
     cli_identify.register(sub)

@@ -27,7 +27,7 @@ def _socket(args: argparse.Namespace) -> Path:
     if config_file is None and DEFAULT_CONFIG.exists():
         config_file = DEFAULT_CONFIG
     if config_file is not None:
-        from agent.config.model import load_config
+        from agent.config.load import load_config
 
         config = load_config(config_file)
         if DEFAULT_RUNTIME_SOCKET.exists() and config_file == DEFAULT_CONFIG:

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.atomic import atomic_write_text
-from agent.cli.report import (
+from agent.cli.common import (
     add_record_options,
     print_json,
     record_joint_estimates,

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from agent.feedrate.gcode.emit import DIALECTS, Dialect
 from agent.models.axis.model import AxisParams
-from agent.schema.validate import validate as schema
+from agent.schema import validate as schema
 
 AxisName = Literal["X", "Y", "Z"]
 DialectName = Literal["generic", "grbl", "linuxcnc", "marlin"]

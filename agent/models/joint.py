@@ -19,7 +19,7 @@ half a second (numpy per-step overhead would be slower for one joint).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +28,24 @@ from agent.capture.encoder import counts_per_turn
 
 Array = npt.NDArray[np.float64]
 GRAVITY_M_S2 = 9.80665
+
+
+@dataclass(frozen=True)
+class JointModelSettings:
+    """The `model:` section of a configured joint: the two-inertia joint of paper 000 (fig. 8),
+    load-side quantities unless named motor_. JointPhysics adds the gear ratio and backlash."""
+
+    motor_inertia_kg_m2: float = field(default=1.2e-4, metadata={"gt": 0.0})
+    load_inertia_kg_m2: float = field(default=0.06, metadata={"gt": 0.0})
+    stiffness_nm_rad: float = field(default=6000.0, metadata={"gt": 0.0})
+    damping_nm_s_rad: float = field(default=1.5, metadata={"ge": 0.0})
+    load_mass_kg: float = field(default=5.0, metadata={"ge": 0.0})
+    load_arm_m: float = field(default=0.1, metadata={"ge": 0.0})
+    motor_viscous_nm_s_rad: float = field(default=2e-5, metadata={"ge": 0.0})
+    load_viscous_nm_s_rad: float = field(default=0.0, metadata={"ge": 0.0})
+    speed_loop_hz: float = field(default=25.0, metadata={"gt": 0.0})
+    position_loop_hz: float = field(default=4.0, metadata={"ge": 0.0})
+    smoothing_alpha_per_rad: float = field(default=2e5, metadata={"gt": 0.0, "doc": "eq. 8 alpha"})
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import abc
 
-from agent.report.write import Report
+from agent.report.model import Report
 
 
 class HealthPublisher(abc.ABC):

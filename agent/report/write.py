@@ -1,8 +1,7 @@
-"""The joint-health report: versioned JSON, one self-contained HTML page, and a terminal table.
+"""Where a report is written: its directory's report.json and report.html, atomically.
 
-The parts live in agent.report.model (what a report holds, and its JSON schema),
-agent.report.html (the page) and agent.report.table (the terminal table); this module gathers
-them for the daemon, the publishers and the command line, and writes a report's files.
+What a report holds and its JSON schema are agent.report.model's, the page agent.report.html's,
+the terminal table agent.report.table's.
 """
 
 from __future__ import annotations
@@ -13,33 +12,9 @@ from pathlib import Path
 from agent.atomic import atomic_write_text
 from agent.report.html import render_html
 from agent.report.model import (
-    REPORT_SCHEMA,
-    IndicatorSummary,
-    JointReport,
     Report,
-    indicator_summaries,
-    joint_report,
-    joint_to_dict,
-    json_safe,
-    limits_for,
-    new_report_dir,
-    report_dir,
     report_to_dict,
 )
-from agent.report.table import (
-    TABLE_WIDTH,
-    reason_text,
-    short_reason,
-    summary_table,
-    value_text,
-)
-
-__all__ = [
-    "REPORT_SCHEMA", "TABLE_WIDTH", "IndicatorSummary", "JointReport", "Report",
-    "indicator_summaries", "joint_report", "joint_to_dict", "json_safe", "limits_for",
-    "new_report_dir", "reason_text", "render_html", "report_dir", "report_to_dict", "short_reason",
-    "summary_table", "value_text", "write_report",
-]
 
 
 def write_report(report: Report, directory: str | Path) -> tuple[Path, Path]:

@@ -18,20 +18,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from agent.config.model import Config, ControllerSettings, load_config
+from agent.config.load import load_config
+from agent.config.model import Config, ControllerSettings
 from agent.errors import ConfigError
-from agent.kinds.base import (
-    KINDS,
-    AnalysisContext,
-    CycleKind,
-    JointJob,
-    analyze_backlash_capture,
-    record_and_report,
-)
+from agent.kinds.backlash.kind import analyze_backlash_capture
+from agent.kinds.base import AnalysisContext, CycleKind, JointJob
 from agent.kinds.identification.kind import ALL_JOINTS
+from agent.kinds.registry import KINDS
 from agent.logfmt import kv
 from agent.service.control_socket import ControlServer, socket_path
 from agent.service.pool import LazyPool
+from agent.service.recording import record_and_report
 from agent.service.recovery import Orphan, find_orphans, recover
 from agent.service.runner import (
     EX_NO_CONTROLLER,
@@ -44,7 +41,7 @@ from drivers.base import Driver, load_driver_class
 
 if TYPE_CHECKING:
     from agent.publish.base import HealthPublisher
-    from agent.report.write import Report
+    from agent.report.model import Report
 
 __all__ = ["EX_NO_CONTROLLER", "EX_NO_STOP", "Agent", "analyze_backlash_capture"]
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agent.capture.model import Capture
-from agent.config.model import ControllerSettings, InterlockSettings, JointSettings
+from agent.config.model import InterlockSettings, JointSettings
 from agent.errors import CycleAborted, InterlockError
-from drivers.base import BacklashCycle, ControllerMode, ControllerStatus, Cycle, Driver
+from drivers.base import ControllerMode, ControllerStatus, Cycle, Driver
 
 if TYPE_CHECKING:
     from agent.capture.multi import MultiCapture
@@ -29,24 +29,6 @@ log = logging.getLogger(__name__)
 # Modes in which motion may start / may continue.
 _START_MODES = {ControllerMode.STOPPED}
 _RUN_MODES = {ControllerMode.STOPPED, ControllerMode.TEST_CYCLE}
-
-
-def backlash_cycle(controller: ControllerSettings, joint: JointSettings) -> BacklashCycle:
-    c = joint.backlash_cycle
-    speed_rad_s = 2.0 * math.pi * c.motor_speed_rps
-    load_turn_s = 2.0 * math.pi * joint.gear_ratio / speed_rad_s
-    return BacklashCycle(
-        controller=controller.name,
-        joint=joint.name,
-        joint_index=joint.index,
-        motor_speed_rad_s=speed_rad_s,
-        gear_ratio=joint.gear_ratio,
-        duration_s=c.load_turns * load_turn_s,
-        settle_s=c.settle_s,
-        sample_rate_hz=c.sample_rate_hz,
-        encoder_bits=joint.encoder_bits,
-        test_pose_rad=joint.test_pose_rad,
-    )
 
 
 def interlock_violations(

@@ -25,9 +25,9 @@ from pathlib import Path
 from agent.capture.model import Capture
 from agent.config.model import Config, ControllerSettings, JointSettings
 from agent.errors import AgentError
+from agent.kinds.backlash.kind import backlash_cycle
 from agent.kinds.base import AnalysisContext, CycleKind, JointJob
 from agent.logfmt import kv
-from agent.service.interlocks import backlash_cycle
 
 log = logging.getLogger("jha.recovery")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.config.model import ControllerSettings, JointSettings
-from agent.config.schedule import ScheduleState, schedule_due, schedule_of, stop_begins, stopped
+from agent.config.schedule import schedule_of
 from agent.errors import AgentError, CycleAborted, InterlockError
 from agent.kinds.base import (
     AnalysisContext,
@@ -29,10 +29,11 @@ from agent.kinds.base import (
     utcnow,
 )
 from agent.kinds.identification.kind import KIND as IDENTIFICATION
-from agent.kinds.identification.kind import RunnerIdentification
 from agent.logfmt import kv
+from agent.service.identification import RunnerIdentification
 from agent.service.interlocks import check_interlocks, run_guarded_cycle
 from agent.service.queue import CycleQueue, PendingCycle
+from agent.service.triggers import ScheduleState, schedule_due, stop_begins, stopped
 from drivers.base import Capability, ControllerMode, ControllerStatus, Cycle, Driver
 
 log = logging.getLogger("jha.daemon")

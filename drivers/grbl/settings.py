@@ -134,7 +134,7 @@ def _inline_machine(machine: dict[str, Any], source: str) -> MachineSettings:
 
     import yaml
 
-    from agent.schema.validate import validate as schema
+    from agent.schema import validate as schema
     from agent.schema.yaml_lines import parse_yaml
 
     tree = parse_yaml(yaml.safe_dump(machine, sort_keys=False), source)

@@ -1,23 +1,40 @@
-"""Simulated captures of configured joints: the physics of agent.models packaged as a driver would.
+"""Simulated backlash captures of configured joints: agent.models.joint packaged as a driver would.
 
-Shared by the simulated fake controller (drivers/sim/driver.py) and the simulation-sweep calibration,
-so both see exactly the same joint.
+Shared by the simulated fake controller (drivers.sim.driver) and the simulation-sweep calibration
+(agent.kinds.backlash.calibration), so both see exactly the same joint. A joint is anything with
+a gear ratio and a `model:` section (agent.config.model.JointSettings is one); the driver layer
+does not import the config.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Protocol
 
 import numpy as np
 
 from agent.capture.encoder import angle_to_counts, unwrap_counts
 from agent.capture.model import Capture
-from agent.config.model import JointSettings
-from agent.models.joint import ConstantSpeedTest, JointPhysics, simulate_constant_speed
+from agent.models.joint import (
+    ConstantSpeedTest,
+    JointModelSettings,
+    JointPhysics,
+    simulate_constant_speed,
+)
 from drivers.base import BacklashCycle
 
 
-def joint_physics(joint: JointSettings, backlash_rad: float) -> JointPhysics:
+class ModelledJoint(Protocol):
+    """What the simulation reads of a configured joint."""
+
+    @property
+    def gear_ratio(self) -> float: ...
+
+    @property
+    def model(self) -> JointModelSettings: ...
+
+
+def joint_physics(joint: ModelledJoint, backlash_rad: float) -> JointPhysics:
     """The physics of a configured joint with a given backlash (shared with calibration)."""
     m = joint.model
     return JointPhysics(
@@ -38,7 +55,7 @@ def joint_physics(joint: JointSettings, backlash_rad: float) -> JointPhysics:
 
 
 def simulate_backlash_capture(
-    joint: JointSettings,
+    joint: ModelledJoint,
     cycle: BacklashCycle,
     backlash_rad: float,
     *,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Any, ClassVar
+from collections.abc import Callable
+from typing import Any, ClassVar, TypeVar
 
 from agent.capture.model import Capture
 from agent.capture.multi import MultiCapture
@@ -27,8 +28,10 @@ from drivers.base import (
     within,
 )
 from drivers.sim.backlash import simulate_backlash_capture
-from drivers.sim.excitation import run_excitation
-from drivers.sim.settings import SimJointSettings, SimSettings
+from drivers.sim.excitation import check_start_pose, simulate_excitation
+from drivers.sim.settings import SimJointSettings, SimRobotSettings, SimSettings
+
+T = TypeVar("T")
 
 
 class SimDriver(Driver):
@@ -129,7 +132,7 @@ class SimDriver(Driver):
 
     async def run_cycle(self, cycle: Cycle) -> Capture | MultiCapture:
         if isinstance(cycle, ExcitationCycle):
-            return await run_excitation(self, cycle)
+            return await self._run_excitation(cycle)
         cycle = backlash_only(self, cycle)
         if self._connected_at is None:
             raise DriverError(f"{self.controller}: not connected")
@@ -137,36 +140,65 @@ class SimDriver(Driver):
         if joint is None:
             raise DriverError(f"{self.controller}: no joint named {cycle.joint!r}")
         truth = self._settings.joints.get(cycle.joint, SimJointSettings())
-        self._stop_requested.clear()
-        self._moving = True
-        try:
-            seed = self._seed_base * 1000 + self._cycles_run
-            self._cycles_run += 1
-            capture = await asyncio.to_thread(
-                simulate_backlash_capture,
+        capture = await self._move(
+            lambda seed: simulate_backlash_capture(
                 joint,
                 cycle,
                 truth.backlash_rad,
                 noise_counts=self._settings.encoder_noise_counts,
                 seed=seed,
                 machine=self.controller,
+            ),
+            cycle.settle_s + cycle.duration_s,
+            f"{self.controller}/{cycle.joint}",
+        )
+        self._poses[cycle.joint] = cycle.test_pose_rad
+        return capture
+
+    async def _run_excitation(self, cycle: ExcitationCycle) -> MultiCapture:
+        """An identification cycle on the simulated robot (needs `robot:` in the settings)."""
+        if self._connected_at is None:
+            raise DriverError(f"{self.controller}: not connected")
+        robot = self._settings.robot
+        if not isinstance(robot, SimRobotSettings):
+            raise DriverError(
+                f"{self.controller}: the sim has no `robot:` settings (SimRobotSettings), so it "
+                "cannot run an identification cycle"
             )
-            # Pace the motion: with time_scale > 0 the cycle takes (settle + duration) * scale
-            # of wall time, during which a stop request ends it like a real controller would.
-            wall_s = (cycle.settle_s + cycle.duration_s) * self._settings.time_scale
-            deadline = time.monotonic() + wall_s
+        check_start_pose(self.controller, cycle, self._poses)
+        capture = await self._move(
+            lambda seed: simulate_excitation(cycle, robot, seed, self.controller),
+            cycle.settle_s + cycle.duration_s,
+            f"{self.controller}/all",
+        )
+        link = capture.channel("link_pos_rad")[-1]
+        for j, joint in enumerate(cycle.joints):
+            if joint in self._poses:
+                self._poses[joint] = float(link[j])
+        return capture
+
+    async def _move(self, compute: Callable[[int], T], motion_s: float, where: str) -> T:
+        """One motion: the physics computed in a thread (from this cycle's seed), then paced.
+
+        With time_scale > 0 the motion takes motion_s * time_scale of wall time, during which a
+        stop request ends it as a real controller would; the joint reads as moving throughout.
+        """
+        self._stop_requested.clear()
+        self._moving = True
+        try:
+            seed = self._seed_base * 1000 + self._cycles_run
+            self._cycles_run += 1
+            result = await asyncio.to_thread(compute, seed)
+            deadline = time.monotonic() + motion_s * self._settings.time_scale
             while True:
                 if self._stop_requested.is_set():
-                    raise CycleAborted(
-                        f"{self.controller}/{cycle.joint}: motion stopped on request"
-                    )
+                    raise CycleAborted(f"{where}: motion stopped on request")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 with contextlib.suppress(TimeoutError):
                     await within(self._stop_requested.wait(), min(left, 0.05))
-            self._poses[cycle.joint] = cycle.test_pose_rad
-            return capture
+            return result
         finally:
             self._moving = False
 

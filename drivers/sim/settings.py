@@ -2,9 +2,50 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
-from drivers.sim.excitation import SimRobotSettings
+
+@dataclass(frozen=True)
+class SimJointWear:
+    """How far one joint of the simulated robot is from its robot file."""
+
+    friction_scale: float = field(
+        default=1.0, metadata={"gt": 0.0, "le": 100.0, "doc": "Coulomb, viscous and Stribeck"}
+    )
+    stiffness_scale: float = field(default=1.0, metadata={"gt": 0.0, "le": 100.0})
+
+
+@dataclass(frozen=True)
+class SimRobotSettings:
+    """The simulated robot's truth for the identification cycle (`settings.robot:` of sim)."""
+
+    robot: str = field(metadata={"min_len": 1, "doc": "robot description file"})
+    wear: dict[str, SimJointWear] = field(default_factory=dict)
+    stribeck_fraction: float = field(
+        default=0.5, metadata={"ge": 0.0, "le": 5.0, "doc": "breakaway excess / Coulomb"}
+    )
+    ripple_fraction: float = field(
+        default=0.0, metadata={"ge": 0.0, "le": 1.0, "doc": "strain-wave ripple / Coulomb"}
+    )
+    load_fraction: float = field(
+        default=0.0, metadata={"ge": 0.0, "le": 0.5, "doc": "friction share of gear torque"}
+    )
+    torque_noise_nm: float = field(
+        default=0.0, metadata={"ge": 0.0, "doc": "drive torque noise std, link side"}
+    )
+    snr_db: float | None = field(
+        default=None, metadata={"gt": 0.0, "doc": "sensor noise on every channel (paper 002)"}
+    )
+    counts_per_turn: int | None = field(
+        default=None, metadata={"gt": 0, "doc": "encoders (default: the robot file's)"}
+    )
+    control_bandwidth_hz: float = field(default=8.0, metadata={"gt": 0.0, "le": 100.0})
+
+    def check(self) -> list[tuple[str, str]]:
+        if not os.path.isfile(self.robot):
+            return [("robot", f"no robot description file {self.robot!r}")]
+        return []
 
 
 @dataclass(frozen=True)

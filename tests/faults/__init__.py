@@ -72,7 +72,7 @@ def start(
     log = log_path.open("ab")
     try:
         return subprocess.Popen(
-            [sys.executable, "-m", "agent.cli.main", "run", "--config", str(config_path), *args],
+            [sys.executable, "-m", "agent.cli", "run", "--config", str(config_path), *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

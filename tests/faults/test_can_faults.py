@@ -21,9 +21,11 @@ import numpy as np
 import pytest
 
 from agent.capture.model import Capture
-from agent.config.model import ControllerSettings, load_config
+from agent.config.load import load_config
+from agent.config.model import ControllerSettings
 from agent.errors import CycleAborted
-from agent.service.interlocks import backlash_cycle, run_guarded_cycle
+from agent.kinds.backlash.kind import backlash_cycle
+from agent.service.interlocks import run_guarded_cycle
 from drivers.can.driver import CanDriver
 from tests.peers.can_harness import Peer, config_text, peer_args, run, sim_captures
 from tests.summary import fault

@@ -168,11 +168,11 @@ def test_the_history_keeps_the_order_cycles_ran_when_the_clock_was_stepped_back(
 def test_report_directories_claimed_at_once_for_one_second_are_all_distinct(
     tmp_path: Path,
 ) -> None:
-    """agent.report.write.new_report_dir: eight writers claiming the same second at the same moment
+    """agent.report.model.new_report_dir: eight writers claiming the same second at the same moment
     (two pool workers, or one second lived twice after a step back) each get their own."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from agent.report.write import new_report_dir
+    from agent.report.model import new_report_dir
 
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda _: new_report_dir(tmp_path, T0), range(8)))

@@ -23,7 +23,7 @@ import pytest
 from agent.capture.model import Capture
 from agent.config.model import ControllerSettings
 from agent.errors import CycleAborted
-from agent.service.interlocks import backlash_cycle
+from agent.kinds.backlash.kind import backlash_cycle
 from tests.peers.opcua.harness import PeerProcess, Plant, config_text
 from tests.peers.opcua.physics import Samples, cycle_samples
 from tests.summary import fault

@@ -16,7 +16,7 @@ import pytest
 from agent.capture.files import save_capture
 from agent.config.model import BacklashCycleSettings, ControllerSettings, JointSettings
 from agent.history.store import HistoryStore
-from agent.service.interlocks import backlash_cycle
+from agent.kinds.backlash.kind import backlash_cycle
 from agent.service.recovery import QUARANTINE_DIR
 from drivers.sim.backlash import simulate_backlash_capture
 from tests.faults import CYCLE, audit, config, start, terminate, wait_for

@@ -22,7 +22,8 @@ import numpy as np
 from agent.capture.model import Capture
 from agent.config.model import ControllerSettings, JointSettings
 from agent.errors import CycleAborted, DriverError
-from agent.service.interlocks import backlash_cycle, run_guarded_cycle
+from agent.kinds.backlash.kind import backlash_cycle
+from agent.service.interlocks import run_guarded_cycle
 from drivers.sim.driver import SimDriver
 from drivers.sim.settings import SimJointSettings, SimSettings
 from drivers.ur_rtde.driver import UrRtdeDriver

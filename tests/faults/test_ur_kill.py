@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from agent.service.interlocks import backlash_cycle, run_guarded_cycle
+from agent.kinds.backlash.kind import backlash_cycle
+from agent.service.interlocks import run_guarded_cycle
 from drivers.base import ControllerMode
 from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller import UrEmulator
@@ -102,7 +103,7 @@ def test_cancelling_the_guarded_cycle_mid_capture_stops_the_arm(
     ur: tuple[UrEmulator, Path],
 ) -> None:
     emu, config = ur
-    from agent.config.model import load_config
+    from agent.config.load import load_config
 
     ctrl = load_config(config).controllers[0]
     joint = ctrl.joints[0]

@@ -105,7 +105,7 @@ def _npz(data: bytes) -> None:
 def _simulated(samples: int) -> Capture:
     """The demo joint's constant-speed test from the simulator, cut to `samples` samples."""
     from agent.config.model import BacklashCycleSettings, ControllerSettings, JointSettings
-    from agent.service.interlocks import backlash_cycle
+    from agent.kinds.backlash.kind import backlash_cycle
     from drivers.sim.backlash import simulate_backlash_capture
 
     joint = JointSettings(

@@ -1,4 +1,4 @@
-"""atheris target `config_yaml`: YAML text through agent.config.model.load_config.
+"""atheris target `config_yaml`: YAML text through agent.config.load.load_config.
 
 The input is the config file's bytes, written to a scratch file and loaded as the daemon and
 `jha config check` load it (YAML with line tracking, schema validation, cross-field checks,
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import drivers.base
-from agent.config.model import load_config
+from agent.config.load import load_config
 from agent.errors import ConfigError
 from agent.schema.yaml_lines import issues_of
 from tests.fuzz.atheris_oracle import SCRATCH, PropertyBroken, Target, check, guarded

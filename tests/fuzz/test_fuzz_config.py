@@ -19,8 +19,9 @@ import pytest
 from hypothesis import strategies as st
 
 import drivers.base
-from agent.config.model import Config, config_issues, load_config
-from agent.config.model import model as config_mod
+from agent.config import load as config_mod
+from agent.config.load import config_issues, load_config
+from agent.config.model import Config
 from agent.errors import ConfigError
 from agent.schema.validate import validate
 from agent.schema.yaml_lines import ConfigIssue, Node, issues_of, parse_yaml
@@ -130,7 +131,7 @@ def _entry_points_read_once(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 def load_tree(root: Node, file: str) -> tuple[Config | None, list[ConfigIssue]]:
-    """agent.config.model._load after the YAML step: the same validation on an already parsed tree."""
+    """agent.config.load._load after the YAML step: the same validation on an already parsed tree."""
     config, issues = validate(Config, root, file, checks=config_mod._CHECKS)
     issues += config_mod._duplicate_names(root, file)
     _settings, driver_issues = config_mod._driver_settings(root, file)

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from agent.capture.files import load_capture
-from agent.config.model import load_config
+from agent.config.load import load_config
 from agent.errors import CaptureError, ConfigError
 from agent.feedrate.gcode.emit import DIALECTS, GcodeEmitter
 from agent.feedrate.gcode.lex import lex_line

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from agent.capture.model import Capture
 from agent.config.model import ControllerSettings
-from agent.service.interlocks import backlash_cycle
+from agent.kinds.backlash.kind import backlash_cycle
 from drivers.sim.driver import SimDriver
 from drivers.sim.settings import SimJointSettings, SimSettings
 

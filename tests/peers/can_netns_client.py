@@ -13,9 +13,10 @@ import asyncio
 import json
 
 from agent.capture.files import save_capture
-from agent.config.model import load_config
+from agent.config.load import load_config
 from agent.errors import CycleAborted, InterlockError
-from agent.service.interlocks import backlash_cycle, run_guarded_cycle
+from agent.kinds.backlash.kind import backlash_cycle
+from agent.service.interlocks import run_guarded_cycle
 from drivers.can.driver import CanDriver
 
 

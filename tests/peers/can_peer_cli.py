@@ -8,7 +8,7 @@ import sys
 import threading
 from typing import Any
 
-from agent.config.model import load_config
+from agent.config.load import load_config
 from drivers.can.dbc import load_protocol
 from drivers.can.settings import CanSettings
 

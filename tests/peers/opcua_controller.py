@@ -53,7 +53,8 @@ from typing import Any
 
 from asyncua import Server, ua
 
-from agent.config.model import JointSettings, load_config
+from agent.config.load import load_config
+from agent.config.model import JointSettings
 from drivers.base import BacklashCycle
 from tests.peers.opcua.physics import Samples, cycle_samples
 from tests.peers.opcua.server import (

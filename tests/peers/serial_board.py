@@ -59,7 +59,8 @@ from typing import Any
 
 import numpy as np
 
-from agent.config.model import ControllerSettings, JointSettings, load_config
+from agent.config.load import load_config
+from agent.config.model import ControllerSettings, JointSettings
 from drivers.serial.driver import resolve_channels
 from drivers.serial.frames import (
     AGENT_TO_BOARD,

@@ -35,7 +35,7 @@ from typing import Any
 from agent import __version__
 from agent.health.verdicts import indicator_info
 from agent.publish.mqtt.message import Kind, OutMessage
-from agent.report.write import JointReport, Report, report_to_dict
+from agent.report.model import JointReport, Report, report_to_dict
 
 __all__ = ["HEALTH_SCHEMA", "STATUS_SCHEMA", "Kind", "OutMessage", "derived_id", "encode",
            "health_document", "health_topic", "identification_health", "indicator_entries",

@@ -42,7 +42,7 @@ from agent.publish.base import HealthPublisher
 from agent.publish.mqtt.outbox import Outbox, OutboxError, OutboxStats, PutResult
 from agent.publish.mqtt.payloads import OutMessage, report_messages, status_payload, status_topic
 from agent.publish.mqtt.security import Secret, read_password_file, tls_context
-from agent.report.write import Report
+from agent.report.model import Report
 
 log = logging.getLogger("jha.mqtt")
 

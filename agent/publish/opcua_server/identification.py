@@ -28,7 +28,7 @@ from asyncua import ua
 from agent.health.identification import JointIdentificationVerdict
 from agent.health.verdicts import indicator_info
 from agent.publish.opcua_server.nodes import HealthAddressSpace
-from agent.report.write import Report
+from agent.report.model import Report
 
 _STRINGS = ("Ne107Status", "Ne107Letter", "Status", "StatusReason", "Indicator",
             "ForecastIndicator", "ForecastLimit", "ForecastText")

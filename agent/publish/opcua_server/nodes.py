@@ -34,7 +34,7 @@ from asyncua import Server, ua
 from asyncua.common.node import Node
 
 from agent.health.verdicts import Ne107, Status, indicator_info, ne107_of
-from agent.report.write import JointReport, Report
+from agent.report.model import JointReport, Report
 
 # OPC UA encodes DateTime as 100 ns ticks since 1601; 0 is its null value (Part 6, 5.2.2.5).
 NULL_TIME = datetime(1601, 1, 1, tzinfo=UTC)

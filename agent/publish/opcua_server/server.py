@@ -46,7 +46,7 @@ from agent.opcua.trust import (
 from agent.publish.base import HealthPublisher
 from agent.publish.opcua_server.identification import IdentificationAddressSpace
 from agent.publish.opcua_server.users import UserEntry, check_private, load_users
-from agent.report.write import Report
+from agent.report.model import Report
 
 log = logging.getLogger("jha.publish.opcua_server")
 

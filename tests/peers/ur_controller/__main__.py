@@ -46,7 +46,7 @@ from tests.peers.ur_controller.script_sink import ScriptSink
 def _physics(args: argparse.Namespace, controller_hz: float) -> PhysicsConfig | None:
     if not args.config:
         return None
-    from agent.config.model import load_config
+    from agent.config.load import load_config
     from drivers.sim.backlash import joint_physics
 
     config = load_config(args.config)

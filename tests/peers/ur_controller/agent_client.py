@@ -30,9 +30,11 @@ import os
 import signal
 import time
 
-from agent.config.model import JointSettings, load_config
+from agent.config.load import load_config
+from agent.config.model import JointSettings
 from agent.errors import CycleAborted, DriverError, InterlockError
-from agent.service.interlocks import backlash_cycle, run_guarded_cycle
+from agent.kinds.backlash.kind import backlash_cycle
+from agent.service.interlocks import run_guarded_cycle
 from drivers.base import Cycle
 from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller.excitation import excitation_cycle

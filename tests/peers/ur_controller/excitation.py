@@ -11,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from agent.config.model import ControllerSettings, load_config
+from agent.config.load import load_config
+from agent.config.model import ControllerSettings
 from agent.estimation.identification.excitation import ExcitationSettings, random_excitation
 from agent.models.robot.description import load_robot
 from drivers.base import ExcitationCycle

@@ -13,7 +13,8 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from agent.config.model import ControllerSettings, JointSettings, load_config
+from agent.config.load import load_config
+from agent.config.model import ControllerSettings, JointSettings
 from tests.peers.ur_controller import UrEmulator, free_host
 
 T = TypeVar("T")

@@ -1,0 +1,119 @@
+"""What the `jha` sub-command modules share: the `--record` plumbing of `jha stiffness
+estimate` and `jha identify`, strict JSON on stdout, usage errors, and running one command group
+on its own (`python -m agent.cli.<group>`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from agent.config.load import load_config
+from agent.config.model import Config, ControllerSettings
+from agent.errors import EX_USAGE, AgentError, ConfigError
+from agent.history.store import Estimate, HistoryStore
+
+if TYPE_CHECKING:  # the report loads scipy: imported when used, so `jha --help` stays quick
+    pass
+
+
+
+# The installed service's config (systemd/joint-health-agent.service, agent.cli.service).
+DEFAULT_CONFIG = Path("/etc/joint-health-agent/config.yaml")
+
+
+class UsageError(AgentError):
+    """Options that do not go together (exit 64)."""
+
+    exit_code = EX_USAGE
+
+
+# -- recording -----------------------------------------------------------------------------------
+
+
+def add_record_options(p: argparse.ArgumentParser) -> None:
+    """--record --config FILE --controller NAME on an estimator's command."""
+    p.add_argument("--record", action="store_true",
+                   help="record the estimates in <state_dir>/history.sqlite of --config")
+    p.add_argument("--config", type=Path, metavar="FILE", help="agent config (with --record)")
+    p.add_argument("--controller", metavar="NAME",
+                   help="controller of the config the estimates belong to (with --record)")
+
+
+def history_path(config: Config) -> Path:
+    return Path(config.agent.state_dir) / "history.sqlite"
+
+
+def controller_of(config: Config, name: str) -> ControllerSettings:
+    """The named controller; an unknown name is a ConfigError listing the known ones."""
+    for ctrl in config.controllers:
+        if ctrl.name == name:
+            return ctrl
+    known = ", ".join(c.name for c in config.controllers)
+    raise ConfigError(f"{config.source}: no controller named {name!r} (controllers: {known})")
+
+
+def recording_target(args: argparse.Namespace) -> tuple[Path, str] | None:
+    """(history file, controller) when --record is given, checked before any estimation runs."""
+    if not args.record:
+        if args.config is not None or args.controller is not None:
+            raise UsageError("--config and --controller only go with --record")
+        return None
+    if args.config is None or args.controller is None:
+        raise UsageError("--record needs --config FILE and --controller NAME")
+    config = load_config(args.config)
+    controller_of(config, args.controller)
+    return history_path(config), args.controller
+
+
+def record_joint_estimates(
+    path: Path,
+    controller: str,
+    kind: str,
+    by_joint: Mapping[str, Sequence[Estimate]],
+    started_at: datetime,
+    skipped: Mapping[str, str] | None = None,
+) -> list[int]:
+    """One ok cycle per joint with its estimates, and one rejected cycle per skipped joint
+    (with the reason); all written at the same finish time. Returns the cycle ids."""
+    finished = datetime.now(UTC)
+    ids = []
+    with HistoryStore(path) as store, store.transaction():
+        for joint, estimates in by_joint.items():
+            ids.append(store.record_cycle(
+                controller=controller, joint=joint, kind=kind, started_at=started_at,
+                finished_at=finished, estimates=estimates, trigger="manual",
+            ))
+        for joint, reason in (skipped or {}).items():
+            ids.append(store.record_rejected(
+                controller=controller, joint=joint, kind=kind, started_at=started_at,
+                finished_at=finished, reason=reason, trigger="manual",
+            ))
+    return ids
+
+
+# -- helpers the jha sub-command modules share ----------------------------------------------------
+
+
+def print_json(data: Any, allow_nan: bool = False) -> None:
+    """One JSON document on stdout; strict (NaN refused) unless `allow_nan`."""
+    print(json.dumps(data, indent=2, allow_nan=allow_nan))
+
+
+def run_standalone(register: Callable[[Any], None]) -> NoReturn:
+    """`python -m agent.cli_X ...`: one command group without agent.cli.main, errors as exit codes."""
+    parser = argparse.ArgumentParser(prog="jha")
+    register(parser.add_subparsers(dest="command", required=True))
+    ns = parser.parse_args()
+    try:
+        sys.exit(ns.func(ns))
+    except AgentError as exc:
+        print(f"jha: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+
+
