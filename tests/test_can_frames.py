@@ -15,10 +15,10 @@ from hypothesis import strategies as st
 from agent.config.load import load_config
 from agent.errors import ConfigError, DriverError
 from drivers.base import load_driver_class
-from drivers.can.dbc import load_protocol, nominal_frame_bits
+from drivers.can.dbc import CanMessageNames, load_protocol, nominal_frame_bits
 from drivers.can.driver import CanDriver
 from drivers.can.link import CaptureRecorder
-from drivers.can.settings import CanMessageNames, CanSettings
+from drivers.can.settings import CanSettings
 from tests.peers.can_bits import VirtualBus, frame_bits, frame_bits_reference, pack_intel
 from tests.peers.can_harness import DBC, config_text, run, write
 

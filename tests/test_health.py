@@ -15,20 +15,9 @@ from hypothesis import strategies as st
 from agent.config.model import ThresholdSettings
 from agent.errors import ConfigError
 from agent.estimation.backlash.result import BacklashResult
-from agent.health.verdicts import (
-    Ne107,
-    Status,
-    Verdict,
-    assess,
-    assess_backlash,
-    forecast_sentence,
-    ne107_of,
-    next_forecast,
-    passed_limit,
-    trend,
-    worst,
-)
-from agent.history.store import TrendPoint
+from agent.health.status import Ne107, Status, TrendPoint, ne107_of, worst
+from agent.health.trend import forecast_sentence, next_forecast, passed_limit, trend
+from agent.health.verdicts import Verdict, assess, assess_backlash
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 

@@ -30,14 +30,10 @@ from agent.config.identification_limits import (
 from agent.config.load import load_config
 from agent.config.opcua_server import HEALTH_NAMESPACE_URI
 from agent.errors import ConfigError
-from agent.health.identification import (
-    assess_history,
-    assess_indicator,
-    joint_verdict,
-    limits_from_detail,
-)
-from agent.health.verdicts import Ne107, Status
-from agent.history.store import Estimate, HistoryStore, TrendPoint
+from agent.health.identification import assess_indicator, joint_verdict, limits_from_detail
+from agent.health.status import Ne107, Status, TrendPoint
+from agent.history.identification import assess_history
+from agent.history.store import Estimate, HistoryStore
 from agent.kinds.identification.analysis import analyze_identification, excitation_cycle
 from agent.publish.mqtt.payloads import report_messages
 from agent.publish.opcua_server.identification import IdentificationAddressSpace

@@ -1,4 +1,4 @@
-"""The trend follows a change of wear regime (agent.health.regime, agent.health.verdicts.trend).
+"""The trend follows a change of wear regime (agent.health.regime, agent.health.trend.trend).
 
 Histories are simulated as a reliability engineer sees them: one test cycle a day, the
 indicator's scatter from one cycle to the next (Gaussian, the size of the backlash estimator's
@@ -20,8 +20,8 @@ from scipy import stats
 
 from agent.health.identification import assess_indicator
 from agent.health.regime import BREAK_ALPHA, MIN_POINTS, find_break
-from agent.health.verdicts import Trend, forecast_sentence, trend
-from agent.history.store import TrendPoint
+from agent.health.status import TrendPoint
+from agent.health.trend import Trend, forecast_sentence, trend
 from agent.report.html import trend_svg
 from tests.summary import record
 

@@ -16,8 +16,7 @@ from agent.config.model import ThresholdSettings
 from agent.config.mqtt import MqttSettings, OutboxSettings
 from agent.errors import ConfigError
 from agent.estimation.backlash.result import BacklashResult
-from agent.health.verdicts import Status
-from agent.history.store import TrendPoint
+from agent.health.status import Status, TrendPoint
 from agent.publish.mqtt.payloads import (
     HEALTH_SCHEMA,
     derived_id,

@@ -31,7 +31,7 @@ from agent.config.mqtt import MqttSettings
 from agent.config.publish import PublishSettings
 from agent.errors import ConfigError
 from agent.estimation.backlash.result import BacklashResult
-from agent.history.store import TrendPoint
+from agent.health.status import TrendPoint
 from agent.publish.factory import publishers_for
 from agent.publish.mqtt.publisher import OUTBOX_FILE, MqttPublisher
 from agent.report.model import Report, joint_report

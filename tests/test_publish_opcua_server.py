@@ -32,8 +32,7 @@ from agent.config.model import ThresholdSettings
 from agent.config.opcua_server import HEALTH_NAMESPACE_URI, OpcUaServerSettings
 from agent.errors import AgentError, ConfigError
 from agent.estimation.backlash.result import BacklashResult
-from agent.health.verdicts import Ne107
-from agent.history.store import TrendPoint
+from agent.health.status import Ne107, TrendPoint
 from agent.publish.factory import publishers_for
 from agent.publish.opcua_server.nodes import health_of, unece_unit_id, unit_of
 from agent.publish.opcua_server.server import OpcUaHealthServer

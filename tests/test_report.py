@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from agent.config.model import ThresholdSettings
 from agent.estimation.backlash.result import BacklashResult
-from agent.health.verdicts import Ne107, Status
-from agent.history.store import HistoryStore, TrendPoint, estimates_for
+from agent.health.status import Ne107, Status, TrendPoint
+from agent.history.store import HistoryStore, estimates_for
 from agent.report.evidence import EvidencePlot, EvidenceSeries
 from agent.report.html import render_html, trend_svg
 from agent.report.model import (

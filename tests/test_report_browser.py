@@ -32,8 +32,8 @@ import pytest
 
 from agent.config.model import ThresholdSettings
 from agent.estimation.backlash.result import BacklashResult
-from agent.health.verdicts import Ne107, Status, trend
-from agent.history.store import TrendPoint
+from agent.health.status import Ne107, Status, TrendPoint
+from agent.health.trend import trend
 from agent.report.evidence import EvidencePlot, EvidenceSeries
 from agent.report.html import render_html
 from agent.report.model import IndicatorSummary, JointReport, Report, joint_report

@@ -13,18 +13,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agent.estimation.backlash.result import BacklashResult
-from agent.history.store import (
+from agent.health.status import TrendPoint
+from agent.history.schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
-    Estimate,
-    HistoryStore,
     StoreError,
-    TrendPoint,
-    estimates_for,
     iso_utc,
     migrate,
     schema_version,
 )
+from agent.history.store import Estimate, HistoryStore, estimates_for
 
 T0 = datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
 

@@ -11,18 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from agent.health.verdicts import Ne107, Status, ne107_of
-from agent.history.store import (
-    MIGRATIONS,
-    SCHEMA_VERSION,
-    TRIGGERS,
-    Estimate,
-    HistoryStore,
-    StoreError,
-    TrendPoint,
-    migrate,
-    schema_version,
-)
+from agent.health.status import Ne107, Status, TrendPoint, ne107_of
+from agent.history.schema import MIGRATIONS, SCHEMA_VERSION, StoreError, migrate, schema_version
+from agent.history.store import TRIGGERS, Estimate, HistoryStore
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 

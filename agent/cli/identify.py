@@ -298,7 +298,8 @@ def identification_report(
     the torque evidence they come from (the same page the daemon writes)."""
     from agent.atomic import atomic_write_text
     from agent.config.model import ThresholdSettings
-    from agent.history.store import TrendPoint, iso_utc
+    from agent.health.status import TrendPoint
+    from agent.history.schema import iso_utc
     from agent.kinds.identification.analysis import torque_evidence
     from agent.report.html import render_html
     from agent.report.model import IndicatorSummary, Report, joint_report

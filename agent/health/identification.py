@@ -24,24 +24,19 @@ from typing import Any, Literal
 
 from agent.config.identification_limits import (
     LIMIT_FIELDS,
-    LIMITS_KEY,
     IdentificationLimitSettings,
     JointBaselineSettings,
 )
-from agent.health.verdicts import (
+from agent.health.status import Ne107, Status, TrendPoint, ne107_of, worst
+from agent.health.trend import (
     Forecast,
-    Ne107,
-    Status,
     Trend,
-    indicator_info,
-    ne107_of,
     next_forecast,
     passed_limit,
     recent_break_sentence,
     trend,
-    worst,
 )
-from agent.history.store import HistoryStore, TrendPoint
+from agent.health.verdicts import indicator_info
 
 # The indicators judged here (agent.kinds.identification.analysis.INDICATORS; stiffness also from
 # `jha stiffness estimate --record`). Rotor inertia is a model parameter, not a wear sign.
@@ -410,36 +405,6 @@ def joint_verdict(verdicts: Sequence[IndicatorVerdict]) -> JointIdentificationVe
     else:
         reason = bad.reason
     return JointIdentificationVerdict(status, ne107, reason, tuple(verdicts))
-
-
-def assess_history(
-    store: HistoryStore,
-    controller: str,
-    joint: str,
-    settings: IdentificationLimitSettings | None = None,
-) -> dict[str, IndicatorVerdict]:
-    """A verdict on every identification indicator the joint has in the history. Without
-    `settings`, the limits recorded with the joint's latest identification (the daemon records
-    the config's with each: see limits_detail), else the defaults."""
-    last = store.latest(controller, joint, kind=IDENTIFICATION_KIND)
-    failure = last.reason if last is not None and last.outcome == "error" else None
-    histories = {name: store.history_with_detail(controller, joint, name)
-                 for name in IDENTIFICATION_INDICATORS}
-    s = settings
-    if s is None:  # the newest limits recorded (a `jha identify --record` entry has none)
-        recorded = sorted(((p.time_iso, d[LIMITS_KEY]) for points in histories.values()
-                           for p, d in points if LIMITS_KEY in d), key=lambda r: r[0])
-        s = next((lim for _, r in reversed(recorded)
-                  if (lim := limits_from_detail(r, joint)) is not None), DEFAULT_LIMITS)
-    commissioning = s.baseline.get(joint)
-    found: dict[str, IndicatorVerdict] = {}
-    for name, points in histories.items():
-        if not points:
-            continue
-        given = None if commissioning is None else commissioning.value(name)
-        found[name] = assess_indicator(name, [(p, _rel_std(d)) for p, d in points], s, given,
-                                       failure)
-    return found
 
 
 def _rel_std(detail: Mapping[str, Any]) -> float | None:

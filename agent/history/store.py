@@ -17,23 +17,15 @@ from types import TracebackType
 from typing import Any
 
 from agent.estimation.backlash.result import BacklashResult
+from agent.health.status import Ne107, Status, TrendPoint, ne107_of
 from agent.history.schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
-    Migration,
     StoreError,
     connect,
     iso_utc,
     migrate,
-    schema_version,
 )
-
-__all__ = [
-    "BACKLASH_INDICATORS", "CLOCKED_TRIGGERS", "CLOCK_STEP_S", "MIGRATIONS", "OUTCOMES",
-    "SCHEMA_VERSION", "TRIGGERS", "CycleRecord", "Estimate", "HistoryStore", "Migration",
-    "ReportRecord", "StoreError", "TrendPoint", "connect", "estimates_for", "iso_utc", "migrate",
-    "schema_version",
-]
 
 OUTCOMES = ("ok", "aborted", "rejected", "error")
 
@@ -72,19 +64,6 @@ class Estimate:
             "unit": self.unit,
             "detail": dict(self.detail),
         }
-
-
-@dataclass(frozen=True)
-class TrendPoint:
-    time_iso: str
-    value: float
-
-    @property
-    def time(self) -> datetime:
-        return datetime.fromisoformat(self.time_iso)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"time": self.time_iso, "value": self.value}
 
 
 @dataclass(frozen=True)
@@ -248,7 +227,7 @@ class HistoryStore:
     ) -> int:
         """Write one cycle with its estimates and verdict in one transaction; returns its id.
 
-        `ne107` defaults to agent.health.verdicts.ne107_of(status) (failure for an 'error' outcome).
+        `ne107` defaults to agent.health.status.ne107_of(status) (failure for an 'error' outcome).
         """
         if outcome not in OUTCOMES:
             raise StoreError(f"cycle outcome {outcome!r}: expected one of {', '.join(OUTCOMES)}")
@@ -486,8 +465,6 @@ def _seconds(iso: str) -> float:
 
 def _ne107(status: str, outcome: str, given: str | None) -> str:
     """The NE 107 signal recorded with a verdict: the caller's, else mapped from the status."""
-    from agent.health.verdicts import Ne107, Status, ne107_of  # health imports this module
-
     if given is not None:
         try:
             return Ne107(given).value

@@ -18,12 +18,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.config.model import ControllerSettings, JointSettings
 from agent.errors import EstimationError
-from agent.estimation.backlash.result import BacklashResult
 from drivers.base import Cycle
 
 if TYPE_CHECKING:
     from agent.history.store import HistoryStore
-    from agent.kinds.identification.kind import IdentificationAnalysis
     from agent.report.model import JointReport
 
 
@@ -62,7 +60,7 @@ class JointJob:
     capture_path: Path | None = None
     error: str | None = None
     outcome: str = "ok"  # ok, rejected, aborted, error, dry_run
-    result: BacklashResult | IdentificationAnalysis | None = None
+    result: object = None  # the kind's own result (BacklashResult, IdentificationAnalysis)
     trigger: str | None = None  # production_stop, schedule, on_demand, once
     cycle_id: int | None = None  # its row in the history, once recorded
     # Not sent to the pool with the job (a future does not pickle): see for_pool().

@@ -13,7 +13,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from agent.config.model import ThresholdSettings
-from agent.history.store import CycleRecord, HistoryStore, TrendPoint
+from agent.health.status import TrendPoint
+from agent.history.store import CycleRecord, HistoryStore
 
 if TYPE_CHECKING:
     from agent.config.identification_limits import IdentificationLimitSettings
@@ -48,7 +49,9 @@ def report_from_history(
     now. A refused or aborted last cycle only adds a note: nothing was measured, the last
     verdict stands.
     """
-    from agent.health.verdicts import Status, assess, trend
+    from agent.health.status import Status
+    from agent.health.trend import trend
+    from agent.health.verdicts import assess
     from agent.report.model import JointReport, indicator_summaries, limits_for
 
     thresholds = thresholds or {}

@@ -19,16 +19,9 @@ import numpy as np
 
 from agent.estimation.backlash.result import BacklashResult
 from agent.health.identification import JointIdentificationVerdict
-from agent.health.verdicts import (
-    Ne107,
-    Status,
-    Trend,
-    days_since,
-    indicator_info,
-    next_forecast,
-    passed_limit,
-)
-from agent.history.store import TrendPoint
+from agent.health.status import Ne107, Status, TrendPoint
+from agent.health.trend import Trend, days_since, next_forecast, passed_limit
+from agent.health.verdicts import indicator_info
 from agent.report.evidence import EvidencePlot
 from agent.report.model import REPORT_SCHEMA, IndicatorSummary, JointReport, Report
 from agent.report.svg import HLine, Series, clean_text, line_plot

@@ -49,23 +49,14 @@ from agent.estimation.backlash.result import BacklashResult
 from agent.health.identification import (
     IndicatorVerdict,
     JointIdentificationVerdict,
-    assess_history,
     joint_verdict,
     verdict_counts,
 )
-from agent.health.verdicts import (
-    Ne107,
-    Status,
-    Trend,
-    assess_backlash,
-    forecast_sentence,
-    indicator_info,
-    ne107_of,
-    passed_limit,
-    trend,
-    worst,
-)
-from agent.history.store import BACKLASH_INDICATORS, HistoryStore, TrendPoint
+from agent.health.status import Ne107, Status, TrendPoint, ne107_of, worst
+from agent.health.trend import Trend, forecast_sentence, passed_limit, trend
+from agent.health.verdicts import assess_backlash, indicator_info
+from agent.history.identification import assess_history
+from agent.history.store import BACKLASH_INDICATORS, HistoryStore
 from agent.report.evidence import EvidencePlot
 
 REPORT_SCHEMA = "jha.report/1"

@@ -10,7 +10,8 @@ import math
 import unicodedata
 
 from agent.health.identification import JointIdentificationVerdict
-from agent.health.verdicts import Status, indicator_info
+from agent.health.status import Status
+from agent.health.verdicts import indicator_info
 from agent.report.model import JointReport, Report
 
 TABLE_WIDTH = 100

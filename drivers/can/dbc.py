@@ -12,7 +12,7 @@ import enum
 import functools
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,6 @@ from cantools.database.can import Message
 
 from agent.errors import DriverError
 from drivers.base import ControllerMode
-from drivers.can.settings import CanMessageNames
 
 # Signals each message must carry, by the part it plays (the keys of CanMessageNames).
 REQUIRED_SIGNALS: Mapping[str, tuple[str, ...]] = {
@@ -50,6 +49,19 @@ _RAW_UNSIGNED: Mapping[str, tuple[str, ...]] = {
 }
 # Fewer counter values than this would let a burst of lost frames alias into "no gap".
 MIN_COUNTER_BITS = 8
+
+
+@dataclass(frozen=True)
+class CanMessageNames:
+    """Which DBC message plays which part; the signals inside are fixed (docs/drivers/can.md)."""
+
+    command: str = field(default="JhaCommand", metadata={"min_len": 1})
+    status: str = field(default="JhaStatus", metadata={"min_len": 1})
+    cycle_setup: str = field(default="JhaCycleSetup", metadata={"min_len": 1})
+    cycle_length: str = field(default="JhaCycleLength", metadata={"min_len": 1})
+    joint_position: str = field(default="JhaJointPosition", metadata={"min_len": 1})
+    encoder: str = field(default="JhaEncoder", metadata={"min_len": 1})
+
 
 
 class Command(enum.IntEnum):

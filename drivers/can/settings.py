@@ -5,23 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from drivers.can.dbc import CanMessageNames, DbcError, load_protocol
+
 Interface = Literal["socketcan", "socketcand", "udp_multicast"]
 DuplicatePolicy = Literal["drop", "abort"]
 
 # python-can's defaults for the network interfaces, used when `port` is not given.
 DEFAULT_PORTS: dict[str, int] = {"socketcand": 29536, "udp_multicast": 43113}
-
-
-@dataclass(frozen=True)
-class CanMessageNames:
-    """Which DBC message plays which part; the signals inside are fixed (docs/drivers/can.md)."""
-
-    command: str = field(default="JhaCommand", metadata={"min_len": 1})
-    status: str = field(default="JhaStatus", metadata={"min_len": 1})
-    cycle_setup: str = field(default="JhaCycleSetup", metadata={"min_len": 1})
-    cycle_length: str = field(default="JhaCycleLength", metadata={"min_len": 1})
-    joint_position: str = field(default="JhaJointPosition", metadata={"min_len": 1})
-    encoder: str = field(default="JhaEncoder", metadata={"min_len": 1})
 
 
 @dataclass(frozen=True)
@@ -77,8 +67,6 @@ class CanSettings:
 
     def check(self) -> list[tuple[str, str]]:
         """The DBC must exist and carry every message and signal the driver uses."""
-        from drivers.can.dbc import DbcError, load_protocol  # import cycle: can_dbc imports us
-
         try:
             load_protocol(self.dbc, self.messages)
         except DbcError as exc:

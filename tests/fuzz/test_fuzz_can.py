@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from drivers.can.dbc import (
     CanFrameError,
+    CanMessageNames,
     CanProtocol,
     decode_numbers,
     decode_status,
@@ -33,7 +34,6 @@ from drivers.can.dbc import (
     load_protocol,
 )
 from drivers.can.link import BusLink, CaptureRecorder
-from drivers.can.settings import CanMessageNames
 from tests.fuzz.harness import Oracle, fuzz
 
 DBC = Path(__file__).resolve().parents[2] / "config" / "can" / "joint_encoder.dbc"

@@ -42,7 +42,7 @@ from scipy.linalg.lapack import dgesv
 
 from agent.errors import EstimationError
 from agent.models.robot.description import InertiaTensor, LinkInertial, RobotDescription
-from agent.models.robot.elastic_measure import add_noise_snr, measure, quantise
+from agent.models.robot.elastic_measure import ElasticRun, add_noise_snr, measure, quantise
 from agent.models.robot.friction import (
     FrictionArrays,
     FrictionNonlinearity,
@@ -88,27 +88,6 @@ def pd_gains(
 
 MAX_FRICTION_ITERATIONS = 12
 FRICTION_TOL_NM = 1e-4
-
-
-@dataclass(frozen=True)
-class ElasticRun:
-    """The true motion (link-side units); motor_* is theta = motor angle / gear ratio."""
-
-    time_s: Array
-    link_pos_rad: Array
-    link_speed_rad_s: Array
-    link_accel_rad_s2: Array
-    motor_pos_rad: Array
-    motor_speed_rad_s: Array
-    motor_accel_rad_s2: Array
-    motor_torque_nm: Array  # drive torque seen from the link (clipped at torque_max_nm)
-    saturated: npt.NDArray[np.bool_]
-    passes: int
-    last_change_rad: float  # largest change of q in the last relaxation pass
-
-    @property
-    def sample_rate_hz(self) -> float:
-        return float((self.time_s.size - 1) / (self.time_s[-1] - self.time_s[0]))
 
 
 def _stiffness(robot: RobotDescription) -> Array:

@@ -1,13 +1,14 @@
 """What the sensors make of a simulated elastic-robot run: encoder quantisation, noise at a
 signal-to-noise ratio, and one Capture per joint as the two encoders and the drive report it.
 
-The run itself comes from agent.models.robot.elastic.simulate.
+The run itself (an ElasticRun, defined here so the two modules import one way) comes from
+agent.models.robot.elastic.simulate.
 """
 
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -16,8 +17,26 @@ from agent.capture.model import Capture, CaptureMeta
 from agent.models.robot.description import RobotDescription
 from agent.models.robot.friction import Array, joint_values
 
-if TYPE_CHECKING:  # elastic_robot re-exports this module's names
-    from agent.models.robot.elastic import ElasticRun
+
+@dataclass(frozen=True)
+class ElasticRun:
+    """The true motion (link-side units); motor_* is theta = motor angle / gear ratio."""
+
+    time_s: Array
+    link_pos_rad: Array
+    link_speed_rad_s: Array
+    link_accel_rad_s2: Array
+    motor_pos_rad: Array
+    motor_speed_rad_s: Array
+    motor_accel_rad_s2: Array
+    motor_torque_nm: Array  # drive torque seen from the link (clipped at torque_max_nm)
+    saturated: npt.NDArray[np.bool_]
+    passes: int
+    last_change_rad: float  # largest change of q in the last relaxation pass
+
+    @property
+    def sample_rate_hz(self) -> float:
+        return float((self.time_s.size - 1) / (self.time_s[-1] - self.time_s[0]))
 
 
 def add_noise_snr(x: npt.ArrayLike, snr_db: float, rng: np.random.Generator) -> Array:

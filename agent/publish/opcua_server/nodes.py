@@ -33,7 +33,8 @@ from typing import Any, cast
 from asyncua import Server, ua
 from asyncua.common.node import Node
 
-from agent.health.verdicts import Ne107, Status, indicator_info, ne107_of
+from agent.health.status import Ne107, Status, ne107_of
+from agent.health.verdicts import indicator_info
 from agent.report.model import JointReport, Report
 
 # OPC UA encodes DateTime as 100 ns ticks since 1601; 0 is its null value (Part 6, 5.2.2.5).
