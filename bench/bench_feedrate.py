@@ -53,9 +53,15 @@ TARGET_P99_US = 100.0
 def bench_machine() -> MachineSettings:
     """The paper's axes on X and Y, GRBL output, G94 feeds, t* up to 50 ms, eps 2 um."""
     m = load_machine(EXAMPLE)
-    return replace(m, name="bench", dialect="grbl", inverse_time=False, eps_m=2e-6,
-                   modulation=ModulationSettings(policy="fixed", half_window_s=0.05),
-                   lookahead=LookaheadSettings(lines=1000, seconds=5.0))
+    return replace(
+        m,
+        name="bench",
+        dialect="grbl",
+        inverse_time=False,
+        eps_m=2e-6,
+        modulation=ModulationSettings(policy="fixed", half_window_s=0.05),
+        lookahead=LookaheadSettings(lines=1000, seconds=5.0),
+    )
 
 
 def program(n_lines: int) -> Iterator[str]:
@@ -114,7 +120,7 @@ class Histogram:
     def percentile_us(self, q: float) -> float:
         rank = min(self.n - 1, int(q * self.n))
         seen = 0
-        for k, c in enumerate(self.counts[:self.BINS]):
+        for k, c in enumerate(self.counts[: self.BINS]):
             seen += c
             if seen > rank:
                 return (k + 0.5) * self.BIN_NS / 1e3
@@ -155,8 +161,7 @@ def run_baseline(n_lines: int, *, fast: bool) -> tuple[float, float]:
     return n_lines / wall, n_lines / cpu
 
 
-def run_filter(n_lines: int, machine: MachineSettings, *, sample_every: int = 0
-               ) -> dict[str, Any]:
+def run_filter(n_lines: int, machine: MachineSettings, *, sample_every: int = 0) -> dict[str, Any]:
     """Every line fed on its own and timed (wall clock); every CPU_SAMPLE_EVERY-th line also
     on the thread's CPU clock, which the other users of a shared machine do not inflate."""
     filt = FeedrateFilter(machine)
@@ -196,56 +201,84 @@ def run_filter(n_lines: int, machine: MachineSettings, *, sample_every: int = 0
     first = rss[0][1] if rss else rss_mb()
     last = rss[-1][1] if rss else rss_mb()
     return {
-        "lines": n_lines, "wall_lines_s": n_lines / wall_s, "cpu_lines_s": n_lines / cpu_s,
-        "wall_us_per_line": wall_s / n_lines * 1e6, "cpu_us_per_line": cpu_s / n_lines * 1e6,
-        "wall_p50_us": wall.percentile_us(0.5), "wall_p99_us": wall.percentile_us(0.99),
+        "lines": n_lines,
+        "wall_lines_s": n_lines / wall_s,
+        "cpu_lines_s": n_lines / cpu_s,
+        "wall_us_per_line": wall_s / n_lines * 1e6,
+        "cpu_us_per_line": cpu_s / n_lines * 1e6,
+        "wall_p50_us": wall.percentile_us(0.5),
+        "wall_p99_us": wall.percentile_us(0.99),
         "wall_p999_us": wall.percentile_us(0.999),
-        "cpu_p50_us": cpu.percentile_us(0.5), "cpu_p99_us": cpu.percentile_us(0.99),
+        "cpu_p50_us": cpu.percentile_us(0.5),
+        "cpu_p99_us": cpu.percentile_us(0.99),
         "cpu_p999_us": cpu.percentile_us(0.999),
-        "lines_out": stats.lines_out, "out_mb": out_bytes / 2**20,
-        "turning_points": stats.turning_points, "modulated": stats.modulated,
-        "too_short": stats.too_short, "max_pending_lines": stats.max_pending_lines,
-        "rss_first_mb": first, "rss_last_mb": last, "rss_growth_mb": last - first,
-        "rss_samples": rss, "added_time_s": stats.added_time_s,
+        "lines_out": stats.lines_out,
+        "out_mb": out_bytes / 2**20,
+        "turning_points": stats.turning_points,
+        "modulated": stats.modulated,
+        "too_short": stats.too_short,
+        "max_pending_lines": stats.max_pending_lines,
+        "rss_first_mb": first,
+        "rss_last_mb": last,
+        "rss_growth_mb": last - first,
+        "rss_samples": rss,
+        "added_time_s": stats.added_time_s,
     }
 
 
 def throughput(quick: bool) -> dict[str, Any]:
     n = 100_000 if quick else 1_000_000
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; program lines "
-          f"generated in chunks of {CHUNK_LINES:,} outside the timed loops")
+    print(
+        f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; program lines "
+        f"generated in chunks of {CHUNK_LINES:,} outside the timed loops"
+    )
     full_wall, full_cpu = run_baseline(n, fast=False)
-    print(f"baseline (a) full parser + pass-through: {full_wall:9,.0f} lines/s wall, "
-          f"{full_cpu:9,.0f} lines/s CPU")
+    print(
+        f"baseline (a) full parser + pass-through: {full_wall:9,.0f} lines/s wall, "
+        f"{full_cpu:9,.0f} lines/s CPU"
+    )
     base_wall, base_cpu = run_baseline(n, fast=True)
-    print(f"baseline (a') fast parser + pass-through: {base_wall:9,.0f} lines/s wall, "
-          f"{base_cpu:9,.0f} lines/s CPU")
+    print(
+        f"baseline (a') fast parser + pass-through: {base_wall:9,.0f} lines/s wall, "
+        f"{base_cpu:9,.0f} lines/s CPU"
+    )
     m = bench_machine()
-    no_backlash = replace(m, axes={k: replace(v, backlash_motor_rad=0.0)
-                                   for k, v in m.axes.items()})
+    no_backlash = replace(
+        m, axes={k: replace(v, backlash_motor_rad=0.0) for k, v in m.axes.items()}
+    )
     b = run_filter(n, no_backlash)
-    print(f"baseline (b) filter, nothing to modulate: {b['wall_lines_s']:9,.0f} lines/s wall, "
-          f"{b['cpu_lines_s']:9,.0f} lines/s CPU")
+    print(
+        f"baseline (b) filter, nothing to modulate: {b['wall_lines_s']:9,.0f} lines/s wall, "
+        f"{b['cpu_lines_s']:9,.0f} lines/s CPU"
+    )
     r = run_filter(n, m)
-    print(f"filter ({n:,} lines, {r['modulated']} windows of {r['turning_points']} reversals, "
-          f"{r['lines_out']:,} lines / {r['out_mb']:.1f} MB out, +{r['added_time_s']:.1f} s):")
+    print(
+        f"filter ({n:,} lines, {r['modulated']} windows of {r['turning_points']} reversals, "
+        f"{r['lines_out']:,} lines / {r['out_mb']:.1f} MB out, +{r['added_time_s']:.1f} s):"
+    )
     for clock in ("wall", "cpu"):
         rate = r[f"{clock}_lines_s"]
         p99 = r[f"{clock}_p99_us"]
         ok = rate >= TARGET_LINES_S and p99 <= TARGET_P99_US
         sampled = f" (every {CPU_SAMPLE_EVERY}th line)" if clock == "cpu" else ""
-        print(f"  {clock:4s}: {rate:9,.0f} lines/s, per line p50 {r[f'{clock}_p50_us']:.1f} us, "
-              f"p99 {p99:.1f} us, p99.9 {r[f'{clock}_p999_us']:.1f} us{sampled}  "
-              f"[{'PASS' if ok else 'FAIL'}: >= {TARGET_LINES_S:,} lines/s, p99 <= "
-              f"{TARGET_P99_US:g} us]")
-    print(f"  cost against the baselines (CPU time per line): x{base_cpu / r['cpu_lines_s']:.2f}"
-          f" of (a'), x{full_cpu / r['cpu_lines_s']:.2f} of (a), "
-          f"x{b['cpu_lines_s'] / r['cpu_lines_s']:.2f} of (b)")
+        print(
+            f"  {clock:4s}: {rate:9,.0f} lines/s, per line p50 {r[f'{clock}_p50_us']:.1f} us, "
+            f"p99 {p99:.1f} us, p99.9 {r[f'{clock}_p999_us']:.1f} us{sampled}  "
+            f"[{'PASS' if ok else 'FAIL'}: >= {TARGET_LINES_S:,} lines/s, p99 <= "
+            f"{TARGET_P99_US:g} us]"
+        )
+    print(
+        f"  cost against the baselines (CPU time per line): x{base_cpu / r['cpu_lines_s']:.2f}"
+        f" of (a'), x{full_cpu / r['cpu_lines_s']:.2f} of (a), "
+        f"x{b['cpu_lines_s'] / r['cpu_lines_s']:.2f} of (b)"
+    )
     flat = abs(r["rss_growth_mb"]) < 2.0 and r["max_pending_lines"] <= 1002
     samples = ", ".join(f"{mb:.1f}" for _, mb in r["rss_samples"])
-    print(f"  memory: RSS every {n // 10:,} lines (MB): {samples}; growth after the first "
-          f"{r['rss_growth_mb']:+.2f} MB; at most {r['max_pending_lines']} lines held back "
-          f"[{'PASS' if flat else 'FAIL'}: flat]")
+    print(
+        f"  memory: RSS every {n // 10:,} lines (MB): {samples}; growth after the first "
+        f"{r['rss_growth_mb']:+.2f} MB; at most {r['max_pending_lines']} lines held back "
+        f"[{'PASS' if flat else 'FAIL'}: flat]"
+    )
     return r
 
 
@@ -253,15 +286,23 @@ def circular(quick: bool) -> None:
     feeds = [7854.0] if quick else [3000.0, 5000.0, 7854.0]
     radius = 250.0
     base_m = load_machine(EXAMPLE)
-    policies = {"fixed t*=0.5 s": replace(base_m, modulation=replace(
-        base_m.modulation, policy="fixed", half_window_s=0.5))}
+    policies = {
+        "fixed t*=0.5 s": replace(
+            base_m, modulation=replace(base_m.modulation, policy="fixed", half_window_s=0.5)
+        )
+    }
     if not quick:
-        policies["shortest t*"] = replace(base_m, modulation=replace(
-            base_m.modulation, policy="shortest", half_window_s=0.5))
-    print(f"\ncircular test, radius {radius:g} mm, section 4.2 axes (dead-zone model), "
-          "ratio 0.25, n = 10:")
-    print(f"{'feed mm/min':>11s} {'policy':>15s} {'max err um':>16s} {'RMS um':>14s} "
-          f"{'G um':>14s} {'cycle s':>15s} {'penalty':>8s}")
+        policies["shortest t*"] = replace(
+            base_m, modulation=replace(base_m.modulation, policy="shortest", half_window_s=0.5)
+        )
+    print(
+        f"\ncircular test, radius {radius:g} mm, section 4.2 axes (dead-zone model), "
+        "ratio 0.25, n = 10:"
+    )
+    print(
+        f"{'feed mm/min':>11s} {'policy':>15s} {'max err um':>16s} {'RMS um':>14s} "
+        f"{'G um':>14s} {'cycle s':>15s} {'penalty':>8s}"
+    )
     for feed in feeds:
         prog = circle_program(radius, feed)
         base = execute_program(prog)
@@ -270,11 +311,13 @@ def circular(quick: bool) -> None:
             out = "".join(filter_lines(prog, m))
             mod = execute_program(out.splitlines(keepends=True))
             em = circular_test(mod, (0.0, 0.0), radius, skip_mm=lead_mm(radius))
-            print(f"{feed:11.0f} {name:>15s} {eb.max_abs_m * 1e6:7.1f} ->{em.max_abs_m * 1e6:6.1f}"
-                  f" {eb.rms_m * 1e6:6.1f} ->{em.rms_m * 1e6:5.1f}"
-                  f" {eb.circular_deviation_m * 1e6:6.1f} ->{em.circular_deviation_m * 1e6:5.1f}"
-                  f" {base.cycle_time_s:6.2f} ->{mod.cycle_time_s:6.2f}"
-                  f" {mod.cycle_time_s - base.cycle_time_s:+7.2f}")
+            print(
+                f"{feed:11.0f} {name:>15s} {eb.max_abs_m * 1e6:7.1f} ->{em.max_abs_m * 1e6:6.1f}"
+                f" {eb.rms_m * 1e6:6.1f} ->{em.rms_m * 1e6:5.1f}"
+                f" {eb.circular_deviation_m * 1e6:6.1f} ->{em.circular_deviation_m * 1e6:5.1f}"
+                f" {base.cycle_time_s:6.2f} ->{mod.cycle_time_s:6.2f}"
+                f" {mod.cycle_time_s - base.cycle_time_s:+7.2f}"
+            )
 
 
 def main(quick: bool = False) -> None:

@@ -41,13 +41,17 @@ def program(n: int) -> list[str]:
     return out
 
 
-def run_peer(args: list[str], lines: list[str], dnc: bool = False,
-             options: Any = None) -> tuple[StreamResult, dict[str, Any]]:
+def run_peer(
+    args: list[str], lines: list[str], dnc: bool = False, options: Any = None
+) -> tuple[StreamResult, dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         stats_path = Path(tmp) / "stats.json"
-        proc = subprocess.Popen([sys.executable, "-P", str(PEER), "--stats", str(stats_path),
-                                 *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-P", str(PEER), "--stats", str(stats_path), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         try:
             assert proc.stdout is not None
             ready = proc.stdout.readline()
@@ -55,8 +59,11 @@ def run_peer(args: list[str], lines: list[str], dnc: bool = False,
                 raise RuntimeError(f"grbl peer did not start: {ready!r}")
             channel = open_serial(ready.split()[1])
             try:
-                result = (stream_dnc(lines, channel, options) if dnc
-                          else stream_grbl(lines, channel, options))
+                result = (
+                    stream_dnc(lines, channel, options)
+                    if dnc
+                    else stream_grbl(lines, channel, options)
+                )
             finally:
                 channel.close()
             proc.send_signal(signal.SIGTERM)
@@ -73,11 +80,14 @@ def run_peer(args: list[str], lines: list[str], dnc: bool = False,
 
 
 def show(name: str, result: StreamResult, stats: dict[str, Any]) -> None:
-    print(f"  {name:<22} {result.lines_sent:>6} lines {result.elapsed_s:7.3f} s "
-          f"{result.lines_per_s:9.0f} lines/s  client max in flight {result.max_bytes_in_flight:3d}"
-          f" B | peer: rx high water {stats['rx_max_bytes']:3d} B, overflow "
-          f"{stats['rx_overflow_bytes']} B, planner max {stats['planner_max_blocks']}, "
-          f"answers {stats['oks_sent'] + stats['errors_sent']}", flush=True)
+    print(
+        f"  {name:<22} {result.lines_sent:>6} lines {result.elapsed_s:7.3f} s "
+        f"{result.lines_per_s:9.0f} lines/s  client max in flight {result.max_bytes_in_flight:3d}"
+        f" B | peer: rx high water {stats['rx_max_bytes']:3d} B, overflow "
+        f"{stats['rx_overflow_bytes']} B, planner max {stats['planner_max_blocks']}, "
+        f"answers {stats['oks_sent'] + stats['errors_sent']}",
+        flush=True,
+    )
 
 
 def main(quick: bool = False) -> None:
@@ -91,19 +101,26 @@ def main(quick: bool = False) -> None:
     assert stats["rx_overflow_bytes"] == 0 and counting.lines_acked == n
     baseline, stats = run_peer(instant, lines, options=GrblOptions(max_lines_in_flight=1))
     show("send-response baseline", baseline, stats)
-    print(f"  character counting / send-response: "
-          f"{counting.lines_per_s / baseline.lines_per_s:.2f}x")
+    print(
+        f"  character counting / send-response: {counting.lines_per_s / baseline.lines_per_s:.2f}x"
+    )
 
     m = 300 if quick else 2_000
     dnc_lines = program(m)
     # x5 clock: ~320 blocks/s, below the line's ~600 lines/s, so the peer must send XOFF.
-    dnc, stats = run_peer(["--dnc", "--time-scale", "5", "--rx-buffer", "256"], dnc_lines,
-                          dnc=True, options=DncOptions(wait_idle=True))
+    dnc, stats = run_peer(
+        ["--dnc", "--time-scale", "5", "--rx-buffer", "256"],
+        dnc_lines,
+        dnc=True,
+        options=DncOptions(wait_idle=True),
+    )
     print(f"DNC drip feed, {m} lines paced at 115200 baud 8N1 (11520 B/s), machine x5:")
-    print(f"  {dnc.lines_sent} lines {dnc.elapsed_s:.3f} s {dnc.lines_per_s:.0f} lines/s, "
-          f"{dnc.bytes_sent / dnc.elapsed_s:.0f} B/s; XOFF {stats['xoff_sent']}, XON "
-          f"{stats['xon_sent']}, peer rx high water {stats['rx_max_bytes']} B, bytes after an "
-          f"XOFF at most {stats['max_bytes_after_xoff']}, overflow {stats['rx_overflow_bytes']} B")
+    print(
+        f"  {dnc.lines_sent} lines {dnc.elapsed_s:.3f} s {dnc.lines_per_s:.0f} lines/s, "
+        f"{dnc.bytes_sent / dnc.elapsed_s:.0f} B/s; XOFF {stats['xoff_sent']}, XON "
+        f"{stats['xon_sent']}, peer rx high water {stats['rx_max_bytes']} B, bytes after an "
+        f"XOFF at most {stats['max_bytes_after_xoff']}, overflow {stats['rx_overflow_bytes']} B"
+    )
     print(f"  total {time.perf_counter() - started:.1f} s")
 
 

@@ -55,8 +55,14 @@ class _Counter:
 
 
 def _settings(port: int) -> MqttSettings:
-    return MqttSettings(host="127.0.0.1", port=port, tls=False, client_id="bench",
-                        reconnect_min_s=0.05, reconnect_max_s=0.2)
+    return MqttSettings(
+        host="127.0.0.1",
+        port=port,
+        tls=False,
+        client_id="bench",
+        reconnect_min_s=0.05,
+        reconnect_max_s=0.2,
+    )
 
 
 async def _run(n: int, work: Path) -> None:
@@ -68,8 +74,10 @@ async def _run(n: int, work: Path) -> None:
         await pub.publish(cycle_report(i))
     queue_s = time.perf_counter() - t0
     stats = pub.stats()
-    print(f"queued {n} reports ({stats.queued} messages, {stats.payload_bytes / 1e3:.0f} kB) "
-          f"in {queue_s:.2f} s: {n / queue_s:.0f} reports/s, no broker")
+    print(
+        f"queued {n} reports ({stats.queued} messages, {stats.payload_bytes / 1e3:.0f} kB) "
+        f"in {queue_s:.2f} s: {n / queue_s:.0f} reports/s, no broker"
+    )
     with MosquittoBroker(work / "broker", port=port):
         sub = _Counter(port)
         t0 = time.perf_counter()
@@ -77,19 +85,24 @@ async def _run(n: int, work: Path) -> None:
             raise RuntimeError("backlog not drained in 300 s")
         await asyncio.to_thread(wait_until, lambda: sub.reports >= n, 60, "reports")
         drain_s = time.perf_counter() - t0
-        print(f"drained backlog of {stats.queued} messages in {drain_s:.2f} s: "
-              f"{stats.queued / drain_s:.0f} messages/s ({sub.reports} reports received)")
+        print(
+            f"drained backlog of {stats.queued} messages in {drain_s:.2f} s: "
+            f"{stats.queued / drain_s:.0f} messages/s ({sub.reports} reports received)"
+        )
         latencies = []
         for i in range(min(n, 200)):
             before = sub.reports
             t0 = time.perf_counter()
             await pub.publish(cycle_report(n + i))
-            await asyncio.to_thread(wait_until, lambda b=before: sub.reports > b, 10, "report",
-                                    0.0005)
+            await asyncio.to_thread(
+                wait_until, lambda b=before: sub.reports > b, 10, "report", 0.0005
+            )
             latencies.append(time.perf_counter() - t0)
         ms = sorted(x * 1e3 for x in latencies)
-        print(f"publish -> subscriber latency over {len(ms)} reports: median "
-              f"{statistics.median(ms):.1f} ms, p95 {ms[int(0.95 * (len(ms) - 1))]:.1f} ms")
+        print(
+            f"publish -> subscriber latency over {len(ms)} reports: median "
+            f"{statistics.median(ms):.1f} ms, p95 {ms[int(0.95 * (len(ms) - 1))]:.1f} ms"
+        )
         await pub.close()
         sub.close()
 

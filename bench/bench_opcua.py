@@ -96,8 +96,16 @@ async def _one(ctrl: ControllerSettings, endpoint: str, duration_s: float, speed
 def _peer(config: Path, directory: Path, speedup: float) -> PeerProcess:
     peer = PeerProcess(
         config,
-        ["--speedup", str(speedup), "--chunk-samples", str(CHUNK), "--max-physics-s", "1.0",
-         "--seed", "1"],
+        [
+            "--speedup",
+            str(speedup),
+            "--chunk-samples",
+            str(CHUNK),
+            "--max-physics-s",
+            "1.0",
+            "--seed",
+            "1",
+        ],
         log=directory / f"peer_{speedup:g}.log",
     )
     peer.start()
@@ -113,8 +121,11 @@ def _measure(directory: Path, duration_s: float, speedup: float) -> Run:
         ctrl = dataclasses.replace(
             ctrl, settings=dataclasses.replace(ctrl.settings, endpoint=peer.endpoint)
         )
-        return asyncio.run(asyncio.wait_for(_one(ctrl, peer.endpoint, duration_s, speedup),
-                                            duration_s / speedup * 3 + 60))
+        return asyncio.run(
+            asyncio.wait_for(
+                _one(ctrl, peer.endpoint, duration_s, speedup), duration_s / speedup * 3 + 60
+            )
+        )
     finally:
         peer.stop()
 
@@ -122,24 +133,31 @@ def _measure(directory: Path, duration_s: float, speedup: float) -> Run:
 def _print(run: Run, label: str) -> None:
     lost = run.expected - run.received if not run.error else run.expected
     cpu = 100.0 * run.cpu_s / run.wall_s if run.wall_s else 0.0
-    print(f"  {label}: {run.rate:,.0f} samples/s received, lost {lost:,} of {run.expected:,}, "
-          f"peer published {run.peer_rate:,.0f} samples/s over {run.peer_s:.1f} s, "
-          f"agent CPU {cpu:.0f} %")
+    print(
+        f"  {label}: {run.rate:,.0f} samples/s received, lost {lost:,} of {run.expected:,}, "
+        f"peer published {run.peer_rate:,.0f} samples/s over {run.peer_s:.1f} s, "
+        f"agent CPU {cpu:.0f} %"
+    )
     if run.error:
         print(f"    aborted: {run.error}")
 
 
 def main(quick: bool = False) -> None:
     stream_s = 5.0 if quick else 60.0
-    print(f"OPC UA on loopback: a {RATE_HZ:,.0f} Hz capture in chunks of {CHUNK} samples, "
-          f"streamed for {stream_s:g} s at {SPEEDUP:g}x real time "
-          f"(target >= {TARGET_SAMPLES_PER_S:,.0f} samples/s end to end, 0 lost)")
+    print(
+        f"OPC UA on loopback: a {RATE_HZ:,.0f} Hz capture in chunks of {CHUNK} samples, "
+        f"streamed for {stream_s:g} s at {SPEEDUP:g}x real time "
+        f"(target >= {TARGET_SAMPLES_PER_S:,.0f} samples/s end to end, 0 lost)"
+    )
     with tempfile.TemporaryDirectory(prefix="bench_opcua_") as tmp:
         directory = Path(tmp)
         main_run = _measure(directory, stream_s * SPEEDUP, SPEEDUP)
         _print(main_run, "sustained")
-        ok = (not main_run.error and main_run.received == main_run.expected
-              and main_run.rate >= TARGET_SAMPLES_PER_S * 0.99)
+        ok = (
+            not main_run.error
+            and main_run.received == main_run.expected
+            and main_run.rate >= TARGET_SAMPLES_PER_S * 0.99
+        )
         print(f"  target met: {'yes' if ok else 'NO'}")
         for speedup in (2.0, 4.0):
             _print(_measure(directory, 5.0 * speedup, speedup), f"headroom x{speedup:g}")

@@ -48,11 +48,15 @@ def bench_design_time() -> None:
     design = design_tcp(model, TcpDesignSettings(5, "A"), prior)  # the CLI's defaults
     elapsed = time.perf_counter() - started
     verdict = "PASS" if elapsed <= DESIGN_BUDGET_S else "FAIL"
-    print(f"IRB 6660, 5 measurements, A-optimal, {design.starts} SLSQP starts: {elapsed:.2f} s "
-          f"(budget {DESIGN_BUDGET_S:g} s) {verdict}")
+    print(
+        f"IRB 6660, 5 measurements, A-optimal, {design.starts} SLSQP starts: {elapsed:.2f} s "
+        f"(budget {DESIGN_BUDGET_S:g} s) {verdict}"
+    )
     rel = design.std_nm_rad / prior.mean_nm_rad
-    print("  expected posterior sd / k0: " + ", ".join(
-        f"{n} {100 * r:.2f} %" for n, r in zip(design.joint_names, rel, strict=True)))
+    print(
+        "  expected posterior sd / k0: "
+        + ", ".join(f"{n} {100 * r:.2f} %" for n, r in zip(design.joint_names, rel, strict=True))
+    )
 
 
 def bench_optimal_vs_random(randoms: int, starts: int) -> None:
@@ -62,10 +66,14 @@ def bench_optimal_vs_random(randoms: int, starts: int) -> None:
     prior = prior_from_robot(model, 0.5)
     rng = np.random.default_rng(0)
     sizes = (5, 10, 20, 40, 80)
-    print(f"\noptimal 5-measurement design vs random feasible designs (median of {randoms}), "
-          "IRB 6660, forces +-300 N, tool cone 80 deg")
-    print(f"  {'crit':4s} {'optimal 5':>12s} {'random 20':>12s} {'ratio':>7s} "
-          f"{'trace opt 5':>12s} {'trace rnd 20':>12s}  random K with median <= optimal 5")
+    print(
+        f"\noptimal 5-measurement design vs random feasible designs (median of {randoms}), "
+        "IRB 6660, forces +-300 N, tool cone 80 deg"
+    )
+    print(
+        f"  {'crit':4s} {'optimal 5':>12s} {'random 20':>12s} {'ratio':>7s} "
+        f"{'trace opt 5':>12s} {'trace rnd 20':>12s}  random K with median <= optimal 5"
+    )
     for crit in CRITERIA:
         design = design_tcp(model, TcpDesignSettings(5, crit, starts=starts), prior)
         medians, traces = {}, {}
@@ -98,9 +106,11 @@ def bench_coverage(trials: int) -> None:
     elapsed = time.perf_counter() - started
     share = inside / trials
     verdict = "PASS" if abs(share - 0.95) <= 0.03 else "FAIL"
-    print(f"\ncoverage of the 95 % ellipsoid (eq. 15), noise 1 um, 8 designed measurements: "
-          f"{100 * share:.1f} % of {trials} trials ({1e3 * elapsed / trials:.2f} ms per "
-          f"estimate) {verdict}")
+    print(
+        f"\ncoverage of the 95 % ellipsoid (eq. 15), noise 1 um, 8 designed measurements: "
+        f"{100 * share:.1f} % of {trials} trials ({1e3 * elapsed / trials:.2f} ms per "
+        f"estimate) {verdict}"
+    )
 
 
 def bench_paper_experiment() -> None:
@@ -108,16 +118,24 @@ def bench_paper_experiment() -> None:
     model = irb()
     prior = prior_from_robot(model, 0.5)
     settings = TcpDesignSettings(
-        5, "A", force_min_n=(-300.0, -300.0, 0.0), force_max_n=(300.0, 300.0, 0.0),
+        5,
+        "A",
+        force_min_n=(-300.0, -300.0, 0.0),
+        force_max_n=(300.0, 300.0, 0.0),
         target_m=(1.6, 0.0, 1.2),
     )
     design = design_tcp(model, settings, prior)
     assert design.force_n is not None
-    print(f"\npaper's experiment: TCP at {settings.target_m} m, F_z = 0, 5 measurements "
-          f"({design.seconds:.2f} s)")
+    print(
+        f"\npaper's experiment: TCP at {settings.target_m} m, F_z = 0, 5 measurements "
+        f"({design.seconds:.2f} s)"
+    )
     for q, f, cone in zip(design.q_rad, design.force_n, design.extra["cone_deg"], strict=True):
-        print("  q " + " ".join(f"{v:7.1f}" for v in np.degrees(q))
-              + f" deg  F ({f[0]:6.0f}, {f[1]:6.0f}) N  cone {cone:5.1f} deg")
+        print(
+            "  q "
+            + " ".join(f"{v:7.1f}" for v in np.degrees(q))
+            + f" deg  F ({f[0]:6.0f}, {f[1]:6.0f}) N  cone {cone:5.1f} deg"
+        )
     rel = design.std_nm_rad / prior.mean_nm_rad
     print("  expected sd / k0: " + ", ".join(f"{100 * r:.2f} %" for r in rel))
 
@@ -134,23 +152,30 @@ def bench_dual_encoder(runs: int) -> None:
     offsets = rng.uniform(-2e-3, 2e-3, 6)
     data = simulate_dual_encoder(model, design.q_rad, k_true, offsets, noise_counts=0.5, rng=rng)
     est = estimate_dual_encoder(model, data, prior, joints=joints)
-    print(f"\ndual encoder, UR5e + 3 kg tool, 8 designed poses ({design.seconds:.2f} s), "
-          "19-bit encoders, 0.5 count noise")
+    print(
+        f"\ndual encoder, UR5e + 3 kg tool, 8 designed poses ({design.seconds:.2f} s), "
+        "19-bit encoders, 0.5 count noise"
+    )
     print(f"  {'joint':14s} {'true k':>9s} {'estimate':>10s} {'95 % interval':>24s}")
     for i, name in enumerate(joints):
         lo, hi = est.intervals_nm_rad[i]
         ok = "in" if lo <= k_true[i + 1] <= hi else "OUT"
-        print(f"  {name:14s} {k_true[i + 1]:9.0f} {est.k_nm_rad[i]:10.0f} "
-              f"[{lo:10.0f}, {hi:10.0f}] {ok}")
+        print(
+            f"  {name:14s} {k_true[i + 1]:9.0f} {est.k_nm_rad[i]:10.0f} "
+            f"[{lo:10.0f}, {hi:10.0f}] {ok}"
+        )
     hits = np.zeros(len(joints))
     for _ in range(runs):
-        data = simulate_dual_encoder(model, design.q_rad, k_true, rng.uniform(-2e-3, 2e-3, 6),
-                                     noise_counts=0.5, rng=rng)
+        data = simulate_dual_encoder(
+            model, design.q_rad, k_true, rng.uniform(-2e-3, 2e-3, 6), noise_counts=0.5, rng=rng
+        )
         est = estimate_dual_encoder(model, data, prior, joints=joints)
         lo, hi = est.intervals_nm_rad.T
         hits += (lo <= k_true[1:]) & (k_true[1:] <= hi)
-    print(f"  per-joint coverage over {runs} runs: "
-          + ", ".join(f"{100 * h / runs:.1f} %" for h in hits))
+    print(
+        f"  per-joint coverage over {runs} runs: "
+        + ", ".join(f"{100 * h / runs:.1f} %" for h in hits)
+    )
     try:
         design_dual_encoder(model, 8, prior, starts=1)
     except InfeasibleRequestError as exc:  # the expected refusal, shown as it is reported

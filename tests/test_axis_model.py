@@ -21,9 +21,15 @@ from agent.models.axis.model import (
 )
 from agent.models.axis.pid import gap_take_up_s, simulate_axis
 
-PAPER = AxisParams(b_s2=0.0005, c_s=0.005, gear_ratio=25.0, screw_lead_m_per_rad=1.0,
-                   motor_inertia_fraction=0.35, motor_time_constant_s=1.0,
-                   backlash_motor_rad=0.125664)
+PAPER = AxisParams(
+    b_s2=0.0005,
+    c_s=0.005,
+    gear_ratio=25.0,
+    screw_lead_m_per_rad=1.0,
+    motor_inertia_fraction=0.35,
+    motor_time_constant_s=1.0,
+    backlash_motor_rad=0.125664,
+)
 A_M, OMEGA = 0.25, math.pi / 6.0
 
 
@@ -47,10 +53,19 @@ def test_params_reject_bad_values_naming_the_field() -> None:
 
 def test_from_physical_builds_eq9_and_c_identity() -> None:
     p = AxisParams.from_physical(
-        gear_ratio=10.0, screw_lead_m_per_rad=0.005 / (2 * math.pi), inertia_kg_m2=2e-4,
-        damping_nm_s_rad=1e-3, motor_inertia_kg_m2=8e-5, motor_damping_nm_s_rad=4e-5,
-        proportional_gain_v_m=2000.0, amplifier_gain_a_v=1.5, torque_constant_nm_a=0.3,
-        backlash_motor_rad=0.02, integral_gain_v_m_s=4000.0, derivative_gain_v_s_m=2.0)
+        gear_ratio=10.0,
+        screw_lead_m_per_rad=0.005 / (2 * math.pi),
+        inertia_kg_m2=2e-4,
+        damping_nm_s_rad=1e-3,
+        motor_inertia_kg_m2=8e-5,
+        motor_damping_nm_s_rad=4e-5,
+        proportional_gain_v_m=2000.0,
+        amplifier_gain_a_v=1.5,
+        torque_constant_nm_a=0.3,
+        backlash_motor_rad=0.02,
+        integral_gain_v_m_s=4000.0,
+        derivative_gain_v_s_m=2.0,
+    )
     k = 2000.0 * 1.5 * 0.3
     r = 0.005 / (2 * math.pi)
     assert p.b_s2 == pytest.approx(10.0 * 2e-4 / (k * r))  # eq. 9
@@ -97,11 +112,12 @@ def test_gap_integral_eq22_matches_quadrature_of_eq17() -> None:
     t_i, x_i = 3.005, 0.25003
 
     def rhs(t: float, y: np.ndarray) -> list[float]:
-        return [PAPER.motor_gain_rad_m_s2 * (A_M * math.sin(OMEGA * t) - x_i)
-                - PAPER.beta_1_s * y[0], y[0]]
+        return [
+            PAPER.motor_gain_rad_m_s2 * (A_M * math.sin(OMEGA * t) - x_i) - PAPER.beta_1_s * y[0],
+            y[0],
+        ]
 
-    sol = solve_ivp(rhs, (t_i, t_i + 0.2), [0.0, 0.0], rtol=1e-11, atol=1e-13,
-                    dense_output=True)
+    sol = solve_ivp(rhs, (t_i, t_i + 0.2), [0.0, 0.0], rtol=1e-11, atol=1e-13, dense_output=True)
     dts = np.array([0.01, 0.05, 0.1, 0.2])
     angle, speed = motor_angle_in_gap(hc, t_i, x_i, dts)
     ref = sol.sol(t_i + dts)
@@ -145,8 +161,15 @@ def test_closed_form_needs_p_controller() -> None:
 
 def test_numerical_dead_zone_matches_closed_form() -> None:
     run = simulate_harmonic_p(PAPER, A_M, OMEGA, 21.0)
-    num = simulate_axis(PAPER, harmonic, 0.0, 21.0, step_s=1e-3,
-                        initial_position_m=0.0, initial_velocity_m_s=A_M * OMEGA)
+    num = simulate_axis(
+        PAPER,
+        harmonic,
+        0.0,
+        21.0,
+        step_s=1e-3,
+        initial_position_m=0.0,
+        initial_velocity_m_s=A_M * OMEGA,
+    )
     assert len(num.intervals) == len(run.reversals) == 3
     for iv, rv in zip(num.intervals, run.reversals, strict=True):
         assert iv.outcome == "new_flank" and iv.direction == rv.direction
@@ -157,14 +180,27 @@ def test_numerical_dead_zone_matches_closed_form() -> None:
 
 
 @settings(max_examples=25, deadline=None, derandomize=True)
-@given(b=st.floats(1e-4, 2e-3), zeta=st.floats(0.05, 3.0), x0=st.floats(-0.01, 0.01),
-       v0=st.floats(-0.2, 0.2))
-def test_engaged_numerics_match_eq19_for_random_axes(b: float, zeta: float, x0: float,
-                                                      v0: float) -> None:
+@given(
+    b=st.floats(1e-4, 2e-3),
+    zeta=st.floats(0.05, 3.0),
+    x0=st.floats(-0.01, 0.01),
+    v0=st.floats(-0.2, 0.2),
+)
+def test_engaged_numerics_match_eq19_for_random_axes(
+    b: float, zeta: float, x0: float, v0: float
+) -> None:
     p = dataclasses.replace(PAPER, b_s2=b, c_s=2.0 * zeta * math.sqrt(b))
     hc = harmonic_constants(p, A_M, OMEGA)
-    num = simulate_axis(p, harmonic, 0.0, 1.5, step_s=5e-4, trigger="none",
-                        initial_position_m=x0, initial_velocity_m_s=v0)
+    num = simulate_axis(
+        p,
+        harmonic,
+        0.0,
+        1.5,
+        step_s=5e-4,
+        trigger="none",
+        initial_position_m=x0,
+        initial_velocity_m_s=v0,
+    )
     exact = engaged_harmonic_motion(p, hc, 0.0, x0, v0, num.time_s)[0]
     assert np.max(np.abs(num.position_m - exact)) < 1e-8
 
@@ -177,7 +213,8 @@ def test_ramp_following_error_p_versus_pi() -> None:
 
     p_run = simulate_axis(PAPER, ramp, 0.0, 3.0, trigger="none")
     assert ramp(p_run.time_s[-1:])[0][0] - p_run.position_m[-1] == pytest.approx(
-        PAPER.c_s * 0.1, rel=1e-6)
+        PAPER.c_s * 0.1, rel=1e-6
+    )
     pi = dataclasses.replace(PAPER, integral_time_s=0.2)
     pi_run = simulate_axis(pi, ramp, 0.0, 12.0, trigger="none")
     assert abs(1.2 - pi_run.position_m[-1]) < 1e-6
@@ -188,22 +225,23 @@ def test_pi_pid_gap_matches_independent_integration(ti: float | None, td: float)
     """Eq. 16 with the full control law, motor from rest: compare with solve_ivp."""
     p = dataclasses.replace(PAPER, integral_time_s=ti, derivative_time_s=td)
     t_i, x_i, z0 = 3.0, 0.2502, 0.0
-    got = gap_take_up_s(p, harmonic, t_i, x_i, horizon_s=1.0, step_s=1e-3, direction=-1,
-                        initial_integral_m_s=z0)
+    got = gap_take_up_s(
+        p, harmonic, t_i, x_i, horizon_s=1.0, step_s=1e-3, direction=-1, initial_integral_m_s=z0
+    )
     inv_ti = 0.0 if ti is None else 1.0 / ti
 
     def rhs(t: float, y: np.ndarray) -> list[float]:
         e = A_M * math.sin(OMEGA * t) - x_i
         de = A_M * OMEGA * math.cos(OMEGA * t)
-        return [e, p.motor_gain_rad_m_s2 * (e + y[0] * inv_ti + td * de) - p.beta_1_s * y[1],
-                y[1]]
+        return [e, p.motor_gain_rad_m_s2 * (e + y[0] * inv_ti + td * de) - p.beta_1_s * y[1], y[1]]
 
     def crossed(t: float, y: np.ndarray) -> float:
         return y[2] + p.backlash_motor_rad
 
     crossed.terminal = True  # type: ignore[attr-defined]
-    sol = solve_ivp(rhs, (t_i, t_i + 1.0), [z0, 0.0, 0.0], events=crossed, rtol=1e-11,
-                    atol=1e-14, max_step=1e-3)
+    sol = solve_ivp(
+        rhs, (t_i, t_i + 1.0), [z0, 0.0, 0.0], events=crossed, rtol=1e-11, atol=1e-14, max_step=1e-3
+    )
     assert got is not None
     assert got == pytest.approx(sol.t_events[0][0] - t_i, abs=1e-9)
 
@@ -218,8 +256,9 @@ def test_p_gap_matches_closed_form_interval() -> None:
 
 @pytest.mark.parametrize("controller", ["PI", "PID"])
 def test_pi_pid_dead_zone_runs_reversals(controller: str) -> None:
-    p = dataclasses.replace(PAPER, integral_time_s=2.0,
-                            derivative_time_s=0.0005 if controller == "PID" else 0.0)
+    p = dataclasses.replace(
+        PAPER, integral_time_s=2.0, derivative_time_s=0.0005 if controller == "PID" else 0.0
+    )
     assert p.controller == controller
     run = simulate_axis(p, harmonic, 0.0, 14.0, step_s=1e-3)
     assert len(run.intervals) == 2
@@ -242,8 +281,9 @@ def test_command_reversing_inside_the_gap_returns_to_old_flank() -> None:
 
     def dip(t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         bump = np.where((t > 1.0) & (t < 1.4), np.sin(np.pi * (t - 1.0) / 0.4) ** 2, 0.0)
-        dbump = np.where((t > 1.0) & (t < 1.4),
-                         np.pi / 0.4 * np.sin(2 * np.pi * (t - 1.0) / 0.4), 0.0)
+        dbump = np.where(
+            (t > 1.0) & (t < 1.4), np.pi / 0.4 * np.sin(2 * np.pi * (t - 1.0) / 0.4), 0.0
+        )
         return 0.05 * t - 0.02 * bump, 0.05 - 0.02 * dbump
 
     run = simulate_axis(big, dip, 0.0, 1.65, step_s=1e-3)
@@ -258,8 +298,9 @@ def test_command_reversing_inside_the_gap_returns_to_old_flank() -> None:
 
 
 def test_scheduled_gap_and_inelastic_engagement() -> None:
-    run = simulate_axis(PAPER, harmonic, 0.0, 4.0, trigger="scheduled", scheduled_s=(3.0,),
-                        engagement="inelastic")
+    run = simulate_axis(
+        PAPER, harmonic, 0.0, 4.0, trigger="scheduled", scheduled_s=(3.0,), engagement="inelastic"
+    )
     (iv,) = run.intervals
     assert iv.start_s == pytest.approx(3.0, abs=1e-12)
     assert iv.outcome == "new_flank"
@@ -267,8 +308,12 @@ def test_scheduled_gap_and_inelastic_engagement() -> None:
     assert at_end.size == 2  # before and after re-engagement
     before, after = at_end
     assert abs(run.gap_angle_rad[before]) == pytest.approx(PAPER.backlash_motor_rad, abs=1e-10)
-    expected_v = (PAPER.motor_inertia_fraction * run.motor_speed_rad_s[before]
-                  * PAPER.screw_lead_m_per_rad / PAPER.gear_ratio)
+    expected_v = (
+        PAPER.motor_inertia_fraction
+        * run.motor_speed_rad_s[before]
+        * PAPER.screw_lead_m_per_rad
+        / PAPER.gear_ratio
+    )
     assert run.velocity_m_s[after] == pytest.approx(expected_v, rel=1e-12)
     assert run.velocity_m_s[after] < 0  # moving in the new (negative) direction at once
 

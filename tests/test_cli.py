@@ -25,7 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 JHA = Path(sys.executable).with_name("jha")
 SPEED = ["--speed-rps", "100", "--gear-ratio", "40"]
 JSON_KEYS = {
-    "amplitude_rad_s", "rmse_rad_s", "params", "backlash_rad", "fit_seconds", "evaluations"
+    "amplitude_rad_s",
+    "rmse_rad_s",
+    "params",
+    "backlash_rad",
+    "fit_seconds",
+    "evaluations",
 }
 WORN_RAD = 1.2e-3
 # (A, delta) pairs of the default simulated joint, as a bench or a sweep would give them.
@@ -47,8 +52,20 @@ def jha(*args: str | Path, timeout_s: float = 120.0) -> subprocess.CompletedProc
 def worn_csv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A simulated 6-load-turn capture of a worn joint, written by `jha simulate backlash`."""
     path = tmp_path_factory.mktemp("cli") / "worn.csv"
-    code = main(["simulate", "backlash", "--backlash-rad", str(WORN_RAD), "--load-turns", "6",
-                 "--seed", "4", "-o", str(path)])
+    code = main(
+        [
+            "simulate",
+            "backlash",
+            "--backlash-rad",
+            str(WORN_RAD),
+            "--load-turns",
+            "6",
+            "--seed",
+            "4",
+            "-o",
+            str(path),
+        ]
+    )
     assert code == EX_OK
     return path
 
@@ -277,8 +294,23 @@ def test_simulate_writes_a_capture_that_reads_back(worn_csv: Path, tmp_path: Pat
     assert {"motor_counts", "motor_pos_rad"} <= set(capture.channels)
     # The native format holds the very same samples.
     npz = tmp_path / "worn.npz"
-    assert main(["simulate", "backlash", "--backlash-rad", str(WORN_RAD), "--load-turns", "6",
-                 "--seed", "4", "-o", str(npz)]) == EX_OK
+    assert (
+        main(
+            [
+                "simulate",
+                "backlash",
+                "--backlash-rad",
+                str(WORN_RAD),
+                "--load-turns",
+                "6",
+                "--seed",
+                "4",
+                "-o",
+                str(npz),
+            ]
+        )
+        == EX_OK
+    )
     native = load_capture(npz)
     assert np.array_equal(native.time_s, capture.time_s)
     for name, values in capture.channels.items():

@@ -66,21 +66,27 @@ def jha(*argv: str) -> int:
 
 def zigzag(n: int, width: float = 20.0, feed: float = 3000.0) -> str:
     return f"G21 G90 G94 F{feed:g}\n" + "".join(
-        f"G1 X{(k % 2) * width:g} Y{k * 0.5:g}\n" for k in range(1, n))
+        f"G1 X{(k % 2) * width:g} Y{k * 0.5:g}\n" for k in range(1, n)
+    )
 
 
 # ------------------------------------------------------------------------------- simulate
 
 
 def test_simulate_json_reproduces_section_4_2_to_the_printed_digits(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert jha("feedrate", "simulate", "--example", "farouki2022", "--json") == EX_OK
     d = json.loads(capsys.readouterr().out)
     printed = {
-        "gamma_1_s": ("{:.0f}", "5"), "lambda_1_s": ("{:.6f}", "44.440972"),
-        "motor_gain_rad_m_s2": ("{:.6e}", "1.428571e+05"), "p": ("{:.6f}", "-1.000130"),
-        "q": ("{:.6f}", "0.002619"), "phi_rad": ("{:.6f}", "1.088448"),
-        "steady_backlash_s": ("{:.6f}", "0.118743"), "reversal_lag_s": ("{:.6f}", "0.005001"),
+        "gamma_1_s": ("{:.0f}", "5"),
+        "lambda_1_s": ("{:.6f}", "44.440972"),
+        "motor_gain_rad_m_s2": ("{:.6e}", "1.428571e+05"),
+        "p": ("{:.6f}", "-1.000130"),
+        "q": ("{:.6f}", "0.002619"),
+        "phi_rad": ("{:.6f}", "1.088448"),
+        "steady_backlash_s": ("{:.6f}", "0.118743"),
+        "reversal_lag_s": ("{:.6f}", "0.005001"),
     }
     for key, (fmt, paper) in printed.items():
         assert fmt.format(d[key]) == paper, (key, d[key])
@@ -93,8 +99,10 @@ def test_simulate_text_and_a_modulated_turning_point(capsys: pytest.CaptureFixtu
     assert jha("feedrate", "simulate", "--example", "farouki2022") == EX_OK
     out = capsys.readouterr().out
     assert "44.440972" in out and "0.118743" in out and "DIFFERS" not in out
-    assert jha("feedrate", "simulate", "--example", "farouki2022", "--ratio", "0.25",
-               "--json") == EX_OK
+    assert (
+        jha("feedrate", "simulate", "--example", "farouki2022", "--ratio", "0.25", "--json")
+        == EX_OK
+    )
     tp = json.loads(capsys.readouterr().out)["turning_point"]
     # Figure 11 at 0.25: the shallow minimum, ~38 % below the constant feed's error.
     assert tp["modulated"]["max_radial_error"] < 0.7 * tp["constant"]["max_radial_error"]
@@ -105,7 +113,8 @@ def test_simulate_text_and_a_modulated_turning_point(capsys: pytest.CaptureFixtu
 
 
 def test_sweep_has_figure_11s_shape_as_table_json_and_plot(
-        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     plot = tmp_path / "fig11.svg"
     assert jha("feedrate", "sweep", "--json", "--plot", str(plot)) == EX_OK
     d = json.loads(capsys.readouterr().out)
@@ -129,16 +138,15 @@ def test_sweep_has_figure_11s_shape_as_table_json_and_plot(
 
 
 def test_filter_file_to_file_and_stdin_to_stdout(
-        tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsysbinary: pytest.CaptureFixture[bytes], monkeypatch: pytest.MonkeyPatch
+) -> None:
     src = tmp_path / "in.gcode"
     dst = tmp_path / "out.gcode"
     program = zigzag(6, feed=6000.0)
     src.write_text(program)
     machine = load_machine(EXAMPLE)
     expected = "".join(filter_lines(program.splitlines(keepends=True), machine))
-    assert jha("feedrate", "filter", str(src), "-o", str(dst), "--machine",
-               str(EXAMPLE)) == EX_OK
+    assert jha("feedrate", "filter", str(src), "-o", str(dst), "--machine", str(EXAMPLE)) == EX_OK
     assert dst.read_text() == expected
     err = capsysbinary.readouterr().err.decode()
     assert f"{src}: 6 lines in" in err and "4 of 4 reversals modulated" in err
@@ -150,18 +158,23 @@ def test_filter_file_to_file_and_stdin_to_stdout(
 
 
 def test_filter_errors_name_the_file_and_line(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bad_machine = tmp_path / "m.yaml"
     bad_machine.write_text(EXAMPLE.read_text().replace("eps_m: 1.0e-6", "eps_m: -1"))
     src = tmp_path / "in.gcode"
     src.write_text("G21 G90 F600\nG1 X10\nG1 X5 Q1\n")
     assert jha("feedrate", "filter", str(src), "--machine", str(bad_machine)) == EX_CONFIG
-    line = 1 + next(i for i, text in enumerate(bad_machine.read_text().splitlines())
-                    if text.startswith("eps_m: -1"))
+    line = 1 + next(
+        i
+        for i, text in enumerate(bad_machine.read_text().splitlines())
+        if text.startswith("eps_m: -1")
+    )
     assert f"{bad_machine}:{line}: eps_m: expected a number > 0" in capsys.readouterr().err
     out = tmp_path / "out.gcode"
-    assert jha("feedrate", "filter", str(src), "-o", str(out), "--machine",
-               str(EXAMPLE)) == EX_DATAERR
+    assert (
+        jha("feedrate", "filter", str(src), "-o", str(out), "--machine", str(EXAMPLE)) == EX_DATAERR
+    )
     assert f"{src}:3: unknown word Q" in capsys.readouterr().err
     assert not out.exists()  # nothing half-written
 
@@ -174,7 +187,10 @@ class Peer:
         self.stats_path = tmp / f"stats-{time.monotonic_ns()}.json"
         self.proc = subprocess.Popen(
             [sys.executable, "-P", str(PEER), "--stats", str(self.stats_path), *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert line.startswith("READY"), f"peer did not start: {line!r}"
@@ -193,7 +209,7 @@ class Peer:
                 buf = b""
                 while b">" not in buf and time.monotonic() < deadline:
                     buf += channel.read(0.05)
-                status = parse_status(buf[buf.rindex(b"<"):buf.rindex(b">") + 1].decode())
+                status = parse_status(buf[buf.rindex(b"<") : buf.rindex(b">") + 1].decode())
                 if status.state == "Idle":
                     return status
                 time.sleep(0.02)
@@ -240,16 +256,15 @@ def peer(tmp_path: Path) -> Iterator[Any]:
 
 
 def test_stream_filters_on_the_fly_to_a_grbl_controller(
-        peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     machine = tmp_path / "grbl.yaml"
     machine.write_text(GRBL_MACHINE)
     src = tmp_path / "zz.gcode"
     src.write_text(zigzag(40))
-    expected = "".join(filter_lines(zigzag(40).splitlines(keepends=True),
-                                    load_machine(machine)))
+    expected = "".join(filter_lines(zigzag(40).splitlines(keepends=True), load_machine(machine)))
     p = peer("--time-scale", "200")
-    assert jha("feedrate", "stream", str(src), "--port", p.path, "--machine",
-               str(machine)) == EX_OK
+    assert jha("feedrate", "stream", str(src), "--port", p.path, "--machine", str(machine)) == EX_OK
     err = capsys.readouterr().err
     n_out = expected.count("\n")
     assert f"{n_out} lines acknowledged of {n_out} sent (40 program lines)" in err
@@ -264,23 +279,38 @@ def test_stream_filters_on_the_fly_to_a_grbl_controller(
 
 
 def test_stream_stops_at_an_error_and_names_the_line(
-        peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     machine = tmp_path / "grbl.yaml"
     machine.write_text(GRBL_MACHINE)
     src = tmp_path / "zz.gcode"
     src.write_text(zigzag(10))
-    sent = list(filtered_lines_with_origin(zigzag(10).splitlines(keepends=True),
-                                           load_machine(machine)))
+    sent = list(
+        filtered_lines_with_origin(zigzag(10).splitlines(keepends=True), load_machine(machine))
+    )
     line, origin = sent[11]
     assert origin in (2, 3) and line.startswith("G1 ")  # a segment of a replaced block
     p = peer("--time-scale", "200", "--error-at", "12:33")
-    assert jha("feedrate", "stream", str(src), "--port", p.path, "--machine", str(machine),
-               "--quiet") == EX_DATAERR
+    assert (
+        jha("feedrate", "stream", str(src), "--port", p.path, "--machine", str(machine), "--quiet")
+        == EX_DATAERR
+    )
     err = capsys.readouterr().err
     compact = "".join(line.split())  # GRBL streams drop spaces
     assert f"{src}:{origin} ({compact!r}): error:33" in err, err
     assert "(line 12 of the filtered stream)" in err
     disconnect = peer("--time-scale", "200", "--disconnect-at", "3")
-    assert jha("feedrate", "stream", str(src), "--port", disconnect.path, "--machine",
-               str(machine), "--quiet") == EX_IOERR
+    assert (
+        jha(
+            "feedrate",
+            "stream",
+            str(src),
+            "--port",
+            disconnect.path,
+            "--machine",
+            str(machine),
+            "--quiet",
+        )
+        == EX_IOERR
+    )
     assert "filtered stream" in capsys.readouterr().err

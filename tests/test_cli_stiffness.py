@@ -35,16 +35,44 @@ def test_design_simulate_estimate_predict_round_trip(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     design = tmp_path / "design.json"
-    assert run("design", "--robot", IRB, "--measurements", "5", "--criterion", "D",
-               "--starts", "2", "-o", str(design), "--json") == EX_OK
+    assert (
+        run(
+            "design",
+            "--robot",
+            IRB,
+            "--measurements",
+            "5",
+            "--criterion",
+            "D",
+            "--starts",
+            "2",
+            "-o",
+            str(design),
+            "--json",
+        )
+        == EX_OK
+    )
     shown = json.loads(capsys.readouterr().out)
     assert shown["criterion"] == "D" and len(shown["q_rad"]) == 5
     assert shown == json.loads(design.read_text())
     assert shown["criterion_value"] < shown["prior_criterion_value"]
 
     meas = tmp_path / "meas.csv"
-    assert run("simulate", str(design), "--robot", IRB, "--k-scale", "1.2", "--seed", "1",
-               "-o", str(meas)) == EX_OK
+    assert (
+        run(
+            "simulate",
+            str(design),
+            "--robot",
+            IRB,
+            "--k-scale",
+            "1.2",
+            "--seed",
+            "1",
+            "-o",
+            str(meas),
+        )
+        == EX_OK
+    )
     assert meas.read_text().startswith(",".join(tcp_columns(6)) + ",sigma_m\n")
 
     estimate = tmp_path / "estimate.json"
@@ -56,15 +84,53 @@ def test_design_simulate_estimate_predict_round_trip(
     assert np.all((lo < k_true) & (k_true < hi))
     assert len(est["residuals"]) == 5 and est["converged"]
 
-    assert run("predict", "--robot", IRB, "--q", "0", "20", "30", "0", "40", "0", "--degrees",
-               "--force", "0", "300", "0", "--estimate", str(estimate), "--json") == EX_OK
+    assert (
+        run(
+            "predict",
+            "--robot",
+            IRB,
+            "--q",
+            "0",
+            "20",
+            "30",
+            "0",
+            "40",
+            "0",
+            "--degrees",
+            "--force",
+            "0",
+            "300",
+            "0",
+            "--estimate",
+            str(estimate),
+            "--json",
+        )
+        == EX_OK
+    )
     pred = json.loads(capsys.readouterr().out)
     assert pred["stiffness_from"] == str(estimate)
     dy, sd_y = pred["deviation_m"][0][1], pred["deviation_std_m"][0][1]
     assert 1e-4 < dy < 1e-3 and 0 < sd_y < 0.02 * dy  # tenths of a mm, known to ~1 %
 
-    assert run("predict", "--robot", IRB, "--q", "0", "0.3", "0.5", "0", "0.7", "0",
-               "--force", "0", "300", "0") == EX_OK
+    assert (
+        run(
+            "predict",
+            "--robot",
+            IRB,
+            "--q",
+            "0",
+            "0.3",
+            "0.5",
+            "0",
+            "0.7",
+            "0",
+            "--force",
+            "0",
+            "300",
+            "0",
+        )
+        == EX_OK
+    )
     text = capsys.readouterr().out
     assert "TCP deviation (um, 1 sd from" in text and "stiffness_nm_rad, 50% sd" in text
 
@@ -73,8 +139,24 @@ def test_text_output_of_design_and_estimate(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     design = tmp_path / "d.json"
-    assert run("design", "--robot", IRB, "--measurements", "4", "--starts", "1",
-               "--force-bounds", "300", "300", "0", "-o", str(design)) == EX_OK
+    assert (
+        run(
+            "design",
+            "--robot",
+            IRB,
+            "--measurements",
+            "4",
+            "--starts",
+            "1",
+            "--force-bounds",
+            "300",
+            "300",
+            "0",
+            "-o",
+            str(design),
+        )
+        == EX_OK
+    )
     out = capsys.readouterr().out
     assert "A-optimal, 4 measurements" in out and "axis_6" in out and "F " in out
     meas = tmp_path / "m.csv"
@@ -91,8 +173,21 @@ def test_sequential_design_from_measurements_taken(
     run("design", "--robot", IRB, "--measurements", "3", "--starts", "1", "-o", str(design))
     run("simulate", str(design), "--robot", IRB, "-o", str(meas))
     capsys.readouterr()
-    assert run("design", "--robot", IRB, "--measurements", "1", "--given", str(meas),
-               "--starts", "2", "--json") == EX_OK
+    assert (
+        run(
+            "design",
+            "--robot",
+            IRB,
+            "--measurements",
+            "1",
+            "--given",
+            str(meas),
+            "--starts",
+            "2",
+            "--json",
+        )
+        == EX_OK
+    )
     nxt = json.loads(capsys.readouterr().out)
     assert nxt["given"] == 3 and len(nxt["q_rad"]) == 1
     assert nxt["criterion_value"] < json.loads(design.read_text())["criterion_value"]
@@ -102,13 +197,43 @@ def test_dual_encoder_through_the_cli(tmp_path: Path, capsys: pytest.CaptureFixt
     payload = ["--payload-kg", "3", "--payload-com", "0.08", "0", "0.05"]
     joints = ["--joints", "shoulder_lift", "elbow", "wrist_1", "wrist_2", "wrist_3"]
     design, meas = tmp_path / "d.json", tmp_path / "m.csv"
-    assert run("design", "--robot", UR5E, "--method", "dual-encoder", "--measurements", "6",
-               "--starts", "1", *joints, *payload, "-o", str(design)) == EX_OK
-    assert run("simulate", str(design), "--robot", UR5E, *payload, "--seed", "2",
-               "-o", str(meas)) == EX_OK
+    assert (
+        run(
+            "design",
+            "--robot",
+            UR5E,
+            "--method",
+            "dual-encoder",
+            "--measurements",
+            "6",
+            "--starts",
+            "1",
+            *joints,
+            *payload,
+            "-o",
+            str(design),
+        )
+        == EX_OK
+    )
+    assert (
+        run("simulate", str(design), "--robot", UR5E, *payload, "--seed", "2", "-o", str(meas))
+        == EX_OK
+    )
     capsys.readouterr()
-    assert run("estimate", str(meas), "--robot", UR5E, "--method", "dual-encoder", *joints,
-               *payload, "--json") == EX_OK
+    assert (
+        run(
+            "estimate",
+            str(meas),
+            "--robot",
+            UR5E,
+            "--method",
+            "dual-encoder",
+            *joints,
+            *payload,
+            "--json",
+        )
+        == EX_OK
+    )
     est = json.loads(capsys.readouterr().out)
     assert est["method"] == "dual-encoder" and est["joint_names"][0] == "shoulder_lift"
     assert len(est["nuisance"]) == 5  # one encoder offset per joint
@@ -139,8 +264,23 @@ def test_bad_requests_raise_typed_errors(tmp_path: Path) -> None:
     with pytest.raises(EstimationError, match="--q needs 6 joint angles"):
         run("predict", "--robot", IRB, "--q", "0", "0", "--force", "0", "0", "1")
     with pytest.raises(InfeasibleRequestError, match="joint axis_3 \\(closed chain\\)") as err:
-        run("predict", "--robot", IRB, "--q", "0", "20", "100", "0", "40", "0", "--degrees",
-            "--force", "0", "300", "0")
+        run(
+            "predict",
+            "--robot",
+            IRB,
+            "--q",
+            "0",
+            "20",
+            "100",
+            "0",
+            "40",
+            "0",
+            "--degrees",
+            "--force",
+            "0",
+            "300",
+            "0",
+        )
     assert err.value.exit_code == EX_DATAERR
     with pytest.raises(InfeasibleRequestError) as err:
         run("design", "--robot", UR5E, "--measurements", "3", "--starts", "1")
@@ -150,5 +290,21 @@ def test_bad_requests_raise_typed_errors(tmp_path: Path) -> None:
     bad = tmp_path / "e.json"
     bad.write_text("{not json")
     with pytest.raises(CaptureError, match="invalid JSON"):
-        run("predict", "--robot", IRB, "--q", "0", "0", "0", "0", "0", "0", "--force", "1", "0",
-            "0", "--estimate", str(bad))
+        run(
+            "predict",
+            "--robot",
+            IRB,
+            "--q",
+            "0",
+            "0",
+            "0",
+            "0",
+            "0",
+            "0",
+            "--force",
+            "1",
+            "0",
+            "0",
+            "--estimate",
+            str(bad),
+        )

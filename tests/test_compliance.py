@@ -184,8 +184,9 @@ def test_deviation_is_j_k_inverse_j_transpose_f_for_small_forces() -> None:
 @pytest.mark.parametrize("with_gravity", [False, True])
 def test_sensitivity_matches_central_differences(with_gravity: bool) -> None:
     r = with_payload(UR5E, Payload(2.0, (0.05, 0.0, 0.1)))
-    model = compliance_model(dataclasses.replace(r, tool=ToolFrame((0.08, 0.0, 0.12))),
-                             with_gravity=with_gravity)
+    model = compliance_model(
+        dataclasses.replace(r, tool=ToolFrame((0.08, 0.0, 0.12))), with_gravity=with_gravity
+    )
     k = model.nominal_stiffness()
     q = random_poses(r, 6, seed=9)
     f = np.random.default_rng(10).uniform(-100, 100, (6, 3))

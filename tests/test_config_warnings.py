@@ -61,18 +61,21 @@ def test_config_check_warns_about_every_interlock_rule_that_is_off(
     assert warned["controllers[0].interlocks.require_permission"].startswith(f"{path}:5: ")
     assert warned["controllers[0].interlocks.require_no_alarm"].startswith(f"{path}:6: ")
     assert warned["controllers[0].interlocks.require_operator_absent"].startswith(f"{path}:4: ")
-    assert "switched off (cell_a): a cycle may start without the controller's permission" in (
-        warned["controllers[0].interlocks.require_permission"]
+    assert (
+        "switched off (cell_a): a cycle may start without the controller's permission"
+        in (warned["controllers[0].interlocks.require_permission"])
     )
     assert "off by default (cell_a)" in warned["controllers[0].interlocks.require_operator_absent"]
     # Every rule the config can switch off is covered by the check.
     off = load_config(path).controllers[0].interlocks
     every = [n for n in vars(off) if n.startswith("require_")]
     everything_off = path.with_name("all_off.yaml")
-    everything_off.write_text(CONFIG.replace(
-        "      require_permission: false\n",
-        "".join(f"      {n}: false\n" for n in every if n != "require_no_alarm"),
-    ))
+    everything_off.write_text(
+        CONFIG.replace(
+            "      require_permission: false\n",
+            "".join(f"      {n}: false\n" for n in every if n != "require_no_alarm"),
+        )
+    )
     found = interlock_warnings(load_config(everything_off))
     assert sorted(w.path for w in found if "cell_a" in w.message) == sorted(
         f"controllers[0].interlocks.{n}" for n in every
@@ -82,8 +85,13 @@ def test_config_check_warns_about_every_interlock_rule_that_is_off(
 
 def test_the_demo_config_check_warns_about_operator_presence_only() -> None:
     demo = ROOT / "config" / "demo.yaml"
-    done = subprocess.run([sys.executable, "-m", "agent.cli", "config", "check", str(demo)],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "config", "check", str(demo)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
     assert done.returncode == 0
     assert done.stdout.strip() == f"{demo}: OK"
     assert "interlocks.require_operator_absent: warning: interlock rule off by default" in (

@@ -150,7 +150,8 @@ REFUSALS: dict[str, tuple[Callable[[RecordingSim], None], str]] = {
     "fault": (lambda d: d.inject_mode(ControllerMode.FAULT), "controller is in fault mode"),
     "permission": (lambda d: d.inject_permission(False), "permission signal is off"),
     "alarm": (
-        lambda d: d.inject_alarm("E-STOP 12", "door open"), "active alarm: E-STOP 12, door open"
+        lambda d: d.inject_alarm("E-STOP 12", "door open"),
+        "active alarm: E-STOP 12, door open",
     ),
     "override": (lambda d: d.inject_override(0.5), "speed override is 50 %, not 100 %"),
     "override_above": (lambda d: d.inject_override(1.2), "speed override is 120 %, not 100 %"),
@@ -241,8 +242,12 @@ def test_every_violated_interlock_is_named(make_joint: Callable[..., JointSettin
     with pytest.raises(InterlockError) as err:
         run(scenario())
     text = str(err.value)
-    for part in ("permission signal is off", "active alarm: overtemp", "speed override is 80 %",
-                 "joint j1 stands at 1.0000 rad"):
+    for part in (
+        "permission signal is off",
+        "active alarm: overtemp",
+        "speed override is 80 %",
+        "joint j1 stands at 1.0000 rad",
+    ):
         assert part in text
     assert driver.run_cycle_calls == 0
 
@@ -276,7 +281,10 @@ def test_the_pose_interlock_holds_exactly_within_the_tolerance(
     pose: float, offset: float, tolerance: float
 ) -> None:
     joint = JointSettings(
-        name="j1", index=1, gear_ratio=40.0, test_pose_rad=pose,
+        name="j1",
+        index=1,
+        gear_ratio=40.0,
+        test_pose_rad=pose,
         backlash_cycle=BacklashCycleSettings(motor_speed_rps=100.0),
     )
     position = pose + offset
@@ -285,15 +293,19 @@ def test_the_pose_interlock_holds_exactly_within_the_tolerance(
     outside = abs(position - pose) > tolerance
     assert bool(problems) == outside
     # During motion the pose changes by design: it is not an interlock then.
-    assert interlock_violations(
-        status, InterlockSettings(pose_tolerance_rad=tolerance), joint, running=True
-    ) == []
+    assert (
+        interlock_violations(
+            status, InterlockSettings(pose_tolerance_rad=tolerance), joint, running=True
+        )
+        == []
+    )
 
 
 DISABLED: dict[str, tuple[InterlockSettings, Callable[[RecordingSim], None]]] = {
     "production": (InterlockSettings(require_production_stop=False), _production),
     "permission": (
-        InterlockSettings(require_permission=False), lambda d: d.inject_permission(False)
+        InterlockSettings(require_permission=False),
+        lambda d: d.inject_permission(False),
     ),
     "alarm": (InterlockSettings(require_no_alarm=False), lambda d: d.inject_alarm("warning 7")),
     "override": (InterlockSettings(require_full_override=False), lambda d: d.inject_override(0.3)),
@@ -451,8 +463,15 @@ def test_a_cycle_that_never_ends_is_aborted_at_its_deadline(
     joint = make_joint()
     driver = sim(joint, StuckSim)
     short = BacklashCycle(
-        controller="robot", joint="j1", joint_index=1, motor_speed_rad_s=2 * math.pi * 100,
-        gear_ratio=40.0, duration_s=0.15, settle_s=0.05, sample_rate_hz=500.0, encoder_bits=19,
+        controller="robot",
+        joint="j1",
+        joint_index=1,
+        motor_speed_rad_s=2 * math.pi * 100,
+        gear_ratio=40.0,
+        duration_s=0.15,
+        settle_s=0.05,
+        sample_rate_hz=500.0,
+        encoder_bits=19,
         test_pose_rad=0.0,
     )
     limits = CycleLimits(overrun_factor=1.0, overrun_margin_s=0.1)
@@ -602,7 +621,9 @@ class BrokenStopSim(RecordingSim):
     ids=["stop_raises", "stop_hangs", "stop_hangs_on_shutdown"],
 )
 def test_a_failing_stop_still_cancels_the_cycle_within_its_bound(
-    failure: str, ending: str, make_joint: Callable[..., JointSettings],
+    failure: str,
+    ending: str,
+    make_joint: Callable[..., JointSettings],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The stop is attempted, bounded to STOP_TIMEOUT_S, logged when it fails, and the cycle

@@ -30,7 +30,12 @@ WORN_RAD = 1.2e-3
 BACKLASH_RAD = {"j1": 0.0, "j2": WORN_RAD, "j3": 1.0e-4}
 # (A, delta) pairs read off a sweep of this joint model (paper 000, eq. 10).
 POINTS = [
-    (0.0, 0.0), (1.07, 3.0e-4), (2.06, 7.0e-4), (2.86, 1.1e-3), (3.57, 1.5e-3), (4.58, 2.1e-3)
+    (0.0, 0.0),
+    (1.07, 3.0e-4),
+    (2.06, 7.0e-4),
+    (2.86, 1.1e-3),
+    (3.57, 1.5e-3),
+    (4.58, 2.1e-3),
 ]
 
 
@@ -165,7 +170,9 @@ def test_the_worn_joint_alone_is_alert(two_runs: TwoRuns) -> None:
     for run in (two_runs.first, two_runs.second):
         joints = run.joints()
         assert {name: j["status"] for name, j in joints.items()} == {
-            "j1": "ok", "j2": "alert", "j3": "ok",
+            "j1": "ok",
+            "j2": "alert",
+            "j3": "ok",
         }
         assert run.report["summary"]["worst_status"] == "alert"
         assert joints["j2"]["indicator"] == "backlash_rad"
@@ -206,9 +213,7 @@ def test_each_cycle_records_its_trigger_and_the_report_it_went_into(two_runs: Tw
             record = store.report(message_id)
             assert record is not None, message_id
             assert len(record.cycle_ids) == 3
-            assert {c.report_message_id for c in cycles if c.id in record.cycle_ids} == {
-                message_id
-            }
+            assert {c.report_message_id for c in cycles if c.id in record.cycle_ids} == {message_id}
 
 
 def test_the_second_run_adds_one_trend_point_per_joint(two_runs: TwoRuns) -> None:
@@ -287,9 +292,10 @@ def test_shutting_the_agent_down_mid_cycle_stops_the_motion(tmp_path: Path) -> N
 
     async def scenario() -> None:
         task = asyncio.create_task(agent.run())
-        while "robot" not in agent.drivers or (
-            await agent.drivers["robot"].read_status()
-        ).mode is not ControllerMode.TEST_CYCLE:
+        while (
+            "robot" not in agent.drivers
+            or (await agent.drivers["robot"].read_status()).mode is not ControllerMode.TEST_CYCLE
+        ):
             assert not task.done()
             await asyncio.sleep(0.01)
         task.cancel()

@@ -50,14 +50,18 @@ def _joints() -> str:
     spec = next(f for f in dataclasses.fields(ControllerSettings) if f.name == "joints")
     if spec.metadata.get("min_len", 0) == 0:
         return "    joints: []\n"
-    return ("    joints:\n"
-            "      - {name: x, index: 1, gear_ratio: 25, backlash_cycle: {motor_speed_rps: 1}}\n")
+    return (
+        "    joints:\n"
+        "      - {name: x, index: 1, gear_ratio: 25, backlash_cycle: {motor_speed_rps: 1}}\n"
+    )
 
 
 def config_text(settings: str, name: str = "mill1") -> str:
     body = "".join(f"      {line}\n" for line in settings.strip("\n").splitlines())
-    return (f"agent:\n  state_dir: var\ncontrollers:\n  - name: {name}\n    driver: grbl\n"
-            f"    settings:\n{body}{_joints()}")
+    return (
+        f"agent:\n  state_dir: var\ncontrollers:\n  - name: {name}\n    driver: grbl\n"
+        f"    settings:\n{body}{_joints()}"
+    )
 
 
 def write_config(tmp: Path, settings: str) -> Path:
@@ -73,22 +77,29 @@ def indented(text: str, spaces: int) -> str:
 # ------------------------------------------------------------------------------ status mapping
 
 
-@pytest.mark.parametrize(("line", "mode", "alarms"), [
-    ("<Idle|MPos:0.000,0.000,0.000|FS:0,0>", ControllerMode.STOPPED, ()),
-    ("<Run|MPos:1.000,2.000,0.000|FS:600,0|Ov:100,100,100>", ControllerMode.PRODUCTION, ()),
-    ("<Hold:0|MPos:1.000,2.000,0.000|FS:0,0>", ControllerMode.PRODUCTION, ()),
-    ("<Hold:1|MPos:1.000,2.000,0.000|FS:0,0>", ControllerMode.PRODUCTION, ()),
-    ("<Jog|MPos:1.000,2.000,0.000|FS:0,0>", ControllerMode.MANUAL, ()),
-    ("<Home|MPos:1.000,2.000,0.000|FS:0,0>", ControllerMode.MANUAL, ()),
-    ("<Alarm|MPos:1.000,2.000,0.000|FS:0,0>", ControllerMode.FAULT, ("Alarm",)),
-    ("<Door:1|MPos:1.000,2.000,0.000|FS:0,0>", ControllerMode.FAULT, ("Door:1",)),
-    ("<Check|MPos:0.000,0.000,0.000|FS:0,0>", ControllerMode.STOPPED, ()),
-    ("<Sleep|MPos:0.000,0.000,0.000|FS:0,0>", ControllerMode.STOPPED, ()),
-    ("<Dance|MPos:0.000,0.000,0.000|FS:0,0>", ControllerMode.FAULT, ("unknown GRBL state "
-                                                                      "'Dance'",)),
-])
-def test_grbl_states_map_to_controller_modes(line: str, mode: ControllerMode,
-                                             alarms: tuple[str, ...]) -> None:
+@pytest.mark.parametrize(
+    ("line", "mode", "alarms"),
+    [
+        ("<Idle|MPos:0.000,0.000,0.000|FS:0,0>", ControllerMode.STOPPED, ()),
+        ("<Run|MPos:1.000,2.000,0.000|FS:600,0|Ov:100,100,100>", ControllerMode.PRODUCTION, ()),
+        ("<Hold:0|MPos:1.000,2.000,0.000|FS:0,0>", ControllerMode.PRODUCTION, ()),
+        ("<Hold:1|MPos:1.000,2.000,0.000|FS:0,0>", ControllerMode.PRODUCTION, ()),
+        ("<Jog|MPos:1.000,2.000,0.000|FS:0,0>", ControllerMode.MANUAL, ()),
+        ("<Home|MPos:1.000,2.000,0.000|FS:0,0>", ControllerMode.MANUAL, ()),
+        ("<Alarm|MPos:1.000,2.000,0.000|FS:0,0>", ControllerMode.FAULT, ("Alarm",)),
+        ("<Door:1|MPos:1.000,2.000,0.000|FS:0,0>", ControllerMode.FAULT, ("Door:1",)),
+        ("<Check|MPos:0.000,0.000,0.000|FS:0,0>", ControllerMode.STOPPED, ()),
+        ("<Sleep|MPos:0.000,0.000,0.000|FS:0,0>", ControllerMode.STOPPED, ()),
+        (
+            "<Dance|MPos:0.000,0.000,0.000|FS:0,0>",
+            ControllerMode.FAULT,
+            ("unknown GRBL state 'Dance'",),
+        ),
+    ],
+)
+def test_grbl_states_map_to_controller_modes(
+    line: str, mode: ControllerMode, alarms: tuple[str, ...]
+) -> None:
     status = controller_status(parse_status(line))
     assert status.mode is mode
     assert status.alarms == alarms
@@ -100,8 +111,9 @@ def test_grbl_states_map_to_controller_modes(line: str, mode: ControllerMode,
 def test_alarm_code_and_overrides_are_carried() -> None:
     report = parse_status("<Alarm|MPos:0,0,0|Ov:120,50,80>")
     assert overrides_percent(report) == (120, 50, 80)
-    status = controller_status(report, feed_override_percent=120,
-                               alarm="ALARM:1 hard limit triggered")
+    status = controller_status(
+        report, feed_override_percent=120, alarm="ALARM:1 hard limit triggered"
+    )
     assert status.alarms == ("ALARM:1 hard limit triggered",)
     assert status.speed_override == pytest.approx(1.2)
     assert overrides_percent(parse_status("<Idle|MPos:0,0,0>")) is None
@@ -124,19 +136,29 @@ def test_config_with_a_grbl_controller_validates_into_grbl_settings(tmp_path: Pa
     machine = tmp_path / "machines" / "mill.yaml"
     machine.parent.mkdir()
     machine.write_text(GRBL_MACHINE)
-    path = write_config(tmp_path, "port: /dev/ttyUSB0\nmachine: machines/mill.yaml\n"
-                                  "protocol: dnc\nfilter: {lookahead_lines: 50}\n")
+    path = write_config(
+        tmp_path,
+        "port: /dev/ttyUSB0\nmachine: machines/mill.yaml\n"
+        "protocol: dnc\nfilter: {lookahead_lines: 50}\n",
+    )
     entry = load_config(path).controllers[0]
     s = entry.settings
     assert isinstance(s, GrblSettings)
     assert (s.port, s.protocol, s.rx_buffer_bytes, s.filter.lookahead_lines) == (
-        "/dev/ttyUSB0", "dnc", 128, 50)
+        "/dev/ttyUSB0",
+        "dnc",
+        128,
+        50,
+    )
     assert s.machine_settings(path.parent).name == "grbl-test"  # relative to the config file
 
 
 def test_config_mistakes_name_file_line_and_key(tmp_path: Path) -> None:
-    path = write_config(tmp_path, "port: /dev/ttyUSB0\nmachine: m.yaml\nprotocol: xmodem\n"
-                                  "rx_buffer_bytes: 64\nmax_line_chars: 79\nbaudrat: 9600\n")
+    path = write_config(
+        tmp_path,
+        "port: /dev/ttyUSB0\nmachine: m.yaml\nprotocol: xmodem\n"
+        "rx_buffer_bytes: 64\nmax_line_chars: 79\nbaudrat: 9600\n",
+    )
     issues = {i.path: i for i in config_issues(path)}
     lines = path.read_text().splitlines()
 
@@ -190,13 +212,13 @@ def test_read_status_run_cycle_and_stop_motion_against_the_peer(peer: Any) -> No
             try:
                 other.write(b"G21G90G1X100F600\n", 1.0)
                 deadline = time.monotonic() + 5.0
-                while (status := await driver.read_status()).mode is not \
-                        ControllerMode.PRODUCTION:
+                while (status := await driver.read_status()).mode is not ControllerMode.PRODUCTION:
                     assert time.monotonic() < deadline, status
                     await asyncio.sleep(0.02)
                 with pytest.raises(DriverError, match="runs no test cycles"):
-                    await driver.run_cycle(BacklashCycle("mill1", "x", 1, 1.0, 25.0, 1.0, 0.1,
-                                                         100.0, 19, 0.0))
+                    await driver.run_cycle(
+                        BacklashCycle("mill1", "x", 1, 1.0, 25.0, 1.0, 0.1, 100.0, 19, 0.0)
+                    )
                 await driver.stop_motion()
                 await driver.stop_motion()  # safe to repeat
                 after = await driver.read_status()
@@ -222,6 +244,7 @@ def test_a_silent_port_is_a_driver_error_naming_it(tmp_path: Path) -> None:
     master, slave = os.openpty()
     tty.setraw(slave)
     try:
+
         async def scenario() -> None:
             driver = GrblDriver("mill1", settings_for(os.ttyname(slave), reply_timeout_s=0.2))
             await driver.connect()
@@ -255,18 +278,24 @@ def test_streaming_refuses_while_the_status_connection_is_open(peer: Any) -> Non
 # ------------------------------------------------------------------------------ the CLI
 
 
-def test_cli_streams_through_the_configured_controller(peer: Any, tmp_path: Path,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_streams_through_the_configured_controller(
+    peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "machines").mkdir()
     (tmp_path / "machines" / "mill.yaml").write_text(GRBL_MACHINE)
     src = tmp_path / "zz.gcode"
     src.write_text(zigzag(40))
-    expected = "".join(filter_lines(zigzag(40).splitlines(keepends=True),
-                                    load_machine(tmp_path / "machines" / "mill.yaml")))
+    expected = "".join(
+        filter_lines(
+            zigzag(40).splitlines(keepends=True), load_machine(tmp_path / "machines" / "mill.yaml")
+        )
+    )
     p = peer("--time-scale", "200")
     config = write_config(tmp_path, f"port: {p.path}\nmachine: machines/mill.yaml\n")
-    assert jha("feedrate", "stream", str(src), "--config", str(config), "--controller",
-               "mill1") == EX_OK
+    assert (
+        jha("feedrate", "stream", str(src), "--config", str(config), "--controller", "mill1")
+        == EX_OK
+    )
     err = capsys.readouterr().err
     n_out = expected.count("\n")
     assert f"{n_out} lines acknowledged of {n_out} sent (40 program lines)" in err
@@ -278,23 +307,36 @@ def test_cli_streams_through_the_configured_controller(peer: Any, tmp_path: Path
     assert stats["rx_overflow_bytes"] == 0 and stats["rx_max_bytes"] <= 128
 
 
-def test_cli_inline_machine_and_filter_off(peer: Any, tmp_path: Path,
-                                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_inline_machine_and_filter_off(
+    peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src = tmp_path / "zz.gcode"
     src.write_text(zigzag(12))
     p = peer("--time-scale", "200")
-    config = write_config(tmp_path, f"port: {p.path}\nrx_buffer_bytes: 64\n"
-                                    "filter: {enabled: false}\nmachine:\n"
-                                    + indented(GRBL_MACHINE, 2))
-    assert jha("feedrate", "stream", str(src), "--config", str(config), "--controller",
-               "mill1", "--quiet") == EX_OK
+    config = write_config(
+        tmp_path,
+        f"port: {p.path}\nrx_buffer_bytes: 64\n"
+        "filter: {enabled: false}\nmachine:\n" + indented(GRBL_MACHINE, 2),
+    )
+    assert (
+        jha(
+            "feedrate",
+            "stream",
+            str(src),
+            "--config",
+            str(config),
+            "--controller",
+            "mill1",
+            "--quiet",
+        )
+        == EX_OK
+    )
     assert "12 lines acknowledged of 12 sent, " in capsys.readouterr().err
     stats = p.stats()
     assert stats["oks_sent"] == 12 and stats["rx_max_bytes"] <= 64
 
 
-def test_cli_config_errors(peer: Any, tmp_path: Path,
-                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_config_errors(peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src = tmp_path / "zz.gcode"
     src.write_text(zigzag(4))
     config = write_config(tmp_path, "port: /dev/null\nmachine: missing.yaml\n")
@@ -309,69 +351,115 @@ def test_cli_config_errors(peer: Any, tmp_path: Path,
     assert "--config and --controller go together" in capsys.readouterr().err
     sim = tmp_path / "sim.yaml"
     joint = "      - {name: x, index: 1, gear_ratio: 25, backlash_cycle: {motor_speed_rps: 1}}\n"
-    sim.write_text(config_text("{}").replace("driver: grbl", "driver: sim")
-                   .replace("    settings:\n      {}\n", "")
-                   .replace("    joints: []\n", "    joints:\n" + joint))
-    assert jha("feedrate", "stream", str(src), "--config", str(sim), "--controller",
-               "mill1") == EX_CONFIG
+    sim.write_text(
+        config_text("{}")
+        .replace("driver: grbl", "driver: sim")
+        .replace("    settings:\n      {}\n", "")
+        .replace("    joints: []\n", "    joints:\n" + joint)
+    )
+    assert (
+        jha("feedrate", "stream", str(src), "--config", str(sim), "--controller", "mill1")
+        == EX_CONFIG
+    )
     assert "driver sim; G-code is streamed to a serial CNC controller with driver: grbl" in (
-        capsys.readouterr().err)
+        capsys.readouterr().err
+    )
     bad = tmp_path / "bad.yaml"
-    bad.write_text(config_text("port: /dev/null\nmachine:\n"
-                               + indented(GRBL_MACHINE.replace("eps_m: 2.0e-6", "eps_m: 0"), 2)))
-    assert jha("feedrate", "stream", str(src), "--config", str(bad), "--controller",
-               "mill1") == EX_CONFIG
+    bad.write_text(
+        config_text(
+            "port: /dev/null\nmachine:\n"
+            + indented(GRBL_MACHINE.replace("eps_m: 2.0e-6", "eps_m: 0"), 2)
+        )
+    )
+    assert (
+        jha("feedrate", "stream", str(src), "--config", str(bad), "--controller", "mill1")
+        == EX_CONFIG
+    )
     line = 1 + next(k for k, t in enumerate(bad.read_text().splitlines()) if "eps_m: 0" in t)
     assert f"{bad}:{line}: controllers[0].settings.machine.eps_m" in capsys.readouterr().err
 
 
 def test_cli_error_from_the_controller_names_the_program_line(
-        peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     src = tmp_path / "zz.gcode"
     src.write_text(zigzag(10))
     p = peer("--time-scale", "200", "--error-at", "12:33")
     config = write_config(tmp_path, f"port: {p.path}\nmachine:\n" + indented(GRBL_MACHINE, 2))
-    assert jha("feedrate", "stream", str(src), "--config", str(config), "--controller",
-               "mill1", "--quiet") == EX_DATAERR
+    assert (
+        jha(
+            "feedrate",
+            "stream",
+            str(src),
+            "--config",
+            str(config),
+            "--controller",
+            "mill1",
+            "--quiet",
+        )
+        == EX_DATAERR
+    )
     err = capsys.readouterr().err
     assert f"{src}:" in err and "error:33" in err and "(line 12 of the filtered stream)" in err
 
 
 def test_dnc_hold_codes_are_checked_with_the_config(tmp_path: Path) -> None:
     base = "port: /dev/ttyUSB0\nmachine: m.yaml\n"
-    cases = (("protocol: grbl\ndnc_feed_hold: '!'\n", "dnc_feed_hold",
-              "expected only with protocol: dnc (GRBL's feed hold and cycle start are '!' "
-              "and '~'), found '!'"),
-             ('protocol: dnc\ndnc_feed_hold: "!\\x13"\n', "dnc_feed_hold",
-              "no line end (CR, LF) and no XON/XOFF (0x11, 0x13) byte"),
-             ("protocol: dnc\ndnc_resume: 'cycle start'\n", "dnc_resume",
-              "expected 1 to 8 ASCII characters, found 'cycle start'"))
+    cases = (
+        (
+            "protocol: grbl\ndnc_feed_hold: '!'\n",
+            "dnc_feed_hold",
+            "expected only with protocol: dnc (GRBL's feed hold and cycle start are '!' "
+            "and '~'), found '!'",
+        ),
+        (
+            'protocol: dnc\ndnc_feed_hold: "!\\x13"\n',
+            "dnc_feed_hold",
+            "no line end (CR, LF) and no XON/XOFF (0x11, 0x13) byte",
+        ),
+        (
+            "protocol: dnc\ndnc_resume: 'cycle start'\n",
+            "dnc_resume",
+            "expected 1 to 8 ASCII characters, found 'cycle start'",
+        ),
+    )
     for extra, key, message in cases:
         path = write_config(tmp_path, base + extra)
         (issue,) = config_issues(path)
         assert issue.path == f"controllers[0].settings.{key}", issue
         assert message in issue.message
-        assert issue.line == 1 + next(k for k, line in enumerate(path.read_text().splitlines())
-                                      if f"{key}:" in line)
-    path = write_config(tmp_path, base + "protocol: dnc\ndnc_feed_hold: '!'\n"
-                                         "dnc_resume: '~'\n")
+        assert issue.line == 1 + next(
+            k for k, line in enumerate(path.read_text().splitlines()) if f"{key}:" in line
+        )
+    path = write_config(tmp_path, base + "protocol: dnc\ndnc_feed_hold: '!'\ndnc_resume: '~'\n")
     options = GrblDriver("mill1", load_config(path).controllers[0].settings).stream_options()
     assert isinstance(options, DncOptions)
     assert (options.hold_code, options.resume_code) == (b"!", b"~")
 
 
 def test_cli_dnc_stream_from_the_config_holds_the_machine_on_an_error(
-        peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """G3 end to end: the configured hold code reaches the controller when the DNC stream
     stops on an error; without --confirm-ready nothing is sent at all (G1)."""
     src = tmp_path / "zz.gcode"
     src.write_text(zigzag(40))
     p = peer("--dnc", "--time-scale", "20", "--error-at", "30:33")
-    config = write_config(tmp_path, f"port: {p.path}\nprotocol: dnc\ndnc_feed_hold: '!'\n"
-                                    "filter: {enabled: false}\nmachine:\n"
-                                    + indented(GRBL_MACHINE, 2))
-    run = ("feedrate", "stream", str(src), "--config", str(config), "--controller", "mill1",
-           "--quiet")
+    config = write_config(
+        tmp_path,
+        f"port: {p.path}\nprotocol: dnc\ndnc_feed_hold: '!'\n"
+        "filter: {enabled: false}\nmachine:\n" + indented(GRBL_MACHINE, 2),
+    )
+    run = (
+        "feedrate",
+        "stream",
+        str(src),
+        "--config",
+        str(config),
+        "--controller",
+        "mill1",
+        "--quiet",
+    )
     assert jha(*run) == 75
     assert "--confirm-ready" in capsys.readouterr().err
     assert jha(*run, "--confirm-ready") == EX_DATAERR
@@ -387,8 +475,10 @@ def test_the_example_config_validates() -> None:
 
     path = ROOT / "config" / "cnc_example.yaml"
     assert config_issues(path) == []
-    for name, machine_name, protocol in (("mill1", "farouki2022", "grbl"),
-                                         ("mill2", "mill2", "dnc")):
+    for name, machine_name, protocol in (
+        ("mill1", "farouki2022", "grbl"),
+        ("mill2", "mill2", "dnc"),
+    ):
         driver, machine = _configured_target(path, name)
         assert isinstance(driver, GrblDriver) and driver.controller == name
         assert machine.name == machine_name and driver.settings.protocol == protocol

@@ -60,6 +60,7 @@ SEED = 7
 BACKLASH_RAD = 1.2e-3
 SPEEDUP = "25"  # the peer publishes 25x faster than real time: a 4.8 s capture takes 0.2 s
 
+
 def run(coro: Coroutine[Any, Any, T], timeout_s: float = 40.0) -> T:
     """Every async test body runs under a timeout, so a hang fails instead of blocking."""
 
@@ -79,8 +80,17 @@ def peer_config(tmp_path: Path) -> Path:
 def start_peer(config: Path, tmp_path: Path, *extra: str, port: int = 0) -> PeerProcess:
     peer = PeerProcess(
         config,
-        ["--backlash", f"axis4={BACKLASH_RAD}", "--seed", str(SEED), "--speedup", SPEEDUP,
-         "--chunk-samples", "100", *extra],
+        [
+            "--backlash",
+            f"axis4={BACKLASH_RAD}",
+            "--seed",
+            str(SEED),
+            "--speedup",
+            SPEEDUP,
+            "--chunk-samples",
+            "100",
+            *extra,
+        ],
         port=port,
         log=tmp_path / "peer.log",
     )
@@ -114,13 +124,21 @@ def driver_for(ctrl: ControllerSettings) -> OpcUaDriver:
 
 async def guarded(driver: OpcUaDriver, ctrl: ControllerSettings) -> Any:
     joint = ctrl.joints[0]
-    return await run_guarded_cycle(driver, backlash_cycle(ctrl, joint), ctrl.interlocks, joint,
-                                   CycleLimits(status_timeout_s=2.5, overrun_margin_s=5.0))
+    return await run_guarded_cycle(
+        driver,
+        backlash_cycle(ctrl, joint),
+        ctrl.interlocks,
+        joint,
+        CycleLimits(status_timeout_s=2.5, overrun_margin_s=5.0),
+    )
 
 
 def sim_capture(ctrl: ControllerSettings, cycle: BacklashCycle) -> Any:
-    sim = SimDriver(ctrl.name, SimSettings(
-        seed=SEED, joints={"axis4": SimJointSettings(backlash_rad=BACKLASH_RAD)}), ctrl.joints)
+    sim = SimDriver(
+        ctrl.name,
+        SimSettings(seed=SEED, joints={"axis4": SimJointSettings(backlash_rad=BACKLASH_RAD)}),
+        ctrl.joints,
+    )
 
     async def go() -> Any:
         await sim.connect()
@@ -136,8 +154,7 @@ def test_registered_entry_point_loads_this_driver() -> None:
     assert load_driver_class("opcua") is OpcUaDriver
 
 
-def test_full_cycle_through_peer_matches_simulated_fake(peer_config: Path, tmp_path: Path
-                                                        ) -> None:
+def test_full_cycle_through_peer_matches_simulated_fake(peer_config: Path, tmp_path: Path) -> None:
     # A fresh peer: its first cycle uses the seed of the simulated fake's first cycle.
     peer = start_peer(peer_config, tmp_path)
     ctrl = controller(peer_config, peer.endpoint)
@@ -166,17 +183,20 @@ def test_full_cycle_through_peer_matches_simulated_fake(peer_config: Path, tmp_p
     assert len(capture) == expected_samples(cycle) == len(reference)
     # Counts and Double times travel exactly; current goes as Float (float32) on the wire.
     np.testing.assert_array_equal(capture.time_s, reference.time_s)
-    np.testing.assert_array_equal(capture.channels["motor_counts"],
-                                  reference.channels["motor_counts"])
-    np.testing.assert_array_equal(capture.channels["motor_pos_rad"],
-                                  reference.channels["motor_pos_rad"])
+    np.testing.assert_array_equal(
+        capture.channels["motor_counts"], reference.channels["motor_counts"]
+    )
+    np.testing.assert_array_equal(
+        capture.channels["motor_pos_rad"], reference.channels["motor_pos_rad"]
+    )
     # Same link angle up to whole turns (single-turn counts) and one tick: the peer re-quantises
     # the simulation's link angle, which already carries a turn offset, into counts.
     link_diff = capture.channels["link_pos_rad"] - reference.channels["link_pos_rad"]
     whole_turns = np.round(link_diff[0] / (2 * math.pi)) * 2 * math.pi
     np.testing.assert_allclose(link_diff, whole_turns, atol=1.01 * 2 * math.pi / 2**19)
-    np.testing.assert_allclose(capture.channels["current_a"], reference.channels["current_a"],
-                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(
+        capture.channels["current_a"], reference.channels["current_a"], rtol=1e-6, atol=1e-6
+    )
     fit = fit_backlash(capture, fit_settings(ctrl.joints[0]))
     fit_ref = fit_backlash(reference, fit_settings(ctrl.joints[0]))
     assert fit.amplitude_rad_s == pytest.approx(fit_ref.amplitude_rad_s, rel=1e-9)
@@ -184,8 +204,7 @@ def test_full_cycle_through_peer_matches_simulated_fake(peer_config: Path, tmp_p
     assert capture.meta.commanded_speed_rad_s == cycle.motor_speed_rad_s
 
 
-def test_variable_write_trigger_and_stop(tmp_path: Path, shared: tuple[Path, PeerProcess]
-                                         ) -> None:
+def test_variable_write_trigger_and_stop(tmp_path: Path, shared: tuple[Path, PeerProcess]) -> None:
     peer = shared[1]
     path = tmp_path / "variable.yaml"
     path.write_text(config_text(trigger=VARIABLE_TRIGGER))
@@ -200,8 +219,11 @@ def test_variable_write_trigger_and_stop(tmp_path: Path, shared: tuple[Path, Pee
                 before = await plant.read("StopRequests")
                 await driver.stop_motion()  # safe when idle, and it reaches the controller
                 await asyncio.sleep(0.1)
-                return len(capture), await plant.read("StopRequests") - before, \
-                    await plant.cycle_status()
+                return (
+                    len(capture),
+                    await plant.read("StopRequests") - before,
+                    await plant.cycle_status(),
+                )
         finally:
             await driver.close()
 
@@ -211,7 +233,7 @@ def test_variable_write_trigger_and_stop(tmp_path: Path, shared: tuple[Path, Pee
 
 
 def test_interlocks_refuse_without_permission_and_controller_refuses_too(
-    shared: tuple[Path, PeerProcess]
+    shared: tuple[Path, PeerProcess],
 ) -> None:
     config, peer = shared
     ctrl = controller(config, peer.endpoint)
@@ -241,8 +263,9 @@ def test_interlocks_refuse_without_permission_and_controller_refuses_too(
     assert "BadInvalidState" in direct
 
 
-def test_secure_channel_basic256sha256_with_user_password(peer_config: Path, tmp_path: Path
-                                                             ) -> None:
+def test_secure_channel_basic256sha256_with_user_password(
+    peer_config: Path, tmp_path: Path
+) -> None:
     certs = tmp_path / "pki"
     server = make_certificate(certs, "server", "urn:jha:test:opcua-controller", server=True)
     client = make_certificate(certs, "client", "urn:joint-health-agent:client", server=False)
@@ -251,12 +274,27 @@ def test_secure_channel_basic256sha256_with_user_password(peer_config: Path, tmp
     (certs / "wrong").write_text("guess\n")
     for secret in (client.private_key, stranger.private_key, certs / "password", certs / "wrong"):
         secret.chmod(0o600)  # the driver refuses secrets other users can read
-    peer = start_peer(peer_config, tmp_path, "--security", "both", "--cert",
-                      str(server.certificate), "--key", str(server.private_key), "--trust",
-                      str(client.certificate), "--users", "agent:s3cret")
+    peer = start_peer(
+        peer_config,
+        tmp_path,
+        "--security",
+        "both",
+        "--cert",
+        str(server.certificate),
+        "--key",
+        str(server.private_key),
+        "--trust",
+        str(client.certificate),
+        "--users",
+        "agent:s3cret",
+    )
     security = OpcUaSecurity(
-        policy="Basic256Sha256", mode="SignAndEncrypt", certificate=str(client.certificate),
-        private_key=str(client.private_key), server_certificate=str(server.certificate))
+        policy="Basic256Sha256",
+        mode="SignAndEncrypt",
+        certificate=str(client.certificate),
+        private_key=str(client.private_key),
+        server_certificate=str(server.certificate),
+    )
     user = OpcUaUser(username="agent", password_file=str(certs / "password"))
     ctrl = controller(peer_config, peer.endpoint, security=security, user=user)
 
@@ -289,15 +327,22 @@ def test_secure_channel_basic256sha256_with_user_password(peer_config: Path, tmp
     try:
         assert run(go()) == expected_samples(backlash_cycle(ctrl, ctrl.joints[0]))
         assert run(sign_only()) is ControllerMode.STOPPED
-        wrong_password = run(refused(user=dataclasses.replace(
-            user, password_file=str(certs / "wrong"))))
+        wrong_password = run(
+            refused(user=dataclasses.replace(user, password_file=str(certs / "wrong")))
+        )
         assert "BadUserAccessDenied" in wrong_password
         # An anonymous, unencrypted client finds no endpoint it may use.
         run(refused(security=OpcUaSecurity(policy="None", allow_none_security=True), user=None))
         # A certificate the controller does not trust cannot open the channel.
-        run(refused(security=dataclasses.replace(
-            security, certificate=str(stranger.certificate),
-            private_key=str(stranger.private_key))))
+        run(
+            refused(
+                security=dataclasses.replace(
+                    security,
+                    certificate=str(stranger.certificate),
+                    private_key=str(stranger.private_key),
+                )
+            )
+        )
     finally:
         peer.stop()
 
@@ -305,8 +350,9 @@ def test_secure_channel_basic256sha256_with_user_password(peer_config: Path, tmp
 # --- faults: the cycle is aborted, the stop is sent, nothing is returned, the driver goes on -----
 
 
-async def _fault_then_recover(driver: OpcUaDriver, ctrl: ControllerSettings, endpoint: str,
-                              kind: str, after: int) -> tuple[str, int, str, int]:
+async def _fault_then_recover(
+    driver: OpcUaDriver, ctrl: ControllerSettings, endpoint: str, kind: str, after: int
+) -> tuple[str, int, str, int]:
     """Inject a fault, watch the cycle abort, then run a good cycle on the same driver."""
     async with Plant(endpoint) as plant:
         await plant.inject(kind, after)
@@ -395,8 +441,18 @@ def test_frozen_peer_times_out_and_stop_is_sent_once_it_answers(
     peer_config: Path, tmp_path: Path
 ) -> None:
     # Real-time pace x2: the cycle still runs when the peer wakes up, so the stop matters.
-    peer = start_peer(peer_config, tmp_path, "--fault", "freeze", "--fault-after", "3",
-                      "--freeze-s", "3.0", "--speedup", "2")
+    peer = start_peer(
+        peer_config,
+        tmp_path,
+        "--fault",
+        "freeze",
+        "--fault-after",
+        "3",
+        "--freeze-s",
+        "3.0",
+        "--speedup",
+        "2",
+    )
     ctrl = controller(peer_config, peer.endpoint, request_timeout_s=0.5)
 
     async def go() -> tuple[str, int, str]:
@@ -412,8 +468,11 @@ def test_frozen_peer_times_out_and_stop_is_sent_once_it_answers(
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.2)
             async with Plant(peer.endpoint) as plant:
-                return str(aborted.value), await plant.read("StopRequests"), \
-                    await plant.cycle_status()
+                return (
+                    str(aborted.value),
+                    await plant.read("StopRequests"),
+                    await plant.cycle_status(),
+                )
         finally:
             await driver.close()
 
@@ -443,8 +502,9 @@ def test_connect_retries_with_backoff_then_gives_up(peer_config: Path) -> None:
 def test_node_ids_by_namespace_uri_resolve_at_connect(shared: tuple[Path, PeerProcess]) -> None:
     config, peer = shared
     ctrl = controller(config, peer.endpoint)
-    status = dataclasses.replace(ctrl.settings.status,
-                                 state="nsu=urn:jha:test:robot;s=Controller.State")
+    status = dataclasses.replace(
+        ctrl.settings.status, state="nsu=urn:jha:test:robot;s=Controller.State"
+    )
     driver = driver_for(controller(config, peer.endpoint, status=status))
 
     async def go() -> ControllerMode:
@@ -481,8 +541,9 @@ def test_daemon_runs_through_peer_and_goes_on_after_an_aborted_joint(tmp_path: P
     peer_yaml.write_text(config_text(joints=joints))
     peer = start_peer(peer_yaml, tmp_path, "--fault", "skip", "--fault-after", "3")
     agent_yaml = tmp_path / "agent.yaml"
-    agent_yaml.write_text(config_text(peer.endpoint, state_dir=str(tmp_path / "state"),
-                                      joints=joints))
+    agent_yaml.write_text(
+        config_text(peer.endpoint, state_dir=str(tmp_path / "state"), joints=joints)
+    )
     agent = Agent(load_config(agent_yaml), once=True, wait_for_stop_s=10)
     try:
         code = run(agent.run(), timeout_s=60)
@@ -506,8 +567,13 @@ def _chunks(n: int, sizes: list[int], rate: float = 1000.0) -> list[dict[str, An
         if i >= j:
             break
         idx = np.arange(i, j)
-        out.append({"sequence": seq, "time": (idx / rate).tolist(),
-                    "motor_counts": ((idx * 997) % 2**19).tolist()})
+        out.append(
+            {
+                "sequence": seq,
+                "time": (idx / rate).tolist(),
+                "motor_counts": ((idx * 997) % 2**19).tolist(),
+            }
+        )
         i, seq = j, seq + 1
     return out
 
@@ -539,10 +605,14 @@ def test_any_lost_or_repeated_chunk_is_detected(sizes: list[int], data: st.DataO
     n = expected_samples(_CYCLE)
     chunks = _chunks(n, [*sizes, n])
     k = data.draw(st.integers(0, len(chunks) - 1))
-    damaged = data.draw(st.sampled_from([
-        chunks[:k] + chunks[k + 1:],  # lost
-        chunks[:k + 1] + chunks[k:],  # published twice
-    ]))
+    damaged = data.draw(
+        st.sampled_from(
+            [
+                chunks[:k] + chunks[k + 1 :],  # lost
+                chunks[: k + 1] + chunks[k:],  # published twice
+            ]
+        )
+    )
     with pytest.raises(ChunkError):
         asm = _assemble(damaged, n)
         asm.capture(_CYCLE, machine="c", source="t")
@@ -585,18 +655,30 @@ def test_decode_chunk_refuses_garbage(change: dict[str, Any], message: str) -> N
 def test_assembler_detects_a_sample_gap_inside_a_chunk() -> None:
     asm = CaptureAssembler(first_sequence=0, expected_samples=4, sample_rate_hz=1000.0)
     with pytest.raises(ChunkError, match="samples missing"):
-        asm.add(decode_chunk({"sequence": 0, "time": [0.0, 0.001, 0.003],
-                              "motor_counts": [1, 2, 3]}, encoder_bits=19))
+        asm.add(
+            decode_chunk(
+                {"sequence": 0, "time": [0.0, 0.001, 0.003], "motor_counts": [1, 2, 3]},
+                encoder_bits=19,
+            )
+        )
 
 
 def test_status_decoding_maps_enumerations_scales_and_refuses_garbage(peer_config: Path) -> None:
     ctrl = controller(peer_config, "opc.tcp://127.0.0.1:4840/jha/")
-    nodes = dataclasses.replace(ctrl.settings.status, state_values={2: ControllerMode.STOPPED},
-                                joint_position_scale=math.pi / 180)
+    nodes = dataclasses.replace(
+        ctrl.settings.status,
+        state_values={2: ControllerMode.STOPPED},
+        joint_position_scale=math.pi / 180,
+    )
 
     def raw(**values: Any) -> dict[str, RawValue]:
-        base = {"state": 2, "permission": True, "joint_positions": [0, 0, 0, 90.0],
-                "alarms": [], "speed_override": 50.0}
+        base = {
+            "state": 2,
+            "permission": True,
+            "joint_positions": [0, 0, 0, 90.0],
+            "alarms": [],
+            "speed_override": 50.0,
+        }
         return {k: RawValue(k, v) for k, v in {**base, **values}.items()}
 
     status = decode_status(raw(), nodes, ctrl.joints)
@@ -609,20 +691,27 @@ def test_status_decoding_maps_enumerations_scales_and_refuses_garbage(peer_confi
         (raw(permission=1), "expected a Boolean"),
         (raw(joint_positions=["a"]), "array of numbers"),
         (raw(speed_override=None), "finite number"),
-        ({**raw(), "state": RawValue("state", 2, good=False, status="BadNoCommunication")},
-         "bad quality"),
+        (
+            {**raw(), "state": RawValue("state", 2, good=False, status="BadNoCommunication")},
+            "bad quality",
+        ),
     ]:
         with pytest.raises(DriverError, match=message):
             decode_status(bad, nodes, ctrl.joints)
 
 
 def test_settings_errors_name_file_line_and_field(tmp_path: Path) -> None:
-    text = config_text().replace(
-        f'          object: "{NODES["controller"]}"\n          method: "{NODES["start"]}"',
-        f'          method: "{NODES["start"]}"',
-    ).replace('state: "ns=2;s=Controller.State"', 'state: "Controller.State"').replace(
-        "      security: {policy: None, allow_none_security: true}\n",
-        "      security: {policy: Basic256Sha256, mode: Sign}\n",
+    text = (
+        config_text()
+        .replace(
+            f'          object: "{NODES["controller"]}"\n          method: "{NODES["start"]}"',
+            f'          method: "{NODES["start"]}"',
+        )
+        .replace('state: "ns=2;s=Controller.State"', 'state: "Controller.State"')
+        .replace(
+            "      security: {policy: None, allow_none_security: true}\n",
+            "      security: {policy: Basic256Sha256, mode: Sign}\n",
+        )
     )
     path = tmp_path / "bad.yaml"
     path.write_text(text)
@@ -650,8 +739,9 @@ def _good(tmp_path: Path) -> Path:
 # --- safety: cancellation (G8) and the controller's liveness watchdog (G6) -----------------------
 
 
-async def mid_capture(plant: Plant, cycles_before: int, expected: int,
-                      task: asyncio.Future[Any] | None = None) -> None:
+async def mid_capture(
+    plant: Plant, cycles_before: int, expected: int, task: asyncio.Future[Any] | None = None
+) -> None:
     """Until the controller's next cycle has published 200 samples and is still publishing."""
     deadline = time.monotonic() + 20.0
     while True:
@@ -689,8 +779,12 @@ def test_cancelling_the_guarded_cycle_stops_the_controller(
                     await task
                 await asyncio.sleep(0.1)
                 published = await plant.read("PublishedSamples")
-                return (await plant.read("StopRequests") - stops, await plant.cycle_status(),
-                        published, driver.stop_motion_calls)
+                return (
+                    await plant.read("StopRequests") - stops,
+                    await plant.cycle_status(),
+                    published,
+                    driver.stop_motion_calls,
+                )
         finally:
             await driver.close()
 
@@ -709,13 +803,25 @@ def test_agent_killed_mid_capture_the_controller_watchdog_stops(
     # The peer computes the cycle's physics before it settles and streams: on a loaded machine
     # that takes a while, which must not pass for a stall.
     timing = {**TEST_TIMING, "stall_timeout_s": 3.0}
-    agent_yaml.write_text(config_text(peer.endpoint, timing=timing,
-                                      watchdog={"interval_s": 0.1, "timeout_s": 0.5}))
+    agent_yaml.write_text(
+        config_text(peer.endpoint, timing=timing, watchdog={"interval_s": 0.1, "timeout_s": 0.5})
+    )
     ctrl = controller(agent_yaml, peer.endpoint)
     client = subprocess.Popen(
-        [sys.executable, "-m", "tests.peers.driver_client", "--config", str(agent_yaml),
-         "--controller", "robot1", "--joint", "axis4"],
-        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1],
+        [
+            sys.executable,
+            "-m",
+            "tests.peers.driver_client",
+            "--config",
+            str(agent_yaml),
+            "--controller",
+            "robot1",
+            "--joint",
+            "axis4",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[1],
     )
 
     async def watch() -> tuple[float, dict[str, Any]]:
@@ -727,8 +833,13 @@ def test_agent_killed_mid_capture_the_controller_watchdog_stops(
             while await plant.read("WatchdogTrips") == 0:
                 assert time.time() < killed_at + 5.0, "the controller never stopped"
                 await asyncio.sleep(0.02)
-            names = ("WatchdogTrips", "WatchdogTripUnixTime", "WatchdogSilentS",
-                     "StopRequests", "PublishedSamples")
+            names = (
+                "WatchdogTrips",
+                "WatchdogTripUnixTime",
+                "WatchdogSilentS",
+                "StopRequests",
+                "PublishedSamples",
+            )
             found = {n: await plant.read(n) for n in names}
             found["status"] = await plant.cycle_status()
             return killed_at, found
@@ -751,8 +862,11 @@ def test_agent_killed_mid_capture_the_controller_watchdog_stops(
     # it), with a margin for scheduling on a loaded machine.
     assert timeout_s <= found["WatchdogSilentS"] < timeout_s + 0.2
     stopped_after_s = found["WatchdogTripUnixTime"] - killed_at
-    record("controller watchdog", "opcua: agent SIGKILLed mid-capture",
-           f"stopped {stopped_after_s:.2f} s after the kill (timeout {timeout_s} s)")
+    record(
+        "controller watchdog",
+        "opcua: agent SIGKILLed mid-capture",
+        f"stopped {stopped_after_s:.2f} s after the kill (timeout {timeout_s} s)",
+    )
     assert stopped_after_s < timeout_s + 0.2
 
 
@@ -778,9 +892,12 @@ def test_a_hung_event_loop_stops_the_counter_and_the_controller(
                 time.sleep(1.0)  # the agent's loop hangs: no counter write, no stop, nothing
                 with pytest.raises((CycleAborted, DriverError)):
                     await task
-                return (await plant.read("WatchdogTrips") - trips,
-                        await plant.read("WatchdogSilentS"), await plant.cycle_status(),
-                        await plant.read("StopRequests") - stops)
+                return (
+                    await plant.read("WatchdogTrips") - trips,
+                    await plant.read("WatchdogSilentS"),
+                    await plant.cycle_status(),
+                    await plant.read("StopRequests") - stops,
+                )
         finally:
             await driver.close()
 
@@ -792,13 +909,17 @@ def test_a_hung_event_loop_stops_the_counter_and_the_controller(
 
 def test_watchdog_settings_are_checked(tmp_path: Path) -> None:
     path = tmp_path / "bad.yaml"
-    path.write_text(config_text(watchdog={"interval_s": 0.5, "timeout_s": 1.0}).replace(
-        'node: "ns=2;s=Controller.Watchdog"', 'node: "Controller.Watchdog"'))
+    path.write_text(
+        config_text(watchdog={"interval_s": 0.5, "timeout_s": 1.0}).replace(
+            'node: "ns=2;s=Controller.Watchdog"', 'node: "Controller.Watchdog"'
+        )
+    )
     with pytest.raises(ConfigError) as exc:
         load_config(path)
     message = str(exc.value)
-    assert "settings.watchdog.timeout_s: expected at least 3 x interval_s (1.5 s), found 1" \
-        in message
+    assert (
+        "settings.watchdog.timeout_s: expected at least 3 x interval_s (1.5 s), found 1" in message
+    )
     assert "settings.watchdog.node: expected a node id" in message
 
 
@@ -820,8 +941,11 @@ def test_a_watchdog_the_agent_cannot_feed_refuses_the_cycle_before_motion(
                 started = await plant.read("CyclesStarted")
                 with pytest.raises(DriverError) as refused:
                     await driver.run_cycle(backlash_cycle(unfed, unfed.joints[0]))
-                return str(refused.value), await plant.read("CyclesStarted") - started, \
-                    driver.heartbeats_sent
+                return (
+                    str(refused.value),
+                    await plant.read("CyclesStarted") - started,
+                    driver.heartbeats_sent,
+                )
         finally:
             await driver.close()
 
@@ -831,8 +955,9 @@ def test_a_watchdog_the_agent_cannot_feed_refuses_the_cycle_before_motion(
         await driver.close()
 
     message, cycles, beats = run(go())
-    assert "cannot write the watchdog counter: node ns=2;s=Plant.CyclesStarted answered Bad" \
-        in message
+    assert (
+        "cannot write the watchdog counter: node ns=2;s=Plant.CyclesStarted answered Bad" in message
+    )
     assert cycles == 0 and beats == 0  # nothing moved
     with caplog.at_level("WARNING", logger="drivers.opcua.driver"):
         run(without())

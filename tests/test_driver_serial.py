@@ -535,9 +535,20 @@ def _kill_mid_capture(bench: Bench) -> None:
     # (0.5 s later) land well inside it.
     peer = bench.peer(time_scale=2.0)
     client = subprocess.Popen(
-        [sys.executable, "-m", "tests.peers.driver_client", "--config", str(bench.config_path),
-         "--controller", "board1", "--joint", "axis1"],
-        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[1],
+        [
+            sys.executable,
+            "-m",
+            "tests.peers.driver_client",
+            "--config",
+            str(bench.config_path),
+            "--controller",
+            "board1",
+            "--joint",
+            "axis1",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[1],
     )
     try:
         assert client.stdout is not None and client.stdout.readline().strip() == "CONNECTED"
@@ -567,8 +578,11 @@ def _kill_mid_capture(bench: Bench) -> None:
     # with a margin for scheduling on a loaded machine.
     assert timeout_s <= watchdog["silent_s"] < timeout_s + 0.2
     stopped_after_s = watchdog["t"] - killed_at
-    record("controller watchdog", "serial: agent SIGKILLed mid-capture",
-           f"stopped {stopped_after_s:.2f} s after the kill (timeout {timeout_s} s)")
+    record(
+        "controller watchdog",
+        "serial: agent SIGKILLed mid-capture",
+        f"stopped {stopped_after_s:.2f} s after the kill (timeout {timeout_s} s)",
+    )
     assert stopped_after_s < timeout_s + 0.2
     assert _board_events(peer, "stop") == []  # nobody sent STOP: the board did it alone
 
@@ -611,7 +625,10 @@ def test_watchdog_settings_are_checked(tmp_path: Path) -> None:
         "      heartbeat_interval_s: 0.2\n      watchdog_timeout_s: 0.5\n",
     )
     b.config_path.write_text(text)
-    with pytest.raises(ConfigError, match=r"watchdog_timeout_s: expected at least 3 x "
-                       r"heartbeat_interval_s \(0\.6 s\), found 0\.5"):
+    with pytest.raises(
+        ConfigError,
+        match=r"watchdog_timeout_s: expected at least 3 x "
+        r"heartbeat_interval_s \(0\.6 s\), found 0\.5",
+    ):
         load_config(b.config_path)
     assert SerialSettings(port="/dev/null").watchdog_timeout_s == 0.5  # the default

@@ -36,7 +36,8 @@ def turning_point_program(ratio: float | None, dt_s: float = 0.005) -> tuple[lis
     f = f"F{VC_MM_S * 60:.6f}"
     if ratio is None:
         return ["G17 G21 G90 G94\n", f"G3 X-250 Y250 I0 J250 {f}\n"], 0.5 * math.pi * RHO_MM / (
-            VC_MM_S)
+            VC_MM_S
+        )
     prof = symmetric_feedrate(VC_MM_S / 1000, 0.5, ratio=ratio, allow_retrograde=True)
     th_star = prof.arc_end_m * 1000 / RHO_MM
 
@@ -55,8 +56,9 @@ def turning_point_program(ratio: float | None, dt_s: float = 0.005) -> tuple[lis
     return lines, lead_s + 0.5
 
 
-def window_error(lines: list[str], turn_s: float, machine: MachineModel | None = None) -> tuple[
-        float, float, float]:
+def window_error(
+    lines: list[str], turn_s: float, machine: MachineModel | None = None
+) -> tuple[float, float, float]:
     run = execute_program(lines, machine, start_mm=(-250.0, -250.0, 0.0))
     mask = run.between(turn_s - 0.5, turn_s + 0.5)
     err = radial_error(run.realised_m[mask], (-0.25, 0.0), 0.25)
@@ -105,10 +107,17 @@ def test_circular_test_error_grows_with_feed_and_is_mostly_backlash() -> None:
     rows, clean = [], []
     for feed in (4000.0, 8000.0, 16000.0):  # mm/min
         program = circle_program(100.0, feed)
-        rows.append(circular_test(execute_program(program, coarse), (0.0, 0.0), 100.0,
-                                  skip_mm=skip))
-        clean.append(circular_test(execute_program(program, MachineModel(
-            step_s=2e-3, backlash=False)), (0.0, 0.0), 100.0, skip_mm=skip))
+        rows.append(
+            circular_test(execute_program(program, coarse), (0.0, 0.0), 100.0, skip_mm=skip)
+        )
+        clean.append(
+            circular_test(
+                execute_program(program, MachineModel(step_s=2e-3, backlash=False)),
+                (0.0, 0.0),
+                100.0,
+                skip_mm=skip,
+            )
+        )
     maxima = [r.max_abs_m for r in rows]
     assert maxima == sorted(maxima) and maxima[-1] > 3 * maxima[0]
     assert all(r.max_abs_m > 2.5 * c.max_abs_m for r, c in zip(rows, clean, strict=True))
@@ -150,15 +159,23 @@ def test_dwell_and_inverse_time() -> None:
     lines = ["G21 G90 G94 F600\n", "G1 X10\n", "G4 P0.25\n", "G93 G1 X20 F120\n", "G94\n"]
     path = CommandedPath(parse_lines(lines, ModalState()), MachineModel())
     starts = [(b.line_no, b.start_s, b.end_s) for b in path.timings]
-    assert starts == [(2, 0.0, pytest.approx(1.0)), (3, pytest.approx(1.0), pytest.approx(1.25)),
-                      (4, pytest.approx(1.25), pytest.approx(1.75))]  # G93: 60 / F = 0.5 s
+    assert starts == [
+        (2, 0.0, pytest.approx(1.0)),
+        (3, pytest.approx(1.0), pytest.approx(1.25)),
+        (4, pytest.approx(1.25), pytest.approx(1.75)),
+    ]  # G93: 60 / F = 0.5 s
     pos, vel = path.evaluate(np.array([1.1, 1.2]))
     assert np.allclose(pos[:, 0], 0.010) and np.allclose(vel, 0.0)
 
 
 def test_executes_a_filter_style_program_in_every_plane_and_unit() -> None:
-    lines = ["G20 G90 G94 F60\n", "G1 X1\n", "G21 G18 G2 X50.8 Z0 I12.7 K0 F600\n",
-             "G17 G91 G3 X-10 Y10 I0 J10\n", "G0 X5\n"]
+    lines = [
+        "G20 G90 G94 F60\n",
+        "G1 X1\n",
+        "G21 G18 G2 X50.8 Z0 I12.7 K0 F600\n",
+        "G17 G91 G3 X-10 Y10 I0 J10\n",
+        "G0 X5\n",
+    ]
     run = execute_program(lines, MachineModel(step_s=2e-3))
     assert run.commanded_m[0] == pytest.approx([0.0, 0.0])
     end = run.commanded_m[run.time_s >= run.cycle_time_s][0]
@@ -175,11 +192,18 @@ def test_errors() -> None:
     with pytest.raises(ValueError, match="radius_mm"):
         circle_program(0.0, 100.0)
     with pytest.raises(ValueError, match="leaves nothing"):
-        circular_test(execute_program(circle_program(10.0, 6000.0, lead_deg=0, settle_s=0),
-                                      MachineModel(step_s=5e-3)), (0.0, 0.0), 10.0, skip_mm=40)
+        circular_test(
+            execute_program(
+                circle_program(10.0, 6000.0, lead_deg=0, settle_s=0), MachineModel(step_s=5e-3)
+            ),
+            (0.0, 0.0),
+            10.0,
+            skip_mm=40,
+        )
     with pytest.raises(ValueError, match="no block runs on the circle"):
-        circular_test(execute_program(["G1 X10 F100\n"], MachineModel(step_s=5e-3)),
-                      (0.0, 0.0), 50.0)
+        circular_test(
+            execute_program(["G1 X10 F100\n"], MachineModel(step_s=5e-3)), (0.0, 0.0), 50.0
+        )
 
 
 def test_radial_error_of_known_circles() -> None:
@@ -210,10 +234,14 @@ def test_default_machine_is_the_papers_axis_pair() -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.floats(0.01, 100.0), st.floats(0.0, 200.0), st.floats(0.1, 200.0),
-       st.floats(0.0, 200.0), st.floats(1.0, 5000.0))
-def test_trapezoid_properties(length: float, v0: float, vn: float, v1: float,
-                              accel: float) -> None:
+@given(
+    st.floats(0.01, 100.0),
+    st.floats(0.0, 200.0),
+    st.floats(0.1, 200.0),
+    st.floats(0.0, 200.0),
+    st.floats(1.0, 5000.0),
+)
+def test_trapezoid_properties(length: float, v0: float, vn: float, v1: float, accel: float) -> None:
     prof = trapezoid(length, v0, vn, v1, accel)
     assert prof.distance_at(0.0) == 0.0
     assert prof.distance_at(prof.duration) == pytest.approx(length, rel=1e-9, abs=1e-12)
@@ -229,8 +257,13 @@ def test_trapezoid_properties(length: float, v0: float, vn: float, v1: float,
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.1, 50.0), st.floats(10.0, 5000.0),
-                          st.floats(0.0, 300.0)), min_size=1, max_size=20))
+@given(
+    st.lists(
+        st.tuples(st.floats(0.1, 50.0), st.floats(10.0, 5000.0), st.floats(0.0, 300.0)),
+        min_size=1,
+        max_size=20,
+    )
+)
 def test_planned_speeds_are_reachable(blocks: list[tuple[float, float, float]]) -> None:
     lengths, accels, limits = (list(x) for x in zip(*blocks, strict=True))
     v = plan_entry_speeds(lengths, accels, limits)

@@ -58,10 +58,14 @@ def test_example_machine_is_the_papers_axis() -> None:
 
 
 def test_physical_drive_gives_the_same_coefficients(tmp_path: Path) -> None:
-    text = EXAMPLE.read_text().replace("""  X: &paper_axis
+    text = (
+        EXAMPLE.read_text()
+        .replace(
+            """  X: &paper_axis
     b_s2: 0.0005
     c_s: 0.005
-""", """  X: &paper_axis
+""",
+            """  X: &paper_axis
     physical:
       proportional_gain_v_m: 2.0
       amplifier_gain_a_v: 1.0
@@ -70,7 +74,10 @@ def test_physical_drive_gives_the_same_coefficients(tmp_path: Path) -> None:
       damping_nm_s_rad: 2.0e-4
       motor_inertia_kg_m2: 7.0e-6
       motor_damping_nm_s_rad: 7.0e-6
-""").replace("    motor_inertia_fraction: 0.35\n    motor_time_constant_s: 1.0\n", "")
+""",
+        )
+        .replace("    motor_inertia_fraction: 0.35\n    motor_time_constant_s: 1.0\n", "")
+    )
     path = tmp_path / "m.yaml"
     path.write_text(text)
     p = load_machine(path).axis_params()["X"]
@@ -110,10 +117,15 @@ modulation:
     ):
         assert expected in text, text
     # Cross-field rules run once the values build: fix the key errors and look again.
-    path.write_text(path.read_text().replace("  Q: {gear_ratio: 1}\n", "").replace(
-        "  polcy: fixed\n", "").replace("motor_inertia_fraction: 0.35",
-                                         "motor_inertia_fraction: 0.35\n    "
-                                         "motor_time_constant_s: 1.0"))
+    path.write_text(
+        path.read_text()
+        .replace("  Q: {gear_ratio: 1}\n", "")
+        .replace("  polcy: fixed\n", "")
+        .replace(
+            "motor_inertia_fraction: 0.35",
+            "motor_inertia_fraction: 0.35\n    motor_time_constant_s: 1.0",
+        )
+    )
     with pytest.raises(ConfigError) as info:
         load_machine(path)
     text = str(info.value)
@@ -133,10 +145,19 @@ modulation:
 def test_lines_without_reversals_of_modulated_axes_pass_through_byte_identical() -> None:
     """Z reverses (not a modulated axis), X and Y never do: output == input, bytes and all,
     comments, numbers, checksums, odd spacing and CRLF included."""
-    lines = ["%\r\n", "(roughing)\r\n", "N10 G21 G90 G94\r\n", "N20 G0 X0 Y0 Z5\r\n",
-             "N30 G1 Z-1 F300\r\n", "N40 g1 x10  y5 z0 f1200 ; ramp\r\n",
-             "N50 G1 X20 Y10 Z-1*29\r\n", "N60 G3 X25 Y15 I0 J5\r\n", "N70 G1 X40 Z0\r\n",
-             "M30\r\n", "%"]
+    lines = [
+        "%\r\n",
+        "(roughing)\r\n",
+        "N10 G21 G90 G94\r\n",
+        "N20 G0 X0 Y0 Z5\r\n",
+        "N30 G1 Z-1 F300\r\n",
+        "N40 g1 x10  y5 z0 f1200 ; ramp\r\n",
+        "N50 G1 X20 Y10 Z-1*29\r\n",
+        "N60 G3 X25 Y15 I0 J5\r\n",
+        "N70 G1 X40 Z0\r\n",
+        "M30\r\n",
+        "%",
+    ]
     lines[6] = "N50 G1 X20 Y10 Z-1"
     from agent.feedrate.gcode.lex import checksum
 
@@ -148,8 +169,11 @@ def test_lines_without_reversals_of_modulated_axes_pass_through_byte_identical()
 
 
 def test_far_from_a_reversal_lines_pass_through_and_near_it_are_replaced() -> None:
-    lines = ["G21 G90 G94 F1200\n"] + [f"G1 X{x} Y0\n" for x in range(1, 41)] + [
-        f"G1 X{40 - x} Y1\n" for x in range(1, 41)]
+    lines = (
+        ["G21 G90 G94 F1200\n"]
+        + [f"G1 X{x} Y0\n" for x in range(1, 41)]
+        + [f"G1 X{40 - x} Y1\n" for x in range(1, 41)]
+    )
     m = machine(modulation=ModulationSettings(policy="fixed", half_window_s=0.05))
     out, f = run(lines, m)
     assert f.stats.modulated == 1 and f.stats.turning_points == 1
@@ -181,10 +205,11 @@ def _path_arc(points: np.ndarray, corners: list[tuple[float, float]]) -> np.ndar
 
 def _timeline(text: str) -> tuple[np.ndarray, np.ndarray]:
     """Cumulative time (s) at the end of each output move, and its end point (mm)."""
-    blocks = [b for b in parse_program(text.splitlines(keepends=True))
-              if b.motion is Motion.LINEAR]
-    return (np.cumsum([b.duration_s for b in blocks]),
-            np.array([b.end_mm for b in blocks], dtype=float))
+    blocks = [b for b in parse_program(text.splitlines(keepends=True)) if b.motion is Motion.LINEAR]
+    return (
+        np.cumsum([b.duration_s for b in blocks]),
+        np.array([b.end_mm for b in blocks], dtype=float),
+    )
 
 
 @pytest.mark.parametrize("ratio", [0.25, -0.45])
@@ -194,8 +219,9 @@ def test_g93_segments_follow_the_papers_profile(ratio: float) -> None:
     corner, back along the first leg and forward again, on the path and with positive F."""
     v_mm_s, t_star = 100.0, 0.1
     lines = [f"G21 G90 G94 F{v_mm_s * 60:g}\n", "G1 X100 Y0\n", "G1 X0 Y10\n", "M30\n"]
-    mod = ModulationSettings(ratio=ratio, retrograde=ratio < 0, policy="fixed",
-                             half_window_s=t_star, segments=40)
+    mod = ModulationSettings(
+        ratio=ratio, retrograde=ratio < 0, policy="fixed", half_window_s=t_star, segments=40
+    )
     m = machine(modulation=mod, inverse_time=True)
     out, f = run(lines, m)
     assert f.stats.modulated == 1
@@ -210,13 +236,20 @@ def test_g93_segments_follow_the_papers_profile(ratio: float) -> None:
     expected = 100.0 + 1000 * prof.arc_length_m(times[inside] - t_entry - t_star)
     assert np.max(np.abs(s[inside] - expected)) < 2e-4  # mm: rounding of the coordinates
     assert times[-1] == pytest.approx(
-        (100 + math.hypot(100, 10)) / v_mm_s + prof.time_penalty_s, rel=1e-6)
+        (100 + math.hypot(100, 10)) / v_mm_s + prof.time_penalty_s, rel=1e-6
+    )
     steps = np.diff(s[inside])
     if ratio < 0:
         assert (steps < -1e-6).sum() >= 3  # backwards along the path for a while
         past = s[inside].max() - 100.0
-        assert past == pytest.approx(1000 * max(prof.arc_length_m(
-            np.linspace(-t_star, t_star, 20001))) - 100.0 + 100.0, abs=0.01) or past > 0
+        assert (
+            past
+            == pytest.approx(
+                1000 * max(prof.arc_length_m(np.linspace(-t_star, t_star, 20001))) - 100.0 + 100.0,
+                abs=0.01,
+            )
+            or past > 0
+        )
         assert (np.abs(s[inside] - 100.0) < 1e-6).sum() == 3  # the corner, three times
     else:
         assert (steps > 0).all()
@@ -225,8 +258,11 @@ def test_g93_segments_follow_the_papers_profile(ratio: float) -> None:
 def _f_words(text: str) -> list[float]:
     from agent.feedrate.gcode.lex import lex_line
 
-    return [v for i, line in enumerate(text.splitlines(), 1)
-            if (v := lex_line(line, i).values.get("F")) is not None]
+    return [
+        v
+        for i, line in enumerate(text.splitlines(), 1)
+        if (v := lex_line(line, i).values.get("F")) is not None
+    ]
 
 
 def test_g94_feeds_give_the_same_timing_as_g93() -> None:
@@ -254,8 +290,14 @@ def test_shortest_window_takes_up_the_backlash_inside_it() -> None:
     v = 250.0 * math.pi / 6.0  # the paper's V_c, mm/s
     smooth = Geometry("smooth", 250.0, (0.0, 1.0, 0.0), (0.0, 1.0, 0.0), True)
     t_smooth = planner.needed_s(("X",), v, smooth)
-    ref = plan_window(PAPER_AXIS, nominal_m_s=v / 1000, radius_m=0.25,
-                      allowed_half_arc_m=math.inf, max_half_window_s=0.5, policy="shortest")
+    ref = plan_window(
+        PAPER_AXIS,
+        nominal_m_s=v / 1000,
+        radius_m=0.25,
+        allowed_half_arc_m=math.inf,
+        max_half_window_s=0.5,
+        policy="shortest",
+    )
     assert ref.backlash_inside
     assert t_smooth == pytest.approx(ref.profile.half_window_s, rel=0.03)
     corner = Geometry("corner", math.inf, (0.8, 0.6, 0.0), (-0.8, 0.6, 0.0))
@@ -280,8 +322,9 @@ def test_the_geometry_bounds_the_window() -> None:
     mod = ModulationSettings(policy="fixed", half_window_s=0.5, min_half_window_s=0.01)
     m = machine(modulation=mod)
     wide = ["G21 G90 G94 F600\n"] + [f"G1 X{(k % 2) * 5} Y{k}\n" for k in range(1, 8)]
-    narrow = ["G21 G90 G94 F600\n"] + [f"G1 X{(k % 2) * 0.05} Y{k * 0.01:.2f}\n"
-                                        for k in range(1, 8)]
+    narrow = ["G21 G90 G94 F600\n"] + [
+        f"G1 X{(k % 2) * 0.05} Y{k * 0.01:.2f}\n" for k in range(1, 8)
+    ]
     _, fw = run(wide, m)
     _, fn = run(narrow, m)
     assert fw.stats.modulated == 6 and fw.stats.too_short == 0
@@ -300,8 +343,12 @@ def test_lookahead_bounds_what_is_held_back_and_memory_stays_flat() -> None:
     """A long program of short chords round a circle, streamed line by line: never more than
     the lookahead held back, and the memory after 10,000 lines is the memory after 60,000."""
     look = LookaheadSettings(lines=50, seconds=5.0)
-    m = machine(modulation=ModulationSettings(policy="fixed", half_window_s=0.05),
-                lookahead=look, dialect="grbl", eps_m=2e-6)
+    m = machine(
+        modulation=ModulationSettings(policy="fixed", half_window_s=0.05),
+        lookahead=look,
+        dialect="grbl",
+        eps_m=2e-6,
+    )
     f = FeedrateFilter(m)
 
     def line(k: int) -> str:
@@ -358,8 +405,11 @@ def test_bad_gcode_and_a_too_fine_tolerance_name_the_line() -> None:
             assert i < 2
     inch = ["G20 G90 G94 F60\n", "G1 X1 Y0\n", "G1 X0 Y0.1\n", "M30\n"]
     grbl = machine(dialect="grbl", eps_m=2e-6)
-    with pytest.raises(GcodeError, match=r"line 3: eps_m 2e-06 is too small for the rounding "
-                                         r"of inch coordinates in dialect grbl"):
+    with pytest.raises(
+        GcodeError,
+        match=r"line 3: eps_m 2e-06 is too small for the rounding "
+        r"of inch coordinates in dialect grbl",
+    ):
         run(inch, grbl)
     check_output(inch, replace(grbl, eps_m=3e-5))
 
@@ -373,8 +423,9 @@ def test_circular_test_on_the_simulated_fake(feed_mm_min: float) -> None:
     the section 4.2 backlash, executed by the fake with the dead-zone model on both axes:
     modulating the four quadrant reversals (ratio 0.25, t* = 0.5 s as in section 6) lowers
     the maximum and RMS radial error; the price is the added cycle time."""
-    m = replace(load_machine(EXAMPLE),
-                modulation=ModulationSettings(policy="fixed", half_window_s=0.5))
+    m = replace(
+        load_machine(EXAMPLE), modulation=ModulationSettings(policy="fixed", half_window_s=0.5)
+    )
     prog = circle_program(250.0, feed_mm_min)
     out, f = run(prog, m)
     base = execute_program(prog)
@@ -382,9 +433,11 @@ def test_circular_test_on_the_simulated_fake(feed_mm_min: float) -> None:
     eb = circular_test(base, (0.0, 0.0), 250.0, skip_mm=lead_mm(250.0))
     em = circular_test(mod, (0.0, 0.0), 250.0, skip_mm=lead_mm(250.0))
     penalty = mod.cycle_time_s - base.cycle_time_s
-    print(f"\nF{feed_mm_min:g}: max radial error {eb.max_abs_m * 1e6:.1f} -> "
-          f"{em.max_abs_m * 1e6:.1f} um, RMS {eb.rms_m * 1e6:.1f} -> {em.rms_m * 1e6:.1f} um, "
-          f"cycle {base.cycle_time_s:.2f} -> {mod.cycle_time_s:.2f} s (+{penalty:.2f} s)")
+    print(
+        f"\nF{feed_mm_min:g}: max radial error {eb.max_abs_m * 1e6:.1f} -> "
+        f"{em.max_abs_m * 1e6:.1f} um, RMS {eb.rms_m * 1e6:.1f} -> {em.rms_m * 1e6:.1f} um, "
+        f"cycle {base.cycle_time_s:.2f} -> {mod.cycle_time_s:.2f} s (+{penalty:.2f} s)"
+    )
     assert f.stats.modulated == 5  # 0, 90, 180, 270 and 360 degrees
     assert em.max_abs_m < 0.8 * eb.max_abs_m
     assert em.rms_m < 0.8 * eb.rms_m

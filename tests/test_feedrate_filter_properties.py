@@ -38,17 +38,27 @@ from agent.feedrate.machine import (
 
 Array = npt.NDArray[np.float64]
 
-AXIS = AxisSettings(gear_ratio=25.0, screw_lead_m_per_rad=1.0, backlash_motor_rad=0.125664,
-                    b_s2=0.0005, c_s=0.005, motor_inertia_fraction=0.35,
-                    motor_time_constant_s=1.0)
+AXIS = AxisSettings(
+    gear_ratio=25.0,
+    screw_lead_m_per_rad=1.0,
+    backlash_motor_rad=0.125664,
+    b_s2=0.0005,
+    c_s=0.005,
+    motor_inertia_fraction=0.35,
+    motor_time_constant_s=1.0,
+)
 
 
 def machine(**kw: object) -> MachineSettings:
     """The paper's axes on X, Y (and Z when asked), policy fixed unless told."""
     mod = kw.pop("modulation", ModulationSettings(policy="fixed", half_window_s=0.1))
     axes = kw.pop("axes", {"X": AXIS, "Y": AXIS})
-    base = MachineSettings(name="test", axes=axes, eps_m=2e-6,  # type: ignore[arg-type]
-                           modulation=mod)  # type: ignore[arg-type]
+    base = MachineSettings(
+        name="test",
+        axes=axes,
+        eps_m=2e-6,  # type: ignore[arg-type]
+        modulation=mod,
+    )  # type: ignore[arg-type]
     return replace(base, **kw)  # type: ignore[arg-type]
 
 
@@ -65,8 +75,11 @@ class PathModel:
 
     @classmethod
     def of(cls, blocks: Sequence[Block]) -> PathModel:
-        lines = [(b.start_mm, b.end_mm) for b in blocks
-                 if b.motion is not None and b.arc is None and b.length_mm > 0]
+        lines = [
+            (b.start_mm, b.end_mm)
+            for b in blocks
+            if b.motion is not None and b.arc is None and b.length_mm > 0
+        ]
         arcs = [b.arc for b in blocks if b.arc is not None]
         # An arc whose end is off its circle (within the parser's tolerance) ends with a
         # short straight step from its last point to the programmed end.
@@ -100,8 +113,10 @@ def _arc_distance(arc: ArcSegment, p: Array) -> Array:
     z = arc.start[inn] + arc.rise_per_rad * u
     on = np.hypot(r - arc.radius, p[:, inn] - z)
     inside = u <= arc.sweep_rad + 1e-12
-    ends = np.minimum(np.linalg.norm(p - np.array(arc.start), axis=1),
-                      np.linalg.norm(p - np.array(arc.point(arc.length)), axis=1))
+    ends = np.minimum(
+        np.linalg.norm(p - np.array(arc.start), axis=1),
+        np.linalg.norm(p - np.array(arc.point(arc.length)), axis=1),
+    )
     return np.where(inside, np.minimum(on, ends), ends)
 
 
@@ -176,8 +191,13 @@ class Checked:
     stats: FilterStats
 
 
-def check_output(lines: Sequence[str], m: MachineSettings, *, start: Vec3 = (0.0, 0.0, 0.0),
-                 time_check: bool = True) -> Checked:
+def check_output(
+    lines: Sequence[str],
+    m: MachineSettings,
+    *,
+    start: Vec3 = (0.0, 0.0, 0.0),
+    time_check: bool = True,
+) -> Checked:
     """Filter `lines` and assert the acceptance properties; returns what was checked."""
     filt = FeedrateFilter(m, start_mm=start)
     text = "".join(filter_lines(lines, m, filt=filt))
@@ -230,16 +250,20 @@ def toolpaths(draw: st.DrawFn, *, g93: bool = True) -> tuple[list[str], bool, bo
     unit = 25.4 if inch else 1.0
     incremental = draw(st.booleans())
     inverse = g93 and draw(st.integers(0, 7)) == 0
-    lines = ["G20\n" if inch else "G21\n", "G91\n" if incremental else "G90\n",
-             "G93\n" if inverse else "G94\n"]
+    lines = [
+        "G20\n" if inch else "G21\n",
+        "G91\n" if incremental else "G90\n",
+        "G93\n" if inverse else "G94\n",
+    ]
     pos = [0.0, 0.0, 0.0]
     feed = draw(st.sampled_from([300.0, 1200.0, 3000.0, 6000.0]))
     first = True
     coord = st.floats(-40.0, 40.0, allow_nan=False).map(lambda v: round(v, 3))
     plane = 17
     for _ in range(draw(st.integers(2, 12))):
-        kind = draw(st.sampled_from(["line", "line", "line", "arc", "comment", "rapid",
-                                     "feed", "plane"]))
+        kind = draw(
+            st.sampled_from(["line", "line", "line", "arc", "comment", "rapid", "feed", "plane"])
+        )
         fword = ""
         if inverse:
             fword = f" F{draw(st.floats(1.0, 600.0)):.3f}"
@@ -275,8 +299,10 @@ def toolpaths(draw: st.DrawFn, *, g93: bool = True) -> tuple[list[str], bool, bo
             target[ib] = round(centre[ib] + radius * math.sin(a1), 3)
             letters = {0: "I", 1: "J", 2: "K"}
             word = draw(st.sampled_from(["G2", "G3"]))
-            word += (f" {letters[ia]}{(centre[ia] - pos[ia]) / unit:.5f}"
-                     f" {letters[ib]}{(centre[ib] - pos[ib]) / unit:.5f}")
+            word += (
+                f" {letters[ia]}{(centre[ia] - pos[ia]) / unit:.5f}"
+                f" {letters[ib]}{(centre[ib] - pos[ib]) / unit:.5f}"
+            )
         if kind != "rapid":
             first = False
         if incremental:
@@ -284,8 +310,10 @@ def toolpaths(draw: st.DrawFn, *, g93: bool = True) -> tuple[list[str], bool, bo
             lines.append(f"{word} X{d[0]:.5f} Y{d[1]:.5f} Z{d[2]:.5f}{fword}\n")
             pos = [p + v * unit for p, v in zip(pos, d, strict=True)]
         else:
-            lines.append(f"{word} X{target[0] / unit:.5f} Y{target[1] / unit:.5f} "
-                         f"Z{target[2] / unit:.5f}{fword}\n")
+            lines.append(
+                f"{word} X{target[0] / unit:.5f} Y{target[1] / unit:.5f} "
+                f"Z{target[2] / unit:.5f}{fword}\n"
+            )
             pos = [t / unit * unit for t in target]
     lines.append("M30\n")
     return lines, inch, incremental
@@ -296,20 +324,26 @@ def machines(draw: st.DrawFn, inch: bool, incremental: bool = False) -> MachineS
     dialect = draw(st.sampled_from(["generic", "grbl", "linuxcnc", "marlin"]))
     retro = draw(st.booleans())
     ratio = draw(st.floats(-0.8, -0.05) if retro else st.floats(0.05, 0.95))
-    mod = ModulationSettings(ratio=round(ratio, 3), retrograde=retro, policy="fixed",
-                             half_window_s=draw(st.sampled_from([0.01, 0.05, 0.2])),
-                             segments=draw(st.sampled_from([4, 16, 40])))
+    mod = ModulationSettings(
+        ratio=round(ratio, 3),
+        retrograde=retro,
+        policy="fixed",
+        half_window_s=draw(st.sampled_from([0.01, 0.05, 0.2])),
+        segments=draw(st.sampled_from([4, 16, 40])),
+    )
     eps = draw(st.sampled_from([2e-6, 1e-5, 1e-4]))
     if incremental:  # G91 segments are written 1.5 units of the last digit apart at least
         eps = max(eps, 1e-5)
     if inch:
         eps = max(eps, 3e-5)
     inverse = DIALECTS[dialect].inverse_time and draw(st.booleans())
-    look = LookaheadSettings(lines=draw(st.sampled_from([2, 5, 1000])),
-                             seconds=draw(st.sampled_from([0.05, 5.0])))
+    look = LookaheadSettings(
+        lines=draw(st.sampled_from([2, 5, 1000])), seconds=draw(st.sampled_from([0.05, 5.0]))
+    )
     axes = {"X": AXIS, "Y": AXIS, "Z": AXIS} if draw(st.booleans()) else {"X": AXIS, "Y": AXIS}
-    return machine(dialect=dialect, inverse_time=inverse, modulation=mod, eps_m=eps,
-                   lookahead=look, axes=axes)
+    return machine(
+        dialect=dialect, inverse_time=inverse, modulation=mod, eps_m=eps, lookahead=look, axes=axes
+    )
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -319,8 +353,10 @@ def test_random_toolpaths_keep_the_acceptance_properties(data: st.DataObject) ->
     m = data.draw(machines(inch, incremental))
     if m.dialect == "marlin":  # no G93 there: rewrite the program in G94
         lines = [line for line in lines if not line.startswith("G93")]
-        lines = [line.split(" F")[0] + "\n" if " F" in line and not line.startswith("G0")
-                 else line for line in lines]
+        lines = [
+            line.split(" F")[0] + "\n" if " F" in line and not line.startswith("G0") else line
+            for line in lines
+        ]
         lines.insert(0, "G94 F600\n")
     check_output(lines, m)
 
@@ -340,8 +376,9 @@ def zigzags(draw: st.DrawFn) -> list[str]:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(zigzags(), st.booleans(), st.sampled_from([2, 3, 1000]), st.booleans())
 def test_crowded_reversals(lines: list[str], retro: bool, look: int, g93: bool) -> None:
-    mod = ModulationSettings(ratio=-0.45 if retro else 0.25, retrograde=retro, policy="fixed",
-                             half_window_s=0.2)
+    mod = ModulationSettings(
+        ratio=-0.45 if retro else 0.25, retrograde=retro, policy="fixed", half_window_s=0.2
+    )
     m = machine(modulation=mod, inverse_time=g93, lookahead=LookaheadSettings(lines=look))
     c = check_output(lines, m)
     assert c.stats.max_pending_lines <= look + 2
@@ -353,9 +390,11 @@ def test_crowded_reversals(lines: list[str], retro: bool, look: int, g93: bool) 
 @st.composite
 def plain_lines(draw: st.DrawFn) -> list[str]:
     """Lines the fast path takes, and lines it must leave to the parser, mixed."""
-    num = st.one_of(st.floats(-500, 500, allow_nan=False).map(lambda v: f"{v:.4f}"),
-                    st.integers(-500, 500).map(str),
-                    st.sampled_from(["1.", ".5", "-.25", "+3", "0", "1.2.3"]))
+    num = st.one_of(
+        st.floats(-500, 500, allow_nan=False).map(lambda v: f"{v:.4f}"),
+        st.integers(-500, 500).map(str),
+        st.sampled_from(["1.", ".5", "-.25", "+3", "0", "1.2.3"]),
+    )
     out = []
     for _ in range(draw(st.integers(1, 25))):
         kind = draw(st.integers(0, 9))
@@ -367,10 +406,29 @@ def plain_lines(draw: st.DrawFn) -> list[str]:
             sep = draw(st.sampled_from([" ", ""]))
             out.append(g + sep.join(words) + draw(st.sampled_from(["\n", "\r\n", ""])))
         else:
-            out.append(draw(st.sampled_from([
-                "G91\n", "G90\n", "G20\n", "G21\n", "G93\n", "G94\n", "F600\n", "M3 S1000\n",
-                "(comment)\n", "G2 X10 Y0 I5 J0 F300\n", "N10 G1 X1\n", "g1 x2\n", "G4 P0.5\n",
-                "M30\n", "G1 F1200\n"])))
+            out.append(
+                draw(
+                    st.sampled_from(
+                        [
+                            "G91\n",
+                            "G90\n",
+                            "G20\n",
+                            "G21\n",
+                            "G93\n",
+                            "G94\n",
+                            "F600\n",
+                            "M3 S1000\n",
+                            "(comment)\n",
+                            "G2 X10 Y0 I5 J0 F300\n",
+                            "N10 G1 X1\n",
+                            "g1 x2\n",
+                            "G4 P0.5\n",
+                            "M30\n",
+                            "G1 F1200\n",
+                        ]
+                    )
+                )
+            )
     return out
 
 

@@ -176,8 +176,10 @@ def test_composite_arc_speed_and_penalty() -> None:
 
 def test_take_up_is_later_when_the_feed_drops() -> None:
     """Slower motion near the turning point gives the motor less error to spin up with."""
-    ends = [take_up_instant_s(PAPER_AXIS, symmetric_feedrate(VC, 0.5, ratio=r), 0.25)
-            for r in (1.0, 0.6, 0.25)]
+    ends = [
+        take_up_instant_s(PAPER_AXIS, symmetric_feedrate(VC, 0.5, ratio=r), 0.25)
+        for r in (1.0, 0.6, 0.25)
+    ]
     assert all(e is not None for e in ends)
     assert ends[0] < ends[1] < ends[2]  # type: ignore[operator]
     # At the constant feed: the lag 0.005001 s plus the interval 0.118743 s of section 4.2.
@@ -185,40 +187,60 @@ def test_take_up_is_later_when_the_feed_drops() -> None:
 
 
 def test_plan_window_longest_uses_the_geometric_limit() -> None:
-    plan = plan_window(PAPER_AXIS, nominal_m_s=VC, radius_m=0.25, allowed_half_arc_m=0.06,
-                       ratio=0.25)
+    plan = plan_window(
+        PAPER_AXIS, nominal_m_s=VC, radius_m=0.25, allowed_half_arc_m=0.06, ratio=0.25
+    )
     assert plan.profile.half_window_s == pytest.approx(plan.geometric_limit_s)
     assert plan.profile.excursion_m == pytest.approx(0.06)
     assert plan.backlash_inside and plan.take_up_end_s is not None
     assert plan.take_up_end_s <= plan.profile.half_window_s
-    capped = plan_window(PAPER_AXIS, nominal_m_s=VC, radius_m=0.25, allowed_half_arc_m=0.06,
-                         ratio=0.25, max_half_window_s=0.3)
+    capped = plan_window(
+        PAPER_AXIS,
+        nominal_m_s=VC,
+        radius_m=0.25,
+        allowed_half_arc_m=0.06,
+        ratio=0.25,
+        max_half_window_s=0.3,
+    )
     assert capped.profile.half_window_s == pytest.approx(0.3)
 
 
 def test_plan_window_shortest_just_contains_the_take_up() -> None:
-    plan = plan_window(PAPER_AXIS, nominal_m_s=VC, radius_m=0.25, allowed_half_arc_m=0.06,
-                       ratio=0.25, policy="shortest")
+    plan = plan_window(
+        PAPER_AXIS,
+        nominal_m_s=VC,
+        radius_m=0.25,
+        allowed_half_arc_m=0.06,
+        ratio=0.25,
+        policy="shortest",
+    )
     ts = plan.profile.half_window_s
     assert plan.backlash_inside and plan.take_up_end_s is not None
     assert plan.take_up_end_s <= ts
     assert ts - plan.take_up_end_s < 1e-3 * ts  # the bisection stopped at the boundary
-    shorter = take_up_instant_s(PAPER_AXIS, BernsteinFeedrate(
-        plan.profile.coefficients_m_s, 0.98 * ts), 0.25)
+    shorter = take_up_instant_s(
+        PAPER_AXIS, BernsteinFeedrate(plan.profile.coefficients_m_s, 0.98 * ts), 0.25
+    )
     assert shorter is not None and shorter > 0.98 * ts
 
 
 def test_plan_window_flags_an_infeasible_window_and_checks_inputs() -> None:
-    plan = plan_window(PAPER_AXIS, nominal_m_s=VC, radius_m=0.25, allowed_half_arc_m=0.002,
-                       ratio=0.25)
+    plan = plan_window(
+        PAPER_AXIS, nominal_m_s=VC, radius_m=0.25, allowed_half_arc_m=0.002, ratio=0.25
+    )
     assert not plan.backlash_inside
     assert plan.profile.half_window_s == pytest.approx(plan.geometric_limit_s)
     with pytest.raises(ValueError, match="max_half_window_s"):
         plan_window(PAPER_AXIS, nominal_m_s=VC, radius_m=0.25, allowed_half_arc_m=math.inf)
     with pytest.raises(ValueError, match="retrograde"):
-        plan_window(PAPER_AXIS, nominal_m_s=VC, radius_m=0.25, allowed_half_arc_m=0.05,
-                    ratio=-0.45)
-    retro = plan_window(PAPER_AXIS, nominal_m_s=VC, radius_m=0.25, allowed_half_arc_m=0.05,
-                        ratio=-0.45, allow_retrograde=True)
+        plan_window(PAPER_AXIS, nominal_m_s=VC, radius_m=0.25, allowed_half_arc_m=0.05, ratio=-0.45)
+    retro = plan_window(
+        PAPER_AXIS,
+        nominal_m_s=VC,
+        radius_m=0.25,
+        allowed_half_arc_m=0.05,
+        ratio=-0.45,
+        allow_retrograde=True,
+    )
     assert retro.profile.is_retrograde
     assert retro.profile.excursion_m == pytest.approx(0.05)

@@ -498,8 +498,7 @@ def _incremental_programs(draw: st.DrawFn) -> tuple[int, list[tuple[float, float
         if draw(st.booleans()) and draw(st.booleans()):
             cuts.append(None)
             continue
-        inner = draw(st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.5, 0.9, 1.0]),
-                              max_size=6))
+        inner = draw(st.lists(st.sampled_from([0.0, 0.1, 0.25, 0.5, 0.5, 0.9, 1.0]), max_size=6))
         cuts.append([*sorted(inner), 1.0])
     return decimals, moves, cuts
 
@@ -507,7 +506,8 @@ def _incremental_programs(draw: st.DrawFn) -> tuple[int, list[tuple[float, float
 @settings(max_examples=200, deadline=None)
 @given(_incremental_programs())
 def test_g91_emitted_increments_sum_to_the_exact_end_point(
-        case: tuple[int, list[tuple[float, float]], list[object]]) -> None:
+    case: tuple[int, list[tuple[float, float]], list[object]],
+) -> None:
     decimals, moves, cuts = case
     text = "G21 G91 G1 F600\n" + "".join(f"X{dx:.4f} Y{dy:.4f}\n" for dx, dy in moves)
     blocks = parse(text)
@@ -529,7 +529,7 @@ def test_g91_emitted_increments_sum_to_the_exact_end_point(
             total[i] += values.get(letter, 0.0)
     exact = [sum(m[i] for m in moves) for i in range(2)]
     # The carry keeps every axis within half a unit of the last printed digit of the program.
-    half_unit = 0.5 * 10.0 ** -decimals
+    half_unit = 0.5 * 10.0**-decimals
     for i in range(2):
         assert abs(total[i] - exact[i]) <= half_unit + 1e-9, (i, total, exact, out)
 

@@ -45,7 +45,10 @@ class Peer:
         self.stats_path = tmp / f"stats-{time.monotonic_ns()}.json"
         self.proc = subprocess.Popen(
             [sys.executable, "-P", str(PEER), "--stats", str(self.stats_path), *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert line.startswith("READY"), f"peer did not start: {line!r}"
@@ -77,7 +80,7 @@ class Peer:
                 buf += channel.read(0.05)
         finally:
             channel.close()
-        line = buf[buf.index(b"<"):buf.index(b">") + 1].decode()
+        line = buf[buf.index(b"<") : buf.index(b">") + 1].decode()
         return parse_status(line)
 
     def close(self) -> None:
@@ -153,8 +156,12 @@ def test_a_slow_machine_holds_the_parser_and_the_budget_still_holds(peer: Any) -
     # 0.63 mm chords at 50 mm/s, clock 20x: the planner fills and the parser waits on it.
     p = peer("--time-scale", "20")
     seen: list[StreamProgress] = []
-    result = stream(p, polygon(400), GrblOptions(status_interval_s=0.02,
-                                                 progress_interval_s=0.0), progress=seen.append)
+    result = stream(
+        p,
+        polygon(400),
+        GrblOptions(status_interval_s=0.02, progress_interval_s=0.0),
+        progress=seen.append,
+    )
     stats = p.stats()
     assert result.lines_acked == stats["oks_sent"] == 400
     assert stats["planner_full_waits"] > 0 and stats["planner_max_blocks"] == 15
@@ -225,8 +232,17 @@ def test_injected_error_names_its_line_and_holds_the_machine(peer: Any) -> None:
 
 
 def test_a_bad_line_gets_grbl_error_codes(peer: Any) -> None:
-    for bad, code in (("G1 X1 A5", 20), ("G1 X", 2), ("G1 X1.2.3", 1), ("G1 X1 X2", 25),
-                      ("G5 X1", 20), ("G0 G1 X1", 21), ("G4", 28), ("G2 X1", 35), ("1X", 1)):
+    for bad, code in (
+        ("G1 X1 A5", 20),
+        ("G1 X", 2),
+        ("G1 X1.2.3", 1),
+        ("G1 X1 X2", 25),
+        ("G5 X1", 20),
+        ("G0 G1 X1", 21),
+        ("G4", 28),
+        ("G2 X1", 35),
+        ("1X", 1),
+    ):
         p = peer("--time-scale", "1000")
         exc = failure(p, ["G21 G90 F600\n", "G1 X1\n", bad + "\n", "G1 X0\n"])
         assert (exc.kind, exc.code, exc.line_no) == ("error", code, 3), bad
@@ -334,9 +350,11 @@ def test_an_answer_nobody_asked_for_is_a_protocol_error() -> None:
     try:
         channel = FdChannel(a.fileno(), "socketpair")
         with pytest.raises(StreamError) as info:
-            stream_grbl(["G0 X1\n", "G0 X2\n", "G0 X3\n"], channel,
-                        GrblOptions(handshake="none", max_lines_in_flight=1,
-                                    start_states=None))
+            stream_grbl(
+                ["G0 X1\n", "G0 X2\n", "G0 X3\n"],
+                channel,
+                GrblOptions(handshake="none", max_lines_in_flight=1, start_states=None),
+            )
         assert info.value.kind == "protocol" and "'ok' with no line" in str(info.value)
         assert "feed hold b'!' sent" in str(info.value)
     finally:
@@ -419,8 +437,11 @@ def test_dnc_error_and_stall(peer: Any, hold_code: bytes | None) -> None:
     channel = open_serial(p.path)
     try:
         with pytest.raises(StreamError) as info:
-            stream_dnc(polygon(200), channel, DncOptions(stall_timeout_s=0.5, wait_idle=True,
-                                                         hold_code=hold_code))
+            stream_dnc(
+                polygon(200),
+                channel,
+                DncOptions(stall_timeout_s=0.5, wait_idle=True, hold_code=hold_code),
+            )
     finally:
         channel.close()
     assert info.value.kind == "stalled" and held in str(info.value)
@@ -487,10 +508,17 @@ def test_budget_rule_property(lengths: list[int], rx: int) -> None:
     thread = threading.Thread(target=controller, daemon=True)
     thread.start()
     try:
-        result = stream_grbl(lines, FdChannel(a.fileno(), "socketpair"),
-                             GrblOptions(handshake="none", rx_buffer_bytes=rx,
-                                         status_interval_s=None, stall_timeout_s=5.0,
-                                         start_states=None))
+        result = stream_grbl(
+            lines,
+            FdChannel(a.fileno(), "socketpair"),
+            GrblOptions(
+                handshake="none",
+                rx_buffer_bytes=rx,
+                status_interval_s=None,
+                stall_timeout_s=5.0,
+                start_states=None,
+            ),
+        )
     finally:
         a.close()  # the controller thread sees the end of the stream and returns
         thread.join(2)
@@ -500,7 +528,8 @@ def test_budget_rule_property(lengths: list[int], rx: int) -> None:
 
 
 def test_a_port_that_cannot_be_opened_stops_the_stream_before_the_first_line(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     from agent.feedrate.streaming.grbl import stream_to_port
     from agent.feedrate.streaming.serial_channel import ChannelLost
 
@@ -535,9 +564,24 @@ def test_a_stream_ended_by_a_signal_holds_the_machine(
     program.write_text("".join(polygon(3000)))
     machine = Path(__file__).resolve().parents[1] / "config" / "machines" / "farouki2022.yaml"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "feedrate", "stream", str(program),
-         "--port", p.path, "--machine", str(machine), "--no-filter", "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "feedrate",
+            "stream",
+            str(program),
+            "--port",
+            p.path,
+            "--machine",
+            str(machine),
+            "--no-filter",
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         # Wait until the streamer has the port open (seen in /proc, not by opening the port
         # ourselves: our probe's exclusive lock could make the streamer's own open fail), then

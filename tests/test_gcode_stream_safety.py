@@ -67,19 +67,30 @@ def until(check: Callable[[], Any], timeout_s: float = 5.0, what: str = "") -> A
 # ------------------------------------------------------------------------------ G1: GRBL
 
 
-@pytest.mark.parametrize(("peer_args", "before", "handshake", "state", "why"), [
-    (["--boot-alarm"], b"", "reset", "Alarm", "[MSG:'$H'|'$X' to unlock]"),
-    (["--door-open"], b"", "reset", "Door:1", "the safety door is open"),
-    ([], MOVE, "reset", "Alarm", "ALARM:3 (reset while in motion)"),
-    ([], MOVE, "none", "Run", "the machine is moving"),
-    ([], MOVE + b"!", "none", "Hold:0", "a feed hold is in force"),
-    ([], b"$J=G91X50F600\n", "none", "Jog", "the machine is jogging"),
-    ([], b"$C\n", "none", "Check", "check mode ($C)"),
-], ids=["alarm_at_power_up", "door_open", "reset_mid_motion", "running", "held", "jogging",
-        "check_mode"])
+@pytest.mark.parametrize(
+    ("peer_args", "before", "handshake", "state", "why"),
+    [
+        (["--boot-alarm"], b"", "reset", "Alarm", "[MSG:'$H'|'$X' to unlock]"),
+        (["--door-open"], b"", "reset", "Door:1", "the safety door is open"),
+        ([], MOVE, "reset", "Alarm", "ALARM:3 (reset while in motion)"),
+        ([], MOVE, "none", "Run", "the machine is moving"),
+        ([], MOVE + b"!", "none", "Hold:0", "a feed hold is in force"),
+        ([], b"$J=G91X50F600\n", "none", "Jog", "the machine is jogging"),
+        ([], b"$C\n", "none", "Check", "check mode ($C)"),
+    ],
+    ids=[
+        "alarm_at_power_up",
+        "door_open",
+        "reset_mid_motion",
+        "running",
+        "held",
+        "jogging",
+        "check_mode",
+    ],
+)
 def test_a_grbl_stream_starts_only_on_an_idle_controller(
-        peer: Any, peer_args: list[str], before: bytes, handshake: Any, state: str,
-        why: str) -> None:
+    peer: Any, peer_args: list[str], before: bytes, handshake: Any, state: str, why: str
+) -> None:
     p = peer("--time-scale", "1", *peer_args)
     prepare(p, before.rstrip(b"!"), hold=before.endswith(b"!"))
     exc = failure(p, polygon(50), GrblOptions(handshake=handshake))
@@ -104,13 +115,13 @@ def test_a_controller_that_answers_no_status_is_refused() -> None:
             from agent.feedrate.streaming.grbl import StreamError, stream_grbl
 
             with pytest.raises(StreamError) as info:
-                stream_grbl(["G1 X1 F100\n"], channel,
-                            GrblOptions(handshake="none", status_timeout_s=0.2))
+                stream_grbl(
+                    ["G1 X1 F100\n"], channel, GrblOptions(handshake="none", status_timeout_s=0.2)
+                )
         finally:
             channel.close()
         assert 0.2 <= time.monotonic() - started < 2.0
-        assert info.value.kind == "not_ready" and "no status report within 0.2 s" in str(
-            info.value)
+        assert info.value.kind == "not_ready" and "no status report within 0.2 s" in str(info.value)
         assert os.read(master, 100) == b"?"  # the question, and no line
     finally:
         os.close(master)
@@ -121,8 +132,7 @@ def test_check_mode_can_be_allowed_and_moves_nothing(peer: Any) -> None:
     """start_states is the library's override: a program checked in GRBL's check mode."""
     p = peer("--time-scale", "1")
     prepare(p, b"$C\n")
-    result = stream(p, polygon(200), GrblOptions(handshake="none",
-                                                 start_states=("Idle", "Check")))
+    result = stream(p, polygon(200), GrblOptions(handshake="none", start_states=("Idle", "Check")))
     assert result.lines_acked == 200 and result.status is not None
     stats = p.stats()
     assert stats["check_mode"] and stats["blocks_executed"] == 0
@@ -133,13 +143,23 @@ def test_check_mode_can_be_allowed_and_moves_nothing(peer: Any) -> None:
 
 
 def test_a_dnc_stream_needs_the_operators_confirmation(
-        peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     machine = tmp_path / "grbl.yaml"
     machine.write_text(GRBL_MACHINE)
     src = tmp_path / "zz.gcode"
     src.write_text(zigzag(10))
-    run = ("feedrate", "stream", str(src), "--machine", str(machine), "--protocol", "dnc",
-           "--quiet", "--no-filter")
+    run = (
+        "feedrate",
+        "stream",
+        str(src),
+        "--machine",
+        str(machine),
+        "--protocol",
+        "dnc",
+        "--quiet",
+        "--no-filter",
+    )
     p = peer("--dnc", "--time-scale", "1000")
     assert jha(*run, "--port", p.path) == EX_TEMPFAIL
     err = capsys.readouterr().err
@@ -157,15 +177,32 @@ def test_a_dnc_stream_needs_the_operators_confirmation(
 
 
 def test_hold_and_resume_a_running_stream_from_another_terminal(
-        peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     p = peer("--time-scale", "20")  # 1,500 chords of 12.6 ms: ~0.95 s of wall-clock motion
     program = tmp_path / "circle.nc"
     program.write_text("".join(polygon(1500)))
     pid_path = tmp_path / "stream.pid"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent.cli", "feedrate", "stream", str(program), "--port",
-         p.path, "--machine", str(MACHINE), "--no-filter", "--pid-file", str(pid_path)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "feedrate",
+            "stream",
+            str(program),
+            "--port",
+            p.path,
+            "--machine",
+            str(MACHINE),
+            "--no-filter",
+            "--pid-file",
+            str(pid_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         until(lambda: p.state().state == "Run" or proc.poll() is not None, 30.0, "motion")
         assert proc.poll() is None and pid_path.read_text() == f"{proc.pid}\n"
@@ -196,7 +233,8 @@ def test_hold_and_resume_a_running_stream_from_another_terminal(
 
 @pytest.mark.security("jha feedrate hold/resume signal only a running jha feedrate stream")
 def test_hold_signals_nothing_but_a_running_stream(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         stale = tmp_path / "stale.pid"
@@ -226,8 +264,11 @@ def test_a_dnc_stream_holds_and_resumes_with_the_controllers_codes(peer: Any) ->
         channel = open_serial(p.path)
         try:
             outcome["result"] = stream_dnc(
-                polygon(300), channel, DncOptions(hold_code=b"!", resume_code=b"~",
-                                                  wait_idle=True), control=control)
+                polygon(300),
+                channel,
+                DncOptions(hold_code=b"!", resume_code=b"~", wait_idle=True),
+                control=control,
+            )
         except Exception as exc:  # reported by the assertions below
             outcome["error"] = exc
         finally:

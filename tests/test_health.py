@@ -22,26 +22,45 @@ from agent.health.verdicts import Verdict, assess, assess_backlash
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 
 
-def result(amplitude: float = 0.05, backlash: float | None = 8e-4,
-           converged: bool = True) -> BacklashResult:
+def result(
+    amplitude: float = 0.05, backlash: float | None = 8e-4, converged: bool = True
+) -> BacklashResult:
     t = np.linspace(0.0, 0.5, 100)
     fitted = amplitude * np.exp(-30 * t) * np.sin(2 * np.pi * 50 * t)
     return BacklashResult(
-        amplitude_rad_s=amplitude, backlash_rad=backlash, rmse_rad_s=0.002,
-        residual_rms_rad_s=0.01, params={"A_rad_s": amplitude}, evaluations=900, restarts=0,
-        converged=converged, stop_reason="tolfun" if converged else "maxfevals",
-        fit_seconds=0.5, seed=3, period_metadata_s=None, period_estimated_s=None,
-        period_mismatch=None, time_s=t, residual_rad_s=fitted, fitted_rad_s=fitted,
+        amplitude_rad_s=amplitude,
+        backlash_rad=backlash,
+        rmse_rad_s=0.002,
+        residual_rms_rad_s=0.01,
+        params={"A_rad_s": amplitude},
+        evaluations=900,
+        restarts=0,
+        converged=converged,
+        stop_reason="tolfun" if converged else "maxfevals",
+        fit_seconds=0.5,
+        seed=3,
+        period_metadata_s=None,
+        period_estimated_s=None,
+        period_mismatch=None,
+        time_s=t,
+        residual_rad_s=fitted,
+        fitted_rad_s=fitted,
     )
 
 
 def history(days: list[float], values: list[float]) -> list[TrendPoint]:
-    return [TrendPoint((T0 + timedelta(days=d)).isoformat(), v)
-            for d, v in zip(days, values, strict=True)]
+    return [
+        TrendPoint((T0 + timedelta(days=d)).isoformat(), v)
+        for d, v in zip(days, values, strict=True)
+    ]
 
 
-LIMITS = ThresholdSettings(backlash_watch_rad=1e-3, backlash_alert_rad=2e-3,
-                           amplitude_watch_rad_s=0.1, amplitude_alert_rad_s=0.2)
+LIMITS = ThresholdSettings(
+    backlash_watch_rad=1e-3,
+    backlash_alert_rad=2e-3,
+    amplitude_watch_rad_s=0.1,
+    amplitude_alert_rad_s=0.2,
+)
 
 
 def test_status_values_and_worst() -> None:
@@ -55,8 +74,13 @@ def test_status_values_and_worst() -> None:
 
 @pytest.mark.parametrize(
     ("value", "status", "limit"),
-    [(0.5e-3, Status.OK, 1e-3), (1e-3, Status.WATCH, 1e-3), (1.5e-3, Status.WATCH, 1e-3),
-     (2e-3, Status.ALERT, 2e-3), (9e-3, Status.ALERT, 2e-3)],
+    [
+        (0.5e-3, Status.OK, 1e-3),
+        (1e-3, Status.WATCH, 1e-3),
+        (1.5e-3, Status.WATCH, 1e-3),
+        (2e-3, Status.ALERT, 2e-3),
+        (9e-3, Status.ALERT, 2e-3),
+    ],
 )
 def test_assess_boundaries(value: float, status: Status, limit: float) -> None:
     v = assess(value, 1e-3, 2e-3, "backlash_rad")
@@ -83,8 +107,7 @@ def test_assess_with_one_or_no_limit() -> None:
 def test_assess_backlash_uses_backlash_limits_when_calibrated() -> None:
     # A is far above its alert limit but the calibrated backlash decides.
     v = assess_backlash(result(amplitude=5.0, backlash=1.2e-3), LIMITS)
-    assert (v.status, v.indicator, v.value, v.limit) == (Status.WATCH, "backlash_rad", 1.2e-3,
-                                                         1e-3)
+    assert (v.status, v.indicator, v.value, v.limit) == (Status.WATCH, "backlash_rad", 1.2e-3, 1e-3)
 
 
 def test_assess_backlash_uses_amplitude_when_uncalibrated() -> None:
@@ -114,8 +137,13 @@ def test_unconverged_fit_is_noted_in_the_reason() -> None:
 
 def test_verdict_to_dict_is_json() -> None:
     d = Verdict(Status.WATCH, "backlash_rad", 1e-3, 1e-3, "x").to_dict()
-    assert json.loads(json.dumps(d)) == {"status": "watch", "indicator": "backlash_rad",
-                                         "value": 1e-3, "limit": 1e-3, "reason": "x"}
+    assert json.loads(json.dumps(d)) == {
+        "status": "watch",
+        "indicator": "backlash_rad",
+        "value": 1e-3,
+        "limit": 1e-3,
+        "reason": "x",
+    }
 
 
 def test_exact_linear_history() -> None:
@@ -205,8 +233,9 @@ def test_point_order_does_not_matter() -> None:
     n=st.integers(3, 30),
     step_days=st.floats(0.01, 30.0),
 )
-def test_forecast_reaches_the_limit(level: float, slope: float, gap: float, n: int,
-                                    step_days: float) -> None:
+def test_forecast_reaches_the_limit(
+    level: float, slope: float, gap: float, n: int, step_days: float
+) -> None:
     days = [i * step_days for i in range(n)]
     values = [level + slope * d for d in days]
     watch = values[-1] + gap
@@ -238,8 +267,10 @@ def test_forecast_sentences() -> None:
     rising = trend(history(days, [0.5e-3 + 1e-5 * d for d in days]), 1e-3, 2e-3, "backlash_rad")
     text = forecast_sentence(rising, 10)
     assert "Over 10 cycles (9 days) backlash changes by +0.01 mrad/day." in text
-    assert "reaches the watch limit 1 mrad in about 41 days (95 % interval: 41 days to 41 days)" \
+    assert (
+        "reaches the watch limit 1 mrad in about 41 days (95 % interval: 41 days to 41 days)"
         in text
+    )
     # The last value is past the watch limit: the alert limit is the next one.
     assert "alert limit 2 mrad in about 141 days" in forecast_sentence(rising, 10, "watch")
     assert "no further limit" in forecast_sentence(rising, 10, "alert")
@@ -276,14 +307,17 @@ def test_slope_interval_covers_the_true_slope_at_its_confidence() -> None:
     assert 0.88 <= hits / n <= 0.995
 
 
-@pytest.mark.parametrize(("status", "running", "failed", "signal"), [
-    (Status.OK, False, False, Ne107.NORMAL),
-    (Status.WATCH, False, False, Ne107.MAINTENANCE_REQUIRED),
-    (Status.ALERT, False, True, Ne107.OUT_OF_SPECIFICATION),
-    (Status.UNKNOWN, False, True, Ne107.FAILURE),
-    (Status.UNKNOWN, False, False, Ne107.CHECK_FUNCTION),
-    (Status.ALERT, True, False, Ne107.CHECK_FUNCTION),
-])
+@pytest.mark.parametrize(
+    ("status", "running", "failed", "signal"),
+    [
+        (Status.OK, False, False, Ne107.NORMAL),
+        (Status.WATCH, False, False, Ne107.MAINTENANCE_REQUIRED),
+        (Status.ALERT, False, True, Ne107.OUT_OF_SPECIFICATION),
+        (Status.UNKNOWN, False, True, Ne107.FAILURE),
+        (Status.UNKNOWN, False, False, Ne107.CHECK_FUNCTION),
+        (Status.ALERT, True, False, Ne107.CHECK_FUNCTION),
+    ],
+)
 def test_ne107_mapping(status: Status, running: bool, failed: bool, signal: Ne107) -> None:
     assert ne107_of(status, running=running, failed=failed) is signal
     assert signal.letter in "NMSFC"

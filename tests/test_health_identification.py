@@ -57,8 +57,9 @@ def identify_worn_arm() -> list[dict[str, tuple[Estimate, ...]]]:
     cycle = excitation_cycle(controller())
     found = []
     for i, scale in enumerate(FRICTION_SCALE):
-        truth = SimRobotSettings(robot=PLANAR, torque_noise_nm=0.2,
-                                 wear={"joint_2": SimJointWear(friction_scale=scale)})
+        truth = SimRobotSettings(
+            robot=PLANAR, torque_noise_nm=0.2, wear={"joint_2": SimJointWear(friction_scale=scale)}
+        )
         capture = simulate_excitation(cycle, truth, seed=11 + i, machine="cell1")
         found.append(dict(analyze_identification(capture, cycle_settings()).estimates))
     return found
@@ -70,25 +71,45 @@ def identifications() -> list[dict[str, tuple[Estimate, ...]]]:
 
 
 def record_identification(
-    store: HistoryStore, when: datetime, by_joint: dict[str, Any],
+    store: HistoryStore,
+    when: datetime,
+    by_joint: dict[str, Any],
     limits: IdentificationLimitSettings | None = None,
 ) -> None:
     """As the daemon records one (agent.kinds.identification.kind: the limits go along)."""
     for joint, estimates in by_joint.items():
         if limits is not None:
-            estimates = [Estimate(e.indicator, e.value, e.unit,
-                                  {**e.detail, LIMITS_KEY: limits_detail(limits, joint)})
-                         for e in estimates]
-        store.record_cycle(controller="cell1", joint=joint, kind="identification",
-                           started_at=when, finished_at=when + timedelta(seconds=40),
-                           estimates=estimates, trigger="manual")
+            estimates = [
+                Estimate(
+                    e.indicator,
+                    e.value,
+                    e.unit,
+                    {**e.detail, LIMITS_KEY: limits_detail(limits, joint)},
+                )
+                for e in estimates
+            ]
+        store.record_cycle(
+            controller="cell1",
+            joint=joint,
+            kind="identification",
+            started_at=when,
+            finished_at=when + timedelta(seconds=40),
+            estimates=estimates,
+            trigger="manual",
+        )
 
 
 def estimates(**values: tuple[float, float | None]) -> tuple[Estimate, ...]:
-    units = {"coulomb_friction_nm": "N·m", "viscous_friction_nm_s_rad": "N·m·s/rad",
-             "stiffness_nm_rad": "N·m/rad", "torque_nmse_nm": "N·m"}
-    return tuple(Estimate(k, v, units[k], {} if rel is None else {"rel_std_pct": rel})
-                 for k, (v, rel) in values.items())
+    units = {
+        "coulomb_friction_nm": "N·m",
+        "viscous_friction_nm_s_rad": "N·m·s/rad",
+        "stiffness_nm_rad": "N·m/rad",
+        "torque_nmse_nm": "N·m",
+    }
+    return tuple(
+        Estimate(k, v, units[k], {} if rel is None else {"rel_std_pct": rel})
+        for k, (v, rel) in values.items()
+    )
 
 
 # --- the simulated arm wears ---------------------------------------------------------------------
@@ -112,8 +133,14 @@ def test_friction_wearing_up_turns_watch_then_alert_at_the_right_identification(
 
     # Three identifications set the baseline (NE 107 C until then); +12 % is no warning;
     # +40 % is past the watch limit (+30 %): M; +75 % past the alert limit (+60 %): S.
-    assert seen["joint_2"] == [("unknown", "C"), ("unknown", "C"), ("ok", "N"), ("ok", "N"),
-                               ("watch", "M"), ("alert", "S")]
+    assert seen["joint_2"] == [
+        ("unknown", "C"),
+        ("unknown", "C"),
+        ("ok", "N"),
+        ("ok", "N"),
+        ("watch", "M"),
+        ("alert", "S"),
+    ]
     # The healthy joint: only the noise of six identifications, never a warning.
     assert seen["joint_1"] == [("unknown", "C")] * 2 + [("ok", "N")] * 4
 
@@ -134,8 +161,11 @@ def test_friction_wearing_up_turns_watch_then_alert_at_the_right_identification(
     # starts no later than the line's time.
     assert fc.days_low <= fc.days and (fc.days_high is None or fc.days <= fc.days_high)
     assert at_alert.forecast is None and "no further limit" in at_alert.forecast_text
-    record("identification verdicts", "planar arm joint_2 friction x1.40: WATCH (M)",
-           f"alert forecast {fc.days:.3g} d (from {fc.days_low:.3g} d); crossed after 7 d")
+    record(
+        "identification verdicts",
+        "planar arm joint_2 friction x1.40: WATCH (M)",
+        f"alert forecast {fc.days:.3g} d (from {fc.days_low:.3g} d); crossed after 7 d",
+    )
 
     # Every form of the report carries the verdict.
     doc = report_to_dict(report)
@@ -156,8 +186,11 @@ def test_friction_wearing_up_turns_watch_then_alert_at_the_right_identification(
     assert "identification: ALERT" in table
     page = render_html(report)
     assert page.count("<h4>Identification verdict") == 2 and "+60 %" in page
-    health = {json.loads(m.payload)["joint"]: json.loads(m.payload)
-              for m in report_messages(report, "jha", "q") if m.kind == "health"}
+    health = {
+        json.loads(m.payload)["joint"]: json.loads(m.payload)
+        for m in report_messages(report, "jha", "q")
+        if m.kind == "health"
+    }
     ident = health["joint_2"]["identification"]
     assert ident["status"] == "alert" and ident["ne107"]["letter"] == "S"
     assert health["joint_2"]["ne107"]["letter"] == "S"
@@ -181,15 +214,30 @@ def test_the_opcua_health_server_shows_the_identification_verdict(
         space = IdentificationAddressSpace(server, ns)
         await space.build()
         await space.apply(report)
-        names = ("Status", "Ne107Letter", "Indicator", "ForecastLimit", "ForecastDays",
-                 "coulomb_friction_nm/Baseline", "coulomb_friction_nm/WatchLimit",
-                 "coulomb_friction_nm/Status", "stiffness_nm_rad/AlertLimit")
-        found = {n: await server.get_node(ua.NodeId(f"cell1/joint_2/Identification/{n}", ns)
-                                          ).read_value() for n in names}
-        found["joint"] = await server.get_node(ua.NodeId("cell1/joint_2/Ne107Letter", ns)
-                                               ).read_value()
-        eu = await server.get_node(ua.NodeId(
-            "cell1/joint_2/Identification/stiffness_nm_rad/AlertLimit/EngineeringUnits", ns)
+        names = (
+            "Status",
+            "Ne107Letter",
+            "Indicator",
+            "ForecastLimit",
+            "ForecastDays",
+            "coulomb_friction_nm/Baseline",
+            "coulomb_friction_nm/WatchLimit",
+            "coulomb_friction_nm/Status",
+            "stiffness_nm_rad/AlertLimit",
+        )
+        found = {
+            n: await server.get_node(
+                ua.NodeId(f"cell1/joint_2/Identification/{n}", ns)
+            ).read_value()
+            for n in names
+        }
+        found["joint"] = await server.get_node(
+            ua.NodeId("cell1/joint_2/Ne107Letter", ns)
+        ).read_value()
+        eu = await server.get_node(
+            ua.NodeId(
+                "cell1/joint_2/Identification/stiffness_nm_rad/AlertLimit/EngineeringUnits", ns
+            )
         ).read_value()
         found["eu"] = eu.DisplayName.Text
         # The same joint with a backlash verdict that is normal: the controller's worst NE 107
@@ -198,8 +246,7 @@ def test_the_opcua_health_server_shows_the_identification_verdict(
         judged = replace(joint_2, status=Status.OK, ne107=Ne107.NORMAL)
         assert judged.identification is not None
         await space.apply(replace(report, joints=(judged,), indicator_joints=()))
-        found["worst"] = await server.get_node(ua.NodeId("cell1/WorstNe107Status", ns)
-                                               ).read_value()
+        found["worst"] = await server.get_node(ua.NodeId("cell1/WorstNe107Status", ns)).read_value()
         await server.stop()
         return found
 
@@ -208,7 +255,8 @@ def test_the_opcua_health_server_shows_the_identification_verdict(
     assert found["Indicator"] in ("coulomb_friction_nm", "viscous_friction_nm_s_rad")
     assert found["ForecastLimit"] == "alert" and found["ForecastDays"] > 0
     assert found["coulomb_friction_nm/WatchLimit"] == pytest.approx(
-        1.3 * found["coulomb_friction_nm/Baseline"])
+        1.3 * found["coulomb_friction_nm/Baseline"]
+    )
     assert found["coulomb_friction_nm/Status"] == "watch"
     assert found["stiffness_nm_rad/AlertLimit"] > 0 and found["eu"] == "N·m/rad"
     assert found["worst"] == "maintenance_required"
@@ -237,10 +285,12 @@ def test_a_change_within_the_noise_is_not_a_warning() -> None:
     assert worn.status is Status.WATCH and worn.significant
     # Pure noise around a constant friction, 40 identifications with the default limits.
     values = 2.0 * (1 + 0.04 * rng.standard_normal(40))
-    points = [(TrendPoint((T0 + i * WEEK).isoformat(), float(v)), 4.0)
-              for i, v in enumerate(values)]
-    statuses = {assess_indicator("coulomb_friction_nm", points[: n + 1]).status
-                for n in range(3, 40)}
+    points = [
+        (TrendPoint((T0 + i * WEEK).isoformat(), float(v)), 4.0) for i, v in enumerate(values)
+    ]
+    statuses = {
+        assess_indicator("coulomb_friction_nm", points[: n + 1]).status for n in range(3, 40)
+    }
     assert statuses == {Status.OK}
 
 
@@ -248,12 +298,12 @@ def test_the_forecast_says_when_the_limit_is_crossed_rising_or_falling() -> None
     """Against commissioning values (2 N·m, 10 kN·m/rad): friction rising 2 % a day and
     stiffness falling 0.8 % a day, sampled weekly; after five identifications the forecast to
     each alert limit is the time left on the line."""
-    limits = IdentificationLimitSettings(baseline={"j": JointBaselineSettings(
-        coulomb_friction_nm=2.0, stiffness_nm_rad=1.0e4)})
+    limits = IdentificationLimitSettings(
+        baseline={"j": JointBaselineSettings(coulomb_friction_nm=2.0, stiffness_nm_rad=1.0e4)}
+    )
     days = [0.0, 7.0, 14.0, 21.0, 28.0]
     when = [(T0 + timedelta(days=d)).isoformat() for d in days]
-    friction = [(TrendPoint(t, 2.0 * (1 + 0.02 * d)), 1.0) for t, d in zip(when, days,
-                                                                             strict=True)]
+    friction = [(TrendPoint(t, 2.0 * (1 + 0.02 * d)), 1.0) for t, d in zip(when, days, strict=True)]
     v = assess_indicator("coulomb_friction_nm", friction, limits, 2.0)
     assert v.baseline is not None and v.baseline.source == "commissioning"
     assert v.status is Status.WATCH and v.change == pytest.approx(0.56)  # 3.12 N·m
@@ -262,8 +312,9 @@ def test_the_forecast_says_when_the_limit_is_crossed_rising_or_falling() -> None
     assert v.forecast.days == pytest.approx(2.0)
     assert "reaches the alert limit 3.2 N·m in about 2 days" in v.forecast_text
 
-    stiffness = [(TrendPoint(t, 1.0e4 * (1 - 0.008 * d)), 0.5) for t, d in zip(when, days,
-                                                                                strict=True)]
+    stiffness = [
+        (TrendPoint(t, 1.0e4 * (1 - 0.008 * d)), 0.5) for t, d in zip(when, days, strict=True)
+    ]
     k = assess_indicator("stiffness_nm_rad", stiffness, limits, 1.0e4)
     assert k.status is Status.WATCH and k.change == pytest.approx(-0.224)  # 7760 N·m/rad
     assert k.trend is not None and k.trend.slope_per_day == pytest.approx(-80.0)
@@ -288,7 +339,8 @@ def test_commissioning_values_the_recorded_limits_and_a_failed_identification(
     tmp_path: Path,
 ) -> None:
     limits = IdentificationLimitSettings(
-        nmse_ratio_watch=1.5, nmse_ratio_alert=3.0,
+        nmse_ratio_watch=1.5,
+        nmse_ratio_alert=3.0,
         baseline={"joint_2": JointBaselineSettings(coulomb_friction_nm=1.0)},
     )
     with HistoryStore(tmp_path / "history.sqlite") as store:
@@ -304,26 +356,50 @@ def test_commissioning_values_the_recorded_limits_and_a_failed_identification(
         assert assess_history(store, "cell1", "joint_1")["coulomb_friction_nm"].status is (
             Status.UNKNOWN)  # fmt: skip
         for i in (1, 2):
-            record_identification(store, T0 + i * WEEK, {
-                "joint_1": estimates(coulomb_friction_nm=(2.0, 1.0),
-                                     torque_nmse_nm=(0.01 * (1 + 0.01 * i), None))}, limits)
-        record_identification(store, T0 + 3 * WEEK, {
-            "joint_1": estimates(coulomb_friction_nm=(2.0, 1.0),
-                                 torque_nmse_nm=(0.02, None))}, limits)
+            record_identification(
+                store,
+                T0 + i * WEEK,
+                {
+                    "joint_1": estimates(
+                        coulomb_friction_nm=(2.0, 1.0), torque_nmse_nm=(0.01 * (1 + 0.01 * i), None)
+                    )
+                },
+                limits,
+            )
+        record_identification(
+            store,
+            T0 + 3 * WEEK,
+            {"joint_1": estimates(coulomb_friction_nm=(2.0, 1.0), torque_nmse_nm=(0.02, None))},
+            limits,
+        )
         # NMSE doubled: past the config's 1.5x watch limit, under the default 2x it would not
         nmse = assess_history(store, "cell1", "joint_1")["torque_nmse_nm"]
         assert nmse.status is Status.WATCH and "1.5x" in nmse.reason
-        assert assess_history(store, "cell1", "joint_1", IdentificationLimitSettings(
-            nmse_ratio_watch=2.5, nmse_ratio_alert=5.0))["torque_nmse_nm"].status is Status.OK
+        assert (
+            assess_history(
+                store,
+                "cell1",
+                "joint_1",
+                IdentificationLimitSettings(nmse_ratio_watch=2.5, nmse_ratio_alert=5.0),
+            )["torque_nmse_nm"].status
+            is Status.OK
+        )
         # a `jha identify --record` entry carries no limits: the newest recorded ones stay
-        record_identification(store, T0 + 3.5 * WEEK, {
-            "joint_1": estimates(torque_nmse_nm=(0.021, None))})
+        record_identification(
+            store, T0 + 3.5 * WEEK, {"joint_1": estimates(torque_nmse_nm=(0.021, None))}
+        )
         assert assess_history(store, "cell1", "joint_1")["torque_nmse_nm"].status is (
             Status.WATCH)  # fmt: skip
         # an identification that failed after the last valid one: NE 107 F, the value kept
-        store.record_rejected(controller="cell1", joint="joint_1", kind="identification",
-                              started_at=T0 + 4 * WEEK, finished_at=T0 + 4 * WEEK,
-                              reason="pool worker died", outcome="error")
+        store.record_rejected(
+            controller="cell1",
+            joint="joint_1",
+            kind="identification",
+            started_at=T0 + 4 * WEEK,
+            finished_at=T0 + 4 * WEEK,
+            reason="pool worker died",
+            outcome="error",
+        )
         failed = joint_verdict(list(assess_history(store, "cell1", "joint_1").values()))
         assert failed is not None and failed.ne107 is Ne107.FAILURE
         assert "identification failed: pool worker died" in failed.reason
@@ -333,7 +409,8 @@ def test_commissioning_values_the_recorded_limits_and_a_failed_identification(
         again = rejudged(j1, store, IdentificationLimitSettings())
         assert again.identification is not None and again.identification.ne107 is Ne107.FAILURE
     assert limits_from_detail(limits_detail(limits, "joint_2"), "joint_2") == replace_baseline(
-        limits, "joint_2")
+        limits, "joint_2"
+    )
     assert limits_from_detail({"coulomb_rise_watch": 0.9, "coulomb_rise_alert": 0.1}, "j") is None
     assert limits_from_detail("damaged", "j") is None
 
@@ -368,28 +445,51 @@ def test_bad_limits_give_file_line_errors(tmp_path: Path) -> None:
         return next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if fragment in ln)
 
     where = "controllers[0].identification.limits"
-    path, text = config({"stiffness_drop_watch": 1.5, "nmse_ratio_wach": 2.0,
-                         "baseline": {"joint_2": {"coulomb_friction_nm": -1.0}}})
-    assert f"{path}:{line_of(path, 'stiffness_drop_watch')}: {where}.stiffness_drop_watch: " \
-           "expected a number > 0 and < 1, found 1.5" in text
-    assert f"{path}:{line_of(path, 'nmse_ratio_wach')}: {where}.nmse_ratio_wach: unknown key " \
-           "(did you mean 'nmse_ratio_watch'?)" in text
-    assert f"{path}:{line_of(path, 'coulomb_friction_nm')}: " \
-           f"{where}.baseline.joint_2.coulomb_friction_nm: expected a number > 0" in text
+    path, text = config(
+        {
+            "stiffness_drop_watch": 1.5,
+            "nmse_ratio_wach": 2.0,
+            "baseline": {"joint_2": {"coulomb_friction_nm": -1.0}},
+        }
+    )
+    assert (
+        f"{path}:{line_of(path, 'stiffness_drop_watch')}: {where}.stiffness_drop_watch: "
+        "expected a number > 0 and < 1, found 1.5" in text
+    )
+    assert (
+        f"{path}:{line_of(path, 'nmse_ratio_wach')}: {where}.nmse_ratio_wach: unknown key "
+        "(did you mean 'nmse_ratio_watch'?)" in text
+    )
+    assert (
+        f"{path}:{line_of(path, 'coulomb_friction_nm')}: "
+        f"{where}.baseline.joint_2.coulomb_friction_nm: expected a number > 0" in text
+    )
     # the rules that tie fields together (checked once every field is valid)
-    path, text = config({"coulomb_rise_watch": 0.7, "coulomb_rise_alert": 0.6,
-                         "nmse_ratio_watch": 4.0, "baseline": {"joint_9": {
-                             "stiffness_nm_rad": 1.0e4}}})
-    assert f"{path}:{line_of(path, 'coulomb_rise_alert')}: {where}.coulomb_rise_alert: " \
-           "expected above coulomb_rise_watch (0.7), found 0.6" in text
+    path, text = config(
+        {
+            "coulomb_rise_watch": 0.7,
+            "coulomb_rise_alert": 0.6,
+            "nmse_ratio_watch": 4.0,
+            "baseline": {"joint_9": {"stiffness_nm_rad": 1.0e4}},
+        }
+    )
+    assert (
+        f"{path}:{line_of(path, 'coulomb_rise_alert')}: {where}.coulomb_rise_alert: "
+        "expected above coulomb_rise_watch (0.7), found 0.6" in text
+    )
     assert f"{where}.nmse_ratio_alert: expected above nmse_ratio_watch (4), found 4" in text
-    assert f"{path}:{line_of(path, 'joint_9')}: {where}.baseline.joint_9: expected a joint " \
-           f"of {PLANAR} (joint_1, joint_2), found 'joint_9'" in text
+    assert (
+        f"{path}:{line_of(path, 'joint_9')}: {where}.baseline.joint_9: expected a joint "
+        f"of {PLANAR} (joint_1, joint_2), found 'joint_9'" in text
+    )
 
     ok = tmp_path / "ok.yaml"
-    ok.write_text(path.read_text().replace("coulomb_rise_watch: 0.7", "coulomb_rise_watch: 0.2")
-                  .replace("nmse_ratio_watch: 4.0", "nmse_ratio_watch: 3.0")
-                  .replace("joint_9", "joint_2"))
+    ok.write_text(
+        path.read_text()
+        .replace("coulomb_rise_watch: 0.7", "coulomb_rise_watch: 0.2")
+        .replace("nmse_ratio_watch: 4.0", "nmse_ratio_watch: 3.0")
+        .replace("joint_9", "joint_2")
+    )
     ident = load_config(ok).controllers[0].identification
     assert ident is not None and ident.limits.coulomb_rise_watch == 0.2
     assert ident.limits.baseline["joint_2"].stiffness_nm_rad == 1.0e4

@@ -41,18 +41,24 @@ FALSE_ALARM_BOUND = 0.05
 
 
 def history(days: np.ndarray, values: np.ndarray) -> list[TrendPoint]:
-    return [TrendPoint((T0 + timedelta(days=float(d))).isoformat(), float(v))
-            for d, v in zip(days, values, strict=True)]
+    return [
+        TrendPoint((T0 + timedelta(days=float(d))).isoformat(), float(v))
+        for d, v in zip(days, values, strict=True)
+    ]
 
 
 def onset_history(seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
-    return (LEVEL_RAD + RATE_RAD_DAY * np.maximum(DAYS - ONSET_DAY, 0.0)
-            + rng.normal(0.0, NOISE_RAD, DAYS.size))
+    return (
+        LEVEL_RAD
+        + RATE_RAD_DAY * np.maximum(DAYS - ONSET_DAY, 0.0)
+        + rng.normal(0.0, NOISE_RAD, DAYS.size)
+    )
 
 
-def whole_history_forecast(days: np.ndarray, values: np.ndarray, limit: float
-                           ) -> tuple[float, float]:
+def whole_history_forecast(
+    days: np.ndarray, values: np.ndarray, limit: float
+) -> tuple[float, float]:
     """The forecast as it was before this change: one Theil-Sen line through every point
     (days to the limit, and the interval's early end)."""
     slope, intercept, _, high = stats.theilslopes(values, days, alpha=0.95)
@@ -83,11 +89,17 @@ def test_flat_then_wear_is_forecast_from_the_break_and_on_time() -> None:
         errors_old.append(abs(old_days - TRUE_DAYS_TO_ALERT))
         late_low_old += old_low > TRUE_DAYS_TO_ALERT
     median_new, median_old = statistics.median(errors_new), statistics.median(errors_old)
-    record("forecast", "flat 45 d then wear: median |alert forecast - truth|, whole history",
-           f"{median_old:.3g} d late (truth {TRUE_DAYS_TO_ALERT:.3g} d, 40 seeds)")
-    record("forecast", "flat 45 d then wear: median |alert forecast - truth|, since the break",
-           f"{median_new:.3g} d (tolerance {FORECAST_TOLERANCE_DAYS} d); truth inside the "
-           f"95 % interval {covered}/40, old interval's early end late {late_low_old}/40")
+    record(
+        "forecast",
+        "flat 45 d then wear: median |alert forecast - truth|, whole history",
+        f"{median_old:.3g} d late (truth {TRUE_DAYS_TO_ALERT:.3g} d, 40 seeds)",
+    )
+    record(
+        "forecast",
+        "flat 45 d then wear: median |alert forecast - truth|, since the break",
+        f"{median_new:.3g} d (tolerance {FORECAST_TOLERANCE_DAYS} d); truth inside the "
+        f"95 % interval {covered}/40, old interval's early end late {late_low_old}/40",
+    )
     assert median_new <= FORECAST_TOLERANCE_DAYS < median_old
     assert late_low_old >= 36  # even the old interval's early end came after the crossing
     # The interval is the slope's only (the level's own scatter is not in it, as before this
@@ -103,8 +115,9 @@ def test_the_report_says_since_when_and_draws_the_line_from_the_break() -> None:
     date = tr.since_text()
     assert date.startswith("2026-04-1")  # 45 days after 1 March is 15 April
     text = forecast_sentence(tr, len(points), "watch")
-    assert text.startswith(f"Since {date}, when a change of slope was detected ("
-                           f"{tr.n_points} cycles")
+    assert text.startswith(
+        f"Since {date}, when a change of slope was detected ({tr.n_points} cycles"
+    )
     assert "reaches the alert limit 0.8 mrad in about" in text
     d = tr.to_dict()
     assert d["basis"] == "since_break" and d["history_points"] == 60
@@ -135,9 +148,11 @@ def test_noise_alone_rarely_makes_a_break() -> None:
         values = LEVEL_RAD + rng.normal(0.0, NOISE_RAD, size)
         alarms += find_break(days, values) is not None
     rate = alarms / n
-    record("forecast", "false breaks in 200 noise-only histories",
-           f"{100 * rate:.3g} % (bound {100 * FALSE_ALARM_BOUND:.3g} %, "
-           f"Davies alpha {BREAK_ALPHA})")
+    record(
+        "forecast",
+        "false breaks in 200 noise-only histories",
+        f"{100 * rate:.3g} % (bound {100 * FALSE_ALARM_BOUND:.3g} %, Davies alpha {BREAK_ALPHA})",
+    )
     assert rate <= FALSE_ALARM_BOUND
 
 
@@ -160,8 +175,11 @@ def test_steady_wear_keeps_the_whole_history_forecast_unchanged() -> None:
         assert tr.forecast_alert.days == pytest.approx(old_days, rel=1e-9)
         assert tr.forecast_alert.days_low == pytest.approx(old_low, rel=1e-9)
         assert "fitted to the whole history" in tr.basis_text()
-    record("forecast", "false breaks in 200 steady linear-wear histories",
-           f"{100 * breaks / n:.3g} % (bound {100 * FALSE_ALARM_BOUND:.3g} %)")
+    record(
+        "forecast",
+        "false breaks in 200 steady linear-wear histories",
+        f"{100 * breaks / n:.3g} % (bound {100 * FALSE_ALARM_BOUND:.3g} %)",
+    )
     assert breaks / n <= FALSE_ALARM_BOUND
 
 
@@ -181,7 +199,8 @@ def test_a_break_too_recent_widens_the_interval_only() -> None:
     assert fc is not None and fc.days == pytest.approx(old_days, rel=1e-9)
     # The steep recent slope (0.1 mrad/day) brings the early end to about 2 days.
     assert fc.days_low < old_low and fc.days_low == pytest.approx(
-        (WATCH_RAD - tr.level_now) / tr.slope_high_per_day)
+        (WATCH_RAD - tr.level_now) / tr.slope_high_per_day
+    )
     assert tr.slope_high_per_day == pytest.approx(0.1e-3, rel=0.25)
     text = forecast_sentence(tr, days.size)
     assert "too recently to fit a line to (2 point(s) after it)" in text
@@ -221,10 +240,13 @@ def test_a_falling_stiffness_after_a_break_is_forecast_from_the_break() -> None:
     weeks = np.arange(12.0)
     base_nm_rad = 5.0e4
     rng = np.random.default_rng(1)
-    values = base_nm_rad * (1.0 - 0.04 * np.maximum(weeks - 5.0, 0.0)
-                            + rng.normal(0.0, 0.004, weeks.size))
-    points = [(TrendPoint((T0 + timedelta(weeks=float(w))).isoformat(), float(v)), 0.4)
-              for w, v in zip(weeks, values, strict=True)]
+    values = base_nm_rad * (
+        1.0 - 0.04 * np.maximum(weeks - 5.0, 0.0) + rng.normal(0.0, 0.004, weeks.size)
+    )
+    points = [
+        (TrendPoint((T0 + timedelta(weeks=float(w))).isoformat(), float(v)), 0.4)
+        for w, v in zip(weeks, values, strict=True)
+    ]
     v = assess_indicator("stiffness_nm_rad", points)
     tr: Trend | None = v.trend
     assert tr is not None and tr.basis == "since_break" and tr.slope_per_day < 0

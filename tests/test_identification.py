@@ -112,9 +112,9 @@ def test_elastic_identification_sees_every_drive_parameter_alone() -> None:
             for p in ("Ia", "fc", "fv", "k"):
                 assert b.classes[b.names.index(f"{p}{j + 1}")] == "identifiable"
     # unlike a rigid model, where Ia1 merges with the inertia of link 1 about axis 1
-    rigid = __import__("agent.estimation.identification.base_params", fromlist=["x"]).base_parameters(
-        robot("ur5e"), rotor=True
-    )
+    rigid = __import__(
+        "agent.estimation.identification.base_params", fromlist=["x"]
+    ).base_parameters(robot("ur5e"), rotor=True)
     assert rigid.classes[rigid.names.index("Ia1")] == "combination"
 
 

@@ -62,10 +62,39 @@ def measurements(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A designed and simulated TCP measurement file of the IRB 6660 (k = 1.2 x nominal)."""
     d = tmp_path_factory.mktemp("stiffness")
     design, meas = d / "design.json", d / "meas.csv"
-    assert jha("stiffness", "design", "--robot", IRB, "--measurements", "5", "--criterion", "D",
-               "--starts", "1", "-o", str(design)) == EX_OK
-    assert jha("stiffness", "simulate", str(design), "--robot", IRB, "--k-scale", "1.2",
-               "--seed", "1", "-o", str(meas)) == EX_OK
+    assert (
+        jha(
+            "stiffness",
+            "design",
+            "--robot",
+            IRB,
+            "--measurements",
+            "5",
+            "--criterion",
+            "D",
+            "--starts",
+            "1",
+            "-o",
+            str(design),
+        )
+        == EX_OK
+    )
+    assert (
+        jha(
+            "stiffness",
+            "simulate",
+            str(design),
+            "--robot",
+            IRB,
+            "--k-scale",
+            "1.2",
+            "--seed",
+            "1",
+            "-o",
+            str(meas),
+        )
+        == EX_OK
+    )
     return meas
 
 
@@ -77,8 +106,18 @@ def config(tmp_path: Path) -> Path:
 
 
 def record_stiffness(meas: Path, config: Path, controller: str = "cell1") -> int:
-    return jha("stiffness", "estimate", str(meas), "--robot", IRB, "--record",
-               "--config", str(config), "--controller", controller)
+    return jha(
+        "stiffness",
+        "estimate",
+        str(meas),
+        "--robot",
+        IRB,
+        "--record",
+        "--config",
+        str(config),
+        "--controller",
+        controller,
+    )
 
 
 def report_json(config: Path, capsys: pytest.CaptureFixture[str]) -> dict:
@@ -101,8 +140,11 @@ def test_recorded_stiffness_appears_for_every_joint_of_the_report(
     assert list(shown) == IRB_JOINTS
     for name, k_true in zip(IRB_JOINTS, 1.2 * K_NOMINAL, strict=True):
         (ind,) = shown[name]["indicators"]
-        assert (ind["indicator"], ind["unit"], ind["n_points"]) == ("stiffness_nm_rad",
-                                                                    "N·m/rad", 1)
+        assert (ind["indicator"], ind["unit"], ind["n_points"]) == (
+            "stiffness_nm_rad",
+            "N·m/rad",
+            1,
+        )
         assert ind["latest_value"] == pytest.approx(k_true, rel=0.05)
         assert ind["trend"] is None
 
@@ -154,11 +196,25 @@ def test_unknown_controller_or_missing_options_are_refused(
     assert "'cel1'" in out and "controllers: cell1" in out
     assert not (tmp_path / "state" / "history.sqlite").exists()
     assert jha("stiffness", "estimate", str(measurements), "--robot", IRB, "--record") == EX_USAGE
-    assert jha("stiffness", "estimate", str(measurements), "--robot", IRB,
-               "--config", str(config)) == EX_USAGE
+    assert (
+        jha("stiffness", "estimate", str(measurements), "--robot", IRB, "--config", str(config))
+        == EX_USAGE
+    )
     # identify checks the controller before it reads a capture
-    assert jha("identify", str(tmp_path / "none"), "--robot", IRB, "--record", "--config",
-               str(config), "--controller", "nope") == EX_CONFIG
+    assert (
+        jha(
+            "identify",
+            str(tmp_path / "none"),
+            "--robot",
+            IRB,
+            "--record",
+            "--config",
+            str(config),
+            "--controller",
+            "nope",
+        )
+        == EX_CONFIG
+    )
     assert jha("report", "--config", str(config), "--controller", "nope") == EX_CONFIG
 
 
@@ -177,14 +233,19 @@ def test_identification_rows_are_recorded_per_joint_with_their_uncertainty(
     path = tmp_path / "state" / "history.sqlite"
     start = datetime(2026, 1, 1, tzinfo=UTC)
     for day in range(3):
-        scaled = {j: [Estimate(e.indicator, e.value * (1 + 0.1 * day), e.unit, e.detail)
-                      for e in es] for j, es in found.items()}
-        cli_report.record_joint_estimates(path, "cell1", "identification", scaled,
-                                          start + timedelta(days=day))
+        scaled = {
+            j: [Estimate(e.indicator, e.value * (1 + 0.1 * day), e.unit, e.detail) for e in es]
+            for j, es in found.items()
+        }
+        cli_report.record_joint_estimates(
+            path, "cell1", "identification", scaled, start + timedelta(days=day)
+        )
     with HistoryStore(path) as store:
         assert store.joints("cell1") == ["joint_1", "joint_2"]
         assert store.indicators("cell1", "joint_1") == [
-            ("coulomb_friction_nm", "N·m"), ("stiffness_nm_rad", "N·m/rad")]
+            ("coulomb_friction_nm", "N·m"),
+            ("stiffness_nm_rad", "N·m/rad"),
+        ]
         report = cli_report.report_from_history(store, "cell1")
     (j1, j2) = report.indicator_joints
     fc = j1.indicators[0]
@@ -195,7 +256,8 @@ def test_identification_rows_are_recorded_per_joint_with_their_uncertainty(
     assert j2.indicators[0].latest.value == pytest.approx(0.48)
     d = report_to_dict(report)
     assert d["indicator_joints"][0]["indicators"][0]["trend"]["slope_per_day"] == (
-        pytest.approx(0.25))
+        pytest.approx(0.25)
+    )
     json.dumps(d, allow_nan=False)
     assert "+0.25 N·m/day" in render_html(report)
     assert "cell1/joint_2" in summary_table(report)
@@ -209,20 +271,40 @@ def test_a_backlash_joint_shows_its_other_indicators_beside_its_verdict(
     with HistoryStore(path) as store:
         for day, backlash in enumerate((3e-4, 5e-4, 6e-4)):
             store.record_cycle(
-                controller="cell1", joint="axis_2", kind="backlash",
-                started_at=start + timedelta(days=day), finished_at=None,
-                estimates=[Estimate("amplitude_rad_s", 1.0, "rad/s"),
-                           Estimate("backlash_rad", backlash, "rad")],
+                controller="cell1",
+                joint="axis_2",
+                kind="backlash",
+                started_at=start + timedelta(days=day),
+                finished_at=None,
+                estimates=[
+                    Estimate("amplitude_rad_s", 1.0, "rad/s"),
+                    Estimate("backlash_rad", backlash, "rad"),
+                ],
             )
-        store.record_cycle(controller="cell1", joint="axis_2", kind="stiffness",
-                           started_at=start, finished_at=None,
-                           estimates=[Estimate("stiffness_nm_rad", 3.4e6, "N·m/rad")])
-        store.record_rejected(controller="cell1", joint="axis_9", kind="backlash",
-                              started_at=start, finished_at=None, reason="interlock refused")
+        store.record_cycle(
+            controller="cell1",
+            joint="axis_2",
+            kind="stiffness",
+            started_at=start,
+            finished_at=None,
+            estimates=[Estimate("stiffness_nm_rad", 3.4e6, "N·m/rad")],
+        )
+        store.record_rejected(
+            controller="cell1",
+            joint="axis_9",
+            kind="backlash",
+            started_at=start,
+            finished_at=None,
+            reason="interlock refused",
+        )
     d = report_json(config, capsys)
     (bl, failed) = d["joints"]
     assert (bl["joint"], bl["status"], bl["indicator"], bl["value"]) == (
-        "axis_2", "watch", "backlash_rad", 6e-4)
+        "axis_2",
+        "watch",
+        "backlash_rad",
+        6e-4,
+    )
     assert bl["trend"]["n_points"] == 3 and bl["trend"]["forecast_alert"] is not None
     # Every further indicator, the unjudged backlash one (amplitude) included.
     assert [i["indicator"] for i in bl["indicators"]] == ["amplitude_rad_s", "stiffness_nm_rad"]
@@ -243,31 +325,59 @@ def test_report_from_history_ne107_after_an_error_or_a_refusal(
         for joint in ("axis_2", "axis_3"):
             for day, backlash in enumerate((3e-4, 5e-4, 6e-4)):
                 store.record_cycle(
-                    controller="cell1", joint=joint, kind="backlash",
-                    started_at=start + timedelta(days=day), finished_at=None,
-                    estimates=[Estimate("backlash_rad", backlash, "rad")], status="ok",
+                    controller="cell1",
+                    joint=joint,
+                    kind="backlash",
+                    started_at=start + timedelta(days=day),
+                    finished_at=None,
+                    estimates=[Estimate("backlash_rad", backlash, "rad")],
+                    status="ok",
                     trigger="schedule",
                 )
-        store.record_rejected(controller="cell1", joint="axis_3", kind="backlash",
-                              started_at=start + timedelta(days=4), finished_at=None,
-                              reason="analysis failed: NaN in capture", outcome="error")
-        store.record_rejected(controller="cell1", joint="axis_2", kind="backlash",
-                              started_at=start + timedelta(days=4), finished_at=None,
-                              reason="interlock: override 80 %")
+        store.record_rejected(
+            controller="cell1",
+            joint="axis_3",
+            kind="backlash",
+            started_at=start + timedelta(days=4),
+            finished_at=None,
+            reason="analysis failed: NaN in capture",
+            outcome="error",
+        )
+        store.record_rejected(
+            controller="cell1",
+            joint="axis_2",
+            kind="backlash",
+            started_at=start + timedelta(days=4),
+            finished_at=None,
+            reason="interlock: override 80 %",
+        )
         # A later stiffness cycle is not a backlash cycle: it does not hide the error.
-        store.record_cycle(controller="cell1", joint="axis_3", kind="stiffness",
-                           started_at=start + timedelta(days=5), finished_at=None,
-                           estimates=[Estimate("stiffness_nm_rad", 3.4e6, "N·m/rad")],
-                           trigger="manual")
+        store.record_cycle(
+            controller="cell1",
+            joint="axis_3",
+            kind="stiffness",
+            started_at=start + timedelta(days=5),
+            finished_at=None,
+            estimates=[Estimate("stiffness_nm_rad", 3.4e6, "N·m/rad")],
+            trigger="manual",
+        )
     d = report_json(config, capsys)
     assert uuid.UUID(d["message_id"]).version == 4
     refused, failed = d["joints"]
     assert (failed["joint"], failed["status"], failed["ne107"], failed["outcome"]) == (
-        "axis_3", "unknown", "failure", "error")
+        "axis_3",
+        "unknown",
+        "failure",
+        "error",
+    )
     assert failed["reason"].startswith("cycle failed: analysis failed: NaN in capture")
     assert failed["trend"]["n_points"] == 3  # the history is still shown
     assert (refused["joint"], refused["status"], refused["ne107"], refused["outcome"]) == (
-        "axis_2", "watch", "maintenance_required", "rejected")
+        "axis_2",
+        "watch",
+        "maintenance_required",
+        "rejected",
+    )
     assert "(last cycle rejected: interlock: override 80 %)" in refused["reason"]
     assert d["summary"]["ne107_counts"]["failure"] == 1
     capsys.readouterr()
@@ -277,7 +387,9 @@ def test_report_from_history_ne107_after_an_error_or_a_refusal(
 
 
 def test_report_command_outputs_and_an_empty_history(
-    config: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+    config: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     state = tmp_path / "state"
@@ -288,16 +400,22 @@ def test_report_command_outputs_and_an_empty_history(
     assert json.loads(out.out)["joints"] == [] and "no history yet" in out.err
     assert not state.exists()
     with HistoryStore(state / "history.sqlite") as store:
-        store.record_cycle(controller="cell1", joint="axis_2", kind="backlash",
-                           started_at=datetime(2026, 1, 1, tzinfo=UTC), finished_at=None,
-                           estimates=[Estimate("backlash_rad", 5e-4, "rad")])
+        store.record_cycle(
+            controller="cell1",
+            joint="axis_2",
+            kind="backlash",
+            started_at=datetime(2026, 1, 1, tzinfo=UTC),
+            finished_at=None,
+            estimates=[Estimate("backlash_rad", 5e-4, "rad")],
+        )
     # --html and --json together: the page in the file, the JSON on stdout.
     page = tmp_path / "out" / "report.html"
     page.parent.mkdir()
     assert jha("report", "--config", str(config), "--html", str(page), "--json") == EX_OK
     d = json.loads(capsys.readouterr().out)
     assert d["joints"][0]["status"] == "watch" and d["joints"][0]["ne107"] == (
-        "maintenance_required")
+        "maintenance_required"
+    )
     assert "axis_2" in page.read_text(encoding="utf-8")
     # Without --config the installed service's config is used, if there is one.
     monkeypatch.setattr(cli_report, "DEFAULT_CONFIG", tmp_path / "etc" / "config.yaml")

@@ -34,9 +34,19 @@ DEPS_SITE = sysconfig.get_path("purelib")  # this interpreter's site-packages (.
 def run_install(destdir: Path, *extra: str, timeout_s: float = 600.0) -> str:
     """`make install DESTDIR=...` as a user types it; returns what it printed."""
     proc = subprocess.run(
-        ["make", "--no-print-directory", "-C", str(ROOT), "install", f"DESTDIR={destdir}",
-         f"JHA_DEPS_SITE={DEPS_SITE}", *extra],
-        capture_output=True, text=True, timeout=timeout_s,
+        [
+            "make",
+            "--no-print-directory",
+            "-C",
+            str(ROOT),
+            "install",
+            f"DESTDIR={destdir}",
+            f"JHA_DEPS_SITE={DEPS_SITE}",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
     )
     assert proc.returncode == 0, f"install failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
@@ -91,7 +101,8 @@ def test_staged_venv_names_the_final_paths(staged: tuple[Path, str]) -> None:
     assert shebang == f"#!/{PREFIX}/venv/bin/python"
     leaks = subprocess.run(
         ["grep", "-rlI", "-F", str(dest), str(dest / PREFIX / "venv/bin")],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert leaks.stdout == "", f"staging path left in: {leaks.stdout}"
     # The interpreter must be one the unit can see (ProtectHome=yes hides /root and /home).
@@ -105,7 +116,10 @@ def test_installed_package_is_a_copy_not_the_checkout(staged: tuple[Path, str]) 
     py = dest / PREFIX / "venv/bin/python"
     out = subprocess.run(
         [str(py), "-c", "import agent, drivers.sim.driver; print(agent.__file__)"],
-        capture_output=True, text=True, check=True, cwd=dest,  # not the checkout
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=dest,  # not the checkout
     ).stdout.strip()
     assert out.startswith(str(dest / PREFIX / "venv/lib")), out
 
@@ -116,7 +130,9 @@ def test_installed_jha_accepts_the_installed_config(staged: tuple[Path, str]) ->
     py = dest / PREFIX / "venv/bin/python"
     proc = subprocess.run(
         [str(py), "-I", "-m", "agent.cli", "config", "check", str(dest / CONFDIR / "config.yaml")],
-        capture_output=True, text=True, cwd=ROOT,  # -I: the checkout in cwd is not imported
+        capture_output=True,
+        text=True,
+        cwd=ROOT,  # -I: the checkout in cwd is not imported
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().endswith(": OK")
@@ -150,9 +166,14 @@ def test_sysusers_file_creates_a_system_user_without_login(tmp_path: Path) -> No
         pytest.fail("systemd-sysusers missing (scripts/system-deps.sh installs systemd)")
     (tmp_path / "etc").mkdir()
     subprocess.run(
-        ["systemd-sysusers", f"--root={tmp_path}",
-         str(ROOT / "systemd/joint-health-agent.sysusers.conf")],
-        capture_output=True, text=True, check=True,
+        [
+            "systemd-sysusers",
+            f"--root={tmp_path}",
+            str(ROOT / "systemd/joint-health-agent.sysusers.conf"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     users = {
         line.split(":")[0]: line.split(":")
@@ -179,7 +200,8 @@ def test_refuses_an_interpreter_the_sandbox_hides(tmp_path: Path) -> None:
         proc = subprocess.run(
             [str(ROOT / "scripts/install.sh")],
             env={**os.environ, "DESTDIR": str(tmp_path), "PYTHON": hidden},
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
     finally:
         if made is not None:
@@ -193,7 +215,8 @@ def test_bad_destdir_is_named(tmp_path: Path) -> None:
     proc = subprocess.run(
         [str(ROOT / "scripts/install.sh")],
         env={**os.environ, "DESTDIR": "relative/dir"},
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert proc.returncode != 0
     assert "DESTDIR must be an absolute path" in proc.stderr
@@ -206,7 +229,9 @@ def test_uninstall_removes_the_program_and_keeps_config(
     shutil.copytree(staged[0], dest, symlinks=True)
     proc = subprocess.run(
         ["make", "--no-print-directory", "-C", str(ROOT), "uninstall", f"DESTDIR={dest}"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert proc.returncode == 0, proc.stderr
     assert not (dest / PREFIX).exists()
@@ -234,7 +259,10 @@ def test_install_on_the_machine_creates_user_and_owners(tmp_path: Path) -> None:
     """
     proc = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-euc", script],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
     out = proc.stdout

@@ -36,10 +36,20 @@ LIMITS = ThresholdSettings(backlash_watch_rad=1e-3, backlash_alert_rad=2e-3)
 
 def result(backlash: float | None = 8e-4, amplitude: float = 0.05) -> BacklashResult:
     return BacklashResult(
-        amplitude_rad_s=amplitude, backlash_rad=backlash, rmse_rad_s=0.004,
-        residual_rms_rad_s=0.02, params={"A_rad_s": amplitude}, evaluations=10, restarts=0,
-        converged=True, stop_reason="tolfun", fit_seconds=0.1, seed=0, period_metadata_s=1.0,
-        period_estimated_s=1.0, period_mismatch=float("nan"),
+        amplitude_rad_s=amplitude,
+        backlash_rad=backlash,
+        rmse_rad_s=0.004,
+        residual_rms_rad_s=0.02,
+        params={"A_rad_s": amplitude},
+        evaluations=10,
+        restarts=0,
+        converged=True,
+        stop_reason="tolfun",
+        fit_seconds=0.1,
+        seed=0,
+        period_metadata_s=1.0,
+        period_estimated_s=1.0,
+        period_mismatch=float("nan"),
     )
 
 
@@ -48,11 +58,18 @@ def points(values: list[float]) -> list[TrendPoint]:
 
 
 def sample_report() -> Report:
-    stiffness = IndicatorSummary("stiffness_nm_per_rad", "N*m/rad",
-                                 points([1.1e4, 1.05e4, 1.0e4]), None)
+    stiffness = IndicatorSummary(
+        "stiffness_nm_per_rad", "N*m/rad", points([1.1e4, 1.05e4, 1.0e4]), None
+    )
     joints = (
-        joint_report("robot1", "J1", result(1.2e-3), LIMITS,
-                     points([0.8e-3, 0.9e-3, 1.05e-3, 1.2e-3]), indicators=[stiffness]),
+        joint_report(
+            "robot1",
+            "J1",
+            result(1.2e-3),
+            LIMITS,
+            points([0.8e-3, 0.9e-3, 1.05e-3, 1.2e-3]),
+            indicators=[stiffness],
+        ),
         joint_report("robot1", "J2/a+b#", result(None, amplitude=0.03), LIMITS),
         joint_report("cnc", "X", None, LIMITS, error="driver: timeout", indicator="backlash_rad"),
     )
@@ -131,7 +148,8 @@ def test_single_controller_report_keeps_its_message_id_and_ids_are_stable() -> N
     assert [m.message_id for m in first] == [m.message_id for m in again]
     other = Report(T0.isoformat(), ("r",), report.joints)
     assert {m.message_id for m in report_messages(other, "jha", "q")}.isdisjoint(
-        m.message_id for m in first)
+        m.message_id for m in first
+    )
 
 
 def test_indicator_only_joints_get_health_too() -> None:
@@ -157,8 +175,14 @@ def test_health_document() -> None:
     assert j1["ne107"] == {"status": "maintenance_required", "letter": "M"}
     assert j1["estimated_at"] == points([0, 0, 0, 0])[-1].time_iso
     first = j1["indicators"][0]
-    assert first == {"name": "backlash_rad", "value": 1.2e-3, "unit": "rad", "judged": True,
-                     "limits": {"watch": 1e-3, "alert": 2e-3}, "time": None}
+    assert first == {
+        "name": "backlash_rad",
+        "value": 1.2e-3,
+        "unit": "rad",
+        "judged": True,
+        "limits": {"watch": 1e-3, "alert": 2e-3},
+        "time": None,
+    }
     names = {i["name"]: i for i in j1["indicators"]}
     assert names["amplitude_rad_s"]["unit"] == "rad/s"
     assert names["stiffness_nm_per_rad"]["value"] == 1.0e4
@@ -166,8 +190,9 @@ def test_health_document() -> None:
     forecast = j1["forecast"]
     assert forecast["indicator"] == "backlash_rad"
     assert forecast["slope_per_day"] > 0
-    assert forecast["alert"]["days"] > 0 and forecast["alert"]["days_low"] <= forecast["alert"][
-        "days"]
+    assert (
+        forecast["alert"]["days"] > 0 and forecast["alert"]["days_low"] <= forecast["alert"]["days"]
+    )
     assert forecast["watch"]["reached"] is True
     failed = json.loads(msgs[4].payload)
     assert failed["ne107"] == {"status": "failure", "letter": "F"}
@@ -177,9 +202,10 @@ def test_health_document() -> None:
 
 
 def test_payloads_are_strict_json_without_nan() -> None:
-    report = Report(T0.isoformat(), ("r",), (
-        joint_report("r", "J1", result(float("nan")), LIMITS),
-    ))
+    report = Report(
+        T0.isoformat(), ("r",), (joint_report("r", "J1", result(float("nan")), LIMITS),)
+    )
+
     def refuse(constant: str) -> None:
         pytest.fail(f"{constant} in a payload")
 
@@ -221,8 +247,11 @@ def test_settings_defaults_are_secure(tmp_path: Path) -> None:
         ("host: b\ncert_file: c.pem\n", 1, "key_file: cert_file and key_file go together"),
         ("host: b\ntls: false\ntls_insecure: true\n", 3, "tls_insecure needs tls: true"),
         ("host: b\npassword_file: /p\n", 2, "password_file: a password_file needs a username"),
-        ("host: b\nreconnect_min_s: 5\nreconnect_max_s: 1\n", 3,
-         "reconnect_max_s: expected a number >= reconnect_min_s (5), found 1"),
+        (
+            "host: b\nreconnect_min_s: 5\nreconnect_max_s: 1\n",
+            3,
+            "reconnect_max_s: expected a number >= reconnect_min_s (5), found 1",
+        ),
         ("host: b\noutbox:\n  max_messages: 1\n", 3, "outbox.max_messages: expected an integer"),
         ("host: b\npasword_file: x\n", 2, "did you mean 'password_file'"),
     ],
@@ -235,4 +264,3 @@ def test_settings_errors_name_file_line_and_field(
     message = str(info.value)
     assert f"mqtt.yaml:{line}:" in message or f"mqtt.yaml, line {line}" in message, message
     assert expected in message, message
-

@@ -87,8 +87,13 @@ def test_byte_bound_drops_reports_until_under(tmp_path: Path) -> None:
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["report", "J1", "J2", "J3"]),
-                          st.integers(1, 400)), min_size=1, max_size=30))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["report", "J1", "J2", "J3"]), st.integers(1, 400)),
+        min_size=1,
+        max_size=30,
+    )
+)
 def test_bound_properties(ops: list[tuple[str, int]]) -> None:
     with Outbox(":memory:", max_messages=6, max_bytes=1500) as box:
         latest: dict[str, str] = {}
@@ -235,7 +240,9 @@ def test_kill_9_mid_write_loses_nothing_that_was_queued(tmp_path: Path) -> None:
     path = tmp_path / "o.sqlite3"
     for round_ in range(5):
         proc = subprocess.Popen(
-            [sys.executable, "-c", _WRITER, str(path)], stdout=subprocess.PIPE, text=True,
+            [sys.executable, "-c", _WRITER, str(path)],
+            stdout=subprocess.PIPE,
+            text=True,
             cwd=Path(__file__).resolve().parents[1],
         )
         assert proc.stdout is not None

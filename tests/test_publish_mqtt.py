@@ -54,9 +54,19 @@ WRONG_PASSWORD = "pw-WRONG-4kT8-secret"
 
 def result(backlash: float) -> BacklashResult:
     return BacklashResult(
-        amplitude_rad_s=0.05, backlash_rad=backlash, rmse_rad_s=0.004, residual_rms_rad_s=0.02,
-        params={}, evaluations=10, restarts=0, converged=True, stop_reason="tolfun",
-        fit_seconds=0.1, seed=0, period_metadata_s=1.0, period_estimated_s=1.0,
+        amplitude_rad_s=0.05,
+        backlash_rad=backlash,
+        rmse_rad_s=0.004,
+        residual_rms_rad_s=0.02,
+        params={},
+        evaluations=10,
+        restarts=0,
+        converged=True,
+        stop_reason="tolfun",
+        fit_seconds=0.1,
+        seed=0,
+        period_metadata_s=1.0,
+        period_estimated_s=1.0,
         period_mismatch=None,
     )
 
@@ -73,8 +83,13 @@ def cycle_report(n: int) -> Report:
 
 def settings_for(port: int, **more: Any) -> MqttSettings:
     base: dict[str, Any] = {
-        "host": "127.0.0.1", "port": port, "tls": False, "client_id": "jha-test",
-        "reconnect_min_s": 0.05, "reconnect_max_s": 0.2, "close_timeout_s": 5.0,
+        "host": "127.0.0.1",
+        "port": port,
+        "tls": False,
+        "client_id": "jha-test",
+        "reconnect_min_s": 0.05,
+        "reconnect_max_s": 0.2,
+        "close_timeout_s": 5.0,
     }
     base.update(more)
     return MqttSettings(**base)
@@ -84,14 +99,19 @@ class Subscriber:
     """A QoS 1 subscriber recording every message it gets (duplicates included)."""
 
     def __init__(
-        self, port: int, *, client_id: str = "counter", clean: bool = True,
+        self,
+        port: int,
+        *,
+        client_id: str = "counter",
+        clean: bool = True,
         topic: str = "jha/#",
     ) -> None:
         self.lock = threading.Lock()
         self.messages: list[tuple[str, bool, dict[str, Any]]] = []
         self.subscribed = threading.Event()
-        self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id,
-                                  clean_session=clean)
+        self.client = paho.Client(
+            CallbackAPIVersion.VERSION2, client_id=client_id, clean_session=clean
+        )
         self.client.reconnect_delay_set(0.05, 0.3)
         self.client.on_connect = lambda c, u, f, rc, p: c.subscribe(topic, qos=1)
         self.client.on_subscribe = lambda c, u, mid, rcs, p: self.subscribed.set()
@@ -195,15 +215,19 @@ def test_broker_away_for_50_cycles_every_report_arrives_exactly_once(tmp_path: P
             counts = collections.Counter(got)
             duplicates = sum(c - 1 for c in counts.values())
             print(f"broker away 50 cycles: {len(counts)} ids, duplicates {duplicates}")
-            fault("MQTT: broker away for 50 reports, then back",
-                  records_lost=len(set(expected) - set(counts)))
+            fault(
+                "MQTT: broker away for 50 reports, then back",
+                records_lost=len(set(expected) - set(counts)),
+            )
             record("MQTT duplicates", "broker away for 50 reports", str(duplicates))
             assert got == expected  # each once, in the order queued
             assert pub.stats().dropped_total == 0
             # Of the 50 health messages per joint, the retained one is the last cycle's.
             late = Subscriber(port, client_id="late", topic="jha/+/+/health")
-            late.wait(lambda: all(late.on(f"jha/robot1/{j}/health") for j in ("J1", "J2")),
-                      "retained health")
+            late.wait(
+                lambda: all(late.on(f"jha/robot1/{j}/health") for j in ("J1", "J2")),
+                "retained health",
+            )
             for joint in ("J1", "J2"):
                 (health,) = late.on(f"jha/robot1/{joint}/health")
                 assert health["estimated_at"] == (T0 + timedelta(hours=49)).isoformat()
@@ -242,8 +266,12 @@ def _burst_then_drop(tmp_path: Path, drop: str, sig: int = signal.SIGKILL, cuts:
         if relay is not None:
             assert relay.cut() >= 2
             for k in range(2, cuts + 1):  # a flapping connection
-                await asyncio.to_thread(wait_until, lambda k=k: pub.stats().acknowledged >= 40 * k,
-                                        20, f"acks after cut {k - 1}")
+                await asyncio.to_thread(
+                    wait_until,
+                    lambda k=k: pub.stats().acknowledged >= 40 * k,
+                    20,
+                    f"acks after cut {k - 1}",
+                )
                 assert relay.cut() >= 2
         unconfirmed = set(expected)
         if relay is None:
@@ -269,17 +297,21 @@ def _burst_then_drop(tmp_path: Path, drop: str, sig: int = signal.SIGKILL, cuts:
         counts = collections.Counter(sub.ids())
         dups = {mid: c for mid, c in counts.items() if c > 1}
         lost_by_broker = set(expected) - set(counts)
-        print(f"{drop} mid-burst: {len(expected)} reports, {len(set(counts))} ids arrived, "
-              f"{sum(c - 1 for c in dups.values())} duplicates {sorted(dups)[:3]}; "
-              f"{len(lost_by_broker)} confirmed by the killed broker and lost by it; "
-              f"connects {pub.stats().connects}")
+        print(
+            f"{drop} mid-burst: {len(expected)} reports, {len(set(counts))} ids arrived, "
+            f"{sum(c - 1 for c in dups.values())} duplicates {sorted(dups)[:3]}; "
+            f"{len(lost_by_broker)} confirmed by the killed broker and lost by it; "
+            f"connects {pub.stats().connects}"
+        )
         # Lost: the ids the agent never had confirmed that did not arrive (what a killed
         # broker confirmed and then forgot is the broker's loss, reported on its own row).
-        fault(f"MQTT: {drop} mid-burst of {n_reports}",
-              records_lost=len(must_arrive - set(counts)))
-        record("MQTT duplicates", f"{drop} mid-burst of {n_reports}",
-               str(sum(c - 1 for c in dups.values())),
-               f"lost by the killed broker after its PUBACK: {len(lost_by_broker)}")
+        fault(f"MQTT: {drop} mid-burst of {n_reports}", records_lost=len(must_arrive - set(counts)))
+        record(
+            "MQTT duplicates",
+            f"{drop} mid-burst of {n_reports}",
+            str(sum(c - 1 for c in dups.values())),
+            f"lost by the killed broker after its PUBACK: {len(lost_by_broker)}",
+        )
         assert set(counts) >= must_arrive
         assert lost_by_broker.isdisjoint(unconfirmed)
         assert pub.stats().queued == 0  # every message confirmed by a broker
@@ -332,8 +364,13 @@ def start_child(port: int, state: Path, n: int) -> subprocess.Popen[str]:
     """A publisher process; its log (stderr) goes to <state>.log."""
     state.parent.mkdir(parents=True, exist_ok=True)
     with open(state.with_suffix(".log"), "ab") as log:
-        return subprocess.Popen([sys.executable, "-c", _CHILD, str(port), str(state), str(n)],
-                                stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT)
+        return subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(port), str(state), str(n)],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            cwd=ROOT,
+        )
 
 
 def read_until(proc: subprocess.Popen[str], line: str) -> list[str]:
@@ -346,8 +383,9 @@ def read_until(proc: subprocess.Popen[str], line: str) -> list[str]:
     raise AssertionError(f"child ended before printing {line!r}: {seen}")
 
 
-def test_last_will_says_offline_when_the_publisher_is_killed(broker: MosquittoBroker,
-                                                             tmp_path: Path) -> None:
+def test_last_will_says_offline_when_the_publisher_is_killed(
+    broker: MosquittoBroker, tmp_path: Path
+) -> None:
     sub = Subscriber(broker.port)
     child = start_child(broker.port, tmp_path / "state", 0)
     try:
@@ -398,19 +436,26 @@ def test_kill_9_with_queued_reports_then_restart_sends_them_all(tmp_path: Path) 
         with contextlib.suppress(AssertionError):  # counted and asserted below
             sub.wait(lambda: len(sub.ids()) >= 20, "20 reports")
         got = sub.ids()
-        fault("MQTT: publisher killed -9 with 20 queued reports, restarted",
-              records_lost=len(set(expected) - set(got)))
-        record("MQTT duplicates", "publisher killed -9 with 20 queued reports",
-               str(len(got) - len(set(got))))
+        fault(
+            "MQTT: publisher killed -9 with 20 queued reports, restarted",
+            records_lost=len(set(expected) - set(got)),
+        )
+        record(
+            "MQTT duplicates",
+            "publisher killed -9 with 20 queued reports",
+            str(len(got) - len(set(got))),
+        )
         assert got == expected
         sub.close()
 
 
-def test_oversized_messages_are_refused_when_queued(tmp_path: Path,
-                                                     caplog: pytest.LogCaptureFixture) -> None:
+def test_oversized_messages_are_refused_when_queued(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async def run(port: int) -> MqttPublisher:
-        pub = MqttPublisher(settings_for(port, max_payload_bytes=1024, close_timeout_s=0.0),
-                            tmp_path / "s")
+        pub = MqttPublisher(
+            settings_for(port, max_payload_bytes=1024, close_timeout_s=0.0), tmp_path / "s"
+        )
         await pub.start()
         await pub.publish(cycle_report(0))
         await pub.close()
@@ -461,9 +506,14 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     trusted, untrusted = make_ca(d, "plant-ca"), make_ca(d, "rogue-ca")
     server = issue_server_cert(trusted, d, "broker")
     rogue_server = issue_server_cert(untrusted, d, "rogue-broker")
-    return {"trusted_ca": trusted.cert_file, "untrusted_ca": untrusted.cert_file,
-            "cert": server.cert_file, "key": server.key_file,
-            "rogue_cert": rogue_server.cert_file, "rogue_key": rogue_server.key_file}
+    return {
+        "trusted_ca": trusted.cert_file,
+        "untrusted_ca": untrusted.cert_file,
+        "cert": server.cert_file,
+        "key": server.key_file,
+        "rogue_cert": rogue_server.cert_file,
+        "rogue_key": rogue_server.key_file,
+    }
 
 
 def password_file(tmp_path: Path, text: str, mode: int = 0o600) -> Path:
@@ -487,21 +537,33 @@ def deliver_one(settings: MqttSettings, state: Path, timeout_s: float) -> MqttPu
 
 
 @pytest.mark.security("MQTT: TLS broker certificate verified, untrusted CA refused")
-def test_tls_trusted_ca_works_untrusted_refused(tmp_path: Path, pki: dict[str, Path],
-                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_tls_trusted_ca_works_untrusted_refused(
+    tmp_path: Path, pki: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
     from tests.peers.mosquitto_broker import ServerCert
 
     caplog.set_level(logging.INFO)
     tls = ServerCert(pki["cert"], pki["key"], pki["trusted_ca"])
     with MosquittoBroker(tmp_path / "broker", tls=tls) as b:
         # Verification is on by default: the client trusts only the plant CA it is given.
-        good = deliver_one(settings_for(b.port, tls=True, ca_file=str(pki["trusted_ca"]),
-                                        host="localhost", close_timeout_s=0.5),
-                           tmp_path / "good", 10)
+        good = deliver_one(
+            settings_for(
+                b.port,
+                tls=True,
+                ca_file=str(pki["trusted_ca"]),
+                host="localhost",
+                close_timeout_s=0.5,
+            ),
+            tmp_path / "good",
+            10,
+        )
         assert good.stats().connects == 1
         assert good.stats().queued == 0
-        bad = deliver_one(settings_for(b.port, tls=True, ca_file=str(pki["untrusted_ca"]),
-                                       close_timeout_s=0.0), tmp_path / "bad", 1.0)
+        bad = deliver_one(
+            settings_for(b.port, tls=True, ca_file=str(pki["untrusted_ca"]), close_timeout_s=0.0),
+            tmp_path / "bad",
+            1.0,
+        )
         assert bad.stats().connects == 0
         assert bad.stats().queued == 3  # kept for when the trust is fixed
         assert "CERTIFICATE_VERIFY_FAILED" in (bad.stats().last_error or "")
@@ -509,38 +571,68 @@ def test_tls_trusted_ca_works_untrusted_refused(tmp_path: Path, pki: dict[str, P
     # A broker presenting a certificate of another CA is refused too.
     rogue = ServerCert(pki["rogue_cert"], pki["rogue_key"], pki["untrusted_ca"])
     with MosquittoBroker(tmp_path / "rogue", tls=rogue) as b:
-        bad = deliver_one(settings_for(b.port, tls=True, ca_file=str(pki["trusted_ca"]),
-                                       close_timeout_s=0.0), tmp_path / "rogue-state", 1.0)
+        bad = deliver_one(
+            settings_for(b.port, tls=True, ca_file=str(pki["trusted_ca"]), close_timeout_s=0.0),
+            tmp_path / "rogue-state",
+            1.0,
+        )
         assert bad.stats().connects == 0
         # tls_insecure accepts it, and says so loudly.
-        insecure = deliver_one(settings_for(b.port, tls=True, ca_file=str(pki["trusted_ca"]),
-                                            tls_insecure=True, close_timeout_s=0.5),
-                               tmp_path / "insecure", 10)
+        insecure = deliver_one(
+            settings_for(
+                b.port,
+                tls=True,
+                ca_file=str(pki["trusted_ca"]),
+                tls_insecure=True,
+                close_timeout_s=0.5,
+            ),
+            tmp_path / "insecure",
+            10,
+        )
         assert insecure.stats().connects == 1
         assert "event=mqtt_tls_insecure" in caplog.text
 
 
 @pytest.mark.security("MQTT: password never in logs, wrong password a clear error")
-def test_password_auth_and_no_password_in_logs(tmp_path: Path,
-                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_password_auth_and_no_password_in_logs(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)  # every logger, paho's included
     with MosquittoBroker(tmp_path / "broker", users={"jha": PASSWORD}) as b:
         good_file = password_file(tmp_path, PASSWORD)
-        good = deliver_one(settings_for(b.port, username="jha", password_file=str(good_file)),
-                           tmp_path / "good", 10)
+        good = deliver_one(
+            settings_for(b.port, username="jha", password_file=str(good_file)),
+            tmp_path / "good",
+            10,
+        )
         assert good.stats().connects == 1 and good.stats().queued == 0
         wrong_file = password_file(tmp_path / "w", WRONG_PASSWORD)
-        wrong = deliver_one(settings_for(b.port, username="jha", password_file=str(wrong_file),
-                                         close_timeout_s=0.0), tmp_path / "wrong", 1.0)
+        wrong = deliver_one(
+            settings_for(
+                b.port, username="jha", password_file=str(wrong_file), close_timeout_s=0.0
+            ),
+            tmp_path / "wrong",
+            1.0,
+        )
         assert wrong.stats().queued == 3 and wrong.stats().connects == 0
         error = wrong.stats().last_error or ""
         assert error.startswith("broker refused the connection: "), error
-        assert error == (f"broker refused the connection: Not authorized (check username 'jha' "
-                         f"and the password in {wrong_file})"), error
+        assert error == (
+            f"broker refused the connection: Not authorized (check username 'jha' "
+            f"and the password in {wrong_file})"
+        ), error
         assert "event=mqtt_connect_refused" in caplog.text
         assert "username=jha" in caplog.text
-        visible = "\n".join([caplog.text, repr(wrong), repr(good), json.dumps(
-            wrong.stats().to_dict()), error, repr(wrong.settings)])
+        visible = "\n".join(
+            [
+                caplog.text,
+                repr(wrong),
+                repr(good),
+                json.dumps(wrong.stats().to_dict()),
+                error,
+                repr(wrong.settings),
+            ]
+        )
         assert PASSWORD not in visible
         assert WRONG_PASSWORD not in visible
         with sqlite3.connect(tmp_path / "wrong" / OUTBOX_FILE) as db:

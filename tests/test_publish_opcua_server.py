@@ -92,8 +92,10 @@ def make_pki(directory: Path) -> Pki:
 
 def secure_settings(pki: Pki, **changes: Any) -> OpcUaServerSettings:
     base = OpcUaServerSettings(
-        endpoint="opc.tcp://127.0.0.1:0/jha/", certificate=str(pki.server.certificate),
-        private_key=str(pki.server.private_key), trusted_clients=str(pki.trusted),
+        endpoint="opc.tcp://127.0.0.1:0/jha/",
+        certificate=str(pki.server.certificate),
+        private_key=str(pki.server.private_key),
+        trusted_clients=str(pki.trusted),
         users_file=str(pki.users),
     )
     return dataclasses.replace(base, **changes)
@@ -151,16 +153,20 @@ def server(started: Started) -> OpcUaHealthServer:
     return started.server
 
 
-async def client_for(endpoint: str, pair: CertPair | None, user: str | None = "maint",
-                     password: str = PASSWORD,
-                     mode: ua.MessageSecurityMode = ua.MessageSecurityMode.SignAndEncrypt
-                     ) -> Client:
+async def client_for(
+    endpoint: str,
+    pair: CertPair | None,
+    user: str | None = "maint",
+    password: str = PASSWORD,
+    mode: ua.MessageSecurityMode = ua.MessageSecurityMode.SignAndEncrypt,
+) -> Client:
     """A connected client; the caller disconnects it."""
     c = Client(endpoint, timeout=5)
     c.application_uri = CLIENT_URI
     if pair is not None:
-        await c.set_security(SecurityPolicyBasic256Sha256, str(pair.certificate),
-                             str(pair.private_key), mode=mode)
+        await c.set_security(
+            SecurityPolicyBasic256Sha256, str(pair.certificate), str(pair.private_key), mode=mode
+        )
     if user is not None:
         c.set_user(user)
         c.set_password(password)
@@ -173,10 +179,20 @@ async def client_for(endpoint: str, pair: CertPair | None, user: str | None = "m
 
 def result(backlash: float | None, amplitude: float = 0.05) -> BacklashResult:
     return BacklashResult(
-        amplitude_rad_s=amplitude, backlash_rad=backlash, rmse_rad_s=0.004,
-        residual_rms_rad_s=0.02, params={}, evaluations=100, restarts=0, converged=True,
-        stop_reason="tolfun", fit_seconds=1.0, seed=0, period_metadata_s=1.0,
-        period_estimated_s=1.0, period_mismatch=0.0,
+        amplitude_rad_s=amplitude,
+        backlash_rad=backlash,
+        rmse_rad_s=0.004,
+        residual_rms_rad_s=0.02,
+        params={},
+        evaluations=100,
+        restarts=0,
+        converged=True,
+        stop_reason="tolfun",
+        fit_seconds=1.0,
+        seed=0,
+        period_metadata_s=1.0,
+        period_estimated_s=1.0,
+        period_mismatch=0.0,
     )
 
 
@@ -185,11 +201,18 @@ def history(values: list[float]) -> list[TrendPoint]:
 
 
 def first_report() -> Report:
-    stiffness = IndicatorSummary("stiffness_nm_rad", "N·m/rad",
-                                 history([6100.0, 6050.0, 6000.0]), None)
+    stiffness = IndicatorSummary(
+        "stiffness_nm_rad", "N·m/rad", history([6100.0, 6050.0, 6000.0]), None
+    )
     joints = (
-        joint_report("robot1", "J1", result(0.6e-3), LIMITS, history([0.4e-3, 0.5e-3, 0.6e-3]),
-                     indicators=(stiffness,)),
+        joint_report(
+            "robot1",
+            "J1",
+            result(0.6e-3),
+            LIMITS,
+            history([0.4e-3, 0.5e-3, 0.6e-3]),
+            indicators=(stiffness,),
+        ),
         joint_report("robot1", "J2", result(1.4e-3), LIMITS, history([1.2e-3, 1.3e-3, 1.4e-3])),
     )
     return Report((T0 + timedelta(days=14)).isoformat(), ("robot1",), joints, host="edge-01")
@@ -197,25 +220,39 @@ def first_report() -> Report:
 
 def second_report() -> Report:
     joints = (
-        joint_report("robot1", "J1", result(2.2e-3), LIMITS,
-                     history([0.4e-3, 0.5e-3, 0.6e-3, 2.2e-3])),
-        joint_report("robot1", "J2", None, LIMITS, error="capture stalled",
-                     indicator="backlash_rad"),
+        joint_report(
+            "robot1", "J1", result(2.2e-3), LIMITS, history([0.4e-3, 0.5e-3, 0.6e-3, 2.2e-3])
+        ),
+        joint_report(
+            "robot1", "J2", None, LIMITS, error="capture stalled", indicator="backlash_rad"
+        ),
         joint_report("cnc7", "X", result(None, amplitude=0.02), LIMITS, history([0.02])),
     )
     return Report((T0 + timedelta(days=21)).isoformat(), ("robot1", "cnc7"), joints)
 
 
-async def read_joint(c: Client, ns: int, controller: str, joint: str,
-                     names: tuple[str, ...]) -> dict[str, Any]:
+async def read_joint(
+    c: Client, ns: int, controller: str, joint: str, names: tuple[str, ...]
+) -> dict[str, Any]:
     nodes = [c.get_node(ua.NodeId(f"{controller}/{joint}/{n}", ns)) for n in names]
     values = await c.read_values(nodes)
     return dict(zip(names, values, strict=True))
 
 
-JOINT_VARS = ("Ne107Status", "Ne107Letter", "Status", "StatusReason", "Indicator", "Error",
-              "ForecastDays", "ForecastDaysLow", "ForecastDaysHigh", "ForecastLimit",
-              "LastEstimateTime", "ReportMessageId")
+JOINT_VARS = (
+    "Ne107Status",
+    "Ne107Letter",
+    "Status",
+    "StatusReason",
+    "Indicator",
+    "Error",
+    "ForecastDays",
+    "ForecastDaysLow",
+    "ForecastDaysHigh",
+    "ForecastLimit",
+    "LastEstimateTime",
+    "ReportMessageId",
+)
 
 
 # --- acceptance: the address space follows the reports --------------------------------------------
@@ -231,40 +268,83 @@ def test_address_space_follows_two_reports(server: OpcUaHealthServer, pki: Pki) 
             ns = await c.get_namespace_index(HEALTH_NAMESPACE_URI)
             root = await c.nodes.objects.get_child(f"{ns}:JointHealth")
             robot = await root.get_child(f"{ns}:robot1")
-            joints1 = sorted([(await n.read_browse_name()).Name for n in
-                              await robot.get_children(nodeclassmask=ua.NodeClass.Object)])
-            j1_vars = {(await n.read_browse_name()).Name for n in
-                       await (await robot.get_child(f"{ns}:J1")).get_children()}
+            joints1 = sorted(
+                [
+                    (await n.read_browse_name()).Name
+                    for n in await robot.get_children(nodeclassmask=ua.NodeClass.Object)
+                ]
+            )
+            j1_vars = {
+                (await n.read_browse_name()).Name
+                for n in await (await robot.get_child(f"{ns}:J1")).get_children()
+            }
             before = {j: await read_joint(c, ns, "robot1", j, JOINT_VARS) for j in ("J1", "J2")}
-            j1_ind = await read_joint(c, ns, "robot1", "J1",
-                                      ("backlash_rad", "amplitude_rad_s", "stiffness_nm_rad"))
-            eu = await c.get_node(ua.NodeId("robot1/J1/backlash_rad/EngineeringUnits", ns)
-                                  ).read_value()
-            eu_k = await c.get_node(ua.NodeId("robot1/J1/stiffness_nm_rad/EngineeringUnits", ns)
-                                    ).read_value()
+            j1_ind = await read_joint(
+                c, ns, "robot1", "J1", ("backlash_rad", "amplitude_rad_s", "stiffness_nm_rad")
+            )
+            eu = await c.get_node(
+                ua.NodeId("robot1/J1/backlash_rad/EngineeringUnits", ns)
+            ).read_value()
+            eu_k = await c.get_node(
+                ua.NodeId("robot1/J1/stiffness_nm_rad/EngineeringUnits", ns)
+            ).read_value()
             unit = await c.get_node(ua.NodeId("robot1/J1/stiffness_nm_rad/Unit", ns)).read_value()
             dtype = await c.get_node(ua.NodeId("robot1/J1/backlash_rad", ns)).read_data_type()
             await server.publish(second)
-            after = {(ctrl, j): await read_joint(c, ns, ctrl, j, JOINT_VARS)
-                     for ctrl, j in (("robot1", "J1"), ("robot1", "J2"), ("cnc7", "X"))}
+            after = {
+                (ctrl, j): await read_joint(c, ns, ctrl, j, JOINT_VARS)
+                for ctrl, j in (("robot1", "J1"), ("robot1", "J2"), ("cnc7", "X"))
+            }
             worst = await c.get_node(ua.NodeId("robot1/WorstNe107Status", ns)).read_value()
-            controllers = sorted([(await n.read_browse_name()).Name for n in
-                                  await root.get_children(nodeclassmask=ua.NodeClass.Object)])
+            controllers = sorted(
+                [
+                    (await n.read_browse_name()).Name
+                    for n in await root.get_children(nodeclassmask=ua.NodeClass.Object)
+                ]
+            )
             x_amp = await c.get_node(ua.NodeId("cnc7/X/amplitude_rad_s", ns)).read_value()
             report_id = await c.get_node(ua.NodeId("ReportMessageId", ns)).read_value()
         finally:
             await c.disconnect()
-        return (joints1, j1_vars, before, j1_ind, eu, eu_k, unit, dtype, after, worst,
-                controllers, x_amp, report_id)
+        return (
+            joints1,
+            j1_vars,
+            before,
+            j1_ind,
+            eu,
+            eu_k,
+            unit,
+            dtype,
+            after,
+            worst,
+            controllers,
+            x_amp,
+            report_id,
+        )
 
-    (joints1, j1_vars, before, j1_ind, eu, eu_k, unit, dtype, after, worst, controllers, x_amp,
-     report_id) = run(go())
+    (
+        joints1,
+        j1_vars,
+        before,
+        j1_ind,
+        eu,
+        eu_k,
+        unit,
+        dtype,
+        after,
+        worst,
+        controllers,
+        x_amp,
+        report_id,
+    ) = run(go())
     assert joints1 == ["J1", "J2"]
     assert set(JOINT_VARS) | {"backlash_rad", "amplitude_rad_s", "stiffness_nm_rad"} <= j1_vars
     # First report: J1 below the watch limit, J2 between watch and alert.
     assert (before["J1"]["Ne107Status"], before["J1"]["Ne107Letter"]) == ("normal", "N")
-    assert (before["J2"]["Ne107Status"], before["J2"]["Ne107Letter"]) == ("maintenance_required",
-                                                                          "M")
+    assert (before["J2"]["Ne107Status"], before["J2"]["Ne107Letter"]) == (
+        "maintenance_required",
+        "M",
+    )
     assert (before["J1"]["Status"], before["J2"]["Status"]) == ("ok", "watch")
     assert j1_ind == {"backlash_rad": 0.6e-3, "amplitude_rad_s": 0.05, "stiffness_nm_rad": 6000.0}
     assert dtype == ua.NodeId(ua.ObjectIds.Double)
@@ -281,10 +361,15 @@ def test_address_space_follows_two_reports(server: OpcUaHealthServer, pki: Pki) 
     assert before["J1"]["Error"] == ""
     # Second report: the values follow, a failed cycle shows F, a new controller appears.
     assert (after[("robot1", "J1")]["Status"], after[("robot1", "J1")]["Ne107Letter"]) == (
-        "alert", "S")
+        "alert",
+        "S",
+    )
     j2 = after[("robot1", "J2")]
-    assert (j2["Ne107Status"], j2["Ne107Letter"], j2["Error"]) == ("failure", "F",
-                                                                   "capture stalled")
+    assert (j2["Ne107Status"], j2["Ne107Letter"], j2["Error"]) == (
+        "failure",
+        "F",
+        "capture stalled",
+    )
     assert math.isnan(j2["ForecastDays"]) and j2["ForecastLimit"] == ""
     assert after[("cnc7", "X")]["Indicator"] == "amplitude_rad_s" and x_amp == 0.02
     assert {v["ReportMessageId"] for v in after.values()} == {second.message_id} == {report_id}
@@ -316,8 +401,9 @@ def test_clients_cannot_write(server: OpcUaHealthServer, pki: Pki) -> None:
 
 
 @pytest.mark.security("OPC UA health server refuses an untrusted client")
-def test_untrusted_client_certificate_is_refused(server: OpcUaHealthServer, pki: Pki,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_untrusted_client_certificate_is_refused(
+    server: OpcUaHealthServer, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
     from agent.opcua.trust import certificate_facts, load_certificate_file
 
     thumbprint = certificate_facts(load_certificate_file(pki.stranger.certificate)).thumbprint_sha1
@@ -333,6 +419,7 @@ def test_untrusted_client_certificate_is_refused(server: OpcUaHealthServer, pki:
     admitted = pki.trusted / "stranger.der"
     shutil.copy(pki.stranger.certificate, admitted)
     try:
+
         async def read_as_stranger() -> str:
             await server.publish(first_report())
             c = await client_for(server.endpoint, pki.stranger)
@@ -351,24 +438,26 @@ def test_untrusted_client_certificate_is_refused(server: OpcUaHealthServer, pki:
 
 @pytest.mark.security("OPC UA health server: no-security, anonymous, wrong password refused")
 def test_no_security_and_anonymous_and_wrong_password_are_refused(
-        server: OpcUaHealthServer, pki: Pki, caplog: pytest.LogCaptureFixture) -> None:
+    server: OpcUaHealthServer, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     # No endpoint without security is offered.
     with pytest.raises(ua.UaError, match=r"No matching endpoints|BadSecurityPolicyRejected"):
         run(client_for(server.endpoint, None), timeout_s=20)
     for user, password in ((None, ""), ("maint", "wrong " + PASSWORD[::-1]), ("nobody", PASSWORD)):
         with pytest.raises(ua.UaError):
-            run(client_for(server.endpoint, pki.client, user=user, password=password),
-                timeout_s=20)
+            run(client_for(server.endpoint, pki.client, user=user, password=password), timeout_s=20)
     # Sign-only is not offered either: SignAndEncrypt is the one mode.
     with pytest.raises(ua.UaError):
-        run(client_for(server.endpoint, pki.client, mode=ua.MessageSecurityMode.Sign),
-            timeout_s=20)
+        run(client_for(server.endpoint, pki.client, mode=ua.MessageSecurityMode.Sign), timeout_s=20)
     refused = [r.getMessage() for r in caplog.records if "opcua_login_refused" in r.getMessage()]
     assert len(refused) >= 2
     # The server's side never logs a password (the test's own client is asyncua's business).
-    server_side = "\n".join(r.getMessage() for r in caplog.records
-                            if r.name.startswith(("jha.", "asyncua.server", "asyncua.common")))
+    server_side = "\n".join(
+        r.getMessage()
+        for r in caplog.records
+        if r.name.startswith(("jha.", "asyncua.server", "asyncua.common"))
+    )
     assert "login_refused" in server_side
     assert PASSWORD not in server_side and PASSWORD[::-1] not in server_side
 
@@ -384,7 +473,8 @@ async def session_on_plain_channel(endpoint: str, user: str, password: str) -> A
         await c.open_secure_channel()
         params = ua.CreateSessionParameters()
         params.ClientDescription = ua.ApplicationDescription(
-            ApplicationUri=CLIENT_URI, ApplicationType=ua.ApplicationType.Client)
+            ApplicationUri=CLIENT_URI, ApplicationType=ua.ApplicationType.Client
+        )
         params.EndpointUrl = endpoint
         params.SessionName = "hostile"
         params.RequestedSessionTimeout = 60_000
@@ -392,12 +482,17 @@ async def session_on_plain_channel(endpoint: str, user: str, password: str) -> A
         await c.uaclient.create_session(params)
         activate = ua.ActivateSessionParameters()
         activate.UserIdentityToken = ua.UserNameIdentityToken(
-            PolicyId="username", UserName=user, Password=password.encode())
+            PolicyId="username", UserName=user, Password=password.encode()
+        )
         activate.LocaleIds = ["en"]
         await c.uaclient.activate_session(activate)
         read = ua.ReadParameters()
-        read.NodesToRead = [ua.ReadValueId(NodeId=ua.NodeId(ua.ObjectIds.Server_NamespaceArray),
-                                           AttributeId=ua.AttributeIds.Value)]
+        read.NodesToRead = [
+            ua.ReadValueId(
+                NodeId=ua.NodeId(ua.ObjectIds.Server_NamespaceArray),
+                AttributeId=ua.AttributeIds.Value,
+            )
+        ]
         return await c.uaclient.read(read)
     finally:
         c.disconnect_socket()
@@ -411,8 +506,8 @@ def test_a_session_on_an_unsecured_channel_is_refused(server: OpcUaHealthServer)
 
 
 def test_none_security_only_when_allowed_and_said_loudly(
-        server: OpcUaHealthServer, state: Path, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
+    server: OpcUaHealthServer, state: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.INFO, logger="jha.publish.opcua_server")
     insecure = OpcUaServerSettings(endpoint="opc.tcp://127.0.0.1:0/jha/", allow_none_security=True)
     s = OpcUaHealthServer(insecure, state)
@@ -489,8 +584,9 @@ def own_tcp_listeners() -> set[int]:
 
 
 @pytest.mark.security("no listening socket unless configured")
-def test_no_listener_unless_configured(server: OpcUaHealthServer, state: Path, tmp_path: Path,
-                                      pki: Pki) -> None:
+def test_no_listener_unless_configured(
+    server: OpcUaHealthServer, state: Path, tmp_path: Path, pki: Pki
+) -> None:
     config = tmp_path / "agent.yaml"
     config.write_text(MINIMAL)
     cfg = load_config(config)
@@ -515,8 +611,7 @@ def test_no_listener_unless_configured(server: OpcUaHealthServer, state: Path, t
     assert own_tcp_listeners() == before  # ...and gone after close()
 
 
-def test_start_keeps_the_callers_loop_responsive(started: Started, pki: Pki,
-                                                 state: Path) -> None:
+def test_start_keeps_the_callers_loop_responsive(started: Started, pki: Pki, state: Path) -> None:
     # The first start builds asyncua's standard address space (seconds of CPU) in the server's
     # thread; the caller's loop keeps ticking meanwhile (GIL hand-overs only).
     assert started.worst_gap_s < max(0.5, started.took_s / 3), started
@@ -528,8 +623,9 @@ def test_start_keeps_the_callers_loop_responsive(started: Started, pki: Pki,
     assert (state / "opcua_server" / f"aspace-asyncua-{asyncua.__version__}" / "done").is_file()
 
 
-def test_a_port_in_use_fails_start_with_a_clear_error(server: OpcUaHealthServer, pki: Pki,
-                                                     state: Path) -> None:
+def test_a_port_in_use_fails_start_with_a_clear_error(
+    server: OpcUaHealthServer, pki: Pki, state: Path
+) -> None:
     taken = OpcUaHealthServer(secure_settings(pki, endpoint=server.endpoint), state)
     with pytest.raises(AgentError, match=f"cannot listen on {server.endpoint}"):
         run(taken.start())
@@ -542,26 +638,56 @@ def test_the_daemon_publishes_its_reports_through_the_server(pki: Pki, state: Pa
     joint; the agent runs a cycle, writes its report, and the joint's health is readable."""
     doc = {
         "agent": {"state_dir": str(state), "log_level": "warning"},
-        "controllers": [{
-            "name": "robot",
-            "driver": "sim",
-            "settings": {"seed": 3, "production_runs_s": 0.0, "stop_length_s": 3600.0,
-                         "joints": {"j2": {"backlash_rad": 1.2e-3}}},
-            "joints": [{
-                "name": "j2", "index": 2, "gear_ratio": 40, "encoder_bits": 19,
-                "backlash_cycle": {"motor_speed_rps": 100, "load_turns": 6,
-                                   "sample_rate_hz": 500, "settle_s": 0.5},
-                "thresholds": {"backlash_watch_rad": 4.0e-4, "backlash_alert_rad": 8.0e-4},
-                "calibration": {"source": "points", "points": [
-                    {"amplitude_rad_s": a, "backlash_rad": d} for a, d in
-                    ((0.0, 0.0), (1.07, 3.0e-4), (2.06, 7.0e-4), (2.86, 1.1e-3),
-                     (3.57, 1.5e-3), (4.58, 2.1e-3))]},
-            }],
-        }],
-        "publish": {"opcua_server": {
-            "endpoint": "opc.tcp://127.0.0.1:0/jha/", "certificate": str(pki.server.certificate),
-            "private_key": str(pki.server.private_key), "trusted_clients": str(pki.trusted),
-            "users_file": str(pki.users)}},
+        "controllers": [
+            {
+                "name": "robot",
+                "driver": "sim",
+                "settings": {
+                    "seed": 3,
+                    "production_runs_s": 0.0,
+                    "stop_length_s": 3600.0,
+                    "joints": {"j2": {"backlash_rad": 1.2e-3}},
+                },
+                "joints": [
+                    {
+                        "name": "j2",
+                        "index": 2,
+                        "gear_ratio": 40,
+                        "encoder_bits": 19,
+                        "backlash_cycle": {
+                            "motor_speed_rps": 100,
+                            "load_turns": 6,
+                            "sample_rate_hz": 500,
+                            "settle_s": 0.5,
+                        },
+                        "thresholds": {"backlash_watch_rad": 4.0e-4, "backlash_alert_rad": 8.0e-4},
+                        "calibration": {
+                            "source": "points",
+                            "points": [
+                                {"amplitude_rad_s": a, "backlash_rad": d}
+                                for a, d in (
+                                    (0.0, 0.0),
+                                    (1.07, 3.0e-4),
+                                    (2.06, 7.0e-4),
+                                    (2.86, 1.1e-3),
+                                    (3.57, 1.5e-3),
+                                    (4.58, 2.1e-3),
+                                )
+                            ],
+                        },
+                    }
+                ],
+            }
+        ],
+        "publish": {
+            "opcua_server": {
+                "endpoint": "opc.tcp://127.0.0.1:0/jha/",
+                "certificate": str(pki.server.certificate),
+                "private_key": str(pki.server.private_key),
+                "trusted_clients": str(pki.trusted),
+                "users_file": str(pki.users),
+            }
+        },
     }
     path = state / "daemon.yaml"
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
@@ -581,9 +707,13 @@ def test_the_daemon_publishes_its_reports_through_the_server(pki: Pki, state: Pa
             c = await client_for(server.endpoint, pki.client)
             try:
                 ns = await c.get_namespace_index(HEALTH_NAMESPACE_URI)
-                return await read_joint(c, ns, "robot", "j2",
-                                        ("Ne107Status", "Status", "backlash_rad",
-                                         "ReportMessageId"))
+                return await read_joint(
+                    c,
+                    ns,
+                    "robot",
+                    "j2",
+                    ("Ne107Status", "Status", "backlash_rad", "ReportMessageId"),
+                )
             finally:
                 await c.disconnect()
         finally:
@@ -612,13 +742,23 @@ def test_health_values_of_a_report() -> None:
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)
-@given(values=st.lists(st.floats(0.0, 3e-3, allow_nan=False), min_size=0, max_size=6),
-       latest=st.one_of(st.none(), st.floats(0.0, 3e-3)),
-       error=st.sampled_from([None, "capture stalled"]))
-def test_health_follows_any_report(values: list[float], latest: float | None,
-                                   error: str | None) -> None:
-    j = joint_report("r", "j", None if latest is None else result(latest), LIMITS,
-                     history(values), error=error, indicator="backlash_rad")
+@given(
+    values=st.lists(st.floats(0.0, 3e-3, allow_nan=False), min_size=0, max_size=6),
+    latest=st.one_of(st.none(), st.floats(0.0, 3e-3)),
+    error=st.sampled_from([None, "capture stalled"]),
+)
+def test_health_follows_any_report(
+    values: list[float], latest: float | None, error: str | None
+) -> None:
+    j = joint_report(
+        "r",
+        "j",
+        None if latest is None else result(latest),
+        LIMITS,
+        history(values),
+        error=error,
+        indicator="backlash_rad",
+    )
     (h,) = health_of(Report(T0.isoformat(), ("r",), (j,)))
     assert h.ne107 is j.ne107 and h.status is j.status
     assert (h.error != "") == (error is not None)
@@ -632,10 +772,13 @@ def test_health_follows_any_report(values: list[float], latest: float | None,
 
 
 @settings(max_examples=15, deadline=None, derandomize=True)
-@given(name=st.from_regex(r"[a-z][a-z0-9_.-]{0,15}", fullmatch=True),
-       password=st.text(min_size=1, max_size=40).filter(lambda p: "\n" not in p and "\r" not in p))
-def test_users_file_round_trip(tmp_path_factory: pytest.TempPathFactory, name: str,
-                               password: str) -> None:
+@given(
+    name=st.from_regex(r"[a-z][a-z0-9_.-]{0,15}", fullmatch=True),
+    password=st.text(min_size=1, max_size=40).filter(lambda p: "\n" not in p and "\r" not in p),
+)
+def test_users_file_round_trip(
+    tmp_path_factory: pytest.TempPathFactory, name: str, password: str
+) -> None:
     path = tmp_path_factory.mktemp("users") / "users"
     path.write_text(hash_line(name, password, iterations=10_000) + "\n")
     os.chmod(path, 0o600)

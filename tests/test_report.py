@@ -48,24 +48,40 @@ from agent.report.write import write_report
 
 T0 = datetime(2024, 3, 1, 6, 0, tzinfo=UTC)
 HOSTILE = '<script>alert("x")</script>&amp;\x1b[2J\ud800'
-LIMITS = ThresholdSettings(backlash_watch_rad=1e-3, backlash_alert_rad=2e-3,
-                           amplitude_watch_rad_s=0.1, amplitude_alert_rad_s=0.2)
+LIMITS = ThresholdSettings(
+    backlash_watch_rad=1e-3,
+    backlash_alert_rad=2e-3,
+    amplitude_watch_rad_s=0.1,
+    amplitude_alert_rad_s=0.2,
+)
 
 
-def result(amplitude: float = 0.05, backlash: float | None = 8e-4, n: int = 1500,
-           seed: int = 0) -> BacklashResult:
+def result(
+    amplitude: float = 0.05, backlash: float | None = 8e-4, n: int = 1500, seed: int = 0
+) -> BacklashResult:
     """A hand-built fit: a damped sine as the signature, plus seeded noise as the residual."""
     rng = np.random.default_rng(seed)
     t = np.linspace(0.0, 3.0, n)
     fitted = amplitude * np.exp(-8 * (t % 0.5)) * np.sin(2 * np.pi * 35 * t)
     return BacklashResult(
-        amplitude_rad_s=amplitude, backlash_rad=backlash, rmse_rad_s=0.004,
-        residual_rms_rad_s=0.02, params={"A_rad_s": amplitude, "tau_per_s": 8.0,
-                                         "omega_rad_s": 2 * np.pi * 35},
-        evaluations=2400, restarts=2, converged=True, stop_reason="tolfun", fit_seconds=3.4,
-        seed=seed, period_metadata_s=1.0, period_estimated_s=1.002,
-        period_mismatch=float("nan"), warnings=("period from metadata",),
-        time_s=t, residual_rad_s=fitted + rng.normal(0, 0.004, n), fitted_rad_s=fitted,
+        amplitude_rad_s=amplitude,
+        backlash_rad=backlash,
+        rmse_rad_s=0.004,
+        residual_rms_rad_s=0.02,
+        params={"A_rad_s": amplitude, "tau_per_s": 8.0, "omega_rad_s": 2 * np.pi * 35},
+        evaluations=2400,
+        restarts=2,
+        converged=True,
+        stop_reason="tolfun",
+        fit_seconds=3.4,
+        seed=seed,
+        period_metadata_s=1.0,
+        period_estimated_s=1.002,
+        period_mismatch=float("nan"),
+        warnings=("period from metadata",),
+        time_s=t,
+        residual_rad_s=fitted + rng.normal(0, 0.004, n),
+        fitted_rad_s=fitted,
     )
 
 
@@ -75,14 +91,26 @@ def points(values: list[float]) -> list[TrendPoint]:
 
 def sample_report() -> Report:
     joints = (
-        joint_report("robot1", "J1", result(backlash=1.2e-3), LIMITS,
-                     points([0.8e-3, 0.9e-3, 1.05e-3, 1.2e-3]), capture_path="/var/c/j1.npz"),
-        joint_report("robot1", "J2", result(amplitude=0.03, backlash=None), LIMITS,
-                     points([0.02, 0.03])),
-        joint_report("robot1", "J3", None, LIMITS, error="interlock: joint not in pose",
-                     indicator="backlash_rad"),
-        joint_report("cnc<&>", HOSTILE, result(backlash=2.5e-3, seed=1), LIMITS,
-                     points([2.5e-3])),
+        joint_report(
+            "robot1",
+            "J1",
+            result(backlash=1.2e-3),
+            LIMITS,
+            points([0.8e-3, 0.9e-3, 1.05e-3, 1.2e-3]),
+            capture_path="/var/c/j1.npz",
+        ),
+        joint_report(
+            "robot1", "J2", result(amplitude=0.03, backlash=None), LIMITS, points([0.02, 0.03])
+        ),
+        joint_report(
+            "robot1",
+            "J3",
+            None,
+            LIMITS,
+            error="interlock: joint not in pose",
+            indicator="backlash_rad",
+        ),
+        joint_report("cnc<&>", HOSTILE, result(backlash=2.5e-3, seed=1), LIMITS, points([2.5e-3])),
     )
     return Report("2024-03-22T06:00:00Z", ("robot1", "cnc<&>"), joints, host="edge-01")
 
@@ -113,9 +141,13 @@ def test_nice_ticks_examples() -> None:
 def test_line_plot_is_valid_xml_with_series_legend_and_limits() -> None:
     x = np.linspace(0, 1, 50)
     svg = line_plot(
-        [Series("residual", x, np.sin(6 * x)), Series("fit <A&B>", x, np.cos(6 * x), dashed=True,
-                                                      markers=True)],
-        title='Signature "J1" <test>', x_label="time [s]", y_label="speed [rad/s]",
+        [
+            Series("residual", x, np.sin(6 * x)),
+            Series("fit <A&B>", x, np.cos(6 * x), dashed=True, markers=True),
+        ],
+        title='Signature "J1" <test>',
+        x_label="time [s]",
+        y_label="speed [rad/s]",
         hlines=[HLine(1.5, "alert limit")],
     )
     root = ET.fromstring(svg)
@@ -128,9 +160,17 @@ def test_line_plot_is_valid_xml_with_series_legend_and_limits() -> None:
 
 
 def test_line_plot_survives_empty_constant_and_nan_series() -> None:
-    svg = line_plot([Series("empty", [], []), Series("flat", [1, 2, 3], [5, 5, 5]),
-                     Series("holes", [0, 1, 2], [1, float("nan"), float("inf")])],
-                    "t", "x", "y", hlines=[HLine(float("nan"), "no limit")])
+    svg = line_plot(
+        [
+            Series("empty", [], []),
+            Series("flat", [1, 2, 3], [5, 5, 5]),
+            Series("holes", [0, 1, 2], [1, float("nan"), float("inf")]),
+        ],
+        "t",
+        "x",
+        "y",
+        hlines=[HLine(float("nan"), "no limit")],
+    )
     ET.fromstring(svg)
     inline = line_plot([Series("a", [0, 1], [0, 1])], "t", "x", "y", xmlns=False)
     assert "xmlns" not in inline and ET.fromstring(inline).tag == "svg"
@@ -172,19 +212,53 @@ def test_joint_report_verdicts_and_trend() -> None:
 def test_report_json_schema() -> None:
     d = report_to_dict(sample_report())
     assert d["schema"] == REPORT_SCHEMA == "jha.report/1"
-    assert set(d) == {"schema", "message_id", "created_at", "agent_version", "host", "machines",
-                      "summary", "joints"}
+    assert set(d) == {
+        "schema",
+        "message_id",
+        "created_at",
+        "agent_version",
+        "host",
+        "machines",
+        "summary",
+        "joints",
+    }
     assert uuid.UUID(d["message_id"]).version == 4
     assert d["summary"] == {
-        "worst_status": "alert", "counts": {"ok": 1, "watch": 1, "alert": 1, "unknown": 1},
-        "ne107_counts": {"normal": 1, "maintenance_required": 1, "out_of_specification": 1,
-                         "failure": 1, "check_function": 0}}
+        "worst_status": "alert",
+        "counts": {"ok": 1, "watch": 1, "alert": 1, "unknown": 1},
+        "ne107_counts": {
+            "normal": 1,
+            "maintenance_required": 1,
+            "out_of_specification": 1,
+            "failure": 1,
+            "check_function": 0,
+        },
+    }
     j1 = d["joints"][0]
-    assert set(j1) == {"controller", "joint", "status", "ne107", "reason", "forecast",
-                       "indicator", "value", "unit", "limits", "error", "outcome",
-                       "capture_path", "result", "trend", "history"}
+    assert set(j1) == {
+        "controller",
+        "joint",
+        "status",
+        "ne107",
+        "reason",
+        "forecast",
+        "indicator",
+        "value",
+        "unit",
+        "limits",
+        "error",
+        "outcome",
+        "capture_path",
+        "result",
+        "trend",
+        "history",
+    }
     assert (j1["status"], j1["ne107"], j1["unit"], j1["limits"]) == (
-        "watch", "maintenance_required", "rad", {"watch": 1e-3, "alert": 2e-3})
+        "watch",
+        "maintenance_required",
+        "rad",
+        {"watch": 1e-3, "alert": 2e-3},
+    )
     assert "alert limit 2 mrad in about 40.1 days" in j1["forecast"]
     assert d["joints"][2]["ne107"] == "failure"  # an error without an outcome: failed
     assert j1["result"]["period_mismatch"] is None  # NaN -> null
@@ -248,8 +322,10 @@ def test_summary_table_fits_one_screen() -> None:
 
 
 def _columns(line: str) -> int:
-    return sum(0 if unicodedata.combining(c) else
-               2 if unicodedata.east_asian_width(c) in ("W", "F") else 1 for c in line)
+    return sum(
+        0 if unicodedata.combining(c) else 2 if unicodedata.east_asian_width(c) in ("W", "F") else 1
+        for c in line
+    )
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
@@ -265,8 +341,9 @@ def test_summary_table_width_for_any_names(names: list[tuple[str, str]]) -> None
 @settings(max_examples=100, deadline=None, derandomize=True)
 @given(st.text(), st.lists(st.floats(-1e9, 1e9), min_size=0, max_size=50))
 def test_any_label_and_data_give_valid_xml(label: str, ys: list[float]) -> None:
-    svg = line_plot([Series(label, list(range(len(ys))), ys)], label, label, label,
-                    hlines=[HLine(1.0, label)])
+    svg = line_plot(
+        [Series(label, list(range(len(ys))), ys)], label, label, label, hlines=[HLine(1.0, label)]
+    )
     root = ET.fromstring(svg)
     assert label_text(label) in [t.text or "" for t in root.iter(f"{{{SVG_NS}}}text")]
 
@@ -287,10 +364,16 @@ def test_each_run_adds_a_point_to_the_trend(tmp_path: Path) -> None:
         started = T0 + timedelta(days=run)
         jr = joint_report("robot1", "J1", res, LIMITS)
         with HistoryStore(db) as store:
-            store.record_cycle(controller="robot1", joint="J1", kind="backlash",
-                               started_at=started, finished_at=started + timedelta(minutes=1),
-                               estimates=estimates_for(res), status=jr.status,
-                               status_reason=jr.verdict_reason)
+            store.record_cycle(
+                controller="robot1",
+                joint="J1",
+                kind="backlash",
+                started_at=started,
+                finished_at=started + timedelta(minutes=1),
+                estimates=estimates_for(res),
+                status=jr.status,
+                status_reason=jr.verdict_reason,
+            )
             hist = store.history("robot1", "J1", jr.indicator_name)
         jr = joint_report("robot1", "J1", res, LIMITS, hist)
         rep = Report(started.isoformat(), ["robot1"], [jr])
@@ -319,16 +402,33 @@ def torque_plot(title: str = "J6: measured vs predicted motor torque") -> Eviden
     t = np.linspace(0.0, 4.0, 400)
     predicted = 30 * np.sin(2 * np.pi * 0.5 * t)
     noise = np.random.default_rng(3).normal(0, 1.5, t.size)
-    return EvidencePlot(title, "time [s]", "torque [N·m]",
-                        (EvidenceSeries("measured", t, predicted + noise),
-                         EvidenceSeries("predicted", t, predicted)))
+    return EvidencePlot(
+        title,
+        "time [s]",
+        "torque [N·m]",
+        (
+            EvidenceSeries("measured", t, predicted + noise),
+            EvidenceSeries("predicted", t, predicted),
+        ),
+    )
 
 
 def test_evidence_plots_are_rendered_and_exported_on_request() -> None:
-    hostile_plot = EvidencePlot(HOSTILE, "x <b>", "y & z", (
-        EvidenceSeries("<i>series</i>", np.arange(3.0), np.array([1.0, np.nan, 2.0])),))
-    jr = joint_report("robot1", "J6", result(), LIMITS, points([0.8e-3, 0.8e-3, 0.8e-3]),
-                      evidence=(torque_plot(), hostile_plot), outcome="ok")
+    hostile_plot = EvidencePlot(
+        HOSTILE,
+        "x <b>",
+        "y & z",
+        (EvidenceSeries("<i>series</i>", np.arange(3.0), np.array([1.0, np.nan, 2.0])),),
+    )
+    jr = joint_report(
+        "robot1",
+        "J6",
+        result(),
+        LIMITS,
+        points([0.8e-3, 0.8e-3, 0.8e-3]),
+        evidence=(torque_plot(), hostile_plot),
+        outcome="ok",
+    )
     rep = Report("2024-03-22T06:00:00Z", ("robot1",), (jr,))
     page = render_html(rep)
     root = ET.fromstring(page)
@@ -360,14 +460,33 @@ def test_ne107_of_every_joint() -> None:
     no_estimate = joint_report("r", "f", None, LIMITS)
     running = joint_report("r", "g", result(backlash=2.5e-3), LIMITS, running=True)
     uncalibrated = joint_report("r", "h", result(backlash=1e-3), ThresholdSettings())
-    signals = [j.ne107 for j in (ok, watch, alert, failed, refused, no_estimate, running,
-                                 uncalibrated)]
-    assert signals == [Ne107.NORMAL, Ne107.MAINTENANCE_REQUIRED, Ne107.OUT_OF_SPECIFICATION,
-                       Ne107.FAILURE, Ne107.CHECK_FUNCTION, Ne107.CHECK_FUNCTION,
-                       Ne107.CHECK_FUNCTION, Ne107.CHECK_FUNCTION]
+    signals = [
+        j.ne107 for j in (ok, watch, alert, failed, refused, no_estimate, running, uncalibrated)
+    ]
+    assert signals == [
+        Ne107.NORMAL,
+        Ne107.MAINTENANCE_REQUIRED,
+        Ne107.OUT_OF_SPECIFICATION,
+        Ne107.FAILURE,
+        Ne107.CHECK_FUNCTION,
+        Ne107.CHECK_FUNCTION,
+        Ne107.CHECK_FUNCTION,
+        Ne107.CHECK_FUNCTION,
+    ]
     # Built directly, a JointReport derives it too.
-    direct = JointReport("c", "j", Status.UNKNOWN, "", None, "boom", ThresholdSettings(), None,
-                         [], None, outcome="error")
+    direct = JointReport(
+        "c",
+        "j",
+        Status.UNKNOWN,
+        "",
+        None,
+        "boom",
+        ThresholdSettings(),
+        None,
+        [],
+        None,
+        outcome="error",
+    )
     assert direct.ne107 is Ne107.FAILURE
     d = report_to_dict(Report("t", ("r",), (ok, failed)))
     assert [j["ne107"] for j in d["joints"]] == ["normal", "failure"]
@@ -391,14 +510,15 @@ def test_machines_are_sections_with_a_page_break_between_them_in_print() -> None
     root = ET.fromstring(page)
     machines = [s for s in root.iter("section") if s.get("class") == "machine"]
     assert [m.find("h2").text for m in machines] == ["Machine robot1", "Machine cnc<&>"]
-    joints_per_machine = [len([s for s in m.iter("section") if s.get("class") == "joint"])
-                          for m in machines]
+    joints_per_machine = [
+        len([s for s in m.iter("section") if s.get("class") == "joint"]) for m in machines
+    ]
     assert joints_per_machine == [3, 1]
     rep = sample_report()
     assert [j.joint for j in rep.joints_of("robot1")] == ["J1", "J2", "J3"]
     assert rep.to_dict() == report_to_dict(rep)
     assert rep.joints[0].to_dict()["joint"] == "J1"
-    css = page[page.index("@media print"):page.index("</style>")]
+    css = page[page.index("@media print") : page.index("</style>")]
     assert "section.machine + section.machine { break-before: page" in css
     assert "break-inside: avoid" in css and "background: #fff !important" in css
     assert "color: #000 !important" in css
@@ -419,18 +539,34 @@ def test_trend_plot_shows_limits_and_the_forecast_line() -> None:
 
 
 def test_legend_entries_never_overlap() -> None:
-    labels = ["torque-prediction NMSE per cycle", "Theil-Sen trend",
-              "forecast: alert limit in 52.5 days", "q", "a much longer label" * 3]
+    labels = [
+        "torque-prediction NMSE per cycle",
+        "Theil-Sen trend",
+        "forecast: alert limit in 52.5 days",
+        "q",
+        "a much longer label" * 3,
+    ]
     for width in (320, 480, 720):
         series = [Series(label, [0.0, 1.0], [0.0, float(i)]) for i, label in enumerate(labels)]
-        root = ET.fromstring(line_plot(series, "t", "x", "y", width=width,
-                                       hlines=[HLine(1.0, "watch limit")]))
+        root = ET.fromstring(
+            line_plot(series, "t", "x", "y", width=width, hlines=[HLine(1.0, "watch limit")])
+        )
         texts = [t for t in root.iter(f"{{{SVG_NS}}}text") if t.text in {*labels, "watch limit"}]
         assert len(texts) == len(labels) + 1
-        boxes = sorted((float(t.get("y", 0)), float(t.get("x", 0)),
-                        float(t.get("x", 0)) + LEGEND_CHAR_PX * len(t.text or "")) for t in texts)
+        boxes = sorted(
+            (
+                float(t.get("y", 0)),
+                float(t.get("x", 0)),
+                float(t.get("x", 0)) + LEGEND_CHAR_PX * len(t.text or ""),
+            )
+            for t in texts
+        )
         for (y1, _, end1), (y2, start2, _) in itertools.pairwise(boxes):
             assert y1 != y2 or end1 <= start2
     # Short labels keep the three tidy columns.
     assert legend_layout(["a", "b", "c", "d"], 64, 640) == [
-        (64, 0), (64 + 640 / 3, 0), (64 + 2 * 640 / 3, 0), (64, 1)]
+        (64, 0),
+        (64 + 640 / 3, 0),
+        (64 + 2 * 640 / 3, 0),
+        (64, 1),
+    ]

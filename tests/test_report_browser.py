@@ -41,8 +41,12 @@ from agent.report.svg import clean_text
 
 CHROMIUM = Path("/usr/bin/chromium")
 T0 = datetime(2026, 1, 5, 6, 0, tzinfo=UTC)
-LIMITS = ThresholdSettings(backlash_watch_rad=1e-3, backlash_alert_rad=2e-3,
-                           amplitude_watch_rad_s=0.1, amplitude_alert_rad_s=0.2)
+LIMITS = ThresholdSettings(
+    backlash_watch_rad=1e-3,
+    backlash_alert_rad=2e-3,
+    amplitude_watch_rad_s=0.1,
+    amplitude_alert_rad_s=0.2,
+)
 HOSTILE = '<script>alert("x")</script> & </section>'
 
 
@@ -54,17 +58,31 @@ def result(amplitude: float, backlash: float | None, seed: int) -> BacklashResul
     t = np.linspace(0.0, 2.0, 800)
     fitted = amplitude * np.exp(-8 * (t % 0.5)) * np.sin(2 * np.pi * 30 * t)
     return BacklashResult(
-        amplitude_rad_s=amplitude, backlash_rad=backlash, rmse_rad_s=0.003,
-        residual_rms_rad_s=0.02, params={"A_rad_s": amplitude, "Tf_s": 0.5}, evaluations=1800,
-        restarts=1, converged=True, stop_reason="tolfun", fit_seconds=2.1, seed=seed,
-        period_metadata_s=0.5, period_estimated_s=0.501, period_mismatch=0.002,
-        time_s=t, residual_rad_s=fitted + rng.normal(0, 0.003, t.size), fitted_rad_s=fitted,
+        amplitude_rad_s=amplitude,
+        backlash_rad=backlash,
+        rmse_rad_s=0.003,
+        residual_rms_rad_s=0.02,
+        params={"A_rad_s": amplitude, "Tf_s": 0.5},
+        evaluations=1800,
+        restarts=1,
+        converged=True,
+        stop_reason="tolfun",
+        fit_seconds=2.1,
+        seed=seed,
+        period_metadata_s=0.5,
+        period_estimated_s=0.501,
+        period_mismatch=0.002,
+        time_s=t,
+        residual_rad_s=fitted + rng.normal(0, 0.003, t.size),
+        fitted_rad_s=fitted,
     )
 
 
 def points(values: list[float], start_day: int = 0) -> list[TrendPoint]:
-    return [TrendPoint((T0 + timedelta(days=start_day + 5 * i)).isoformat(), v)
-            for i, v in enumerate(values)]
+    return [
+        TrendPoint((T0 + timedelta(days=start_day + 5 * i)).isoformat(), v)
+        for i, v in enumerate(values)
+    ]
 
 
 def torque_evidence(joint: str, seed: int) -> EvidencePlot:
@@ -72,10 +90,13 @@ def torque_evidence(joint: str, seed: int) -> EvidencePlot:
     t = np.linspace(0.0, 10.0, 1000)
     predicted = 40 * np.sin(2 * np.pi * 0.3 * t) + 12 * np.sign(np.cos(2 * np.pi * 0.3 * t))
     return EvidencePlot(
-        title=f"{joint}: measured vs predicted motor torque", x_label="time [s]",
+        title=f"{joint}: measured vs predicted motor torque",
+        x_label="time [s]",
         y_label="torque [N·m]",
-        series=(EvidenceSeries("measured", t, predicted + rng.normal(0, 2.0, t.size)),
-                EvidenceSeries("predicted (identified model)", t, predicted)),
+        series=(
+            EvidenceSeries("measured", t, predicted + rng.normal(0, 2.0, t.size)),
+            EvidenceSeries("predicted (identified model)", t, predicted),
+        ),
     )
 
 
@@ -87,37 +108,101 @@ def indicator(name: str, unit: str, values: list[float]) -> IndicatorSummary:
 def nine_joints() -> Report:
     backlash = [0.6e-3, 0.7e-3, 0.75e-3, 0.85e-3]
     joints = [
-        joint_report("robot-1", "axis_1", result(0.05, 0.5e-3, 1), LIMITS,
-                     points([0.45e-3, 0.48e-3, 0.47e-3, 0.5e-3]), "/var/c/a1.npz", outcome="ok"),
-        joint_report("robot-1", "axis_2", result(0.06, 1.2e-3, 2), LIMITS,
-                     points([*backlash, 1.2e-3]), "/var/c/a2.npz", outcome="ok"),
-        joint_report("robot-1", "axis_3", result(0.09, 2.4e-3, 3), LIMITS,
-                     points([1.5e-3, 1.9e-3, 2.1e-3, 2.4e-3]), outcome="ok"),
-        joint_report("robot-1", "axis_4", None, LIMITS, points(backlash),
-                     error="analysis failed: ValueError: capture holds NaN", outcome="error",
-                     indicator="backlash_rad"),
-        joint_report("robot-1", "axis_5", None, LIMITS, error="interlock: speed override 80 %",
-                     outcome="rejected", indicator="backlash_rad"),
         joint_report(
-            "robot-1", "axis_6", result(0.04, 0.3e-3, 6), LIMITS, points([0.3e-3] * 3),
+            "robot-1",
+            "axis_1",
+            result(0.05, 0.5e-3, 1),
+            LIMITS,
+            points([0.45e-3, 0.48e-3, 0.47e-3, 0.5e-3]),
+            "/var/c/a1.npz",
             outcome="ok",
-            indicators=(indicator("coulomb_friction_nm", "N·m", [11.0, 11.5, 12.4, 13.0]),
-                        indicator("stiffness_nm_rad", "N·m/rad", [3.4e6, 3.3e6, 3.3e6, 3.1e6]),
-                        indicator("torque_nmse_nm", "N·m", [0.02, 0.025, 0.03, 0.04])),
+        ),
+        joint_report(
+            "robot-1",
+            "axis_2",
+            result(0.06, 1.2e-3, 2),
+            LIMITS,
+            points([*backlash, 1.2e-3]),
+            "/var/c/a2.npz",
+            outcome="ok",
+        ),
+        joint_report(
+            "robot-1",
+            "axis_3",
+            result(0.09, 2.4e-3, 3),
+            LIMITS,
+            points([1.5e-3, 1.9e-3, 2.1e-3, 2.4e-3]),
+            outcome="ok",
+        ),
+        joint_report(
+            "robot-1",
+            "axis_4",
+            None,
+            LIMITS,
+            points(backlash),
+            error="analysis failed: ValueError: capture holds NaN",
+            outcome="error",
+            indicator="backlash_rad",
+        ),
+        joint_report(
+            "robot-1",
+            "axis_5",
+            None,
+            LIMITS,
+            error="interlock: speed override 80 %",
+            outcome="rejected",
+            indicator="backlash_rad",
+        ),
+        joint_report(
+            "robot-1",
+            "axis_6",
+            result(0.04, 0.3e-3, 6),
+            LIMITS,
+            points([0.3e-3] * 3),
+            outcome="ok",
+            indicators=(
+                indicator("coulomb_friction_nm", "N·m", [11.0, 11.5, 12.4, 13.0]),
+                indicator("stiffness_nm_rad", "N·m/rad", [3.4e6, 3.3e6, 3.3e6, 3.1e6]),
+                indicator("torque_nmse_nm", "N·m", [0.02, 0.025, 0.03, 0.04]),
+            ),
             evidence=(torque_evidence("axis_6", 6), torque_evidence("axis_6 (validation)", 7)),
         ),
-        joint_report("cnc-2", "X", result(0.12, None, 8), LIMITS, points([0.08, 0.1, 0.12]),
-                     outcome="ok"),
-        joint_report("cnc-2", HOSTILE, result(0.03, None, 9), LIMITS, points([0.03]),
-                     outcome="ok", running=True),
+        joint_report(
+            "cnc-2", "X", result(0.12, None, 8), LIMITS, points([0.08, 0.1, 0.12]), outcome="ok"
+        ),
+        joint_report(
+            "cnc-2",
+            HOSTILE,
+            result(0.03, None, 9),
+            LIMITS,
+            points([0.03]),
+            outcome="ok",
+            running=True,
+        ),
     ]
     # An indicator-only joint as cli_report builds it: no backlash history, no verdict.
-    others = [JointReport(
-        controller="robot-1", joint="axis_7", status=Status.UNKNOWN, verdict_reason="",
-        result=None, error=None, thresholds=LIMITS, trend=None, history=(), capture_path=None,
-        indicators=(indicator("stiffness_nm_rad", "N·m/rad", [2.0e6, 1.9e6]),))]
-    return Report(T0.isoformat(), ("robot-1", "cnc-2"), tuple(joints), host="edge-7",
-                  indicator_joints=tuple(others))
+    others = [
+        JointReport(
+            controller="robot-1",
+            joint="axis_7",
+            status=Status.UNKNOWN,
+            verdict_reason="",
+            result=None,
+            error=None,
+            thresholds=LIMITS,
+            trend=None,
+            history=(),
+            capture_path=None,
+            indicators=(indicator("stiffness_nm_rad", "N·m/rad", [2.0e6, 1.9e6]),),
+        )
+    ]
+    return Report(
+        T0.isoformat(),
+        ("robot-1", "cnc-2"),
+        tuple(joints),
+        host="edge-7",
+        indicator_joints=tuple(others),
+    )
 
 
 # -- DevTools over a pipe ----------------------------------------------------------------------
@@ -132,8 +217,9 @@ class Browser:
     _buf: bytes = b""
     _next: int = 0
 
-    def send(self, method: str, params: dict[str, Any] | None = None,
-             session: str | None = None) -> int:
+    def send(
+        self, method: str, params: dict[str, Any] | None = None, session: str | None = None
+    ) -> int:
         self._next += 1
         msg: dict[str, Any] = {"id": self._next, "method": method, "params": params or {}}
         if session is not None:
@@ -141,8 +227,9 @@ class Browser:
         os.write(self.to_chrome, json.dumps(msg).encode() + b"\0")
         return self._next
 
-    def wait_for(self, match: Callable[[dict[str, Any]], bool],
-                 timeout_s: float = 15.0) -> dict[str, Any]:
+    def wait_for(
+        self, match: Callable[[dict[str, Any]], bool], timeout_s: float = 15.0
+    ) -> dict[str, Any]:
         """The first message that matches; every other event is kept in self.events."""
         deadline = time.monotonic() + timeout_s
         while True:
@@ -153,8 +240,9 @@ class Browser:
                     return msg
                 if "method" in msg:
                     self.events.append(msg)
-            ready, _, _ = select.select([self.from_chrome], [], [],
-                                        max(0.0, deadline - time.monotonic()))
+            ready, _, _ = select.select(
+                [self.from_chrome], [], [], max(0.0, deadline - time.monotonic())
+            )
             if not ready:
                 raise TimeoutError("chromium did not answer in time")
             chunk = os.read(self.from_chrome, 1 << 20)
@@ -162,8 +250,9 @@ class Browser:
                 raise EOFError("chromium closed the DevTools pipe")
             self._buf += chunk
 
-    def call(self, method: str, params: dict[str, Any] | None = None,
-             session: str | None = None) -> dict[str, Any]:
+    def call(
+        self, method: str, params: dict[str, Any] | None = None, session: str | None = None
+    ) -> dict[str, Any]:
         ident = self.send(method, params, session)
         answer = self.wait_for(lambda m: m.get("id") == ident)
         if "error" in answer:
@@ -185,10 +274,20 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
         os.dup2(b, 4)
 
     proc = subprocess.Popen(
-        [str(CHROMIUM), "--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
-         "--remote-debugging-pipe", f"--user-data-dir={profile}", "about:blank"],
-        preexec_fn=pipes_on_3_and_4, close_fds=False,
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            str(CHROMIUM),
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--remote-debugging-pipe",
+            f"--user-data-dir={profile}",
+            "about:blank",
+        ],
+        preexec_fn=pipes_on_3_and_4,
+        close_fds=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     os.close(to_chrome_r)
     os.close(from_chrome_w)
@@ -224,13 +323,22 @@ def rendered(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Rend
     sid = b.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
     for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
         b.call(domain, session=sid)
-    b.call("Emulation.setDeviceMetricsOverride",
-           {"width": 1280, "height": 4000, "deviceScaleFactor": 1, "mobile": False}, session=sid)
+    b.call(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 1280, "height": 4000, "deviceScaleFactor": 1, "mobile": False},
+        session=sid,
+    )
     b.call("Page.navigate", {"url": page.as_uri()}, session=sid)
     b.wait_for(lambda m: m.get("method") == "Page.loadEventFired")
-    png = base64.b64decode(b.call("Page.captureScreenshot",
-                                  {"format": "png", "optimizeForSpeed": True}, session=sid)["data"])
-    dom = _evaluate(b, sid, """({
+    png = base64.b64decode(
+        b.call("Page.captureScreenshot", {"format": "png", "optimizeForSpeed": True}, session=sid)[
+            "data"
+        ]
+    )
+    dom = _evaluate(
+        b,
+        sid,
+        """({
         text: document.body.innerText,
         joints: [...document.querySelectorAll('section.joint h3')].map(h => h.textContent),
         summaryJoints: [...document.querySelectorAll('table.summary tbody tr td:nth-child(2)')]
@@ -244,9 +352,13 @@ def rendered(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Rend
         widest: Math.max(...[...document.querySelectorAll('svg.plot')]
                          .map(s => s.getBoundingClientRect().right)),
         viewport: document.documentElement.clientWidth,
-    })""")
+    })""",
+    )
     b.call("Emulation.setEmulatedMedia", {"media": "print"}, session=sid)
-    print_styles = _evaluate(b, sid, """(() => {
+    print_styles = _evaluate(
+        b,
+        sid,
+        """(() => {
         const badge = getComputedStyle(document.querySelector('.badge.s-alert'));
         const ne = getComputedStyle(document.querySelector('.badge.ne-F'));
         const machines = [...document.querySelectorAll('section.machine')];
@@ -257,20 +369,28 @@ def rendered(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Rend
             figures: [...new Set([...document.querySelectorAll('figure')]
                                  .map(f => getComputedStyle(f).breakInside))],
         };
-    })()""")
-    pdf = base64.b64decode(b.call("Page.printToPDF", {"preferCSSPageSize": True},
-                                  session=sid)["data"])
+    })()""",
+    )
+    pdf = base64.b64decode(
+        b.call("Page.printToPDF", {"preferCSSPageSize": True}, session=sid)["data"]
+    )
     b.call("Target.closeTarget", {"targetId": target})
-    problems = [json.dumps(e["params"])[:300] for e in b.events
-                if e.get("method") in ("Runtime.exceptionThrown", "Runtime.consoleAPICalled")
-                or (e.get("method") == "Log.entryAdded"
-                    and e["params"]["entry"]["level"] in ("error", "warning"))]
+    problems = [
+        json.dumps(e["params"])[:300]
+        for e in b.events
+        if e.get("method") in ("Runtime.exceptionThrown", "Runtime.consoleAPICalled")
+        or (
+            e.get("method") == "Log.entryAdded"
+            and e["params"]["entry"]["level"] in ("error", "warning")
+        )
+    ]
     return Rendered(png, pdf, dom, print_styles, problems)
 
 
 def _evaluate(b: Browser, sid: str, expression: str) -> dict[str, Any]:
-    answer = b.call("Runtime.evaluate", {"expression": expression, "returnByValue": True},
-                    session=sid)
+    answer = b.call(
+        "Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=sid
+    )
     assert "exceptionDetails" not in answer, answer
     value: dict[str, Any] = answer["result"]["value"]
     return value
@@ -284,9 +404,9 @@ def decode_png(data: bytes) -> np.ndarray:
     assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
     pos, idat, header = 8, b"", None
     while pos < len(data):
-        (length,) = struct.unpack(">I", data[pos:pos + 4])
-        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
-        (crc,) = struct.unpack(">I", data[pos + 8 + length:pos + 12 + length])
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
         assert zlib.crc32(kind + body) == crc, f"bad CRC in {kind!r}"
         if kind == b"IHDR":
             header = struct.unpack(">IIBBBBB", body)
@@ -308,8 +428,11 @@ def decode_png(data: bytes) -> np.ndarray:
         if kind == 0:
             cur = line.copy()
         elif kind == 1:  # Sub: a running sum per channel
-            cur = (np.cumsum(line.reshape(-1, bpp).astype(np.int64), axis=0) % 256).astype(
-                np.uint8).ravel()
+            cur = (
+                (np.cumsum(line.reshape(-1, bpp).astype(np.int64), axis=0) % 256)
+                .astype(np.uint8)
+                .ravel()
+            )
         elif kind == 2:  # Up
             cur = line + prev
         else:  # Average and Paeth depend on the byte just decoded: byte by byte
@@ -354,11 +477,16 @@ def test_png_decoder_on_every_filter() -> None:
         prev = cur
 
     def chunk(kind: bytes, body: bytes) -> bytes:
-        return (struct.pack(">I", len(body)) + kind + body
-                + struct.pack(">I", zlib.crc32(kind + body)))
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
 
-    png = (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 7, 5, 8, 2, 0, 0, 0))
-           + chunk(b"IDAT", zlib.compress(b"".join(rows))) + chunk(b"IEND", b""))
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 7, 5, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b"".join(rows)))
+        + chunk(b"IEND", b"")
+    )
     assert np.array_equal(decode_png(png), img)
 
 
@@ -403,11 +531,16 @@ def test_every_joint_is_shown_once_with_its_plots(rendered: Rendered) -> None:
     assert dom["plots"] == 6 + 7 + 4 + 2
     assert dom["widest"] <= dom["viewport"]  # no plot runs off the page
     text = dom["text"]
-    for phrase in ("NE 107 F: failure", "NE 107 C: check function",
-                   "NE 107 S: out of specification", "NE 107 M: maintenance required",
-                   "NE 107 N: normal",
-                   "measured vs predicted motor torque", "Cycle failed: analysis failed",
-                   "At this rate it reaches the alert limit"):
+    for phrase in (
+        "NE 107 F: failure",
+        "NE 107 C: check function",
+        "NE 107 S: out of specification",
+        "NE 107 M: maintenance required",
+        "NE 107 N: normal",
+        "measured vs predicted motor torque",
+        "Cycle failed: analysis failed",
+        "At this rate it reaches the alert limit",
+    ):
         assert phrase in text, phrase
     failed = next(j for j in report.joints if j.joint == "axis_4")
     refused = next(j for j in report.joints if j.joint == "axis_5")

@@ -306,8 +306,14 @@ def test_a_peer_outside_the_group_is_refused(tmp_path: Path) -> None:
     if os.getuid() != 0:
         other = 65534 if os.getuid() != 65534 else 65533
         with pytest.raises(PermissionError):
-            subprocess.run([SYSTEM_PYTHON, "-c", "pass"], user=other, group=other,
-                           extra_groups=[], timeout=20, check=False)
+            subprocess.run(
+                [SYSTEM_PYTHON, "-c", "pass"],
+                user=other,
+                group=other,
+                extra_groups=[],
+                timeout=20,
+                check=False,
+            )
         record("security", STRANGER_CHECK, "NOT RUN (needs root)")
         return
     security(STRANGER_CHECK, passed=False)  # until every assertion below has held

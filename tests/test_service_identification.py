@@ -133,9 +133,7 @@ def test_the_daemon_identifies_the_robot_in_a_stop_long_enough(tmp_path: Path) -
     robot file whose joint_2 drive tops out at 20 N·m (the arm needs ~30): its capture is
     refused as saturated and recorded as such, and its backlash cycles in the same stop go on."""
     weak_robot = tmp_path / "planar2_weak.yaml"
-    weak_robot.write_text(
-        PLANAR.read_text().replace("torque_max_nm: 100.0", "torque_max_nm: 20.0")
-    )
+    weak_robot.write_text(PLANAR.read_text().replace("torque_max_nm: 100.0", "torque_max_nm: 20.0"))
     wear = {"joint_2": {"friction_scale": 1.5, "stiffness_scale": 0.8}}
     stops = [{"at_s": 0.3, "length_s": 60.0}]
     config = at_start_pose(
@@ -157,8 +155,13 @@ def test_the_daemon_identifies_the_robot_in_a_stop_long_enough(tmp_path: Path) -
         assert isinstance(driver, SimDriver)
         driver.inject_stop_expected(5.0)  # before the stop begins (0.3 s after connecting)
         await until(lambda: designed(agent, "cell"), 60, "the trajectory design")
-        await until(lambda: cell.last_status is not None
-                    and cell.last_status.mode is ControllerMode.STOPPED, 10, "the stop")
+        await until(
+            lambda: (
+                cell.last_status is not None and cell.last_status.mode is ControllerMode.STOPPED
+            ),
+            10,
+            "the stop",
+        )
         await asyncio.sleep(0.3)  # a few polls inside the short stop, with the design ready
         seen["short_stop"] = (cell.state, [p.kind for p in cell.queue.items])
         seen["ran_in_short_stop"] = cycles(state, "identification")
@@ -297,7 +300,8 @@ def test_a_dry_run_checks_every_joint_s_start_pose_but_never_moves(tmp_path: Pat
         seen["moved"] = (driver._cycles_run, driver.stop_motion_calls)
         driver.inject_pose("joint_2", 0.5)  # away from the start pose: the next check refuses
         await agent.handle_request(
-            {"cmd": "cycle_now", "controller": "cell", "identification": True})
+            {"cmd": "cycle_now", "controller": "cell", "identification": True}
+        )
         await until(lambda: len(agent.reports) == 2, 30, "the refused dry run's report")
         seen["moved_after"] = driver._cycles_run
 
@@ -338,16 +342,21 @@ def test_cycle_now_identification_queues_it(
         base = ["--config", str(config)]
         assert agent.runners["cell"].queue.items == ()  # every_s null: on demand only
         codes["now"] = await asyncio.to_thread(
-            main, ["cycle", "now", "--controller", "cell", "--identification", *base])
+            main, ["cycle", "now", "--controller", "cell", "--identification", *base]
+        )
         codes["plain"] = await asyncio.to_thread(
-            main, ["cycle", "now", "--controller", "plain", "--identification", *base])
+            main, ["cycle", "now", "--controller", "plain", "--identification", *base]
+        )
         codes["status"] = await asyncio.to_thread(main, ["status", "--json", *base])
         replies["with_joint"] = await agent.handle_request(
-            {"cmd": "cycle_now", "controller": "cell", "identification": True, "joint": "joint_1"})
+            {"cmd": "cycle_now", "controller": "cell", "identification": True, "joint": "joint_1"}
+        )
         replies["not_bool"] = await agent.handle_request(
-            {"cmd": "cycle_now", "controller": "cell", "identification": "yes"})
+            {"cmd": "cycle_now", "controller": "cell", "identification": "yes"}
+        )
         replies["again"] = await agent.handle_request(
-            {"cmd": "cycle_now", "controller": "cell", "identification": True})
+            {"cmd": "cycle_now", "controller": "cell", "identification": True}
+        )
         replies["pending"] = agent.runners["cell"].queue.to_dict()["pending"]
         await until(lambda: designed(agent, "cell"), 60, "the design it started")  # fmt: skip
 
@@ -356,7 +365,7 @@ def test_cycle_now_identification_queues_it(
     assert codes == {"now": 0, "plain": 69, "status": 0}
     assert "cell: all (identification, every joint): queued" in out
     assert "controller plain has no identification: section" in err
-    status = json.loads(out[out.index("{"):])
+    status = json.loads(out[out.index("{") :])
     (pending,) = status["controllers"]["cell"]["pending"]
     assert pending["kind"] == "identification" and pending["joint"] == "all"
     assert pending["reason"] == "on_demand" and pending["estimate_s"] == pytest.approx(NEEDS_S)
@@ -433,8 +442,9 @@ def test_a_trajectory_that_cannot_be_designed_is_refused_and_dropped(tmp_path: P
     """max_condition_number below what the optimiser reaches: the design fails in the pool
     (a thread pool here), the queued identification leaves the queue, and a new request is
     refused with the reason instead of waiting for ever."""
-    config = load_config(write(tmp_path / "agent.yaml",
-                               controller("cell", ident={"max_condition_number": 1.5})))
+    config = load_config(
+        write(tmp_path / "agent.yaml", controller("cell", ident={"max_condition_number": 1.5}))
+    )
     ctrl = config.controllers[0]
     woken: list[bool] = []
 

@@ -203,7 +203,11 @@ def test_dual_encoder_names_the_joints_gravity_cannot_load() -> None:
     prior = prior_from_robot(model)
     q = np.random.default_rng(5).uniform(-math.pi, math.pi, (6, 6))
     data = simulate_dual_encoder(
-        model, q, model.nominal_stiffness(), np.zeros(6), noise_counts=0.5,
+        model,
+        q,
+        model.nominal_stiffness(),
+        np.zeros(6),
+        noise_counts=0.5,
         rng=np.random.default_rng(6),
     )
     est = estimate_dual_encoder(model, data, prior)
@@ -219,8 +223,9 @@ def test_a_tilted_base_makes_every_joint_identifiable() -> None:
     design = design_dual_encoder(model, 8, prior, starts=2, seed=7)
     k_true = model.nominal_stiffness() * 0.9
     rng = np.random.default_rng(8)
-    data = simulate_dual_encoder(model, design.q_rad, k_true, np.zeros(6), noise_counts=0.5,
-                                 rng=rng)
+    data = simulate_dual_encoder(
+        model, design.q_rad, k_true, np.zeros(6), noise_counts=0.5, rng=rng
+    )
     est = estimate_dual_encoder(model, data, prior)
     assert est.unidentified == ()
     # one run misses one of six 95 % intervals with probability ~26 %, so this checks the

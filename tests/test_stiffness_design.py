@@ -55,8 +55,9 @@ def test_five_optimal_measurements_beat_the_median_of_twenty_random_ones(criteri
 
 
 def test_designs_respect_bounds_and_the_nonlinear_constraints() -> None:
-    settings = TcpDesignSettings(4, "A", force_min_n=(-300, -200, -100),
-                                 force_max_n=(300, 200, 100), starts=2, seed=3)
+    settings = TcpDesignSettings(
+        4, "A", force_min_n=(-300, -200, -100), force_max_n=(300, 200, 100), starts=2, seed=3
+    )
     design = design_tcp(IRB, settings, PRIOR)
     assert design.force_n is not None
     assert np.all(np.abs(design.force_n) <= np.array([300, 200, 100]) + 1e-6)
@@ -71,8 +72,15 @@ def test_designs_respect_bounds_and_the_nonlinear_constraints() -> None:
 def test_the_papers_experiment_one_position_forces_in_x_and_y() -> None:
     """h(u) = 0: every measurement at one TCP position, orientations differ; F_z = 0."""
     target = (1.6, 0.0, 1.2)
-    settings = TcpDesignSettings(5, "A", force_min_n=(-300, -300, 0), force_max_n=(300, 300, 0),
-                                 target_m=target, starts=2, seed=4)
+    settings = TcpDesignSettings(
+        5,
+        "A",
+        force_min_n=(-300, -300, 0),
+        force_max_n=(300, 300, 0),
+        target_m=target,
+        starts=2,
+        seed=4,
+    )
     design = design_tcp(IRB, settings, PRIOR)
     assert design.tcp_m == pytest.approx(np.tile(target, (5, 1)), abs=1e-5)
     assert design.force_n is not None and np.all(design.force_n[:, 2] == 0.0)
@@ -84,15 +92,21 @@ def test_the_papers_experiment_one_position_forces_in_x_and_y() -> None:
 def test_sequential_design_adds_the_most_informative_next_measurement() -> None:
     first = design_tcp(IRB, TcpDesignSettings(3, "A", starts=2, seed=5), PRIOR)
     assert first.force_n is not None
-    nxt = design_tcp(IRB, TcpDesignSettings(1, "A", starts=3, seed=6), PRIOR,
-                     given_q=first.q_rad, given_force=first.force_n)
+    nxt = design_tcp(
+        IRB,
+        TcpDesignSettings(1, "A", starts=3, seed=6),
+        PRIOR,
+        given_q=first.q_rad,
+        given_force=first.force_n,
+    )
     assert nxt.given == 3 and nxt.q_rad.shape == (1, 6)
     assert nxt.criterion_value < first.criterion_value
     # better than adding any of 30 random feasible measurements to the same three
     base = given_information(IRB, PRIOR, first.q_rad, first.force_n, 1e-6)
     scale = PRIOR.std_nm_rad
-    for cand in random_feasible_tcp(IRB, TcpDesignSettings(1, "A"), PRIOR, 30,
-                                    np.random.default_rng(7)):
+    for cand in random_feasible_tcp(
+        IRB, TcpDesignSettings(1, "A"), PRIOR, 30, np.random.default_rng(7)
+    ):
         assert cand.force_n is not None
         info = base + given_information(IRB, PRIOR, cand.q_rad, cand.force_n, 1e-6)
         cov = np.linalg.inv(info + np.eye(6)) * scale[:, None] * scale[None, :]
@@ -125,8 +139,9 @@ def test_zero_force_bounds_make_the_design_singular() -> None:
 
 
 def test_vertical_forces_cannot_load_axis_1() -> None:
-    settings = TcpDesignSettings(3, "A", force_min_n=(0, 0, -300), force_max_n=(0, 0, 300),
-                                 starts=1)
+    settings = TcpDesignSettings(
+        3, "A", force_min_n=(0, 0, -300), force_max_n=(0, 0, 300), starts=1
+    )
     with pytest.raises(InfeasibleRequestError, match="no feasible measurement loads it") as err:
         design_tcp(IRB, settings, PRIOR)
     assert err.value.subject == "joint axis_1"

@@ -31,21 +31,40 @@ def result(amplitude: float = 0.02, backlash: float | None = 8e-4) -> BacklashRe
     t = np.linspace(0.0, 1.0, 200)
     fitted = amplitude * np.exp(-20 * t) * np.sin(2 * np.pi * 40 * t)
     return BacklashResult(
-        amplitude_rad_s=amplitude, backlash_rad=backlash, rmse_rad_s=0.001,
-        residual_rms_rad_s=0.004, params={"A_rad_s": amplitude, "tau_per_s": 20.0},
-        evaluations=1500, restarts=1, converged=True, stop_reason="tolfun", fit_seconds=1.2,
-        seed=1, period_metadata_s=1.0, period_estimated_s=1.001, period_mismatch=float("nan"),
-        time_s=t, residual_rad_s=fitted + 0.001, fitted_rad_s=fitted,
+        amplitude_rad_s=amplitude,
+        backlash_rad=backlash,
+        rmse_rad_s=0.001,
+        residual_rms_rad_s=0.004,
+        params={"A_rad_s": amplitude, "tau_per_s": 20.0},
+        evaluations=1500,
+        restarts=1,
+        converged=True,
+        stop_reason="tolfun",
+        fit_seconds=1.2,
+        seed=1,
+        period_metadata_s=1.0,
+        period_estimated_s=1.001,
+        period_mismatch=float("nan"),
+        time_s=t,
+        residual_rad_s=fitted + 0.001,
+        fitted_rad_s=fitted,
     )
 
 
-def add(store: HistoryStore, day: float, value: float, joint: str = "j1",
-        outcome: str = "ok") -> int:
+def add(
+    store: HistoryStore, day: float, value: float, joint: str = "j1", outcome: str = "ok"
+) -> int:
     start = T0 + timedelta(days=day)
     return store.record_cycle(
-        controller="robot", joint=joint, kind="backlash", started_at=start,
-        finished_at=start + timedelta(seconds=30), outcome=outcome,
-        estimates=[Estimate("backlash_rad", value, "rad")], status="ok", status_reason="fine",
+        controller="robot",
+        joint=joint,
+        kind="backlash",
+        started_at=start,
+        finished_at=start + timedelta(seconds=30),
+        outcome=outcome,
+        estimates=[Estimate("backlash_rad", value, "rad")],
+        status="ok",
+        status_reason="fine",
     )
 
 
@@ -76,9 +95,15 @@ def test_record_cycle_round_trip(db: Path) -> None:
     r = result()
     with HistoryStore(db) as store:
         cid = store.record_cycle(
-            controller="robot", joint="j2", kind="backlash", started_at=T0,
-            finished_at="2024-05-01T10:00:30+02:00", estimates=estimates_for(r),
-            status="watch", status_reason="backlash above watch", capture_path=Path("/c/x.npz"),
+            controller="robot",
+            joint="j2",
+            kind="backlash",
+            started_at=T0,
+            finished_at="2024-05-01T10:00:30+02:00",
+            estimates=estimates_for(r),
+            status="watch",
+            status_reason="backlash above watch",
+            capture_path=Path("/c/x.npz"),
         )
         rec = store.latest("robot", "j2")
     assert rec is not None and rec.id == cid
@@ -118,16 +143,28 @@ def test_failing_estimate_rolls_back_the_cycle(db: Path) -> None:
         # first estimate must go too.
         with pytest.raises(TypeError):
             store.record_cycle(
-                controller="robot", joint="j1", kind="backlash", started_at=T0, finished_at=None,
-                estimates=[Estimate("amplitude_rad_s", 0.1, "rad/s"),
-                           Estimate("backlash_rad", 1e-3, "rad", {"bad": object()})],
+                controller="robot",
+                joint="j1",
+                kind="backlash",
+                started_at=T0,
+                finished_at=None,
+                estimates=[
+                    Estimate("amplitude_rad_s", 0.1, "rad/s"),
+                    Estimate("backlash_rad", 1e-3, "rad", {"bad": object()}),
+                ],
                 status="ok",
             )
         with pytest.raises(StoreError, match="not a finite number"):
             store.record_cycle(
-                controller="robot", joint="j1", kind="backlash", started_at=T0, finished_at=None,
-                estimates=[Estimate("amplitude_rad_s", 0.1, "rad/s"),
-                           Estimate("backlash_rad", float("nan"), "rad")],
+                controller="robot",
+                joint="j1",
+                kind="backlash",
+                started_at=T0,
+                finished_at=None,
+                estimates=[
+                    Estimate("amplitude_rad_s", 0.1, "rad/s"),
+                    Estimate("backlash_rad", float("nan"), "rad"),
+                ],
             )
         assert store.cycles() == []
         # The connection is usable after the rollback.
@@ -140,18 +177,33 @@ def test_invalid_records_are_refused(db: Path) -> None:
         with pytest.raises(StoreError, match="outcome 'done'"):
             add(store, 0, 1e-3, outcome="done")
         with pytest.raises(StoreError, match="timezone-aware"):
-            store.record_cycle(controller="r", joint="j", kind="k",
-                               started_at=datetime(2024, 1, 1), finished_at=None)
+            store.record_cycle(
+                controller="r",
+                joint="j",
+                kind="k",
+                started_at=datetime(2024, 1, 1),
+                finished_at=None,
+            )
         with pytest.raises(StoreError, match="ISO 8601"):
-            store.record_cycle(controller="r", joint="j", kind="k", started_at="yesterday",
-                               finished_at=None)
+            store.record_cycle(
+                controller="r", joint="j", kind="k", started_at="yesterday", finished_at=None
+            )
         with pytest.raises(StoreError, match="record_rejected"):
-            store.record_rejected(controller="r", joint="j", kind="k", started_at=T0,
-                                  finished_at=None, reason="x", outcome="ok")
+            store.record_rejected(
+                controller="r",
+                joint="j",
+                kind="k",
+                started_at=T0,
+                finished_at=None,
+                reason="x",
+                outcome="ok",
+            )
         # The foreign key holds: an estimate needs its cycle.
         with pytest.raises(sqlite3.IntegrityError), store.transaction() as conn:
-            conn.execute("INSERT INTO estimates (cycle_id, indicator, value, unit)"
-                         " VALUES (999, 'backlash_rad', 1.0, 'rad')")
+            conn.execute(
+                "INSERT INTO estimates (cycle_id, indicator, value, unit)"
+                " VALUES (999, 'backlash_rad', 1.0, 'rad')"
+            )
     assert count(db, "estimates") == 0
 
 
@@ -159,16 +211,21 @@ def test_migration_from_an_older_version(db: Path) -> None:
     db.parent.mkdir(parents=True)
     conn = sqlite3.connect(db, isolation_level=None)
     assert migrate(conn, MIGRATIONS[:1]) == 1
-    conn.execute("INSERT INTO cycles (controller, joint, kind, started_at, outcome)"
-                 " VALUES ('robot', 'j1', 'backlash', '2024-01-01T00:00:00.000000Z', 'ok')")
-    conn.execute("INSERT INTO estimates (cycle_id, indicator, value, unit)"
-                 " VALUES (1, 'backlash_rad', 0.5e-3, 'rad')")
+    conn.execute(
+        "INSERT INTO cycles (controller, joint, kind, started_at, outcome)"
+        " VALUES ('robot', 'j1', 'backlash', '2024-01-01T00:00:00.000000Z', 'ok')"
+    )
+    conn.execute(
+        "INSERT INTO estimates (cycle_id, indicator, value, unit)"
+        " VALUES (1, 'backlash_rad', 0.5e-3, 'rad')"
+    )
     conn.close()
 
     with HistoryStore(db) as store:
         assert store.version == SCHEMA_VERSION > 1
         assert store.history("robot", "j1", "backlash_rad") == [
-            TrendPoint("2024-01-01T00:00:00.000000Z", 0.5e-3)]
+            TrendPoint("2024-01-01T00:00:00.000000Z", 0.5e-3)
+        ]
     with sqlite3.connect(db) as conn:
         versions = [r[0] for r in conn.execute("SELECT version FROM schema_version ORDER BY 1")]
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index'")}
@@ -217,9 +274,14 @@ def test_history_order_filters_and_limit(db: Path) -> None:
             add(store, day, value)
         add(store, 1.5, 99.0, outcome="aborted")  # not an ok cycle: no trend point
         add(store, 1.7, 98.0, joint="j2")
-        store.record_rejected(controller="robot", joint="j1", kind="backlash",
-                              started_at=T0 + timedelta(days=5), finished_at=None,
-                              reason="capture too short: 12 samples, expected >= 1000")
+        store.record_rejected(
+            controller="robot",
+            joint="j1",
+            kind="backlash",
+            started_at=T0 + timedelta(days=5),
+            finished_at=None,
+            reason="capture too short: 12 samples, expected >= 1000",
+        )
         points = store.history("robot", "j1", "backlash_rad")
         assert [p.value for p in points] == [1.0, 2.0, 3.0, 4.0]
         assert points[0].time == T0
@@ -282,10 +344,17 @@ def test_concurrent_reader_thread_while_writing(db: Path) -> None:
 
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(
-    st.lists(st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1),
-                          timezones=st.sampled_from([UTC, timezone(timedelta(hours=5, minutes=30)),
-                                                     timezone(timedelta(hours=-8))])),
-             min_size=2, max_size=8)
+    st.lists(
+        st.datetimes(
+            min_value=datetime(1970, 1, 2),
+            max_value=datetime(2200, 1, 1),
+            timezones=st.sampled_from(
+                [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))]
+            ),
+        ),
+        min_size=2,
+        max_size=8,
+    )
 )
 def test_iso_text_orders_like_time(moments: list[datetime]) -> None:
     texts = [iso_utc(m) for m in moments]
@@ -299,10 +368,15 @@ def test_iso_text_orders_like_time(moments: list[datetime]) -> None:
 def test_latest_of_a_kind_and_the_report_link(db: Path) -> None:
     with HistoryStore(db) as store:
         first = add(store, 0, 1e-3)
-        store.record_cycle(controller="robot", joint="j1", kind="stiffness",
-                           started_at=T0 + timedelta(days=1), finished_at=None,
-                           estimates=[Estimate("stiffness_nm_rad", 3e6, "N·m/rad")],
-                           trigger="manual")
+        store.record_cycle(
+            controller="robot",
+            joint="j1",
+            kind="stiffness",
+            started_at=T0 + timedelta(days=1),
+            finished_at=None,
+            estimates=[Estimate("stiffness_nm_rad", 3e6, "N·m/rad")],
+            trigger="manual",
+        )
         latest = store.latest("robot", "j1")
         backlash = store.latest("robot", "j1", kind="backlash")
         assert latest is not None and (latest.kind, latest.trigger) == ("stiffness", "manual")

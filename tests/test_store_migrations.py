@@ -43,16 +43,27 @@ def v1_database(path: Path) -> None:
         cur = conn.execute(
             "INSERT INTO cycles (controller, joint, kind, started_at, finished_at, outcome,"
             " reason, capture_path) VALUES ('robot', ?, 'backlash', ?, ?, ?, ?, ?)",
-            (joint, _iso(day), _iso(day), outcome, "" if outcome == "ok" else f"{outcome} why",
-             f"/captures/{joint}/{day}.npz"),
+            (
+                joint,
+                _iso(day),
+                _iso(day),
+                outcome,
+                "" if outcome == "ok" else f"{outcome} why",
+                f"/captures/{joint}/{day}.npz",
+            ),
         )
         cid = cur.lastrowid
         if value is not None:
-            conn.execute("INSERT INTO estimates (cycle_id, indicator, value, unit, detail_json)"
-                         " VALUES (?, 'backlash_rad', ?, 'rad', '{\"seed\": 3}')", (cid, value))
+            conn.execute(
+                "INSERT INTO estimates (cycle_id, indicator, value, unit, detail_json)"
+                " VALUES (?, 'backlash_rad', ?, 'rad', '{\"seed\": 3}')",
+                (cid, value),
+            )
         if status is not None:
-            conn.execute("INSERT INTO verdicts (cycle_id, joint, status, reason)"
-                         " VALUES (?, ?, ?, ?)", (cid, joint, status, f"{status} because"))
+            conn.execute(
+                "INSERT INTO verdicts (cycle_id, joint, status, reason) VALUES (?, ?, ?, ?)",
+                (cid, joint, status, f"{status} because"),
+            )
     conn.close()
 
 
@@ -64,26 +75,36 @@ def dump(path: Path, table: str, columns: str) -> list[tuple[object, ...]]:
 def test_v1_database_migrates_with_nothing_lost(tmp_path: Path) -> None:
     db = tmp_path / "history.sqlite"
     v1_database(db)
-    cycle_cols = "id, controller, joint, kind, started_at, finished_at, outcome, reason, " \
-                 "capture_path"
-    before = {t: dump(db, t, c) for t, c in (
-        ("cycles", cycle_cols),
-        ("estimates", "id, cycle_id, indicator, value, unit, detail_json"),
-        ("verdicts", "id, cycle_id, joint, status, reason"),
-    )}
+    cycle_cols = (
+        "id, controller, joint, kind, started_at, finished_at, outcome, reason, capture_path"
+    )
+    before = {
+        t: dump(db, t, c)
+        for t, c in (
+            ("cycles", cycle_cols),
+            ("estimates", "id, cycle_id, indicator, value, unit, detail_json"),
+            ("verdicts", "id, cycle_id, joint, status, reason"),
+        )
+    }
     with HistoryStore(db) as store:
         assert store.version == SCHEMA_VERSION >= 3
         assert store.history("robot", "j1", "backlash_rad") == [
-            TrendPoint(_iso(0), 0.5e-3), TrendPoint(_iso(1), 1.1e-3), TrendPoint(_iso(2), 2.2e-3)]
+            TrendPoint(_iso(0), 0.5e-3),
+            TrendPoint(_iso(1), 1.1e-3),
+            TrendPoint(_iso(2), 2.2e-3),
+        ]
         rec = store.latest("robot", "j1")
         assert rec is not None and rec.status == "alert" and rec.ne107 == "out_of_specification"
         assert rec.trigger is None and rec.report_message_id is None  # unknown for old cycles
         assert rec.estimates[0].detail == {"seed": 3}
-    after = {t: dump(db, t, c) for t, c in (
-        ("cycles", cycle_cols),
-        ("estimates", "id, cycle_id, indicator, value, unit, detail_json"),
-        ("verdicts", "id, cycle_id, joint, status, reason"),
-    )}
+    after = {
+        t: dump(db, t, c)
+        for t, c in (
+            ("cycles", cycle_cols),
+            ("estimates", "id, cycle_id, indicator, value, unit, detail_json"),
+            ("verdicts", "id, cycle_id, joint, status, reason"),
+        )
+    }
     assert after == before
     with sqlite3.connect(db) as conn:
         assert schema_version(conn) == SCHEMA_VERSION
@@ -98,8 +119,11 @@ def test_v1_database_migrates_with_nothing_lost(tmp_path: Path) -> None:
     # Backfill: our status mapped as ne107_of maps it; an unknown verdict of an error cycle
     # is a failure, of an ok cycle a check-function.
     assert ne == {
-        "ok:1": "normal", "watch:2": "maintenance_required", "alert:3": "out_of_specification",
-        "unknown:4": "check_function", "unknown:5": "failure",
+        "ok:1": "normal",
+        "watch:2": "maintenance_required",
+        "alert:3": "out_of_specification",
+        "unknown:4": "check_function",
+        "unknown:5": "failure",
     }
     for key, signal in ne.items():
         status, cid = key.split(":")
@@ -112,8 +136,10 @@ def test_every_intermediate_version_migrates(tmp_path: Path) -> None:
         db = tmp_path / f"v{k}.sqlite"
         conn = sqlite3.connect(db, isolation_level=None)
         assert migrate(conn, MIGRATIONS[:k]) == k
-        conn.execute("INSERT INTO cycles (controller, joint, kind, started_at, outcome)"
-                     " VALUES ('c', 'j', 'backlash', '2024-01-01T00:00:00.000000Z', 'ok')")
+        conn.execute(
+            "INSERT INTO cycles (controller, joint, kind, started_at, outcome)"
+            " VALUES ('c', 'j', 'backlash', '2024-01-01T00:00:00.000000Z', 'ok')"
+        )
         conn.close()
         with HistoryStore(db) as store:
             assert store.version == SCHEMA_VERSION
@@ -125,31 +151,63 @@ def test_new_cycles_record_trigger_ne107_and_report(tmp_path: Path) -> None:
     v1_database(db)
     with HistoryStore(db) as store:
         ids = [
-            store.record_cycle(controller="robot", joint="j1", kind="backlash",
-                               started_at=T0 + timedelta(days=10), finished_at=None,
-                               estimates=[Estimate("backlash_rad", 1e-3, "rad")],
-                               status=Status.WATCH, trigger="production_stop"),
-            store.record_cycle(controller="robot", joint="j2", kind="backlash",
-                               started_at=T0 + timedelta(days=10), finished_at=None,
-                               status="unknown", outcome="error", reason="fit blew up",
-                               trigger="schedule"),
-            store.record_cycle(controller="robot", joint="j3", kind="backlash",
-                               started_at=T0 + timedelta(days=10), finished_at=None,
-                               status="ok", ne107="check_function", trigger="on_demand"),
-            store.record_rejected(controller="robot", joint="j4", kind="backlash",
-                                  started_at=T0 + timedelta(days=10), finished_at=None,
-                                  reason="interlock: mode", trigger="once"),
+            store.record_cycle(
+                controller="robot",
+                joint="j1",
+                kind="backlash",
+                started_at=T0 + timedelta(days=10),
+                finished_at=None,
+                estimates=[Estimate("backlash_rad", 1e-3, "rad")],
+                status=Status.WATCH,
+                trigger="production_stop",
+            ),
+            store.record_cycle(
+                controller="robot",
+                joint="j2",
+                kind="backlash",
+                started_at=T0 + timedelta(days=10),
+                finished_at=None,
+                status="unknown",
+                outcome="error",
+                reason="fit blew up",
+                trigger="schedule",
+            ),
+            store.record_cycle(
+                controller="robot",
+                joint="j3",
+                kind="backlash",
+                started_at=T0 + timedelta(days=10),
+                finished_at=None,
+                status="ok",
+                ne107="check_function",
+                trigger="on_demand",
+            ),
+            store.record_rejected(
+                controller="robot",
+                joint="j4",
+                kind="backlash",
+                started_at=T0 + timedelta(days=10),
+                finished_at=None,
+                reason="interlock: mode",
+                trigger="once",
+            ),
         ]
         message_id = str(uuid.uuid4())
-        store.record_report(message_id, T0 + timedelta(days=10), tmp_path / "r" / "report.json",
-                            ids[:3])
+        store.record_report(
+            message_id, T0 + timedelta(days=10), tmp_path / "r" / "report.json", ids[:3]
+        )
         j1, j2, j3, j4 = (store.latest("robot", j) for j in ("j1", "j2", "j3", "j4"))
-        assert j1 is not None and (j1.ne107, j1.trigger) == ("maintenance_required",
-                                                              "production_stop")
+        assert j1 is not None and (j1.ne107, j1.trigger) == (
+            "maintenance_required",
+            "production_stop",
+        )
         assert j2 is not None and (j2.ne107, j2.trigger) == ("failure", "schedule")
         assert j3 is not None and j3.ne107 == Ne107.CHECK_FUNCTION  # the caller's word wins
         assert j4 is not None and (j4.ne107, j4.trigger, j4.report_message_id) == (
-            None, "once", None)
+            None,
+            "once",
+            None,
+        )
         assert j1.report_message_id == message_id
         assert j1.report_path == str(tmp_path / "r" / "report.json")
         assert j1.to_dict()["report_message_id"] == message_id
@@ -159,11 +217,24 @@ def test_new_cycles_record_trigger_ne107_and_report(tmp_path: Path) -> None:
         assert store.report(str(uuid.uuid4())) is None
         # Refusals name what was wrong; nothing of a refused write stays.
         with pytest.raises(StoreError, match="trigger 'cron'"):
-            store.record_cycle(controller="robot", joint="j1", kind="backlash", started_at=T0,
-                               finished_at=None, trigger="cron")
+            store.record_cycle(
+                controller="robot",
+                joint="j1",
+                kind="backlash",
+                started_at=T0,
+                finished_at=None,
+                trigger="cron",
+            )
         with pytest.raises(StoreError, match="ne107 'green'"):
-            store.record_cycle(controller="robot", joint="j1", kind="backlash", started_at=T0,
-                               finished_at=None, status="ok", ne107="green")
+            store.record_cycle(
+                controller="robot",
+                joint="j1",
+                kind="backlash",
+                started_at=T0,
+                finished_at=None,
+                status="ok",
+                ne107="green",
+            )
         with pytest.raises(StoreError, match="already recorded"):
             store.record_report(message_id, T0, None, [])
         with pytest.raises(StoreError, match="no cycle with id 9999"):
@@ -178,11 +249,16 @@ def test_newer_database_is_refused_and_left_alone(tmp_path: Path) -> None:
     v1_database(db)
     HistoryStore(db).close()
     with sqlite3.connect(db) as conn:
-        conn.execute("INSERT INTO schema_version VALUES (?, 'from a newer agent', '2030-01-01')",
-                     (SCHEMA_VERSION + 1,))
+        conn.execute(
+            "INSERT INTO schema_version VALUES (?, 'from a newer agent', '2030-01-01')",
+            (SCHEMA_VERSION + 1,),
+        )
     before = db.read_bytes()
-    with pytest.raises(StoreError, match=rf"history\.sqlite: schema version {SCHEMA_VERSION + 1} "
-                                         rf"is newer than this agent knows \({SCHEMA_VERSION}\)"):
+    with pytest.raises(
+        StoreError,
+        match=rf"history\.sqlite: schema version {SCHEMA_VERSION + 1} "
+        rf"is newer than this agent knows \({SCHEMA_VERSION}\)",
+    ):
         HistoryStore(db)
     with sqlite3.connect(db) as conn:
         assert schema_version(conn) == SCHEMA_VERSION + 1
@@ -194,8 +270,12 @@ def test_a_failing_migration_leaves_the_previous_version(tmp_path: Path) -> None
     version, with its data."""
     db = tmp_path / "history.sqlite"
     v1_database(db)
-    broken = (*MIGRATIONS[:2], type(MIGRATIONS[2])(3, "broken", (
-        "ALTER TABLE verdicts ADD COLUMN ne107 TEXT", "THIS IS NOT SQL")))
+    broken = (
+        *MIGRATIONS[:2],
+        type(MIGRATIONS[2])(
+            3, "broken", ("ALTER TABLE verdicts ADD COLUMN ne107 TEXT", "THIS IS NOT SQL")
+        ),
+    )
     conn = sqlite3.connect(db, isolation_level=None)
     with pytest.raises(sqlite3.OperationalError):
         migrate(conn, broken)

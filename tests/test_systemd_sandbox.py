@@ -45,7 +45,7 @@ def stage(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 # Loads seccomp filters equivalent to the unit's (libseccomp, as systemd uses), then execs.
-LAUNCHER = r'''
+LAUNCHER = r"""
 import ctypes, errno, json, os, sys
 
 spec = json.load(open(sys.argv[1]))
@@ -124,10 +124,10 @@ for name in spec["allow"]:
     rule(ctx, ALLOW, name)
 load(ctx)
 os.execv(argv[0], argv)
-'''
+"""
 
 # What the agent's process may and may not do in there; each entry names what it proves.
-PROBE = r'''
+PROBE = r"""
 import concurrent.futures, contextlib, ctypes, errno, io, json, mmap, multiprocessing, os
 import socket, sqlite3, asyncio
 
@@ -215,7 +215,7 @@ def main():
 
 if __name__ == "__main__":  # spawn workers import this file again
     main()
-'''
+"""
 
 SANDBOX_CONFIG = """\
 agent:
@@ -241,15 +241,25 @@ controllers:
 # RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6 AF_CAN AF_NETLINK
 FAMILIES = [1, 2, 10, 29, 16]
 # CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET, NEWTIME
-NAMESPACE_FLAGS = [0x20000, 0x2000000, 0x4000000, 0x8000000, 0x10000000, 0x20000000, 0x40000000,
-                   0x80]
+NAMESPACE_FLAGS = [
+    0x20000,
+    0x2000000,
+    0x4000000,
+    0x8000000,
+    0x10000000,
+    0x20000000,
+    0x40000000,
+    0x80,
+]
 
 
 def syscall_groups() -> dict[str, list[str]]:
     """systemd's own syscall groups, as `systemd-analyze syscall-filter` lists them."""
     text = subprocess.run(
         ["systemd-analyze", "syscall-filter", "--no-pager"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     groups: dict[str, list[str]] = {}
     current = ""
@@ -290,8 +300,16 @@ def device_rules() -> list[str]:
         parts = line.split()
         if not block and len(parts) == 2 and parts[0].isdigit():
             majors.setdefault(parts[1], []).append(int(parts[0]))
-    rules = ["c 1:3 rwm", "c 1:5 rwm", "c 1:7 rwm", "c 1:8 rwm", "c 1:9 rwm", "c 5:0 rw",
-             "c 5:2 rw", "c 136:* rw"]
+    rules = [
+        "c 1:3 rwm",
+        "c 1:5 rwm",
+        "c 1:7 rwm",
+        "c 1:8 rwm",
+        "c 1:9 rwm",
+        "c 5:0 rw",
+        "c 5:2 rw",
+        "c 136:* rw",
+    ]
     for name, access in (("ttyS", "rw"), ("ttyUSB", "rw"), ("ttyACM", "rw"), ("rtc", "r")):
         rules += [f"c {major}:* {access}" for major in majors.get(name, [])]
     return rules
@@ -382,14 +400,35 @@ def sandbox(stage: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(notify_dir / "notify"))
     os.chmod(notify_dir / "notify", 0o666)
-    env = {**os.environ, "STAGE": str(root), "STATE": str(state), "EXTRA": str(extra),
-           "NOTIFY_DIR": str(notify_dir), "DEPS": deps,
-           "SUID": str(SERVICE_UID), "DIALOUT": str(dialout), "CGROUP": str(cgroup or "")}
+    env = {
+        **os.environ,
+        "STAGE": str(root),
+        "STATE": str(state),
+        "EXTRA": str(extra),
+        "NOTIFY_DIR": str(notify_dir),
+        "DEPS": deps,
+        "SUID": str(SERVICE_UID),
+        "DIALOUT": str(dialout),
+        "CGROUP": str(cgroup or ""),
+    }
     try:
         proc = subprocess.run(
-            ["unshare", "--mount", "--pid", "--fork", "--kill-child",
-             "--propagation", "private", "sh", "-euc", SANDBOX_SH],
-            env=env, capture_output=True, text=True, timeout=180,
+            [
+                "unshare",
+                "--mount",
+                "--pid",
+                "--fork",
+                "--kill-child",
+                "--propagation",
+                "private",
+                "sh",
+                "-euc",
+                SANDBOX_SH,
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
         )
     finally:
         if cgroup is not None:
@@ -402,8 +441,14 @@ def sandbox(stage: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, 
     notify.close()
     probe = next((line[6:] for line in proc.stdout.splitlines() if line.startswith("PROBE ")), "")
     assert probe, f"the probe did not report:\n{proc.stdout}\n{proc.stderr}"
-    return {"probe": json.loads(probe), "stdout": proc.stdout, "stderr": proc.stderr,
-            "state": state, "devices": cgroup is not None, "notify": messages}
+    return {
+        "probe": json.loads(probe),
+        "stdout": proc.stdout,
+        "stderr": proc.stderr,
+        "state": state,
+        "devices": cgroup is not None,
+        "notify": messages,
+    }
 
 
 def test_sandbox_runs_the_installed_agent(sandbox: dict[str, Any]) -> None:
@@ -439,8 +484,11 @@ def test_sandbox_file_system_is_read_only_but_state(sandbox: dict[str, Any]) -> 
     writes = sandbox["probe"]["write"]
     writable = {path for path, result in writes.items() if result == "allowed"}
     assert writable == {
-        "/var/lib/joint-health-agent/jha-probe", "/run/joint-health-agent/jha-probe",
-        "/tmp/jha-probe", "/var/tmp/jha-probe", "/dev/shm/jha-probe",
+        "/var/lib/joint-health-agent/jha-probe",
+        "/run/joint-health-agent/jha-probe",
+        "/tmp/jha-probe",
+        "/var/tmp/jha-probe",
+        "/dev/shm/jha-probe",
     }, writes
     p = sandbox["probe"]
     assert p["home"] == "EACCES" and p["root_home"] == "EACCES"  # ProtectHome=yes
@@ -476,9 +524,10 @@ def test_sandbox_keeps_what_the_agent_needs(sandbox: dict[str, Any]) -> None:
     assert p["sqlite_wal"] == "wal"
     assert p["asyncio"] == "ok"
     # The UR worker's SCHED_FIFO request is refused with EPERM, and it carries on.
-    assert "no real-time priority" in p["ur_realtime"] and "Operation not permitted" in p[
-        "ur_realtime"
-    ]
+    assert (
+        "no real-time priority" in p["ur_realtime"]
+        and "Operation not permitted" in p["ur_realtime"]
+    )
     record("systemd", "ctypes callbacks under MemoryDenyWriteExecute", p["ctypes_callback"])
 
 
@@ -503,18 +552,39 @@ def peer_seen_by_service(user_namespace: bool) -> tuple[int, int]:
         os.chmod(tmp, 0o777)
         path = Path(tmp) / "control.sock"
         server = subprocess.Popen(
-            ["setpriv", f"--reuid={SERVICE_UID}", f"--regid={SERVICE_UID}", "--clear-groups",
-             "--", *userns, "/usr/bin/python3", "-I", "-c", PEER_SERVER, str(path)],
-            stdout=subprocess.PIPE, text=True,
+            [
+                "setpriv",
+                f"--reuid={SERVICE_UID}",
+                f"--regid={SERVICE_UID}",
+                "--clear-groups",
+                "--",
+                *userns,
+                "/usr/bin/python3",
+                "-I",
+                "-c",
+                PEER_SERVER,
+                str(path),
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         try:
             assert server.stdout is not None
             assert server.stdout.readline().strip() == "listening"
             subprocess.run(
-                ["setpriv", "--reuid=1234", "--regid=1234", "--clear-groups", "--",
-                 "/usr/bin/python3", "-I", "-c",
-                 f"import socket; socket.socket(socket.AF_UNIX).connect({str(path)!r})"],
-                check=True, timeout=30,
+                [
+                    "setpriv",
+                    "--reuid=1234",
+                    "--regid=1234",
+                    "--clear-groups",
+                    "--",
+                    "/usr/bin/python3",
+                    "-I",
+                    "-c",
+                    f"import socket; socket.socket(socket.AF_UNIX).connect({str(path)!r})",
+                ],
+                check=True,
+                timeout=30,
             )
             uid, gid = (int(x) for x in server.stdout.readline().split())
         finally:

@@ -45,12 +45,14 @@ def host_view(
         mount -t tmpfs -o mode=0755 tmpfs /opt
         mkdir {PREFIX}
         mount --bind {stage}{PREFIX} {PREFIX}
-        mount --bind {units or stage / 'etc/systemd/system'} /etc/systemd/system
+        mount --bind {units or stage / "etc/systemd/system"} /etc/systemd/system
         {command}
     """
     return subprocess.run(
         ["unshare", "--mount", "--propagation", "private", "sh", "-euc", script],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
 
 
@@ -96,9 +98,14 @@ def test_security_exposure_is_at_most_2(stage: Path) -> None:
     assert level <= EXPOSURE_MAX, proc.stdout
     # The settings the issue names, as systemd itself judges them (a ✓ on each line).
     for check in (
-        "ProtectSystem=", "CapabilityBoundingSet=~CAP_SYS_ADMIN", "NoNewPrivileges=",
-        "RestrictAddressFamilies=~AF_PACKET", "SystemCallFilter=~@privileged",
-        "SystemCallArchitectures=", "MemoryDenyWriteExecute=", "PrivateMounts=",
+        "ProtectSystem=",
+        "CapabilityBoundingSet=~CAP_SYS_ADMIN",
+        "NoNewPrivileges=",
+        "RestrictAddressFamilies=~AF_PACKET",
+        "SystemCallFilter=~@privileged",
+        "SystemCallArchitectures=",
+        "MemoryDenyWriteExecute=",
+        "PrivateMounts=",
     ):
         line = next(x for x in proc.stdout.splitlines() if check in x)
         assert line.lstrip().startswith("✓"), line
@@ -149,17 +156,33 @@ def test_unit_has_the_settings_the_issue_names() -> None:
     for _, key, value, _ in unit_lines():
         settings.setdefault(key, []).append(value)
     expected = {
-        "Type": "notify", "NotifyAccess": "main", "WatchdogSec": "30s",
-        "ExecReload": "/bin/kill -HUP $MAINPID", "Restart": "on-failure",
-        "TimeoutStopSec": "10s", "KillMode": "mixed", "User": "jha",
-        "SupplementaryGroups": "dialout", "StateDirectory": "joint-health-agent",
-        "ConfigurationDirectory": "joint-health-agent", "RuntimeDirectory": "joint-health-agent",
-        "RuntimeDirectoryMode": "0750", "ProtectSystem": "strict", "ProtectHome": "yes",
-        "PrivateTmp": "yes", "DevicePolicy": "closed", "CapabilityBoundingSet": "",
-        "AmbientCapabilities": "", "NoNewPrivileges": "yes",
+        "Type": "notify",
+        "NotifyAccess": "main",
+        "WatchdogSec": "30s",
+        "ExecReload": "/bin/kill -HUP $MAINPID",
+        "Restart": "on-failure",
+        "TimeoutStopSec": "10s",
+        "KillMode": "mixed",
+        "User": "jha",
+        "SupplementaryGroups": "dialout",
+        "StateDirectory": "joint-health-agent",
+        "ConfigurationDirectory": "joint-health-agent",
+        "RuntimeDirectory": "joint-health-agent",
+        "RuntimeDirectoryMode": "0750",
+        "ProtectSystem": "strict",
+        "ProtectHome": "yes",
+        "PrivateTmp": "yes",
+        "DevicePolicy": "closed",
+        "CapabilityBoundingSet": "",
+        "AmbientCapabilities": "",
+        "NoNewPrivileges": "yes",
         "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6 AF_CAN AF_NETLINK",
-        "SystemCallArchitectures": "native", "ProtectProc": "invisible", "ProcSubset": "pid",
-        "MemoryDenyWriteExecute": "yes", "UMask": "0027", "PrivateMounts": "yes",
+        "SystemCallArchitectures": "native",
+        "ProtectProc": "invisible",
+        "ProcSubset": "pid",
+        "MemoryDenyWriteExecute": "yes",
+        "UMask": "0027",
+        "PrivateMounts": "yes",
     }
     for key, value in expected.items():
         assert settings.get(key) == [value], (key, settings.get(key))

@@ -111,4 +111,3 @@ def capture_with_positions(capture: Capture) -> Capture:
     if not new:
         return capture
     return Capture(capture.time_s, {**capture.channels, **new}, capture.meta, capture.source)
-

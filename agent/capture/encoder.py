@@ -51,9 +51,7 @@ def unwrap_counts(counts: npt.ArrayLike, bits: int) -> npt.NDArray[np.float64]:
         raise ValueError(f"encoder counts must be numbers, got an array of {raw.dtype}")
     if raw.size == 0:
         return np.zeros(0)
-    if raw.dtype.kind == "f" and (
-        not np.all(np.isfinite(raw)) or np.any(raw != np.floor(raw))
-    ):
+    if raw.dtype.kind == "f" and (not np.all(np.isfinite(raw)) or np.any(raw != np.floor(raw))):
         raise ValueError("encoder counts must be whole numbers")
     # Range check before the cast: a float or uint64 beyond int64 would wrap silently.
     if np.any(raw < 0) or np.any(raw >= cpt):

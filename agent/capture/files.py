@@ -38,9 +38,21 @@ from agent.capture.model import CHANNEL_UNITS, Array, Capture, CaptureMeta
 from agent.errors import CaptureError
 
 __all__ = [
-    "ACCEPTED_COLUMNS", "COUNT_CHANNELS", "MOTOR_CHANNELS", "NPZ_FORMAT_VERSION",
-    "SIDECAR_SUFFIX", "Locate", "StrPath", "capture_with_positions", "load_capture", "read_csv",
-    "read_npz", "save_capture", "sidecar_path", "write_csv", "write_npz",
+    "ACCEPTED_COLUMNS",
+    "COUNT_CHANNELS",
+    "MOTOR_CHANNELS",
+    "NPZ_FORMAT_VERSION",
+    "SIDECAR_SUFFIX",
+    "Locate",
+    "StrPath",
+    "capture_with_positions",
+    "load_capture",
+    "read_csv",
+    "read_npz",
+    "save_capture",
+    "sidecar_path",
+    "write_csv",
+    "write_npz",
 ]
 
 StrPath = str | os.PathLike[str]

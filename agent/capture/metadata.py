@@ -95,9 +95,7 @@ def check_meta(
     return CaptureMeta(**out)
 
 
-def meta_from_mapping(
-    raw: Any, source: str, lines: Mapping[str, int] | None = None
-) -> CaptureMeta:
+def meta_from_mapping(raw: Any, source: str, lines: Mapping[str, int] | None = None) -> CaptureMeta:
     if raw is None:
         return CaptureMeta()
     if not isinstance(raw, Mapping):
@@ -163,4 +161,3 @@ def read_sidecar(path: Path) -> CaptureMeta:
         for key_node, _ in node.value:
             lines[str(key_node.value)] = text_lines.at(key_node.start_mark.index)[0]
     return meta_from_mapping(raw, source, lines)
-

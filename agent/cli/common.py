@@ -22,7 +22,6 @@ if TYPE_CHECKING:  # the report loads scipy: imported when used, so `jha --help`
     pass
 
 
-
 # The installed service's config (systemd/joint-health-agent.service, agent.cli.service).
 DEFAULT_CONFIG = Path("/etc/joint-health-agent/config.yaml")
 
@@ -38,11 +37,17 @@ class UsageError(AgentError):
 
 def add_record_options(p: argparse.ArgumentParser) -> None:
     """--record --config FILE --controller NAME on an estimator's command."""
-    p.add_argument("--record", action="store_true",
-                   help="record the estimates in <state_dir>/history.sqlite of --config")
+    p.add_argument(
+        "--record",
+        action="store_true",
+        help="record the estimates in <state_dir>/history.sqlite of --config",
+    )
     p.add_argument("--config", type=Path, metavar="FILE", help="agent config (with --record)")
-    p.add_argument("--controller", metavar="NAME",
-                   help="controller of the config the estimates belong to (with --record)")
+    p.add_argument(
+        "--controller",
+        metavar="NAME",
+        help="controller of the config the estimates belong to (with --record)",
+    )
 
 
 def history_path(config: Config) -> Path:
@@ -85,15 +90,29 @@ def record_joint_estimates(
     ids = []
     with HistoryStore(path) as store, store.transaction():
         for joint, estimates in by_joint.items():
-            ids.append(store.record_cycle(
-                controller=controller, joint=joint, kind=kind, started_at=started_at,
-                finished_at=finished, estimates=estimates, trigger="manual",
-            ))
+            ids.append(
+                store.record_cycle(
+                    controller=controller,
+                    joint=joint,
+                    kind=kind,
+                    started_at=started_at,
+                    finished_at=finished,
+                    estimates=estimates,
+                    trigger="manual",
+                )
+            )
         for joint, reason in (skipped or {}).items():
-            ids.append(store.record_rejected(
-                controller=controller, joint=joint, kind=kind, started_at=started_at,
-                finished_at=finished, reason=reason, trigger="manual",
-            ))
+            ids.append(
+                store.record_rejected(
+                    controller=controller,
+                    joint=joint,
+                    kind=kind,
+                    started_at=started_at,
+                    finished_at=finished,
+                    reason=reason,
+                    trigger="manual",
+                )
+            )
     return ids
 
 
@@ -115,5 +134,3 @@ def run_standalone(register: Callable[[Any], None]) -> NoReturn:
     except AgentError as exc:
         print(f"jha: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
-
-

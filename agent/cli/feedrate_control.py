@@ -43,13 +43,15 @@ class StreamUnreachable(AgentError):
 def register_control(group: Any) -> None:
     """Add `hold` and `resume` to the `jha feedrate` command group."""
     for name, sig, text in (
-            ("hold", HOLD_SIGNAL, "feed hold of a running `jha feedrate stream` (SIGUSR1)"),
-            ("resume", RESUME_SIGNAL, "resume a held `jha feedrate stream` (SIGUSR2)")):
+        ("hold", HOLD_SIGNAL, "feed hold of a running `jha feedrate stream` (SIGUSR1)"),
+        ("resume", RESUME_SIGNAL, "resume a held `jha feedrate stream` (SIGUSR2)"),
+    ):
         cmd = group.add_parser(name, help=text)
         which = cmd.add_mutually_exclusive_group(required=True)
         which.add_argument("--pid", type=int, help="the streamer's process id")
-        which.add_argument("--pid-file", type=Path,
-                           help="the file the streamer wrote with --pid-file")
+        which.add_argument(
+            "--pid-file", type=Path, help="the file the streamer wrote with --pid-file"
+        )
         cmd.set_defaults(func=_signal_command, signal=sig, action=name)
 
 
@@ -57,8 +59,11 @@ def _signal_command(args: argparse.Namespace) -> int:
     pid, where = _target(args.pid, args.pid_file)
     signal_stream(pid, args.signal, where)
     what = "feed hold" if args.action == "hold" else "resume (cycle start)"
-    print(f"{what} asked of jha feedrate stream, pid {pid}{where}: its progress line shows "
-          "HELD and the controller's state", flush=True)
+    print(
+        f"{what} asked of jha feedrate stream, pid {pid}{where}: its progress line shows "
+        "HELD and the controller's state",
+        flush=True,
+    )
     return EX_OK
 
 
@@ -71,8 +76,10 @@ def _target(pid: int | None, pid_file: Path | None) -> tuple[int, str]:
     try:
         text = pid_file.read_text().strip()
     except OSError as exc:
-        raise StreamUnreachable(f"{pid_file}: cannot read the streamer's pid file ({exc}); is "
-                                "a `jha feedrate stream --pid-file` running?") from exc
+        raise StreamUnreachable(
+            f"{pid_file}: cannot read the streamer's pid file ({exc}); is "
+            "a `jha feedrate stream --pid-file` running?"
+        ) from exc
     if not text.isdigit() or int(text) <= 0:
         raise StreamUnreachable(f"{pid_file}: expected a process id, found {text[:40]!r}")
     return int(text), f" (from {pid_file})"
@@ -83,23 +90,31 @@ def signal_stream(pid: int, sig: signal.Signals, where: str = "") -> None:
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except FileNotFoundError:
-        raise StreamUnreachable(f"no process {pid}{where}: the stream has ended (a stale pid "
-                                "file?); nothing was signalled") from None
+        raise StreamUnreachable(
+            f"no process {pid}{where}: the stream has ended (a stale pid "
+            "file?); nothing was signalled"
+        ) from None
     except OSError as exc:
-        raise StreamUnreachable(f"process {pid}{where}: cannot read its command line ({exc}); "
-                                "nothing was signalled") from exc
+        raise StreamUnreachable(
+            f"process {pid}{where}: cannot read its command line ({exc}); nothing was signalled"
+        ) from exc
     if (b"feedrate", b"stream") not in set(itertools.pairwise(argv)):
         shown = b" ".join(argv).decode("utf-8", "replace")[:120]
-        raise StreamUnreachable(f"process {pid}{where} is not a `jha feedrate stream` ({shown!r});"
-                                " nothing was signalled")
+        raise StreamUnreachable(
+            f"process {pid}{where} is not a `jha feedrate stream` ({shown!r});"
+            " nothing was signalled"
+        )
     try:
         os.kill(pid, sig)
     except ProcessLookupError:
-        raise StreamUnreachable(f"process {pid}{where} ended just now; nothing was "
-                                "signalled") from None
+        raise StreamUnreachable(
+            f"process {pid}{where} ended just now; nothing was signalled"
+        ) from None
     except PermissionError as exc:
-        raise StreamUnreachable(f"process {pid}{where}: not allowed to signal it ({exc}); run "
-                                "as the user who started the stream, or root") from exc
+        raise StreamUnreachable(
+            f"process {pid}{where}: not allowed to signal it ({exc}); run "
+            "as the user who started the stream, or root"
+        ) from exc
 
 
 @contextlib.contextmanager

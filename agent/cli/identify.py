@@ -218,8 +218,9 @@ def identification_estimates(
     for r in rows:
         found = by_joint.setdefault(r.joint, [])
         if math.isfinite(r.value):
-            found.append(Estimate(r.indicator, r.value, r.unit,
-                                  {**detail, "rel_std_pct": r.rel_std_pct}))
+            found.append(
+                Estimate(r.indicator, r.value, r.unit, {**detail, "rel_std_pct": r.rel_std_pct})
+            )
     return by_joint
 
 
@@ -250,8 +251,11 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         recorded = identification_estimates(result.indicator_rows(), detail)
         record_joint_estimates(target[0], target[1], "identification", recorded, started)
         # stderr: --json output on stdout stays one JSON document
-        print(f"recorded {sum(map(len, recorded.values()))} indicators of {len(recorded)} "
-              f"joints in {target[0]} (controller {target[1]})", file=sys.stderr)
+        print(
+            f"recorded {sum(map(len, recorded.values()))} indicators of {len(recorded)} "
+            f"joints in {target[0]} (controller {target[1]})",
+            file=sys.stderr,
+        )
     if args.html is not None:
         identification_report(result, robot.name, where, started, args.html)
         print(f"report: {args.html}", file=sys.stderr)

@@ -268,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     from agent.cli import report as cli_report
     from agent.cli import service as cli_service
     from agent.cli import stiffness as cli_stiffness
+
     cli_feedrate.register(sub)
     cli_stiffness.register(sub)
     cli_identify.register(sub)

@@ -34,15 +34,15 @@ if TYPE_CHECKING:  # the report loads scipy: imported when used, so `jha --help`
     pass
 
 
-
 def _cmd_report(args: argparse.Namespace) -> int:
     from agent.report.html import render_html
     from agent.report.model import report_to_dict
     from agent.report.table import summary_table
 
     config = load_config(_config_file(args.config))
-    chosen = ([controller_of(config, args.controller)] if args.controller
-              else list(config.controllers))
+    chosen = (
+        [controller_of(config, args.controller)] if args.controller else list(config.controllers)
+    )
     path = history_path(config)
     created = datetime.now(UTC)
     if not path.exists():
@@ -50,17 +50,23 @@ def _cmd_report(args: argparse.Namespace) -> int:
         print(f"jha: no history yet at {path}: the report lists no joint", file=sys.stderr)
         from agent.report.model import Report
 
-        report = Report(created_at_iso=created.isoformat(),
-                        machines=tuple(c.name for c in chosen), joints=())
+        report = Report(
+            created_at_iso=created.isoformat(), machines=tuple(c.name for c in chosen), joints=()
+        )
     else:
         with HistoryStore(path) as store:
-            report = merge_reports([
-                report_from_history(store, c.name, {j.name: j.thresholds for j in c.joints},
-                                    created,
-                                    None if c.identification is None
-                                    else c.identification.limits)
-                for c in chosen
-            ])
+            report = merge_reports(
+                [
+                    report_from_history(
+                        store,
+                        c.name,
+                        {j.name: j.thresholds for j in c.joints},
+                        created,
+                        None if c.identification is None else c.identification.limits,
+                    )
+                    for c in chosen
+                ]
+            )
     if args.html is not None:
         atomic_write_text(args.html, render_html(report))
     if args.json:
@@ -84,8 +90,9 @@ def _config_file(given: Path | None) -> Path:
 def register(subparsers: Any) -> None:
     """Add `report` to the `jha` parser's sub-parsers."""
     p = subparsers.add_parser("report", help="the joint-health report from the history alone")
-    p.add_argument("--config", type=Path, metavar="FILE",
-                   help=f"agent config (default: {DEFAULT_CONFIG})")
+    p.add_argument(
+        "--config", type=Path, metavar="FILE", help=f"agent config (default: {DEFAULT_CONFIG})"
+    )
     p.add_argument("--controller", metavar="NAME", help="only this controller (default: all)")
     p.add_argument("--html", type=Path, metavar="FILE", help="write the HTML report here")
     p.add_argument("--json", action="store_true", help="print the report as JSON (jha.report/1)")

@@ -72,9 +72,7 @@ def dual_encoder_columns(n_joints: int) -> tuple[str, ...]:
     return (*q, *motor)
 
 
-def _read_csv(
-    path: Path, required: tuple[str, ...], optional: tuple[str, ...]
-) -> dict[str, Array]:
+def _read_csv(path: Path, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, Array]:
     """Columns by header name; '#' lines are comments. Errors name file:line and column."""
     try:
         lines = path.read_text().splitlines()
@@ -132,9 +130,7 @@ def load_tcp_measurements(
 def save_tcp_measurements(data: TcpMeasurements, path: str | Path) -> None:
     n = data.q_rad.shape[1]
     header = ",".join((*tcp_columns(n), "sigma_m"))
-    rows = np.concatenate(
-        [data.q_rad, data.force_n, data.deviation_m, data.sigma_m[:, :1]], axis=1
-    )
+    rows = np.concatenate([data.q_rad, data.force_n, data.deviation_m, data.sigma_m[:, :1]], axis=1)
     body = "\n".join(",".join(repr(float(v)) for v in row) for row in rows)
     atomic_write_text(path, f"{header}\n{body}\n")
 
@@ -199,8 +195,14 @@ def _cmd_design(args: argparse.Namespace) -> int:
     prior = _prior(model, args)
     if args.method == "dual-encoder":
         design = design_dual_encoder(
-            model, args.measurements, prior, criterion=args.criterion, joints=_joints(args),
-            noise_counts=args.noise_counts, starts=args.starts, seed=args.seed,
+            model,
+            args.measurements,
+            prior,
+            criterion=args.criterion,
+            joints=_joints(args),
+            noise_counts=args.noise_counts,
+            starts=args.starts,
+            seed=args.seed,
         )
     else:
         given_q = given_f = None
@@ -245,9 +247,7 @@ def _print_design(design: StiffnessDesign, prior: StiffnessPrior, model: Complia
     print(f"  {'joint':12s} {'prior k':>12s} {'prior sd':>10s} {'expected sd':>12s}")
     for name, sd in zip(design.joint_names, design.std_nm_rad, strict=True):
         i = model.joint_names.index(name)
-        print(
-            f"  {name:12s} {prior.mean_nm_rad[i]:12.4g} {prior.std_nm_rad[i]:10.3g} {sd:12.3g}"
-        )
+        print(f"  {name:12s} {prior.mean_nm_rad[i]:12.4g} {prior.std_nm_rad[i]:10.3g} {sd:12.3g}")
     print(
         f"  criterion {design.criterion}: {design.criterion_value:.4g} "
         f"(prior {design.prior_criterion_value:.4g}); trace {np.trace(design.covariance):.4g}; "
@@ -281,8 +281,11 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
             raise CaptureError(str(args.design), "a TCP design needs force_n")
         tcp = simulate_tcp_measurements(model, q, force, k, args.noise_um * 1e-6, rng)
         save_tcp_measurements(tcp, args.output)
-    print(f"{args.output}: {len(q)} simulated {method} measurements, k = "
-          + ", ".join(f"{v:.4g}" for v in k) + " N·m/rad")
+    print(
+        f"{args.output}: {len(q)} simulated {method} measurements, k = "
+        + ", ".join(f"{v:.4g}" for v in k)
+        + " N·m/rad"
+    )
     return EX_OK
 
 
@@ -311,9 +314,14 @@ def stiffness_estimates(
             skipped[name] = f"{est.method}: stiffness not determined by the data (prior only)"
             continue
         lo, hi = est.intervals_nm_rad[i]
-        detail = {"std": float(est.std_nm_rad[i]), "interval": [float(lo), float(hi)],
-                  "confidence": 1.0 - est.alpha, "method": est.method, "source": source,
-                  "converged": est.converged}
+        detail = {
+            "std": float(est.std_nm_rad[i]),
+            "interval": [float(lo), float(hi)],
+            "confidence": 1.0 - est.alpha,
+            "method": est.method,
+            "source": source,
+            "converged": est.converged,
+        }
         recorded[name] = [Estimate("stiffness_nm_rad", float(est.k_nm_rad[i]), "N·m/rad", detail)]
     return recorded, skipped
 
@@ -342,8 +350,10 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         recorded, skipped = stiffness_estimates(est, str(args.file))
         record_joint_estimates(target[0], target[1], "stiffness", recorded, started, skipped)
         # stderr: --json output on stdout stays one JSON document
-        print(f"recorded stiffness of {len(recorded)} joints in {target[0]} "
-              f"(controller {target[1]})", file=sys.stderr)
+        print(
+            f"recorded stiffness of {len(recorded)} joints in {target[0]} (controller {target[1]})",
+            file=sys.stderr,
+        )
     return EX_OK
 
 
@@ -410,36 +420,74 @@ def register(subparsers: Any) -> None:
 
     def common(p: argparse.ArgumentParser, *, json_out: bool = True) -> None:
         p.add_argument("--robot", type=Path, required=True, help="robot file (config/robots)")
-        p.add_argument("--prior-rel-std", type=float, default=0.5, metavar="R",
-                       help="prior sd of k as a fraction of the robot file's value (0.5)")
+        p.add_argument(
+            "--prior-rel-std",
+            type=float,
+            default=0.5,
+            metavar="R",
+            help="prior sd of k as a fraction of the robot file's value (0.5)",
+        )
         p.add_argument("--payload-kg", type=float, help="payload on the flange (dual encoder)")
-        p.add_argument("--payload-com", type=float, nargs=3, metavar=("X", "Y", "Z"),
-                       help="payload centre of mass in the last DH frame, m")
+        p.add_argument(
+            "--payload-com",
+            type=float,
+            nargs=3,
+            metavar=("X", "Y", "Z"),
+            help="payload centre of mass in the last DH frame, m",
+        )
         if json_out:
             p.add_argument("--json", action="store_true")
 
     def method(p: argparse.ArgumentParser) -> None:
         p.add_argument("--method", choices=["tcp", "dual-encoder"], default="tcp")
-        p.add_argument("--joints", nargs="+", metavar="NAME",
-                       help="dual encoder: the joints to estimate (default all)")
-        p.add_argument("--noise-um", type=float, default=1.0,
-                       help="laser sensor sd in um (paper 003: 1)")
-        p.add_argument("--noise-counts", type=float, default=0.5,
-                       help="dual encoder: count noise sd of each encoder")
+        p.add_argument(
+            "--joints",
+            nargs="+",
+            metavar="NAME",
+            help="dual encoder: the joints to estimate (default all)",
+        )
+        p.add_argument(
+            "--noise-um", type=float, default=1.0, help="laser sensor sd in um (paper 003: 1)"
+        )
+        p.add_argument(
+            "--noise-counts",
+            type=float,
+            default=0.5,
+            help="dual encoder: count noise sd of each encoder",
+        )
 
     d = sub.add_parser("design", help="optimal experiments (A-, D- or E-optimal)")
     common(d)
     method(d)
     d.add_argument("--measurements", type=int, required=True, metavar="K")
     d.add_argument("--criterion", choices=["A", "D", "E"], default="A")
-    d.add_argument("--force-bounds", type=float, nargs=3, default=(300.0, 300.0, 300.0),
-                   metavar=("FX", "FY", "FZ"), help="|F| bound per base axis, N (300 300 300)")
-    d.add_argument("--cone-deg", type=float, default=80.0,
-                   help="tool cone of eq. 21 in deg (80; 0 switches it off)")
-    d.add_argument("--target", type=float, nargs=3, metavar=("X", "Y", "Z"),
-                   help="hold the TCP at this base-frame position, m")
-    d.add_argument("--given", type=Path, metavar="MEAS.csv",
-                   help="measurements already taken: design the next ones")
+    d.add_argument(
+        "--force-bounds",
+        type=float,
+        nargs=3,
+        default=(300.0, 300.0, 300.0),
+        metavar=("FX", "FY", "FZ"),
+        help="|F| bound per base axis, N (300 300 300)",
+    )
+    d.add_argument(
+        "--cone-deg",
+        type=float,
+        default=80.0,
+        help="tool cone of eq. 21 in deg (80; 0 switches it off)",
+    )
+    d.add_argument(
+        "--target",
+        type=float,
+        nargs=3,
+        metavar=("X", "Y", "Z"),
+        help="hold the TCP at this base-frame position, m",
+    )
+    d.add_argument(
+        "--given",
+        type=Path,
+        metavar="MEAS.csv",
+        help="measurements already taken: design the next ones",
+    )
     d.add_argument("--starts", type=int, default=4)
     d.add_argument("--seed", type=int, default=0)
     d.add_argument("-o", "--output", type=Path, metavar="DESIGN.json")
@@ -448,8 +496,9 @@ def register(subparsers: Any) -> None:
     s = sub.add_parser("simulate", help="simulated measurements of a design")
     common(s, json_out=False)
     s.add_argument("design", type=Path, metavar="DESIGN.json")
-    s.add_argument("--k-scale", type=float, default=1.0,
-                   help="true k = this times the robot file's k (1.0)")
+    s.add_argument(
+        "--k-scale", type=float, default=1.0, help="true k = this times the robot file's k (1.0)"
+    )
     s.add_argument("--k-true", type=float, nargs="+", help="true k per joint, N·m/rad")
     s.add_argument("--noise-um", type=float, default=1.0)
     s.add_argument("--noise-counts", type=float, default=0.5)
@@ -471,8 +520,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--q", type=float, nargs="+", required=True, help="joint angles")
     p.add_argument("--degrees", action="store_true", help="--q in degrees")
     p.add_argument("--force", type=float, nargs=3, required=True, metavar=("FX", "FY", "FZ"))
-    p.add_argument("--estimate", type=Path, metavar="ESTIMATE.json",
-                   help="k and covariance from `estimate --json`/-o (default: the prior)")
+    p.add_argument(
+        "--estimate",
+        type=Path,
+        metavar="ESTIMATE.json",
+        help="k and covariance from `estimate --json`/-o (default: the prior)",
+    )
     p.set_defaults(func=_cmd_predict)
 
 

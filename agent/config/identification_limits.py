@@ -58,8 +58,8 @@ class IdentificationLimitSettings:
     """Watch and alert limits relative to each joint's baseline (see the module docstring)."""
 
     baseline_identifications: int = field(
-        default=3, metadata={"ge": 1, "le": 50, "doc": "first successful ones whose median is "
-                             "the baseline"}
+        default=3,
+        metadata={"ge": 1, "le": 50, "doc": "first successful ones whose median is the baseline"},
     )
     coulomb_rise_watch: float = field(default=0.30, metadata={"gt": 0.0, "le": 10.0})
     coulomb_rise_alert: float = field(default=0.60, metadata={"gt": 0.0, "le": 10.0})
@@ -70,8 +70,12 @@ class IdentificationLimitSettings:
     nmse_ratio_watch: float = field(default=2.0, metadata={"gt": 1.0, "le": 1000.0})
     nmse_ratio_alert: float = field(default=4.0, metadata={"gt": 1.0, "le": 1000.0})
     noise_sigmas: float = field(
-        default=2.0, metadata={"ge": 0.0, "le": 10.0, "doc": "a change within this many "
-                               "standard deviations is not a warning"}
+        default=2.0,
+        metadata={
+            "ge": 0.0,
+            "le": 10.0,
+            "doc": "a change within this many standard deviations is not a warning",
+        },
     )
     baseline: dict[str, JointBaselineSettings] = field(
         default_factory=dict, metadata={"doc": "commissioning values per robot joint"}
@@ -82,8 +86,9 @@ class IdentificationLimitSettings:
         for stem in ("coulomb_rise", "viscous_rise", "stiffness_drop", "nmse_ratio"):
             watch, alert = getattr(self, f"{stem}_watch"), getattr(self, f"{stem}_alert")
             if not watch < alert:
-                found.append((f"{stem}_alert", f"expected above {stem}_watch ({watch:g}), "
-                                               f"found {alert:g}"))
+                found.append(
+                    (f"{stem}_alert", f"expected above {stem}_watch ({watch:g}), found {alert:g}")
+                )
         return found
 
     def check_joints(self, robot_file: str) -> list[tuple[str, str]]:
@@ -94,18 +99,36 @@ class IdentificationLimitSettings:
         names = robot_joint_names(robot_file)
         if names is None:
             return []
-        return [(f"limits.baseline.{joint}",
-                 f"expected a joint of {robot_file} ({', '.join(names)}), found {joint!r}")
-                for joint in self.baseline if joint not in names]
+        return [
+            (
+                f"limits.baseline.{joint}",
+                f"expected a joint of {robot_file} ({', '.join(names)}), found {joint!r}",
+            )
+            for joint in self.baseline
+            if joint not in names
+        ]
 
 
 # The key of the limits in an identification estimate's recorded detail, and what it holds.
 LIMITS_KEY = "limits"
-LIMIT_FIELDS = ("baseline_identifications", "coulomb_rise_watch", "coulomb_rise_alert",
-                "viscous_rise_watch", "viscous_rise_alert", "stiffness_drop_watch",
-                "stiffness_drop_alert", "nmse_ratio_watch", "nmse_ratio_alert", "noise_sigmas")
-_BASELINE_FIELDS = ("coulomb_friction_nm", "viscous_friction_nm_s_rad", "stiffness_nm_rad",
-                    "torque_nmse_nm")
+LIMIT_FIELDS = (
+    "baseline_identifications",
+    "coulomb_rise_watch",
+    "coulomb_rise_alert",
+    "viscous_rise_watch",
+    "viscous_rise_alert",
+    "stiffness_drop_watch",
+    "stiffness_drop_alert",
+    "nmse_ratio_watch",
+    "nmse_ratio_alert",
+    "noise_sigmas",
+)
+_BASELINE_FIELDS = (
+    "coulomb_friction_nm",
+    "viscous_friction_nm_s_rad",
+    "stiffness_nm_rad",
+    "torque_nmse_nm",
+)
 
 
 def limits_detail(settings: IdentificationLimitSettings, joint: str) -> dict[str, Any]:
@@ -115,8 +138,9 @@ def limits_detail(settings: IdentificationLimitSettings, joint: str) -> dict[str
     found: dict[str, Any] = {name: getattr(settings, name) for name in LIMIT_FIELDS}
     given = settings.baseline.get(joint)
     if given is not None:
-        found["baseline"] = {name: v for name in _BASELINE_FIELDS
-                             if (v := given.value(name)) is not None}
+        found["baseline"] = {
+            name: v for name in _BASELINE_FIELDS if (v := given.value(name)) is not None
+        }
     return found
 
 

@@ -64,9 +64,7 @@ class MqttSettings:
     # Brokers cap message sizes (mosquitto's message_size_limit, 128 kB on some cloud brokers)
     # and drop the connection on a bigger one, which the client would resend forever: larger
     # messages are refused when queued (logged, counted) instead.
-    max_payload_bytes: int = field(
-        default=1024 * 1024, metadata={"ge": 1024, "le": 268_435_455}
-    )
+    max_payload_bytes: int = field(default=1024 * 1024, metadata={"ge": 1024, "le": 268_435_455})
     outbox: OutboxSettings = field(default_factory=OutboxSettings)
 
     def check(self) -> list[tuple[str, str]]:
@@ -101,9 +99,7 @@ def topic_prefix_problems(prefix: str) -> list[str]:
     problems = []
     bad = sorted({repr(c) for c in prefix if c in _TOPIC_FORBIDDEN or ord(c) < 0x20})
     if bad:
-        problems.append(
-            f"expected no wildcard (+ #) or control characters, found {', '.join(bad)}"
-        )
+        problems.append(f"expected no wildcard (+ #) or control characters, found {', '.join(bad)}")
     if prefix.startswith("$"):
         problems.append("expected no leading $ (such topics belong to the broker)")
     if prefix and any(level == "" for level in prefix.split("/")):

@@ -56,23 +56,29 @@ class OpcUaServerSettings:
             missing = "private_key" if self.private_key is None else "certificate"
             out.append((missing, "expected both certificate and private_key, or neither"))
         if not self.secure and not self.allow_none_security:
-            out.append((
-                "certificate",
-                "required: the server offers only Basic256Sha256 SignAndEncrypt endpoints, which "
-                "need its certificate and private_key (or set allow_none_security: true to serve "
-                "joint health without security)",
-            ))
+            out.append(
+                (
+                    "certificate",
+                    "required: the server offers only Basic256Sha256 SignAndEncrypt endpoints, which "
+                    "need its certificate and private_key (or set allow_none_security: true to serve "
+                    "joint health without security)",
+                )
+            )
         if self.secure and self.trusted_clients is None:
-            out.append((
-                "trusted_clients",
-                "required with a certificate: the directory of client certificates allowed in",
-            ))
+            out.append(
+                (
+                    "trusted_clients",
+                    "required with a certificate: the directory of client certificates allowed in",
+                )
+            )
         if self.users_file is not None and not self.secure:
-            out.append((
-                "users_file",
-                "needs the secure endpoint (certificate, private_key): passwords are never sent "
-                "in clear",
-            ))
+            out.append(
+                (
+                    "users_file",
+                    "needs the secure endpoint (certificate, private_key): passwords are never sent "
+                    "in clear",
+                )
+            )
         if self.revocation_lists is not None and self.trusted_clients is None:
             out.append(("revocation_lists", "only used with trusted_clients"))
         return out

@@ -40,35 +40,61 @@ class RadialError:
         return self.rms_m / self.radius_m
 
     def to_dict(self) -> dict[str, Any]:
-        return {"centre_m": list(self.centre_m), "radius_m": self.radius_m,
-                "samples": self.samples, "max_abs_m": self.max_abs_m, "rms_m": self.rms_m,
-                "min_deviation_m": self.min_deviation_m, "max_deviation_m": self.max_deviation_m,
-                "circular_deviation_m": self.circular_deviation_m,
-                "max_fraction": self.max_fraction, "rms_fraction": self.rms_fraction,
-                "start_s": self.start_s, "end_s": self.end_s}
+        return {
+            "centre_m": list(self.centre_m),
+            "radius_m": self.radius_m,
+            "samples": self.samples,
+            "max_abs_m": self.max_abs_m,
+            "rms_m": self.rms_m,
+            "min_deviation_m": self.min_deviation_m,
+            "max_deviation_m": self.max_deviation_m,
+            "circular_deviation_m": self.circular_deviation_m,
+            "max_fraction": self.max_fraction,
+            "rms_fraction": self.rms_fraction,
+            "start_s": self.start_s,
+            "end_s": self.end_s,
+        }
 
 
-def radial_error(points_m: Array, centre_m: tuple[float, float], radius_m: float, *,
-                 start_s: float | None = None, end_s: float | None = None) -> RadialError:
+def radial_error(
+    points_m: Array,
+    centre_m: tuple[float, float],
+    radius_m: float,
+    *,
+    start_s: float | None = None,
+    end_s: float | None = None,
+) -> RadialError:
     """Radial deviation of points (N, 2) in m from the circle; max, RMS and ISO 230-4 G."""
     p = np.asarray(points_m, dtype=float).reshape(-1, 2)
     if len(p) < 3 or not radius_m > 0:
-        raise ValueError(f"radial_error: need >= 3 points and radius_m > 0, got {len(p)} "
-                         f"points, radius {radius_m!r}")
+        raise ValueError(
+            f"radial_error: need >= 3 points and radius_m > 0, got {len(p)} "
+            f"points, radius {radius_m!r}"
+        )
     dev = np.hypot(p[:, 0] - centre_m[0], p[:, 1] - centre_m[1]) - radius_m
     # Least-squares (Kasa) centre: x^2 + y^2 = 2 a x + 2 b y + c, linear in (a, b, c).
     q = p - p.mean(axis=0)
-    sol = np.linalg.lstsq(np.column_stack([2 * q, np.ones(len(q))]), (q**2).sum(axis=1),
-                          rcond=None)[0]
+    sol = np.linalg.lstsq(
+        np.column_stack([2 * q, np.ones(len(q))]), (q**2).sum(axis=1), rcond=None
+    )[0]
     r_lsq = np.hypot(q[:, 0] - sol[0], q[:, 1] - sol[1])
-    return RadialError((float(centre_m[0]), float(centre_m[1])), float(radius_m), len(p),
-                       float(np.max(np.abs(dev))), float(np.sqrt(np.mean(dev**2))),
-                       float(np.min(dev)), float(np.max(dev)),
-                       float(np.max(r_lsq) - np.min(r_lsq)), start_s, end_s)
+    return RadialError(
+        (float(centre_m[0]), float(centre_m[1])),
+        float(radius_m),
+        len(p),
+        float(np.max(np.abs(dev))),
+        float(np.sqrt(np.mean(dev**2))),
+        float(np.min(dev)),
+        float(np.max(dev)),
+        float(np.max(r_lsq) - np.min(r_lsq)),
+        start_s,
+        end_s,
+    )
 
 
-def circle_window(run: Execution, centre_mm: tuple[float, float], radius_mm: float,
-                  tol_mm: float = 1e-3) -> tuple[float, float]:
+def circle_window(
+    run: Execution, centre_mm: tuple[float, float], radius_mm: float, tol_mm: float = 1e-3
+) -> tuple[float, float]:
     """From the start of the first block that starts on the circle to the end of the last
     block that ends on it (leaves out approach and retract moves)."""
 
@@ -78,13 +104,15 @@ def circle_window(run: Execution, centre_mm: tuple[float, float], radius_mm: flo
     first = next((b for b in run.blocks if on(b.start_mm)), None)
     last = next((b for b in reversed(run.blocks) if on(b.end_mm)), None)
     if first is None or last is None or last.end_s <= first.start_s:
-        raise ValueError(f"circle_window: no block runs on the circle of radius {radius_mm} mm "
-                         f"about {centre_mm}")
+        raise ValueError(
+            f"circle_window: no block runs on the circle of radius {radius_mm} mm about {centre_mm}"
+        )
     return first.start_s, last.end_s
 
 
-def circular_test(run: Execution, centre_mm: tuple[float, float], radius_mm: float, *,
-                  skip_mm: float = 0.0) -> RadialError:
+def circular_test(
+    run: Execution, centre_mm: tuple[float, float], radius_mm: float, *, skip_mm: float = 0.0
+) -> RadialError:
     """Radial error of the realised path over the part of the program on the circle, less the
     first and last skip_mm of commanded path (lead-in and lead-out arcs, ISO 230-4 overrun)."""
     start, end = circle_window(run, centre_mm, radius_mm)
@@ -99,19 +127,32 @@ def circular_test(run: Execution, centre_mm: tuple[float, float], radius_mm: flo
         mask = np.zeros_like(mask)
         mask[idx] = True
         start, end = float(run.time_s[idx[0]]), float(run.time_s[idx[-1]])
-    return radial_error(run.realised_m[mask], (centre_mm[0] * MM, centre_mm[1] * MM),
-                        radius_mm * MM, start_s=start, end_s=end)
+    return radial_error(
+        run.realised_m[mask],
+        (centre_mm[0] * MM, centre_mm[1] * MM),
+        radius_mm * MM,
+        start_s=start,
+        end_s=end,
+    )
 
 
-def circle_program(radius_mm: float, feed_mm_min: float, *,
-                   centre_mm: tuple[float, float] = (0.0, 0.0), clockwise: bool = False,
-                   lead_deg: float = 90.0, settle_s: float = 1.0) -> list[str]:
+def circle_program(
+    radius_mm: float,
+    feed_mm_min: float,
+    *,
+    centre_mm: tuple[float, float] = (0.0, 0.0),
+    clockwise: bool = False,
+    lead_deg: float = 90.0,
+    settle_s: float = 1.0,
+) -> list[str]:
     """An ISO 230-4 style circle: a rapid to the circle, a dwell of settle_s for the axes to
     come to rest, a lead-in arc of lead_deg, the measured full lap from angle 0 (+X of the
     centre), a lead-out arc of lead_deg; measure it with circular_test(skip_mm=lead_mm)."""
     if not (radius_mm > 0 and feed_mm_min > 0 and 0 <= lead_deg < 360 and settle_s >= 0):
-        raise ValueError("circle_program: need radius_mm > 0, feed_mm_min > 0, 0 <= lead_deg "
-                         "< 360, settle_s >= 0")
+        raise ValueError(
+            "circle_program: need radius_mm > 0, feed_mm_min > 0, 0 <= lead_deg "
+            "< 360, settle_s >= 0"
+        )
     cx, cy = centre_mm
     sense = -1.0 if clockwise else 1.0
     word = "G2" if clockwise else "G3"
@@ -122,7 +163,7 @@ def circle_program(radius_mm: float, feed_mm_min: float, *,
 
     def arc(from_deg: float, to_deg: float, feed: str = "") -> str:
         (x0, y0), (x1, y1) = at(from_deg), at(to_deg)
-        return (f"{word} X{x1:.4f} Y{y1:.4f} I{cx - x0:.4f} J{cy - y0:.4f}{feed}\n")
+        return f"{word} X{x1:.4f} Y{y1:.4f} I{cx - x0:.4f} J{cy - y0:.4f}{feed}\n"
 
     x, y = at(-lead_deg)
     lines = ["G17 G21 G90 G94\n", f"G0 X{x:.4f} Y{y:.4f}\n"]

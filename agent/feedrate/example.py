@@ -111,11 +111,21 @@ class Farouki2022Example:
     steady_lag_s: float  # the engaged steady state's lag, atan2(q, -p) / Omega
     period_s: float  # between like reversals (the paper: 2T = 12 s)
     reversals: tuple[HarmonicReversal, ...]
-    printed: dict[str, float] = field(default_factory=lambda: {
-        "gamma_1_s": 5.0, "lambda_1_s": 44.440972, "motor_gain_rad_m_s2": 1.428571e5,
-        "p": -1.000130, "q": 0.002619, "phi_rad": 1.088448, "discriminant_s2": -0.001975,
-        "omega_rad_s": 0.523599, "steady_backlash_s": 0.118743, "reversal_lag_s": 0.005001,
-        "period_s": 12.0})
+    printed: dict[str, float] = field(
+        default_factory=lambda: {
+            "gamma_1_s": 5.0,
+            "lambda_1_s": 44.440972,
+            "motor_gain_rad_m_s2": 1.428571e5,
+            "p": -1.000130,
+            "q": 0.002619,
+            "phi_rad": 1.088448,
+            "discriminant_s2": -0.001975,
+            "omega_rad_s": 0.523599,
+            "steady_backlash_s": 0.118743,
+            "reversal_lag_s": 0.005001,
+            "period_s": 12.0,
+        }
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -167,7 +177,8 @@ def farouki2022_example(reversals: int = 5) -> Farouki2022Example:
         reversal_lag_s=last.lag_s,
         steady_lag_s=hc.steady_lag_s,
         period_s=run.reversals[-1].time_s - run.reversals[-3].time_s
-        if len(run.reversals) >= 3 else 2.0 * PAPER_REVERSAL_INTERVAL_S,
+        if len(run.reversals) >= 3
+        else 2.0 * PAPER_REVERSAL_INTERVAL_S,
         reversals=run.reversals,
     )
 
@@ -191,13 +202,15 @@ class CircleCommand:
     def start_s(self) -> float:
         arc = self.radius_m * self.lead_angle_rad
         return self.profile.window_start_s - (arc + self.profile.arc_start_m) / (
-            self.profile.nominal_m_s)
+            self.profile.nominal_m_s
+        )
 
     @property
     def end_s(self) -> float:
         arc = self.radius_m * self.lead_angle_rad
         return self.profile.window_end_s + (arc - self.profile.arc_end_m) / (
-            self.profile.nominal_m_s)
+            self.profile.nominal_m_s
+        )
 
     def theta(self, t: Array) -> Array:
         return np.asarray(self.profile.arc_length_m(t)) / self.radius_m
@@ -266,22 +279,33 @@ def simulate_turning_point(
     pass theta = 0. Errors are taken over the profile's window on the uniform grid.
     """
     if model not in ("paper", "dead_zone"):
-        raise ValueError(f"simulate_turning_point.model: expected 'paper' or 'dead_zone', got "
-                         f"{model!r}")
+        raise ValueError(
+            f"simulate_turning_point.model: expected 'paper' or 'dead_zone', got {model!r}"
+        )
     cmd = CircleCommand(profile, radius_m, lead_angle_rad)
     # Align the grid so that t = 0 (the scheduled reversal) is a sample.
     start = -math.ceil(-cmd.start_s / step_s - 1e-9) * step_s
     end = math.ceil(cmd.end_s / step_s - 1e-9) * step_s
     y_params = x_axis if y_axis is None else y_axis
     if model == "paper":
-        xt = simulate_axis(x_axis, cmd.x, start, end, step_s=step_s, trigger="scheduled",
-                           scheduled_s=(0.0,), engagement=engagement)
+        xt = simulate_axis(
+            x_axis,
+            cmd.x,
+            start,
+            end,
+            step_s=step_s,
+            trigger="scheduled",
+            scheduled_s=(0.0,),
+            engagement=engagement,
+        )
         yt = simulate_axis(y_params, cmd.y, start, end, step_s=step_s, trigger="none")
     else:
-        xt = simulate_axis(x_axis, cmd.x, start, end, step_s=step_s, trigger="reversal",
-                           engagement=engagement)
-        yt = simulate_axis(y_params, cmd.y, start, end, step_s=step_s, trigger="reversal",
-                           engagement=engagement)
+        xt = simulate_axis(
+            x_axis, cmd.x, start, end, step_s=step_s, trigger="reversal", engagement=engagement
+        )
+        yt = simulate_axis(
+            y_params, cmd.y, start, end, step_s=step_s, trigger="reversal", engagement=engagement
+        )
     k0 = math.ceil((profile.window_start_s - start) / xt.step_s - 1e-9)
     k1 = math.floor((profile.window_end_s - start) / xt.step_s + 1e-9)
     t = start + xt.step_s * np.arange(k0, k1 + 1, dtype=float)
@@ -343,8 +367,9 @@ class Figure11Sweep:
         }
 
 
-def figure11_ratios(points: int = 26, lo: float = PAPER_RATIO_RANGE[0],
-                    hi: float = PAPER_RATIO_RANGE[1]) -> tuple[float, ...]:
+def figure11_ratios(
+    points: int = 26, lo: float = PAPER_RATIO_RANGE[0], hi: float = PAPER_RATIO_RANGE[1]
+) -> tuple[float, ...]:
     """Evenly spaced V(1/2)/V_c from lo to hi (26 points: steps of 0.1 over the paper's range)."""
     if points < 2:
         raise ValueError(f"figure11_ratios: need >= 2 points, got {points}")
@@ -371,17 +396,21 @@ def figure11_sweep(
     vc = radius * omega
     rows = []
     for ratio in sorted(grid):
-        prof = symmetric_feedrate(vc, half_window_s, ratio=ratio, degree=PAPER_DEGREE,
-                                  allow_retrograde=True)
+        prof = symmetric_feedrate(
+            vc, half_window_s, ratio=ratio, degree=PAPER_DEGREE, allow_retrograde=True
+        )
         run = simulate_turning_point(prof, radius_m=radius, model=model, step_s=step_s)
-        rows.append(Figure11Row(
-            ratio=float(ratio),
-            middle_factor=middle_factor(ratio, PAPER_DEGREE),
-            max_radial_error=run.max_radial_error,
-            rms_radial_error=run.rms_radial_error,
-            max_radial_error_m=run.max_radial_error * radius,
-            x_backlash_s=run.x_backlash_s,
-            retrograde=ratio < 0,
-        ))
-    return Figure11Sweep(tuple(rows), model, PAPER_DEGREE, half_window_s,
-                         PAPER_LEAD_ANGLE_RAD, radius, vc, step_s)
+        rows.append(
+            Figure11Row(
+                ratio=float(ratio),
+                middle_factor=middle_factor(ratio, PAPER_DEGREE),
+                max_radial_error=run.max_radial_error,
+                rms_radial_error=run.rms_radial_error,
+                max_radial_error_m=run.max_radial_error * radius,
+                x_backlash_s=run.x_backlash_s,
+                retrograde=ratio < 0,
+            )
+        )
+    return Figure11Sweep(
+        tuple(rows), model, PAPER_DEGREE, half_window_s, PAPER_LEAD_ANGLE_RAD, radius, vc, step_s
+    )

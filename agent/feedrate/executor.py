@@ -88,18 +88,19 @@ class SpeedProfile(NamedTuple):
         return min(d_acc + vp * self.t_cruise + vp * u - 0.5 * a * u * u, self.length)
 
 
-def trapezoid(length: float, v_entry: float, v_nominal: float, v_exit: float,
-              accel: float | None) -> SpeedProfile:
+def trapezoid(
+    length: float, v_entry: float, v_nominal: float, v_exit: float, accel: float | None
+) -> SpeedProfile:
     """The fastest profile from v_entry to v_exit under v_nominal and |a| <= accel (mm, s).
 
     Entry/exit speeds that cannot be joined over the length are lowered to what can.
     """
     if length <= 0.0 or v_nominal <= 0.0:
-        raise ValueError(f"trapezoid: need length > 0 and v_nominal > 0, got {length}, "
-                         f"{v_nominal}")
+        raise ValueError(f"trapezoid: need length > 0 and v_nominal > 0, got {length}, {v_nominal}")
     if accel is None or math.isinf(accel):
-        return SpeedProfile(length, v_nominal, v_nominal, v_nominal, math.inf, 0.0,
-                            length / v_nominal, 0.0)
+        return SpeedProfile(
+            length, v_nominal, v_nominal, v_nominal, math.inf, 0.0, length / v_nominal, 0.0
+        )
     v0, v1 = min(v_entry, v_nominal), min(v_exit, v_nominal)
     v1 = min(v1, math.sqrt(v0 * v0 + 2.0 * accel * length))
     v0 = min(v0, math.sqrt(v1 * v1 + 2.0 * accel * length))
@@ -109,8 +110,16 @@ def trapezoid(length: float, v_entry: float, v_nominal: float, v_exit: float,
     d_acc = (vp * vp - v0 * v0) / (2.0 * accel)
     d_dec = (vp * vp - v1 * v1) / (2.0 * accel)
     cruise = max(length - d_acc - d_dec, 0.0)
-    return SpeedProfile(length, v0, vp, v1, accel, (vp - v0) / accel,
-                        cruise / vp if vp > 0 else 0.0, (vp - v1) / accel)
+    return SpeedProfile(
+        length,
+        v0,
+        vp,
+        v1,
+        accel,
+        (vp - v0) / accel,
+        cruise / vp if vp > 0 else 0.0,
+        (vp - v1) / accel,
+    )
 
 
 def junction_speed(u_in: Vec3, u_out: Vec3, accel: float, deviation_mm: float) -> float:
@@ -124,9 +133,13 @@ def junction_speed(u_in: Vec3, u_out: Vec3, accel: float, deviation_mm: float) -
     return math.sqrt(accel * deviation_mm * sin_half / (1.0 - sin_half))
 
 
-def plan_entry_speeds(lengths: Sequence[float], accels: Sequence[float],
-                      limits: Sequence[float], v_start: float = 0.0,
-                      v_end: float = 0.0) -> list[float]:
+def plan_entry_speeds(
+    lengths: Sequence[float],
+    accels: Sequence[float],
+    limits: Sequence[float],
+    v_start: float = 0.0,
+    v_end: float = 0.0,
+) -> list[float]:
     """Entry speed of each block: at most `limits[i]` (junction and nominal), reachable from
     v_start forwards and down to v_end backwards at each block's acceleration (GRBL's two
     planner passes). The returned list has one more entry: the exit speed of the last block."""
@@ -161,8 +174,9 @@ class MachineModel:
         for name in ("rapid_mm_s", "step_s", "junction_deviation_mm"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"MachineModel.{name}: expected a finite number > 0, got "
-                                 f"{value!r}")
+                raise ValueError(
+                    f"MachineModel.{name}: expected a finite number > 0, got {value!r}"
+                )
         a = self.acceleration_mm_s2
         if a is not None and not (math.isfinite(a) and a > 0):
             raise ValueError(f"MachineModel.acceleration_mm_s2: expected > 0 or None, got {a!r}")
@@ -237,8 +251,14 @@ class CommandedPath:
                 geo[i, :4] = (*b.start_mm[:2], d[0] / b.length_mm, d[1] / b.length_mm)
             elif isinstance(arc, ArcSegment) and arc.plane is Plane.XY:
                 self.kind[i] = _ARC
-                geo[i, :6] = (arc.centre[0], arc.centre[1], arc.radius, arc.theta0_rad,
-                              arc.direction, arc.length_per_rad)
+                geo[i, :6] = (
+                    arc.centre[0],
+                    arc.centre[1],
+                    arc.radius,
+                    arc.theta0_rad,
+                    arc.direction,
+                    arc.length_per_rad,
+                )
             else:
                 self.kind[i] = _OTHER
                 self.primitives[i] = b.primitive()
@@ -247,9 +267,19 @@ class CommandedPath:
         self.cycle_time_s = t
         self.start_mm = moves[0][0].start_mm
         self.end_mm = moves[-1][0].end_mm
-        prof_arr = [(p.v_entry, p.v_peak, p.accel if math.isfinite(p.accel) else 0.0, p.t_acc,
-                     p.t_cruise, p.length) if p is not None else (0, 0, 0, 0, 0, 0)
-                    for p in self.profiles]
+        prof_arr = [
+            (
+                p.v_entry,
+                p.v_peak,
+                p.accel if math.isfinite(p.accel) else 0.0,
+                p.t_acc,
+                p.t_cruise,
+                p.length,
+            )
+            if p is not None
+            else (0, 0, 0, 0, 0, 0)
+            for p in self.profiles
+        ]
         self.prof = np.array(prof_arr, dtype=float)
 
     def first_direction(self, axis: int) -> int:
@@ -269,9 +299,11 @@ class CommandedPath:
         acc_ph, cru_ph = tau < ta, tau < ta + tc
         u = tau - ta - tc
         d_acc = 0.5 * (v0 + vp) * ta
-        s = np.where(acc_ph, v0 * tau + 0.5 * a * tau * tau,
-                     np.where(cru_ph, d_acc + vp * (tau - ta),
-                              d_acc + vp * tc + vp * u - 0.5 * a * u * u))
+        s = np.where(
+            acc_ph,
+            v0 * tau + 0.5 * a * tau * tau,
+            np.where(cru_ph, d_acc + vp * (tau - ta), d_acc + vp * tc + vp * u - 0.5 * a * u * u),
+        )
         s = np.clip(s, 0.0, length)
         v = np.where(acc_ph, v0 + a * tau, np.where(cru_ph, vp, np.maximum(vp - a * u, 0.0)))
         v = np.where(t >= self.cycle_time_s, 0.0, v)  # at rest after the program
@@ -285,8 +317,9 @@ class CommandedPath:
             cx, cy, r, th0, d, lpr = g[m, :6].T
             th = th0 + d * s[m] / lpr
             pos[m] = np.stack([cx + r * np.cos(th), cy + r * np.sin(th)], axis=1)
-            vel[m] = np.stack([-d * r * np.sin(th), d * r * np.cos(th)], axis=1) * (
-                v[m] / lpr)[:, None]
+            vel[m] = (
+                np.stack([-d * r * np.sin(th), d * r * np.cos(th)], axis=1) * (v[m] / lpr)[:, None]
+            )
         m = kind == _DWELL
         pos[m] = g[m, :2]
         for j in np.nonzero(kind == _OTHER)[0]:
@@ -325,8 +358,9 @@ def _tangents(b: Block) -> tuple[Vec3, Vec3]:
     return prim.tangent(0.0), prim.tangent(prim.length)
 
 
-def _profiles(moves: list[tuple[Block, float, float, float]],
-              machine: MachineModel) -> list[SpeedProfile | None]:
+def _profiles(
+    moves: list[tuple[Block, float, float, float]], machine: MachineModel
+) -> list[SpeedProfile | None]:
     """Plan the program in stretches between dwells (the machine stops for each dwell)."""
     out: list[SpeedProfile | None] = []
     stretch: list[tuple[Block, float, float, float]] = []
@@ -341,16 +375,24 @@ def _profiles(moves: list[tuple[Block, float, float, float]],
             limits, prev = [], None
             for b, _, v, _ in stretch:
                 t_in, t_out = _tangents(b)
-                lim = 0.0 if prev is None else min(
-                    v, prev[1], junction_speed(prev[0], t_in, a_max,
-                                               machine.junction_deviation_mm))
+                lim = (
+                    0.0
+                    if prev is None
+                    else min(
+                        v,
+                        prev[1],
+                        junction_speed(prev[0], t_in, a_max, machine.junction_deviation_mm),
+                    )
+                )
                 limits.append(lim)
                 prev = (t_out, v)
             lengths = [m[1] for m in stretch]
             accels = [m[3] for m in stretch]
             entry = plan_entry_speeds(lengths, accels, limits)
-            out.extend(trapezoid(length, entry[i], v, entry[i + 1], acc)
-                       for i, (_, length, v, acc) in enumerate(stretch))
+            out.extend(
+                trapezoid(length, entry[i], v, entry[i + 1], acc)
+                for i, (_, length, v, acc) in enumerate(stretch)
+            )
         stretch.clear()
 
     for move in moves:
@@ -416,8 +458,11 @@ def execute(blocks: Iterable[Block], machine: MachineModel | None = None) -> Exe
         v0 = float(command(np.array([0.0]))[1][0])
         if v0 == 0.0 and path.first_direction(k) != 0:
             v0 = 1e-12 * path.first_direction(k)  # sets the initial flank, moves nothing
-        trajectories.append(simulate_axis(params, command, 0.0, end, step_s=m.step_s,
-                                          trigger=trigger, initial_velocity_m_s=v0))
+        trajectories.append(
+            simulate_axis(
+                params, command, 0.0, end, step_s=m.step_s, trigger=trigger, initial_velocity_m_s=v0
+            )
+        )
     xt, yt = trajectories
     n = max(1, math.ceil(end / m.step_s - 1e-9))
     t = np.linspace(0.0, end, n + 1)
@@ -426,8 +471,13 @@ def execute(blocks: Iterable[Block], machine: MachineModel | None = None) -> Exe
     return Execution(m, t, commanded, realised, xt, yt, path.timings, path.cycle_time_s)
 
 
-def execute_program(lines: Iterable[str], machine: MachineModel | None = None, *,
-                    start_mm: Vec3 = (0.0, 0.0, 0.0), source: str | None = None) -> Execution:
+def execute_program(
+    lines: Iterable[str],
+    machine: MachineModel | None = None,
+    *,
+    start_mm: Vec3 = (0.0, 0.0, 0.0),
+    source: str | None = None,
+) -> Execution:
     """Parse G-code text (the machine starting at start_mm) and execute it."""
     state = ModalState(position_mm=start_mm, source=source)
     return execute(parse_lines(lines, state), machine)

@@ -48,8 +48,13 @@ class PhysicalDrive:
 
     def check(self) -> list[tuple[str, str]]:
         if self.motor_inertia_kg_m2 > self.inertia_kg_m2:
-            return [("motor_inertia_kg_m2", f"expected at most inertia_kg_m2 "
-                     f"({self.inertia_kg_m2:g}), found {self.motor_inertia_kg_m2:g}")]
+            return [
+                (
+                    "motor_inertia_kg_m2",
+                    f"expected at most inertia_kg_m2 "
+                    f"({self.inertia_kg_m2:g}), found {self.motor_inertia_kg_m2:g}",
+                )
+            ]
         return []
 
 
@@ -59,17 +64,22 @@ class AxisSettings:
 
     gear_ratio: float = field(metadata={"gt": 0.0, "doc": "N, motor turns per screw turn"})
     screw_lead_m_per_rad: float = field(
-        metadata={"gt": 0.0, "doc": "r, axis travel per screw radian (lead per turn / 2 pi)"})
+        metadata={"gt": 0.0, "doc": "r, axis travel per screw radian (lead per turn / 2 pi)"}
+    )
     backlash_motor_rad: float = field(
-        metadata={"ge": 0.0, "doc": "dtheta_m, motor angle turned through the gap"})
+        metadata={"ge": 0.0, "doc": "dtheta_m, motor angle turned through the gap"}
+    )
     b_s2: float | None = field(default=None, metadata={"gt": 0.0, "doc": "eq. 9 b"})
     c_s: float | None = field(default=None, metadata={"ge": 0.0, "doc": "eq. 9 c"})
     motor_inertia_fraction: float | None = field(
-        default=None, metadata={"gt": 0.0, "le": 1.0, "doc": "eta = J_m / J"})
+        default=None, metadata={"gt": 0.0, "le": 1.0, "doc": "eta = J_m / J"}
+    )
     motor_time_constant_s: float | None = field(
-        default=None, metadata={"gt": 0.0, "doc": "tau = 1/beta = J_m / B_m"})
+        default=None, metadata={"gt": 0.0, "doc": "tau = 1/beta = J_m / B_m"}
+    )
     integral_time_s: float | None = field(
-        default=None, metadata={"gt": 0.0, "doc": "T_i = k_p / k_i (PI/PID; null: P)"})
+        default=None, metadata={"gt": 0.0, "doc": "T_i = k_p / k_i (PI/PID; null: P)"}
+    )
     derivative_time_s: float = field(default=0.0, metadata={"ge": 0.0, "doc": "T_d = k_d/k_p"})
     physical: PhysicalDrive | None = None
 
@@ -82,13 +92,23 @@ class AxisSettings:
             if self.derivative_time_s:
                 extra.append("derivative_time_s")
             if extra:
-                return [(extra[0], "expected either `physical:` or the identified coefficients "
-                         f"({', '.join(self._IDENTIFIED)}), not both")]
+                return [
+                    (
+                        extra[0],
+                        "expected either `physical:` or the identified coefficients "
+                        f"({', '.join(self._IDENTIFIED)}), not both",
+                    )
+                ]
             return []
         missing = [n for n in self._IDENTIFIED if getattr(self, n) is None]
         if missing:
-            return [(missing[0], "required key is missing: expected a number (give all of "
-                     f"{', '.join(self._IDENTIFIED)}, or a `physical:` section)")]
+            return [
+                (
+                    missing[0],
+                    "required key is missing: expected a number (give all of "
+                    f"{', '.join(self._IDENTIFIED)}, or a `physical:` section)",
+                )
+            ]
         return []
 
     def params(self) -> AxisParams:
@@ -96,8 +116,10 @@ class AxisSettings:
         if self.physical is not None:
             p = self.physical
             return AxisParams.from_physical(
-                gear_ratio=self.gear_ratio, screw_lead_m_per_rad=self.screw_lead_m_per_rad,
-                inertia_kg_m2=p.inertia_kg_m2, damping_nm_s_rad=p.damping_nm_s_rad,
+                gear_ratio=self.gear_ratio,
+                screw_lead_m_per_rad=self.screw_lead_m_per_rad,
+                inertia_kg_m2=p.inertia_kg_m2,
+                damping_nm_s_rad=p.damping_nm_s_rad,
                 motor_inertia_kg_m2=p.motor_inertia_kg_m2,
                 motor_damping_nm_s_rad=p.motor_damping_nm_s_rad,
                 proportional_gain_v_m=p.proportional_gain_v_m,
@@ -105,47 +127,82 @@ class AxisSettings:
                 torque_constant_nm_a=p.torque_constant_nm_a,
                 backlash_motor_rad=self.backlash_motor_rad,
                 integral_gain_v_m_s=p.integral_gain_v_m_s,
-                derivative_gain_v_s_m=p.derivative_gain_v_s_m)
+                derivative_gain_v_s_m=p.derivative_gain_v_s_m,
+            )
         assert self.b_s2 is not None and self.c_s is not None
         assert self.motor_inertia_fraction is not None and self.motor_time_constant_s is not None
         return AxisParams(
-            b_s2=self.b_s2, c_s=self.c_s, gear_ratio=self.gear_ratio,
+            b_s2=self.b_s2,
+            c_s=self.c_s,
+            gear_ratio=self.gear_ratio,
             screw_lead_m_per_rad=self.screw_lead_m_per_rad,
             motor_inertia_fraction=self.motor_inertia_fraction,
             motor_time_constant_s=self.motor_time_constant_s,
             backlash_motor_rad=self.backlash_motor_rad,
-            integral_time_s=self.integral_time_s, derivative_time_s=self.derivative_time_s)
+            integral_time_s=self.integral_time_s,
+            derivative_time_s=self.derivative_time_s,
+        )
 
 
 @dataclass(frozen=True)
 class ModulationSettings:
     """The feedrate profile about each turning point (paper 001 section 5, eq. 26)."""
 
-    ratio: float = field(default=0.25, metadata={
-        "gt": -3.0, "le": 1.0, "doc": "V(1/2)/V_c: the feed at the turning point (section 6)"})
+    ratio: float = field(
+        default=0.25,
+        metadata={
+            "gt": -3.0,
+            "le": 1.0,
+            "doc": "V(1/2)/V_c: the feed at the turning point (section 6)",
+        },
+    )
     degree: int = field(default=10, metadata={"ge": 4, "le": 30, "doc": "n of eq. 26, even"})
-    retrograde: bool = field(default=False, metadata={
-        "doc": "allow ratio < 0 (back-and-forth motion on the path)"})
-    policy: Policy = field(default="shortest", metadata={
-        "doc": "shortest: least t* that lets the gear take up the backlash inside the window "
-               "(simulated, cached); fixed: t* = half_window_s"})
-    half_window_s: float = field(default=0.5, metadata={
-        "gt": 0.0, "le": 10.0, "doc": "t* (fixed), or the largest t* (shortest)"})
-    min_half_window_s: float = field(default=0.002, metadata={
-        "gt": 0.0, "doc": "windows the geometry keeps shorter than this are not modulated"})
-    segments: int = field(default=16, metadata={
-        "ge": 4, "le": 1000, "doc": "G1 segments per window (block ends add more)"})
+    retrograde: bool = field(
+        default=False, metadata={"doc": "allow ratio < 0 (back-and-forth motion on the path)"}
+    )
+    policy: Policy = field(
+        default="shortest",
+        metadata={
+            "doc": "shortest: least t* that lets the gear take up the backlash inside the window "
+            "(simulated, cached); fixed: t* = half_window_s"
+        },
+    )
+    half_window_s: float = field(
+        default=0.5,
+        metadata={"gt": 0.0, "le": 10.0, "doc": "t* (fixed), or the largest t* (shortest)"},
+    )
+    min_half_window_s: float = field(
+        default=0.002,
+        metadata={
+            "gt": 0.0,
+            "doc": "windows the geometry keeps shorter than this are not modulated",
+        },
+    )
+    segments: int = field(
+        default=16,
+        metadata={"ge": 4, "le": 1000, "doc": "G1 segments per window (block ends add more)"},
+    )
 
     def check(self) -> list[tuple[str, str]]:
         found = []
         if self.degree % 2:
             found.append(("degree", f"expected an even integer (eq. 26), found {self.degree}"))
         if self.ratio < 0 and not self.retrograde:
-            found.append(("ratio", f"ratio {self.ratio:g} < 0 means retrograde motion; set "
-                          "retrograde: true to allow it"))
+            found.append(
+                (
+                    "ratio",
+                    f"ratio {self.ratio:g} < 0 means retrograde motion; set "
+                    "retrograde: true to allow it",
+                )
+            )
         if self.min_half_window_s > self.half_window_s:
-            found.append(("min_half_window_s", "expected at most half_window_s "
-                          f"({self.half_window_s:g}), found {self.min_half_window_s:g}"))
+            found.append(
+                (
+                    "min_half_window_s",
+                    "expected at most half_window_s "
+                    f"({self.half_window_s:g}), found {self.min_half_window_s:g}",
+                )
+            )
         return found
 
 
@@ -154,8 +211,9 @@ class LookaheadSettings:
     """How far the filter may read ahead of what it has written (whichever limit comes first)."""
 
     lines: int = field(default=1000, metadata={"ge": 2, "le": 1_000_000})
-    seconds: float = field(default=5.0, metadata={
-        "gt": 0.0, "doc": "of motion at the programmed feeds"})
+    seconds: float = field(
+        default=5.0, metadata={"gt": 0.0, "doc": "of motion at the programmed feeds"}
+    )
 
 
 @dataclass(frozen=True)
@@ -164,11 +222,20 @@ class MachineSettings:
 
     name: str = field(metadata={"min_len": 1})
     axes: dict[AxisName, AxisSettings] = field(metadata={"min_len": 1})
-    eps_m: float = field(metadata={
-        "gt": 0.0, "le": 0.01, "doc": "largest distance of the output path from the input path"})
+    eps_m: float = field(
+        metadata={
+            "gt": 0.0,
+            "le": 0.01,
+            "doc": "largest distance of the output path from the input path",
+        }
+    )
     dialect: DialectName = "generic"
-    inverse_time: bool = field(default=False, metadata={
-        "doc": "write modulation windows in G93 inverse-time mode (exact segment durations)"})
+    inverse_time: bool = field(
+        default=False,
+        metadata={
+            "doc": "write modulation windows in G93 inverse-time mode (exact segment durations)"
+        },
+    )
     modulation: ModulationSettings = field(default_factory=ModulationSettings)
     lookahead: LookaheadSettings = field(default_factory=LookaheadSettings)
     source: str = field(default="<memory>", metadata={"internal": True})
@@ -180,8 +247,13 @@ class MachineSettings:
             found.append(("inverse_time", f"dialect {d.name} has no G93 inverse-time mode"))
         floor = 2.0 * rounding_mm(d, inch=False) * 1e-3
         if self.eps_m < floor:
-            found.append(("eps_m", f"expected at least {floor:.3g} (twice what rounding to "
-                          f"{d.decimals} decimals of mm moves a point), found {self.eps_m:g}"))
+            found.append(
+                (
+                    "eps_m",
+                    f"expected at least {floor:.3g} (twice what rounding to "
+                    f"{d.decimals} decimals of mm moves a point), found {self.eps_m:g}",
+                )
+            )
         return found
 
     @property
@@ -197,12 +269,24 @@ class MachineSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "name": self.name, "source": self.source, "eps_m": self.eps_m,
-            "dialect": self.dialect, "inverse_time": self.inverse_time,
+            "name": self.name,
+            "source": self.source,
+            "eps_m": self.eps_m,
+            "dialect": self.dialect,
+            "inverse_time": self.inverse_time,
             "axes": {k: v.params().to_dict() for k, v in self.axes.items()},
-            "modulation": {f: getattr(self.modulation, f) for f in (
-                "ratio", "degree", "retrograde", "policy", "half_window_s",
-                "min_half_window_s", "segments")},
+            "modulation": {
+                f: getattr(self.modulation, f)
+                for f in (
+                    "ratio",
+                    "degree",
+                    "retrograde",
+                    "policy",
+                    "half_window_s",
+                    "min_half_window_s",
+                    "segments",
+                )
+            },
             "lookahead": {"lines": self.lookahead.lines, "seconds": self.lookahead.seconds},
         }
 

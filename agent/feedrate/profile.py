@@ -101,8 +101,7 @@ def middle_ratio(factor: float, degree: int = 10) -> float:
 
 def _check_degree(degree: int) -> None:
     if not (isinstance(degree, int) and degree >= 4 and degree % 2 == 0):
-        raise ValueError(f"feedrate degree: expected an even integer >= 4 (eq. 26), got "
-                         f"{degree!r}")
+        raise ValueError(f"feedrate degree: expected an even integer >= 4 (eq. 26), got {degree!r}")
 
 
 def check_positive(name: str, value: float) -> None:
@@ -147,12 +146,16 @@ class BernsteinFeedrate:
         check_positive("BernsteinFeedrate.coefficients_m_s[0] (nominal feed V_c)", c[0])
         vc = c[0]
         if not (c[1] == vc and c[-2] == vc and c[-1] == vc):
-            raise ValueError(f"BernsteinFeedrate.coefficients_m_s: V_0 = V_1 = V_(n-1) = V_n = "
-                             f"V_c is required for continuous speed and acceleration (section "
-                             f"5.1), got {c!r}")
+            raise ValueError(
+                f"BernsteinFeedrate.coefficients_m_s: V_0 = V_1 = V_(n-1) = V_n = "
+                f"V_c is required for continuous speed and acceleration (section "
+                f"5.1), got {c!r}"
+            )
         if sum(c) <= 0:
-            raise ValueError("BernsteinFeedrate.coefficients_m_s: the window must advance along "
-                             f"the path (sum of coefficients > 0), got {c!r}")
+            raise ValueError(
+                "BernsteinFeedrate.coefficients_m_s: the window must advance along "
+                f"the path (sum of coefficients > 0), got {c!r}"
+            )
 
     # -- shape
     @property
@@ -225,10 +228,11 @@ class BernsteinFeedrate:
         poly = np.zeros(n + 1)
         for k, vk in enumerate(coef):
             term = np.polynomial.polynomial.polypow([1.0, -1.0], n - k)
-            poly[k:k + term.size] += vk * math.comb(n, k) * term
+            poly[k : k + term.size] += vk * math.comb(n, k) * term
         roots = np.polynomial.polynomial.polyroots(poly)
-        taus = sorted(float(r.real) for r in roots
-                      if abs(r.imag) < 1e-9 and 1e-12 < r.real < 1 - 1e-12)
+        taus = sorted(
+            float(r.real) for r in roots if abs(r.imag) < 1e-9 and 1e-12 < r.real < 1 - 1e-12
+        )
         return tuple(self.half_window_s * (2.0 * tau - 1.0) for tau in taus)
 
     @property
@@ -242,8 +246,9 @@ class BernsteinFeedrate:
     # -- evaluation (vectorised)
     def tau(self, t: ArrayLike) -> Array:
         """Eq. 24, clipped to [0, 1]."""
-        return np.clip((np.asarray(t, dtype=float) + self.half_window_s)
-                       / (2.0 * self.half_window_s), 0.0, 1.0)
+        return np.clip(
+            (np.asarray(t, dtype=float) + self.half_window_s) / (2.0 * self.half_window_s), 0.0, 1.0
+        )
 
     def speed_m_s(self, t: ArrayLike) -> Array:
         """V(t): eq. 26 inside the window, V_c outside."""
@@ -267,8 +272,9 @@ class BernsteinFeedrate:
         tt = np.asarray(t, dtype=float)
         ts, ss, vc = self.half_window_s, self.half_arc_m, self.nominal_m_s
         inside = -ss + 2.0 * ts * bernstein_eval(self.integral_coefficients_m_s, self.tau(tt))
-        return np.where(tt < -ts, -ss + vc * (tt + ts), np.where(tt > ts, ss + vc * (tt - ts),
-                                                                  inside))
+        return np.where(
+            tt < -ts, -ss + vc * (tt + ts), np.where(tt > ts, ss + vc * (tt - ts), inside)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -308,8 +314,10 @@ def symmetric_feedrate(
     if not math.isfinite(f):
         raise ValueError(f"symmetric_feedrate: middle factor must be finite, got {f!r}")
     if middle_ratio(f, degree) < 0 and not allow_retrograde:
-        raise ValueError(f"symmetric_feedrate: V(1/2)/V_c = {middle_ratio(f, degree):.4g} < 0 "
-                         "means retrograde motion; pass allow_retrograde=True to accept it")
+        raise ValueError(
+            f"symmetric_feedrate: V(1/2)/V_c = {middle_ratio(f, degree):.4g} < 0 "
+            "means retrograde motion; pass allow_retrograde=True to accept it"
+        )
     coef = [nominal_m_s] * (degree + 1)
     coef[degree // 2] = f * nominal_m_s
     return BernsteinFeedrate(tuple(coef), half_window_s)
@@ -333,11 +341,14 @@ class CompositeFeedrate:
         check_positive("CompositeFeedrate.decel_s", self.decel_s)
         check_positive("CompositeFeedrate.accel_s", self.accel_s)
         if not (math.isfinite(self.dwell_s) and self.dwell_s >= 0):
-            raise ValueError(f"CompositeFeedrate.dwell_s: expected a finite number >= 0, got "
-                             f"{self.dwell_s!r}")
+            raise ValueError(
+                f"CompositeFeedrate.dwell_s: expected a finite number >= 0, got {self.dwell_s!r}"
+            )
         if not (isinstance(self.continuity, int) and 1 <= self.continuity <= 20):
-            raise ValueError(f"CompositeFeedrate.continuity: expected an integer in 1..20, got "
-                             f"{self.continuity!r}")
+            raise ValueError(
+                f"CompositeFeedrate.continuity: expected an integer in 1..20, got "
+                f"{self.continuity!r}"
+            )
 
     @property
     def transition_coefficients(self) -> tuple[float, ...]:
@@ -407,8 +418,13 @@ class CompositeFeedrate:
         vc = self.nominal_m_s
         before = self.arc_start_m + vc * (tt - self.window_start_s)
         after = self.arc_end_m + vc * (tt - self.window_end_s)
-        return np.where(tt < self.window_start_s, before, np.where(
-            tt > self.window_end_s, after, np.where(in_dec, s_dec, np.where(in_acc, s_acc, 0.0))))
+        return np.where(
+            tt < self.window_start_s,
+            before,
+            np.where(
+                tt > self.window_end_s, after, np.where(in_dec, s_dec, np.where(in_acc, s_acc, 0.0))
+            ),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {

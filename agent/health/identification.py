@@ -79,8 +79,12 @@ class RelativeLimits:
         return value >= limit if self.direction == "rise" else value <= limit
 
     def to_dict(self) -> dict[str, Any]:
-        return {"direction": self.direction, "kind": self.kind, "watch": self.watch,
-                "alert": self.alert}
+        return {
+            "direction": self.direction,
+            "kind": self.kind,
+            "watch": self.watch,
+            "alert": self.alert,
+        }
 
 
 def relative_limits(
@@ -114,8 +118,13 @@ class Baseline:
         return f"median of the first {self.n_points} identifications"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"value": self.value, "source": self.source, "n_points": self.n_points,
-                "rel_noise": self.rel_noise, "point_noise": self.point_noise}
+        return {
+            "value": self.value,
+            "source": self.source,
+            "n_points": self.n_points,
+            "rel_noise": self.rel_noise,
+            "point_noise": self.point_noise,
+        }
 
 
 def baseline_of(
@@ -128,8 +137,7 @@ def baseline_of(
     first = finite[:n]
     wls = [r / 100.0 for _, r in first if r is not None]
     if commissioning is not None:
-        return Baseline(float(commissioning), "commissioning", 0, 0.0,
-                        median(wls) if wls else 0.0)
+        return Baseline(float(commissioning), "commissioning", 0, 0.0, median(wls) if wls else 0.0)
     if len(first) < n:
         return None
     values = [p.value for p, _ in first]
@@ -216,9 +224,13 @@ def assess_indicator(
     verdict = _judge(indicator, finite, s, lim, base)
     if failure is not None:
         last = f"; the last valid {verdict.reason}" if verdict.value is not None else ""
-        verdict = replace(verdict, status=Status.UNKNOWN,
-                          ne107=ne107_of(Status.UNKNOWN, failed=True), failure=failure,
-                          reason=f"identification failed: {failure}{last}")
+        verdict = replace(
+            verdict,
+            status=Status.UNKNOWN,
+            ne107=ne107_of(Status.UNKNOWN, failed=True),
+            failure=failure,
+            reason=f"identification failed: {failure}{last}",
+        )
     return verdict
 
 
@@ -232,24 +244,44 @@ def _judge(
     info = indicator_info(indicator)
     history = [p for p, _ in finite]
     if not finite:
-        return IndicatorVerdict(indicator, Status.UNKNOWN, ne107_of(Status.UNKNOWN),
-                                f"no valid {info.label} value", lim, 0,
-                                needed=s.baseline_identifications)
+        return IndicatorVerdict(
+            indicator,
+            Status.UNKNOWN,
+            ne107_of(Status.UNKNOWN),
+            f"no valid {info.label} value",
+            lim,
+            0,
+            needed=s.baseline_identifications,
+        )
     last, last_rel = finite[-1]
     shown = f"{info.label} {info.format(last.value)}"
 
     def made(status: Status, reason: str, **more: Any) -> IndicatorVerdict:
-        return IndicatorVerdict(indicator, status, ne107_of(status), reason, lim, len(finite),
-                                last.value, last.time_iso, base,
-                                needed=s.baseline_identifications, **more)
+        return IndicatorVerdict(
+            indicator,
+            status,
+            ne107_of(status),
+            reason,
+            lim,
+            len(finite),
+            last.value,
+            last.time_iso,
+            base,
+            needed=s.baseline_identifications,
+            **more,
+        )
 
     if base is None:
-        reason = (f"{shown}: baseline being set ({len(finite)} of "
-                  f"{s.baseline_identifications} identifications)")
+        reason = (
+            f"{shown}: baseline being set ({len(finite)} of "
+            f"{s.baseline_identifications} identifications)"
+        )
         return made(Status.UNKNOWN, reason, trend=trend(history, indicator=indicator))
     if not (base.value > 0.0 and math.isfinite(base.rel_noise)):
-        reason = (f"{shown}: baseline {info.format(base.value)} ({base.describe()}) is not "
-                  "positive, so no relative limit applies; set a commissioning value")
+        reason = (
+            f"{shown}: baseline {info.format(base.value)} ({base.describe()}) is not "
+            "positive, so no relative limit applies; set a commissioning value"
+        )
         return made(Status.UNKNOWN, reason, trend=trend(history, indicator=indicator))
     watch, alert = lim.absolute(base.value)
     ratio = last.value / base.value
@@ -257,9 +289,11 @@ def _judge(
     sigma = ratio * math.hypot(max(own, base.point_noise), base.rel_noise)
     change = ratio - 1.0
     significant = abs(change) > s.noise_sigmas * sigma
-    moved = (f"x{ratio:.3g}" if lim.kind == "ratio" else f"{100 * change:+.3g} %")
-    shown += (f", {moved} on its baseline {info.format(base.value)} ({base.describe()}; "
-              f"1 sd {100 * sigma:.2g} %)")
+    moved = f"x{ratio:.3g}" if lim.kind == "ratio" else f"{100 * change:+.3g} %"
+    shown += (
+        f", {moved} on its baseline {info.format(base.value)} ({base.describe()}; "
+        f"1 sd {100 * sigma:.2g} %)"
+    )
     status, limit_name, limit_rel, limit_abs = Status.OK, "watch", lim.watch, watch
     if lim.crossed(last.value, alert):
         status, limit_name, limit_rel, limit_abs = Status.ALERT, "alert", lim.alert, alert
@@ -271,26 +305,37 @@ def _judge(
         ahead = "below" if lim.direction == "rise" else "above"
         reason = f"{shown}: {ahead} the {limit_text}"
     elif not significant:
-        reason = (f"{shown}: {past} the {limit_text}, but within the noise "
-                  f"({s.noise_sigmas:g} sd = {100 * s.noise_sigmas * sigma:.2g} %): no warning")
+        reason = (
+            f"{shown}: {past} the {limit_text}, but within the noise "
+            f"({s.noise_sigmas:g} sd = {100 * s.noise_sigmas * sigma:.2g} %): no warning"
+        )
         status = Status.OK
     else:
         reason = f"{shown}: {past} the {limit_text}"
-    return made(status, reason, watch=watch, alert=alert, change=change, sigma=sigma,
-                significant=significant,
-                trend=_trend(history, watch, alert, indicator, lim.direction))
+    return made(
+        status,
+        reason,
+        watch=watch,
+        alert=alert,
+        change=change,
+        sigma=sigma,
+        significant=significant,
+        trend=_trend(history, watch, alert, indicator, lim.direction),
+    )
 
 
 def _trend(
-    points: Sequence[TrendPoint], watch: float, alert: float, indicator: str,
+    points: Sequence[TrendPoint],
+    watch: float,
+    alert: float,
+    indicator: str,
     direction: Literal["rise", "drop"],
 ) -> Trend | None:
     """health.trend, for a falling indicator through its negative (the forecast machinery
     looks for a rise to the limit), turned back so that every number is in the value's sense."""
     if direction == "rise":
         return trend(points, watch, alert, indicator)
-    mirrored = trend([TrendPoint(p.time_iso, -p.value) for p in points], -watch, -alert,
-                     indicator)
+    mirrored = trend([TrendPoint(p.time_iso, -p.value) for p in points], -watch, -alert, indicator)
     if mirrored is None:
         return None
 
@@ -311,8 +356,10 @@ def forecast_sentence(v: IndicatorVerdict) -> str:
     it reaches its next limit."""
     tr = v.trend
     if tr is None:
-        return (f"{v.n_points} identification(s) in the history: a trend needs at least 3 at "
-                "different times.")
+        return (
+            f"{v.n_points} identification(s) in the history: a trend needs at least 3 at "
+            "different times."
+        )
     info = indicator_info(v.indicator)
     rate = f"{tr.slope_per_day * info.scale:+.3g} {info.display_unit}/day".replace(" /", "/")
     parts = [f"{tr.over_text('identifications')} {info.label} changes by {rate}."]
@@ -321,16 +368,20 @@ def forecast_sentence(v: IndicatorVerdict) -> str:
     fc = v.forecast
     heading = tr.slope_per_day > 0 if v.limits.direction == "rise" else tr.slope_per_day < 0
     if fc is not None:
-        high = ("an open end (the change is not certain)" if fc.days_high is None
-                else f"{fc.days_high:.3g} days")
-        parts.append(f"At this rate it reaches the {fc.limit_name} limit "
-                     f"{info.format(fc.limit)} in about {fc.days:.3g} days "
-                     f"({100 * tr.confidence:.0f} % interval: {fc.days_low:.3g} days to "
-                     f"{high}).")
+        high = (
+            "an open end (the change is not certain)"
+            if fc.days_high is None
+            else f"{fc.days_high:.3g} days"
+        )
+        parts.append(
+            f"At this rate it reaches the {fc.limit_name} limit "
+            f"{info.format(fc.limit)} in about {fc.days:.3g} days "
+            f"({100 * tr.confidence:.0f} % interval: {fc.days_low:.3g} days to "
+            f"{high})."
+        )
     elif v.baseline is None or v.watch is None:
         parts.append("No limit crossing is forecast until the baseline is set.")
-    elif v.status is Status.ALERT or (tr.forecast_alert is not None
-                                      and tr.forecast_alert.reached):
+    elif v.status is Status.ALERT or (tr.forecast_alert is not None and tr.forecast_alert.reached):
         parts.append("It is at or past the alert limit: no further limit to forecast.")
     elif not heading:
         word = "rising" if v.limits.direction == "rise" else "falling"
@@ -361,10 +412,12 @@ class JointIdentificationVerdict:
         """The indicator whose trend crosses a limit worse than the joint's status soonest
         (while OK: any limit; at WATCH: an alert limit; at ALERT: none): when it gets worse."""
         level = {Status.WATCH: 1, Status.ALERT: 2}.get(self.status, 0)
-        ahead = [v for v in self.indicators if v.forecast is not None
-                 and (2 if v.forecast.limit_name == "alert" else 1) > level]
-        return min(ahead, key=lambda v: v.forecast.days if v.forecast else math.inf,
-                   default=None)
+        ahead = [
+            v
+            for v in self.indicators
+            if v.forecast is not None and (2 if v.forecast.limit_name == "alert" else 1) > level
+        ]
+        return min(ahead, key=lambda v: v.forecast.days if v.forecast else math.inf, default=None)
 
     @property
     def forecast_text(self) -> str:
@@ -383,8 +436,9 @@ class JointIdentificationVerdict:
             "ne107": {"status": self.ne107.value, "letter": self.ne107.letter},
             "reason": self.reason,
             "indicator": self.worst.indicator,
-            "forecast": None if fc is None or soon is None else {
-                "indicator": soon.indicator, **fc.to_dict()},
+            "forecast": None
+            if fc is None or soon is None
+            else {"indicator": soon.indicator, **fc.to_dict()},
             "forecast_text": self.forecast_text,
             "indicators": [v.to_dict() for v in self.indicators],
         }
@@ -427,8 +481,11 @@ def limits_from_detail(recorded: object, joint: str) -> IdentificationLimitSetti
         given = recorded.get("baseline") or {}
         baseline = {}
         if isinstance(given, Mapping) and given:
-            baseline = {joint: JointBaselineSettings(**{
-                k: float(v) for k, v in given.items() if k in IDENTIFICATION_INDICATORS})}
+            baseline = {
+                joint: JointBaselineSettings(
+                    **{k: float(v) for k, v in given.items() if k in IDENTIFICATION_INDICATORS}
+                )
+            }
         settings = IdentificationLimitSettings(**values, baseline=baseline)
     except (TypeError, ValueError):
         return None
@@ -444,5 +501,8 @@ def verdict_counts(verdicts: Mapping[str, JointIdentificationVerdict]) -> dict[s
     for v in verdicts.values():
         counts[v.status.value] += 1
         signals[v.ne107.value] += 1
-    return {"worst_status": worst([v.status for v in verdicts.values()]).value,
-            "counts": counts, "ne107_counts": signals}
+    return {
+        "worst_status": worst([v.status for v in verdicts.values()]).value,
+        "counts": counts,
+        "ne107_counts": signals,
+    }

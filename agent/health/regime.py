@@ -61,8 +61,9 @@ def find_break(x_days: np.ndarray, y: np.ndarray, alpha: float = BREAK_ALPHA) ->
     x = np.asarray(x_days, dtype=float)
     v = np.asarray(y, dtype=float)
     if x.shape != v.shape or x.ndim != 1:
-        raise ValueError(f"find_break: expected two 1-D arrays of one length, found "
-                         f"{x.shape} and {v.shape}")
+        raise ValueError(
+            f"find_break: expected two 1-D arrays of one length, found {x.shape} and {v.shape}"
+        )
     n = x.size
     if n < MIN_POINTS or not (np.all(np.isfinite(x)) and np.all(np.isfinite(v))):
         return None
@@ -78,14 +79,18 @@ def find_break(x_days: np.ndarray, y: np.ndarray, alpha: float = BREAK_ALPHA) ->
     # A line to rounding precision: any "change" would be rounding noise.
     if rss0 <= 1e-20 * n:
         return None
-    candidates = [k for k in range(MIN_BEFORE - 1, n - 1)
-                  if np.unique(xs[: k + 1]).size >= 2 and np.any(xs > xs[k])]
+    candidates = [
+        k
+        for k in range(MIN_BEFORE - 1, n - 1)
+        if np.unique(xs[: k + 1]).size >= 2 and np.any(xs > xs[k])
+    ]
     if not candidates:
         return None
     ks = np.array(candidates)
     hinge = np.maximum(xs[None, :] - xs[ks, None], 0.0)  # (m, n)
-    design = np.stack([np.broadcast_to(np.ones(n), hinge.shape),
-                       np.broadcast_to(xs, hinge.shape), hinge], axis=-1)  # (m, n, 3)
+    design = np.stack(
+        [np.broadcast_to(np.ones(n), hinge.shape), np.broadcast_to(xs, hinge.shape), hinge], axis=-1
+    )  # (m, n, 3)
     gram = np.einsum("mni,mnj->mij", design, design)
     rhs = np.einsum("mni,n->mi", design, ys)
     try:
@@ -101,13 +106,19 @@ def find_break(x_days: np.ndarray, y: np.ndarray, alpha: float = BREAK_ALPHA) ->
     best = int(np.argmax(np.abs(t)))
     m_stat = float(abs(t[best]))
     variation = float(np.sum(np.abs(np.diff(t))))
-    p = 2.0 * (float(stats.t.sf(m_stat, df))
-               + variation * (1.0 + m_stat**2 / df) ** (-(df - 1) / 2.0) / math.sqrt(8 * math.pi))
+    p = 2.0 * (
+        float(stats.t.sf(m_stat, df))
+        + variation * (1.0 + m_stat**2 / df) ** (-(df - 1) / 2.0) / math.sqrt(8 * math.pi)
+    )
     p = min(1.0, p)
     if not p < alpha:
         return None
     scale = y_sd / x_span  # back to indicator units per day
     before = float(coef[best, 1]) * scale
-    return SlopeBreak(index=int(ks[best]), slope_before=before,
-                      slope_after=before + float(coef[best, 2]) * scale,
-                      t_stat=m_stat, p_value=p)
+    return SlopeBreak(
+        index=int(ks[best]),
+        slope_before=before,
+        slope_after=before + float(coef[best, 2]) * scale,
+        t_stat=m_stat,
+        p_value=p,
+    )

@@ -57,8 +57,10 @@ class Forecast:
         if self.reached:
             return f"{self.limit_name} limit already reached by the trend"
         high = "never" if self.days_high is None else f"{self.days_high:.3g}"
-        return (f"{self.limit_name} limit in {self.days:.3g} days "
-                f"(interval {self.days_low:.3g} to {high} days)")
+        return (
+            f"{self.limit_name} limit in {self.days:.3g} days "
+            f"(interval {self.days_low:.3g} to {high} days)"
+        )
 
 
 TrendBasis = Literal["history", "since_break", "recent_break"]
@@ -107,21 +109,27 @@ class Trend:
     def over_text(self, noun: str = "cycles") -> str:
         """The opening of a forecast sentence: which points the rate is taken over."""
         if self.basis == "since_break":
-            return (f"Since {self.since_text()}, when a change of slope was detected "
-                    f"({self.n_points} {noun}, {self.span_days:.3g} days),")
+            return (
+                f"Since {self.since_text()}, when a change of slope was detected "
+                f"({self.n_points} {noun}, {self.span_days:.3g} days),"
+            )
         return f"Over {self.n_points} {noun} ({self.span_days:.3g} days)"
 
     def basis_text(self) -> str:
         """Why these points, for people."""
         if self.basis == "since_break":
-            return (f"fitted since {self.since_text()}: the slope changed there (Davies "
-                    f"p = {self.break_p_value:.2g}); {self.history_points - self.n_points} "
-                    "older point(s) left out")
+            return (
+                f"fitted since {self.since_text()}: the slope changed there (Davies "
+                f"p = {self.break_p_value:.2g}); {self.history_points - self.n_points} "
+                "older point(s) left out"
+            )
         if self.basis == "recent_break":
-            return (f"fitted to the whole history: the slope changed at {self.since_text()} "
-                    f"(Davies p = {self.break_p_value:.2g}), too recently for a line of its "
-                    f"own ({self.points_after_break} point(s) after it, {MIN_AFTER} needed); "
-                    "the interval's early end allows for the new slope")
+            return (
+                f"fitted to the whole history: the slope changed at {self.since_text()} "
+                f"(Davies p = {self.break_p_value:.2g}), too recently for a line of its "
+                f"own ({self.points_after_break} point(s) after it, {MIN_AFTER} needed); "
+                "the interval's early end allows for the new slope"
+            )
         return "fitted to the whole history: no significant change of slope"
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,8 +160,10 @@ class Trend:
         info = indicator_info(self.indicator)
         per_day = self.slope_per_day * info.scale
         since = f" since {self.since_text()}" if self.basis == "since_break" else ""
-        parts = [f"trend {per_day:+.3g} {info.display_unit}/day over {self.n_points} points"
-                 f"{since} ({self.span_days:.3g} days)"]
+        parts = [
+            f"trend {per_day:+.3g} {info.display_unit}/day over {self.n_points} points"
+            f"{since} ({self.span_days:.3g} days)"
+        ]
         for fc in (self.forecast_watch, self.forecast_alert):
             if fc is not None:
                 parts.append(fc.describe())
@@ -171,8 +181,9 @@ def days_since(points: Sequence[TrendPoint]) -> np.ndarray:
     if not points:
         return np.zeros(0)
     t0 = _parse_time(points[0].time_iso)
-    return np.array([(_parse_time(p.time_iso) - t0).total_seconds() / SECONDS_PER_DAY
-                     for p in points])
+    return np.array(
+        [(_parse_time(p.time_iso) - t0).total_seconds() / SECONDS_PER_DAY for p in points]
+    )
 
 
 def trend(
@@ -192,8 +203,9 @@ def trend(
     high end to the slope after the break: the forecast's early end is then as early as the new
     regime would make it, a warning that may come too soon, never one that comes too late.
     """
-    finite = sorted((p for p in points if math.isfinite(p.value)),
-                    key=lambda p: _parse_time(p.time_iso))
+    finite = sorted(
+        (p for p in points if math.isfinite(p.value)), key=lambda p: _parse_time(p.time_iso)
+    )
     if len(finite) < 3:
         return None
     x_all = days_since(finite)
@@ -207,8 +219,8 @@ def trend(
         after = len(finite) - 1 - brk.index
         basis = "since_break" if after >= MIN_AFTER else "recent_break"
         if basis == "since_break":
-            used = finite[brk.index:]
-            x, y = x_all[brk.index:] - x_all[brk.index], y_all[brk.index:]
+            used = finite[brk.index :]
+            x, y = x_all[brk.index :] - x_all[brk.index], y_all[brk.index :]
     slope, intercept, low, high = (float(v) for v in stats.theilslopes(y, x, alpha=confidence))
     if brk is not None and basis == "recent_break":
         high = max(high, brk.slope_after)
@@ -273,8 +285,7 @@ def forecast_sentence(tr: Trend | None, n_points: int = 0, passed: str | None = 
     """For people: how the trend goes and when it reaches the next limit, with the interval.
     `passed` is the limit the last value is already at or past (see passed_limit)."""
     if tr is None:
-        return (f"{n_points} point(s) in the history: a trend needs at least 3 at different "
-                "times.")
+        return f"{n_points} point(s) in the history: a trend needs at least 3 at different times."
     info = indicator_info(tr.indicator)
     rate = f"{tr.slope_per_day * info.scale:+.3g} {info.display_unit}/day".replace(" /", "/")
     parts = [f"{tr.over_text('cycles')} {info.label} changes by {rate}."]
@@ -282,12 +293,17 @@ def forecast_sentence(tr: Trend | None, n_points: int = 0, passed: str | None = 
         parts.append(recent_break_sentence(tr))
     fc = next_forecast(tr, passed)
     if fc is not None:
-        high = ("an open end (the rise is not certain)" if fc.days_high is None
-                else f"{fc.days_high:.3g} days")
-        parts.append(f"At this rate it reaches the {fc.limit_name} limit "
-                     f"{info.format(fc.limit)} in about {fc.days:.3g} days "
-                     f"({100 * tr.confidence:.0f} % interval: {fc.days_low:.3g} days to "
-                     f"{high}).")
+        high = (
+            "an open end (the rise is not certain)"
+            if fc.days_high is None
+            else f"{fc.days_high:.3g} days"
+        )
+        parts.append(
+            f"At this rate it reaches the {fc.limit_name} limit "
+            f"{info.format(fc.limit)} in about {fc.days:.3g} days "
+            f"({100 * tr.confidence:.0f} % interval: {fc.days_low:.3g} days to "
+            f"{high})."
+        )
     elif passed == "alert" or (tr.forecast_alert is not None and tr.forecast_alert.reached):
         parts.append("It is at or past the alert limit: no further limit to forecast.")
     elif not tr.slope_per_day > 0:
@@ -301,9 +317,11 @@ def forecast_sentence(tr: Trend | None, n_points: int = 0, passed: str | None = 
 
 def recent_break_sentence(tr: Trend) -> str:
     """For people: a break too recent to fit a line to, and what the forecast does about it."""
-    return (f"Its slope changed at {tr.since_text()}, too recently to fit a line to "
-            f"({tr.points_after_break} point(s) after it): the interval's early end allows for "
-            "the new slope.")
+    return (
+        f"Its slope changed at {tr.since_text()}, too recently to fit a line to "
+        f"({tr.points_after_break} point(s) after it): the interval's early end allows for "
+        "the new slope."
+    )
 
 
 def _date(time_iso: str) -> str:

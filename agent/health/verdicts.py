@@ -38,13 +38,12 @@ INDICATORS: dict[str, Indicator] = {
     "backlash_rad": Indicator("backlash_rad", "backlash", "rad", "mrad", 1e3),
     "amplitude_rad_s": Indicator("amplitude_rad_s", "amplitude A", "rad/s", "rad/s", 1.0),
     # The identification's (agent.estimation.identification.fit.JointHealth.rows) and stiffness's.
-    "coulomb_friction_nm": Indicator("coulomb_friction_nm", "Coulomb friction", "N·m", "N·m",
-                                     1.0),
-    "viscous_friction_nm_s_rad": Indicator("viscous_friction_nm_s_rad", "viscous friction",
-                                           "N·m·s/rad", "N·m·s/rad", 1.0),
+    "coulomb_friction_nm": Indicator("coulomb_friction_nm", "Coulomb friction", "N·m", "N·m", 1.0),
+    "viscous_friction_nm_s_rad": Indicator(
+        "viscous_friction_nm_s_rad", "viscous friction", "N·m·s/rad", "N·m·s/rad", 1.0
+    ),
     "stiffness_nm_rad": Indicator("stiffness_nm_rad", "stiffness", "N·m/rad", "kN·m/rad", 1e-3),
-    "rotor_inertia_kg_m2": Indicator("rotor_inertia_kg_m2", "rotor inertia", "kg·m²", "kg·m²",
-                                     1.0),
+    "rotor_inertia_kg_m2": Indicator("rotor_inertia_kg_m2", "rotor inertia", "kg·m²", "kg·m²", 1.0),
     "torque_nmse_nm": Indicator("torque_nmse_nm", "torque-prediction NMSE", "N·m", "N·m", 1.0),
 }
 
@@ -89,20 +88,34 @@ def assess(
         return Verdict(Status.UNKNOWN, indicator, None, None, f"no valid {info.label} value")
     if watch is None and alert is None:
         return Verdict(
-            Status.UNKNOWN, indicator, value, None,
+            Status.UNKNOWN,
+            indicator,
+            value,
+            None,
             f"{info.label} {info.format(value)}: no limits configured",
         )
     shown = f"{info.label} {info.format(value)}"
     if alert is not None and value >= alert:
-        return Verdict(Status.ALERT, indicator, value, alert,
-                       f"{shown} at or above the alert limit {info.format(alert)}")
+        return Verdict(
+            Status.ALERT,
+            indicator,
+            value,
+            alert,
+            f"{shown} at or above the alert limit {info.format(alert)}",
+        )
     if watch is not None and value >= watch:
-        return Verdict(Status.WATCH, indicator, value, watch,
-                       f"{shown} at or above the watch limit {info.format(watch)}")
+        return Verdict(
+            Status.WATCH,
+            indicator,
+            value,
+            watch,
+            f"{shown} at or above the watch limit {info.format(watch)}",
+        )
     below = watch if watch is not None else alert
     which = "watch" if watch is not None else "alert"
-    return Verdict(Status.OK, indicator, value, below,
-                   f"{shown} below the {which} limit {info.format(below)}")
+    return Verdict(
+        Status.OK, indicator, value, below, f"{shown} below the {which} limit {info.format(below)}"
+    )
 
 
 def assess_backlash(result: BacklashResult | None, thresholds: ThresholdSettings) -> Verdict:
@@ -112,27 +125,49 @@ def assess_backlash(result: BacklashResult | None, thresholds: ThresholdSettings
     if result.backlash_rad is not None:
         if thresholds.backlash_watch_rad is None and thresholds.backlash_alert_rad is None:
             verdict = Verdict(
-                Status.UNKNOWN, "backlash_rad", result.backlash_rad, None,
+                Status.UNKNOWN,
+                "backlash_rad",
+                result.backlash_rad,
+                None,
                 f"backlash {INDICATORS['backlash_rad'].format(result.backlash_rad)}: calibrated "
                 "but no backlash_watch_rad / backlash_alert_rad configured",
             )
         else:
-            verdict = assess(result.backlash_rad, thresholds.backlash_watch_rad,
-                             thresholds.backlash_alert_rad, "backlash_rad")
+            verdict = assess(
+                result.backlash_rad,
+                thresholds.backlash_watch_rad,
+                thresholds.backlash_alert_rad,
+                "backlash_rad",
+            )
     elif thresholds.amplitude_watch_rad_s is None and thresholds.amplitude_alert_rad_s is None:
-        why = ("backlash limits need a calibration"
-               if thresholds.backlash_watch_rad is not None
-               or thresholds.backlash_alert_rad is not None else "no limits configured")
+        why = (
+            "backlash limits need a calibration"
+            if thresholds.backlash_watch_rad is not None
+            or thresholds.backlash_alert_rad is not None
+            else "no limits configured"
+        )
         amp = INDICATORS["amplitude_rad_s"].format(result.amplitude_rad_s)
         verdict = Verdict(
-            Status.UNKNOWN, "amplitude_rad_s", result.amplitude_rad_s, None,
+            Status.UNKNOWN,
+            "amplitude_rad_s",
+            result.amplitude_rad_s,
+            None,
             f"amplitude A {amp}: not calibrated, {why}, and no amplitude_watch_rad_s / "
             "amplitude_alert_rad_s configured",
         )
     else:
-        verdict = assess(result.amplitude_rad_s, thresholds.amplitude_watch_rad_s,
-                         thresholds.amplitude_alert_rad_s, "amplitude_rad_s")
+        verdict = assess(
+            result.amplitude_rad_s,
+            thresholds.amplitude_watch_rad_s,
+            thresholds.amplitude_alert_rad_s,
+            "amplitude_rad_s",
+        )
     if not result.converged:
-        verdict = Verdict(verdict.status, verdict.indicator, verdict.value, verdict.limit,
-                          f"{verdict.reason} (fit did not converge: {result.stop_reason})")
+        verdict = Verdict(
+            verdict.status,
+            verdict.indicator,
+            verdict.value,
+            verdict.limit,
+            f"{verdict.reason} (fit did not converge: {result.stop_reason})",
+        )
     return verdict

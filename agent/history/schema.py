@@ -137,8 +137,9 @@ def iso_utc(moment: datetime | str) -> str:
         try:
             moment = datetime.fromisoformat(moment)
         except ValueError as exc:
-            raise StoreError(f"time {moment!r}: expected ISO 8601 text, e.g. "
-                             "2024-05-01T12:00:00Z") from exc
+            raise StoreError(
+                f"time {moment!r}: expected ISO 8601 text, e.g. 2024-05-01T12:00:00Z"
+            ) from exc
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise StoreError(f"time {moment.isoformat()}: expected a timezone-aware time (UTC)")
     return moment.astimezone(UTC).strftime(_ISO_FORMAT)

@@ -155,8 +155,10 @@ class HistoryStore:
             self.version = migrate(self._conn, MIGRATIONS, where=str(self.path))
         except sqlite3.Error as exc:
             self._conn.close()
-            raise StoreError(f"{self.path}: cannot bring the history database to schema "
-                             f"version {SCHEMA_VERSION}: {exc}") from exc
+            raise StoreError(
+                f"{self.path}: cannot bring the history database to schema "
+                f"version {SCHEMA_VERSION}: {exc}"
+            ) from exc
         except BaseException:
             self._conn.close()
             raise
@@ -250,8 +252,18 @@ class HistoryStore:
             cursor = conn.execute(
                 "INSERT INTO cycles (controller, joint, kind, started_at, finished_at, outcome,"
                 " reason, capture_path, trigger, seq_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (controller, joint, kind, started, finished, outcome, reason,
-                 None if capture_path is None else str(capture_path), trigger, seq_at),
+                (
+                    controller,
+                    joint,
+                    kind,
+                    started,
+                    finished,
+                    outcome,
+                    reason,
+                    None if capture_path is None else str(capture_path),
+                    trigger,
+                    seq_at,
+                ),
             )
             cycle_id = cursor.lastrowid
             assert cycle_id is not None
@@ -264,8 +276,13 @@ class HistoryStore:
                 conn.execute(
                     "INSERT INTO estimates (cycle_id, indicator, value, unit, detail_json)"
                     " VALUES (?, ?, ?, ?, ?)",
-                    (cycle_id, est.indicator, float(est.value), est.unit,
-                     json.dumps(_json_safe(dict(est.detail)), allow_nan=False, sort_keys=True)),
+                    (
+                        cycle_id,
+                        est.indicator,
+                        float(est.value),
+                        est.unit,
+                        json.dumps(_json_safe(dict(est.detail)), allow_nan=False, sort_keys=True),
+                    ),
                 )
             if status is not None:
                 conn.execute(
@@ -292,8 +309,14 @@ class HistoryStore:
         if outcome == "ok":
             raise StoreError("record_rejected: outcome must be 'aborted', 'rejected' or 'error'")
         return self.record_cycle(
-            controller=controller, joint=joint, kind=kind, started_at=started_at,
-            finished_at=finished_at, outcome=outcome, reason=reason, capture_path=capture_path,
+            controller=controller,
+            joint=joint,
+            kind=kind,
+            started_at=started_at,
+            finished_at=finished_at,
+            outcome=outcome,
+            reason=reason,
+            capture_path=capture_path,
             trigger=trigger,
         )
 
@@ -320,8 +343,9 @@ class HistoryStore:
             report_id = cursor.lastrowid
             assert report_id is not None
             for cycle_id in cycle_ids:
-                changed = conn.execute("UPDATE cycles SET report_id = ? WHERE id = ?",
-                                       (report_id, int(cycle_id))).rowcount
+                changed = conn.execute(
+                    "UPDATE cycles SET report_id = ? WHERE id = ?", (report_id, int(cycle_id))
+                ).rowcount
                 if changed != 1:
                     raise StoreError(f"report {message_id}: no cycle with id {cycle_id}")
         return report_id
@@ -411,8 +435,9 @@ class HistoryStore:
         ).fetchone()
         if row is None:
             return None
-        ids = self._conn.execute("SELECT id FROM cycles WHERE report_id = ? ORDER BY id",
-                                 (row[0],)).fetchall()
+        ids = self._conn.execute(
+            "SELECT id FROM cycles WHERE report_id = ? ORDER BY id", (row[0],)
+        ).fetchall()
         return ReportRecord(row[1], row[2], row[3], tuple(int(i) for (i,) in ids))
 
     def cycles(self, limit: int = 50) -> list[CycleRecord]:
@@ -437,15 +462,23 @@ class HistoryStore:
             ).fetchone()
             records.append(
                 CycleRecord(
-                    id=r["id"], controller=r["controller"], joint=r["joint"], kind=r["kind"],
-                    started_at=r["started_at"], finished_at=r["finished_at"],
-                    outcome=r["outcome"], reason=r["reason"], capture_path=r["capture_path"],
-                    estimates=tuple(Estimate(i, float(v), u, json.loads(d))
-                                    for i, v, u, d in est_rows),
+                    id=r["id"],
+                    controller=r["controller"],
+                    joint=r["joint"],
+                    kind=r["kind"],
+                    started_at=r["started_at"],
+                    finished_at=r["finished_at"],
+                    outcome=r["outcome"],
+                    reason=r["reason"],
+                    capture_path=r["capture_path"],
+                    estimates=tuple(
+                        Estimate(i, float(v), u, json.loads(d)) for i, v, u, d in est_rows
+                    ),
                     status=None if verdict is None else verdict[0],
                     status_reason=None if verdict is None else verdict[1],
                     ne107=None if verdict is None else verdict[2],
-                    trigger=r["trigger"], report_message_id=r["report_message_id"],
+                    trigger=r["trigger"],
+                    report_message_id=r["report_message_id"],
                     report_path=r["report_path"],
                 )
             )
@@ -469,8 +502,9 @@ def _ne107(status: str, outcome: str, given: str | None) -> str:
         try:
             return Ne107(given).value
         except ValueError:
-            raise StoreError(f"ne107 {given!r}: expected one of "
-                             f"{', '.join(n.value for n in Ne107)}") from None
+            raise StoreError(
+                f"ne107 {given!r}: expected one of {', '.join(n.value for n in Ne107)}"
+            ) from None
     try:
         ours = Status(status)
     except ValueError:

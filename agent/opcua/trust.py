@@ -40,8 +40,10 @@ def private_file_problem(path: str | Path) -> str | None:
     if not stat.S_ISREG(st.st_mode):
         return f"{p}: expected a regular file"
     if st.st_mode & 0o077:
-        return (f"{p}: mode {stat.S_IMODE(st.st_mode):04o} lets other users read it; expected "
-                "0600 or 0400 (readable only by the service user)")
+        return (
+            f"{p}: mode {stat.S_IMODE(st.st_mode):04o} lets other users read it; expected "
+            "0600 or 0400 (readable only by the service user)"
+        )
     if st.st_uid != os.geteuid():
         return f"{p}: owned by uid {st.st_uid}, expected the service user (uid {os.geteuid()})"
     return None
@@ -209,4 +211,3 @@ class TrustList:
         except verification.VerificationError:
             return False
         return True
-

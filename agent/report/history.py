@@ -28,8 +28,11 @@ def _backlash_history(
     store: HistoryStore, controller: str, joint: str
 ) -> tuple[str, list[TrendPoint]] | None:
     """The judged backlash indicator (the one recorded last) and its history, if any."""
-    found = [(name, pts) for name in ("backlash_rad", "amplitude_rad_s")
-             if (pts := store.history(controller, joint, name))]
+    found = [
+        (name, pts)
+        for name in ("backlash_rad", "amplitude_rad_s")
+        if (pts := store.history(controller, joint, name))
+    ]
     if not found:
         return None
     return max(found, key=lambda f: f[1][-1].time_iso)
@@ -60,27 +63,50 @@ def report_from_history(
     for joint in store.joints(controller):
         limits = thresholds.get(joint, ThresholdSettings())
         judged = _backlash_history(store, controller, joint)
-        summaries = indicator_summaries(store, controller, joint,
-                                        judged=None if judged is None else judged[0],
-                                        limits=ident_limits)
+        summaries = indicator_summaries(
+            store,
+            controller,
+            joint,
+            judged=None if judged is None else judged[0],
+            limits=ident_limits,
+        )
         latest = store.latest(controller, joint)
         if judged is None:
             if summaries:
-                others.append(JointReport(
-                    controller=controller, joint=joint, status=Status.UNKNOWN,
-                    verdict_reason="no backlash cycle recorded", result=None, error=None,
-                    thresholds=limits, trend=None, history=(), capture_path=None,
-                    indicators=summaries, outcome=None if latest is None else latest.outcome,
-                ))
+                others.append(
+                    JointReport(
+                        controller=controller,
+                        joint=joint,
+                        status=Status.UNKNOWN,
+                        verdict_reason="no backlash cycle recorded",
+                        result=None,
+                        error=None,
+                        thresholds=limits,
+                        trend=None,
+                        history=(),
+                        capture_path=None,
+                        indicators=summaries,
+                        outcome=None if latest is None else latest.outcome,
+                    )
+                )
                 continue
             # Only failed cycles: say so, as the daemon's report would.
             why = latest.reason if latest is not None else "no cycle recorded"
-            joints.append(JointReport(
-                controller=controller, joint=joint, status=Status.UNKNOWN,
-                verdict_reason=f"cycle failed: {why}", result=None, error=why,
-                thresholds=limits, trend=None, history=(), capture_path=None,
-                outcome=None if latest is None else latest.outcome,
-            ))
+            joints.append(
+                JointReport(
+                    controller=controller,
+                    joint=joint,
+                    status=Status.UNKNOWN,
+                    verdict_reason=f"cycle failed: {why}",
+                    result=None,
+                    error=why,
+                    thresholds=limits,
+                    trend=None,
+                    history=(),
+                    capture_path=None,
+                    outcome=None if latest is None else latest.outcome,
+                )
+            )
             continue
         name, points = judged
         watch, alert = limits_for(name, limits)
@@ -93,19 +119,33 @@ def report_from_history(
             reason = f"cycle failed: {last.reason}; the last valid {reason}"
         elif last is not None and last.outcome != "ok":
             reason += f" (last cycle {last.outcome}: {last.reason})"
-        joints.append(JointReport(
-            controller=controller, joint=joint, status=status, verdict_reason=reason,
-            result=None, error=error, thresholds=limits,
-            trend=trend(points, watch, alert, name), history=points,
-            capture_path=None if latest is None else latest.capture_path, indicator=name,
-            latest_value=points[-1].value, indicators=summaries,
-            outcome=None if last is None else last.outcome,
-        ))
+        joints.append(
+            JointReport(
+                controller=controller,
+                joint=joint,
+                status=status,
+                verdict_reason=reason,
+                result=None,
+                error=error,
+                thresholds=limits,
+                trend=trend(points, watch, alert, name),
+                history=points,
+                capture_path=None if latest is None else latest.capture_path,
+                indicator=name,
+                latest_value=points[-1].value,
+                indicators=summaries,
+                outcome=None if last is None else last.outcome,
+            )
+        )
     moment = created_at or datetime.now(UTC)
     from agent.report.model import Report
 
-    return Report(created_at_iso=moment.isoformat(), machines=(controller,), joints=tuple(joints),
-                  indicator_joints=tuple(others))
+    return Report(
+        created_at_iso=moment.isoformat(),
+        machines=(controller,),
+        joints=tuple(joints),
+        indicator_joints=tuple(others),
+    )
 
 
 def _last_backlash_cycle(store: HistoryStore, controller: str, joint: str) -> CycleRecord | None:
@@ -124,5 +164,3 @@ def merge_reports(reports: Sequence[Report]) -> Report:
         joints=tuple(j for r in reports for j in r.joints),
         indicator_joints=tuple(j for r in reports for j in r.indicator_joints),
     )
-
-

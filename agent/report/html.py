@@ -91,13 +91,17 @@ def _badge(status: Status) -> str:
 
 def _ne107_letter(signal: Ne107) -> str:
     """The NE 107 badge with the letter only, for narrow table cells."""
-    return (f'<span class="badge ne107 ne-{signal.letter}" title="NAMUR NE 107: '
-            f'{_NE107_TEXT[signal]}">{signal.letter}</span>')
+    return (
+        f'<span class="badge ne107 ne-{signal.letter}" title="NAMUR NE 107: '
+        f'{_NE107_TEXT[signal]}">{signal.letter}</span>'
+    )
 
 
 def _ne107_badge(signal: Ne107) -> str:
-    return (f'<span class="badge ne107 ne-{signal.letter}" title="NAMUR NE 107">'
-            f"NE 107 {signal.letter}: {_NE107_TEXT[signal]}</span>")
+    return (
+        f'<span class="badge ne107 ne-{signal.letter}" title="NAMUR NE 107">'
+        f"NE 107 {signal.letter}: {_NE107_TEXT[signal]}</span>"
+    )
 
 
 def _when(time_iso: str) -> str:
@@ -136,29 +140,51 @@ def trend_svg(
         # the break on (Trend.basis), so the plot shows which regime the forecast follows.
         start = float(days_since([history[0], TrendPoint(tr.first_time_iso, 0.0)])[1])
         x_line = np.array([start, float(days[-1])])
-        label = ("Theil-Sen trend" if tr.basis != "since_break"
-                 else f"Theil-Sen trend since {tr.since_text()} (slope changed)")
-        series.append(Series(label, x_line,
-                             np.array([tr.line_at(x - start) for x in x_line]) * scale,
-                             color="#555555", dashed=True))
+        label = (
+            "Theil-Sen trend"
+            if tr.basis != "since_break"
+            else f"Theil-Sen trend since {tr.since_text()} (slope changed)"
+        )
+        series.append(
+            Series(
+                label,
+                x_line,
+                np.array([tr.line_at(x - start) for x in x_line]) * scale,
+                color="#555555",
+                dashed=True,
+            )
+        )
         fc = next_forecast(tr, passed)
         if fc is not None:
             # Up to the crossing when it is near, else as far ahead as the history reaches back
             # (a line to a crossing years away would squash the measured part of the plot).
             ahead = min(fc.days, max(tr.span_days, 1.0))
             x_fc = np.array([float(days[-1]), float(days[-1]) + ahead])
-            series.append(Series(f"forecast: {fc.limit_name} limit in {fc.days:.3g} days", x_fc,
-                                 np.array([tr.line_at(x - start) for x in x_fc]) * scale,
-                                 color="#8e44ad", dashed=True))
+            series.append(
+                Series(
+                    f"forecast: {fc.limit_name} limit in {fc.days:.3g} days",
+                    x_fc,
+                    np.array([tr.line_at(x - start) for x in x_fc]) * scale,
+                    color="#8e44ad",
+                    dashed=True,
+                )
+            )
     watch, alert = limits
-    hlines = [HLine(v * scale, f"{name} limit", color)
-              for v, name, color in ((watch, "watch", "#e8a200"), (alert, "alert", "#c0392b"))
-              if v is not None]
-    return line_plot(series, title=f"Trend of {info.label}",
-                     x_label=f"days since {_when(history[0].time_iso)}",
-                     y_label=f"{info.label} [{unit}]" if unit else info.label,
-                     hlines=hlines, xmlns=False,
-                     width=480 if small else 720, height=220 if small else 300)
+    hlines = [
+        HLine(v * scale, f"{name} limit", color)
+        for v, name, color in ((watch, "watch", "#e8a200"), (alert, "alert", "#c0392b"))
+        if v is not None
+    ]
+    return line_plot(
+        series,
+        title=f"Trend of {info.label}",
+        x_label=f"days since {_when(history[0].time_iso)}",
+        y_label=f"{info.label} [{unit}]" if unit else info.label,
+        hlines=hlines,
+        xmlns=False,
+        width=480 if small else 720,
+        height=220 if small else 300,
+    )
 
 
 def signature_svg(r: BacklashResult) -> str:
@@ -169,10 +195,14 @@ def signature_svg(r: BacklashResult) -> str:
     keep = r.time_s <= r.time_s[0] + 2.0 * tf if tf > 0 else np.ones(r.time_s.size, bool)
     turns = " (first two load turns)" if tf > 0 and not keep.all() else ""
     return line_plot(
-        [Series("speed residual r(t)", r.time_s[keep], r.residual_rad_s[keep], color="#7f9fc7"),
-         Series("fitted signature h(t)", r.time_s[keep], r.fitted_rad_s[keep], color="#d9730d")],
+        [
+            Series("speed residual r(t)", r.time_s[keep], r.residual_rad_s[keep], color="#7f9fc7"),
+            Series("fitted signature h(t)", r.time_s[keep], r.fitted_rad_s[keep], color="#d9730d"),
+        ],
         title="Speed residual and fitted backlash signature" + turns,
-        x_label="time [s]", y_label="speed [rad/s]", xmlns=False,
+        x_label="time [s]",
+        y_label="speed [rad/s]",
+        xmlns=False,
     )
 
 
@@ -180,8 +210,13 @@ def evidence_svg(plot: EvidencePlot) -> str:
     """Any evidence plot (e.g. measured vs predicted torque): one line per series."""
     if not plot.series:
         return f'<p class="note">{_e(plot.title)}: no data.</p>'
-    return line_plot([Series(s.label, s.x, s.y) for s in plot.series], title=plot.title,
-                     x_label=plot.x_label, y_label=plot.y_label, xmlns=False)
+    return line_plot(
+        [Series(s.label, s.x, s.y) for s in plot.series],
+        title=plot.title,
+        x_label=plot.x_label,
+        y_label=plot.y_label,
+        xmlns=False,
+    )
 
 
 def _figure(svg: str) -> str:
@@ -197,10 +232,12 @@ def _summary_html(everyone: tuple[JointReport, ...]) -> str:
         link = f'<a href="#joint-{i}">{_e(j.joint)}</a>'
         v = j.identification
         if j.indicator_only and v is None:
-            cells = '<td class="num">-</td><td>-</td><td>-</td>' f"<td>{_e(others_text(j))}</td>"
+            cells = f'<td class="num">-</td><td>-</td><td>-</td><td>{_e(others_text(j))}</td>'
         elif not j.indicator_only:
-            cells = (f'<td class="num">{_e(value_text(j))}</td><td>{_badge(j.status)}</td>'
-                     f"<td>{_ne107_badge(j.signal)}</td><td>{_e(reason_text(j))}</td>")
+            cells = (
+                f'<td class="num">{_e(value_text(j))}</td><td>{_badge(j.status)}</td>'
+                f"<td>{_ne107_badge(j.signal)}</td><td>{_e(reason_text(j))}</td>"
+            )
         if not (j.indicator_only and v is not None):
             rows.append(f"<tr><td>{_e(j.controller)}</td><td>{link}</td>{cells}</tr>")
         if v is not None:
@@ -208,17 +245,25 @@ def _summary_html(everyone: tuple[JointReport, ...]) -> str:
             rows.append(
                 f"<tr><td>{_e(j.controller)}</td><td>{link}{what}</td>"
                 f'<td class="num">{_e(identification_value(v))}</td><td>{_badge(v.status)}</td>'
-                f"<td>{_ne107_badge(v.ne107)}</td><td>{_e(v.reason)}</td></tr>")
+                f"<td>{_ne107_badge(v.ne107)}</td><td>{_e(v.reason)}</td></tr>"
+            )
     return (
-        "<table class=\"summary\"><thead><tr><th>machine</th><th>joint</th><th>value</th>"
+        '<table class="summary"><thead><tr><th>machine</th><th>joint</th><th>value</th>'
         "<th>status</th><th>NE 107</th><th>reason</th></tr></thead><tbody>"
-        + "".join(rows) + "</tbody></table>"
+        + "".join(rows)
+        + "</tbody></table>"
     )
 
 
-def _indicator_row(name: str, stored_unit: str, latest: float | None, n_points: int,
-                   tr: Trend | None, limits: tuple[float | None, float | None],
-                   passed: str | None = None) -> str:
+def _indicator_row(
+    name: str,
+    stored_unit: str,
+    latest: float | None,
+    n_points: int,
+    tr: Trend | None,
+    limits: tuple[float | None, float | None],
+    passed: str | None = None,
+) -> str:
     info = indicator_info(name)
     scale, unit = _unit(name, stored_unit)
 
@@ -228,8 +273,15 @@ def _indicator_row(name: str, stored_unit: str, latest: float | None, n_points: 
     slope = "n/a" if tr is None else num(tr.slope_per_day * scale, "+.3g", f"{unit}/day")
     fc = next_forecast(tr, passed)
     ahead = "-" if fc is None else f"{fc.limit_name} in {fc.days:.3g} d"
-    cells = [info.label, shown(latest), shown(limits[0]), shown(limits[1]), slope, ahead,
-             str(n_points)]
+    cells = [
+        info.label,
+        shown(latest),
+        shown(limits[0]),
+        shown(limits[1]),
+        slope,
+        ahead,
+        str(n_points),
+    ]
     tds = "".join(f'<td class="num">{_e(c)}</td>' for c in cells[1:])
     return f"<tr><td>{_e(cells[0])} <small>({_e(name)})</small></td>{tds}</tr>"
 
@@ -237,15 +289,30 @@ def _indicator_row(name: str, stored_unit: str, latest: float | None, n_points: 
 def _indicators_table(j: JointReport) -> str:
     rows = []
     if not j.indicator_only:
-        rows.append(_indicator_row(j.indicator_name, indicator_info(j.indicator_name).unit,
-                                   j.value, len(j.history), j.trend, j.limits,
-                                   passed_limit(j.status)))
+        rows.append(
+            _indicator_row(
+                j.indicator_name,
+                indicator_info(j.indicator_name).unit,
+                j.value,
+                len(j.history),
+                j.trend,
+                j.limits,
+                passed_limit(j.status),
+            )
+        )
     for s in j.indicators:
         v = s.verdict
-        rows.append(_indicator_row(
-            s.indicator, s.unit, None if s.latest is None else s.latest.value, len(s.history),
-            s.trend if v is None else v.trend, (None, None) if v is None else (v.watch, v.alert),
-            None if v is None else passed_limit(v.status)))
+        rows.append(
+            _indicator_row(
+                s.indicator,
+                s.unit,
+                None if s.latest is None else s.latest.value,
+                len(s.history),
+                s.trend if v is None else v.trend,
+                (None, None) if v is None else (v.watch, v.alert),
+                None if v is None else passed_limit(v.status),
+            )
+        )
     return (
         '<table class="indicators"><thead><tr><th>indicator</th><th>latest</th>'
         "<th>watch limit</th><th>alert limit</th><th>trend per day</th><th>next limit</th>"
@@ -259,8 +326,12 @@ def _diagnostics_html(j: JointReport) -> str:
     if r is not None:
         rows += [
             ("amplitude A", num(r.amplitude_rad_s, unit="rad/s")),
-            ("backlash", "not calibrated" if r.backlash_rad is None
-             else num(r.backlash_rad * 1e3, ".4g", "mrad")),
+            (
+                "backlash",
+                "not calibrated"
+                if r.backlash_rad is None
+                else num(r.backlash_rad * 1e3, ".4g", "mrad"),
+            ),
             ("fit RMSE", num(r.rmse_rad_s, unit="rad/s")),
             ("residual RMS before the fit", num(r.residual_rms_rad_s, unit="rad/s")),
             ("explained share of the residual", num(100 * r.explained_fraction, ".1f", "%")),
@@ -268,8 +339,10 @@ def _diagnostics_html(j: JointReport) -> str:
             ("fit time", num(r.fit_seconds, ".3g", "s")),
             ("converged", f"{'yes' if r.converged else 'no'} ({r.stop_reason})"),
             ("seed", str(r.seed)),
-            ("load-turn period: metadata / estimated",
-             f"{num(r.period_metadata_s, '.5g', 's')} / {num(r.period_estimated_s, '.5g', 's')}"),
+            (
+                "load-turn period: metadata / estimated",
+                f"{num(r.period_metadata_s, '.5g', 's')} / {num(r.period_estimated_s, '.5g', 's')}",
+            ),
             ("warnings", "; ".join(r.warnings) or "none"),
         ]
         rows += [(f"parameter {k}", num(v, ".5g")) for k, v in sorted(r.params.items())]
@@ -277,17 +350,26 @@ def _diagnostics_html(j: JointReport) -> str:
         rows.append(("last cycle", j.outcome))
     rows.append(("capture", j.capture_path or "n/a"))
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
-    return f"<table class=\"diag\"><tbody>{body}</tbody></table>"
+    return f'<table class="diag"><tbody>{body}</tbody></table>'
 
 
 def _other_trends(indicators: tuple[IndicatorSummary, ...]) -> list[str]:
     # One point is in the table already; a plot of it says nothing more.
-    return [_figure(trend_svg(
-        s.history, s.trend if s.verdict is None else s.verdict.trend, s.indicator,
-        stored_unit=s.unit, small=True,
-        limits=(None, None) if s.verdict is None else (s.verdict.watch, s.verdict.alert),
-        passed=None if s.verdict is None else passed_limit(s.verdict.status)))
-        for s in indicators if len(s.history) >= 2]
+    return [
+        _figure(
+            trend_svg(
+                s.history,
+                s.trend if s.verdict is None else s.verdict.trend,
+                s.indicator,
+                stored_unit=s.unit,
+                small=True,
+                limits=(None, None) if s.verdict is None else (s.verdict.watch, s.verdict.alert),
+                passed=None if s.verdict is None else passed_limit(s.verdict.status),
+            )
+        )
+        for s in indicators
+        if len(s.history) >= 2
+    ]
 
 
 def _identification_html(v: JointIdentificationVerdict) -> str:
@@ -297,33 +379,36 @@ def _identification_html(v: JointIdentificationVerdict) -> str:
     for w in v.indicators:
         info = indicator_info(w.indicator)
         base = "-" if w.baseline is None else info.format(w.baseline.value, 4)
-        source = ("" if w.baseline is None
-                  else f"<br/><small>{_e(w.baseline.describe())}</small>")
+        source = "" if w.baseline is None else f"<br/><small>{_e(w.baseline.describe())}</small>"
         if w.change is None or w.sigma is None:
             change = f"baseline {w.n_points} of {w.needed}" if w.baseline is None else "-"
         else:
-            moved = (f"x{w.change + 1:.3g}" if w.limits.kind == "ratio"
-                     else f"{100 * w.change:+.3g} %")
+            moved = (
+                f"x{w.change + 1:.3g}" if w.limits.kind == "ratio" else f"{100 * w.change:+.3g} %"
+            )
             change = f"{moved} (1 sd {100 * w.sigma:.2g} %)"
         limits = f"{w.limits.text(w.limits.watch)} / {w.limits.text(w.limits.alert)}"
         fc = w.forecast
         ahead = "-" if fc is None else f"{fc.limit_name} in {fc.days:.3g} d"
         rows.append(
-            f"<tr><td>{_e(info.label)}</td><td class=\"num\">{_e(info.format(w.value, 4))}</td>"
+            f'<tr><td>{_e(info.label)}</td><td class="num">{_e(info.format(w.value, 4))}</td>'
             f'<td class="num">{_e(base)}{source}</td>'
             + "".join(f'<td class="num">{_e(c)}</td>' for c in (change, limits, ahead))
-            + f"<td>{_badge(w.status)} {_ne107_letter(w.ne107)}</td></tr>")
+            + f"<td>{_badge(w.status)} {_ne107_letter(w.ne107)}</td></tr>"
+        )
         if w.status is not Status.OK or "within the noise" in w.reason:
             notes.append(f"<li>{_e(w.reason)}</li>")
-    return "\n".join([
-        f"<h4>Identification verdict {_badge(v.status)} {_ne107_badge(v.ne107)}</h4>",
-        f'<p class="reason">{_e(v.reason)}</p>',
-        f'<p class="forecast">{_e(v.forecast_text)}</p>',
-        '<table class="identification"><thead><tr><th>indicator</th><th>latest</th>'
-        "<th>baseline</th><th>change</th><th>watch / alert</th><th>next limit</th>"
-        "<th>status</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>",
-        *([f'<ul class="reasons">{"".join(notes)}</ul>'] if notes else []),
-    ])
+    return "\n".join(
+        [
+            f"<h4>Identification verdict {_badge(v.status)} {_ne107_badge(v.ne107)}</h4>",
+            f'<p class="reason">{_e(v.reason)}</p>',
+            f'<p class="forecast">{_e(v.forecast_text)}</p>',
+            '<table class="identification"><thead><tr><th>indicator</th><th>latest</th>'
+            "<th>baseline</th><th>change</th><th>watch / alert</th><th>next limit</th>"
+            "<th>status</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>",
+            *([f'<ul class="reasons">{"".join(notes)}</ul>'] if notes else []),
+        ]
+    )
 
 
 # -- sections ----------------------------------------------------------------------------------
@@ -332,17 +417,25 @@ def _identification_html(v: JointIdentificationVerdict) -> str:
 def _joint_html(anchor: str, j: JointReport) -> str:
     ident = [] if j.identification is None else [_identification_html(j.identification)]
     if j.indicator_only:
-        badges = ("" if j.identification is None
-                  else f" {_badge(j.status)} {_ne107_badge(j.signal)}")
-        verdict = ("indicators only, no verdict." if j.identification is None
-                   else "the verdict is the identification's.")
-        return "\n".join([
-            f'<section class="joint" id="{anchor}">',
-            f"<h3>{_e(j.joint)} <small>({_e(j.controller)})</small>{badges}</h3>",
-            f'<p class="note">No backlash cycle recorded: {verdict}</p>', *ident,
-            "<h4>Indicators</h4>", _indicators_table(j), *_other_trends(tuple(j.indicators)),
-            *(_figure(evidence_svg(p)) for p in j.evidence), "</section>",
-        ])
+        badges = "" if j.identification is None else f" {_badge(j.status)} {_ne107_badge(j.signal)}"
+        verdict = (
+            "indicators only, no verdict."
+            if j.identification is None
+            else "the verdict is the identification's."
+        )
+        return "\n".join(
+            [
+                f'<section class="joint" id="{anchor}">',
+                f"<h3>{_e(j.joint)} <small>({_e(j.controller)})</small>{badges}</h3>",
+                f'<p class="note">No backlash cycle recorded: {verdict}</p>',
+                *ident,
+                "<h4>Indicators</h4>",
+                _indicators_table(j),
+                *_other_trends(tuple(j.indicators)),
+                *(_figure(evidence_svg(p)) for p in j.evidence),
+                "</section>",
+            ]
+        )
     parts = [
         f'<section class="joint" id="{anchor}">',
         f"<h3>{_e(j.joint)} <small>({_e(j.controller)})</small> {_badge(j.status)} "
@@ -355,8 +448,13 @@ def _joint_html(anchor: str, j: JointReport) -> str:
     parts.append(f'<p class="forecast">{_e(j.forecast)}</p>')
     parts += [*ident, "<h4>Indicators</h4>", _indicators_table(j)]
     if j.history:
-        parts.append(_figure(trend_svg(j.history, j.trend, j.indicator_name, j.limits,
-                                       passed=passed_limit(j.status))))
+        parts.append(
+            _figure(
+                trend_svg(
+                    j.history, j.trend, j.indicator_name, j.limits, passed=passed_limit(j.status)
+                )
+            )
+        )
     else:
         parts.append('<p class="note">No history yet: the trend starts with the next cycle.</p>')
     parts += _other_trends(tuple(j.indicators))
@@ -391,10 +489,11 @@ def render_html(report: Report) -> str:
         f"<style>{_CSS}</style>\n</head>\n<body>\n"
     )
     worst_ident = report.identification_worst
-    ident_worst = ("" if worst_ident is None
-                   else f"; identification indicators: {_badge(worst_ident)}")
+    ident_worst = (
+        "" if worst_ident is None else f"; identification indicators: {_badge(worst_ident)}"
+    )
     header = (
-        f"<h1>Joint health report</h1>\n<p class=\"meta\">Created {_e(report.created_at_iso)}"
+        f'<h1>Joint health report</h1>\n<p class="meta">Created {_e(report.created_at_iso)}'
         f" on {_e(report.host or 'unknown host')} by jha {_e(report.agent_version)}."
         f" Machines: {_e(', '.join(machines) or 'none')}. Worst status: "
         f"{_badge(report.worst_status)}{ident_worst}</p>\n"
@@ -402,12 +501,17 @@ def render_html(report: Report) -> str:
     summary = f"<h2>Summary</h2>\n{_summary_html(everyone)}\n"
     sections = []
     for i, machine in enumerate(machines):
-        body = "\n".join(_joint_html(f"joint-{k}", j) for k, j in enumerate(everyone)
-                         if j.controller == machine)
-        sections.append(f'<section class="machine" id="machine-{i}">\n'
-                        f"<h2>Machine {_e(machine)}</h2>\n"
-                        + (body or '<p class="note">No joint of this machine in the history.</p>')
-                        + "\n</section>")
-    foot = (f'\n<p class="note">Report {_e(report.message_id)}, schema {_e(REPORT_SCHEMA)}; the '
-            "same data is in report.json beside this file.</p>\n</body>\n</html>\n")
+        body = "\n".join(
+            _joint_html(f"joint-{k}", j) for k, j in enumerate(everyone) if j.controller == machine
+        )
+        sections.append(
+            f'<section class="machine" id="machine-{i}">\n'
+            f"<h2>Machine {_e(machine)}</h2>\n"
+            + (body or '<p class="note">No joint of this machine in the history.</p>')
+            + "\n</section>"
+        )
+    foot = (
+        f'\n<p class="note">Report {_e(report.message_id)}, schema {_e(REPORT_SCHEMA)}; the '
+        "same data is in report.json beside this file.</p>\n</body>\n</html>\n"
+    )
     return head + header + summary + "\n".join(sections) + foot

@@ -112,8 +112,9 @@ def indicator_summaries(
     for name, unit in store.indicators(controller, joint, exclude=exclude):
         points = store.history(controller, joint, name)
         # The trend without limits, as ever; the verdict's own carries the forecast to them.
-        found.append(IndicatorSummary(name, unit, points, trend(points, indicator=name),
-                                      verdicts.get(name)))
+        found.append(
+            IndicatorSummary(name, unit, points, trend(points, indicator=name), verdicts.get(name))
+        )
     return tuple(found)
 
 
@@ -123,13 +124,17 @@ def rejudged(
     """The joint with its identification indicators judged again against `limits` (the
     controller's config, when a caller built the report without them)."""
     verdicts = assess_history(store, j.controller, j.joint, limits)
-    indicators = tuple(
-        replace(s, verdict=verdicts.get(s.indicator)) for s in j.indicators
-    )
+    indicators = tuple(replace(s, verdict=verdicts.get(s.indicator)) for s in j.indicators)
     ident = joint_verdict([s.verdict for s in indicators if s.verdict is not None])
     if j.indicator_only and ident is not None:
-        return replace(j, indicators=indicators, identification=ident, status=ident.status,
-                       verdict_reason=ident.reason, ne107=ident.ne107)
+        return replace(
+            j,
+            indicators=indicators,
+            identification=ident,
+            status=ident.status,
+            verdict_reason=ident.reason,
+            ne107=ident.ne107,
+        )
     return replace(j, indicators=indicators, identification=ident)
 
 
@@ -164,13 +169,20 @@ class JointReport:
         object.__setattr__(self, "indicators", tuple(self.indicators))
         object.__setattr__(self, "evidence", tuple(self.evidence))
         if self.identification is None:
-            object.__setattr__(self, "identification", joint_verdict(
-                [s.verdict for s in self.indicators if s.verdict is not None]))
+            object.__setattr__(
+                self,
+                "identification",
+                joint_verdict([s.verdict for s in self.indicators if s.verdict is not None]),
+            )
         ident = self.identification
         # A joint with no backlash cycle takes its status from its identification verdict:
         # NE 107 'check function' would hide a worn joint from the asset-management system.
-        if (ident is not None and self.indicator_only and self.status is Status.UNKNOWN
-                and self.ne107 in (None, Ne107.CHECK_FUNCTION)):
+        if (
+            ident is not None
+            and self.indicator_only
+            and self.status is Status.UNKNOWN
+            and self.ne107 in (None, Ne107.CHECK_FUNCTION)
+        ):
             object.__setattr__(self, "status", ident.status)
             object.__setattr__(self, "verdict_reason", ident.reason)
             object.__setattr__(self, "ne107", ident.ne107)
@@ -214,8 +226,13 @@ class JointReport:
     @property
     def indicator_only(self) -> bool:
         """A joint with further indicators only: no backlash verdict to show."""
-        return (self.result is None and self.value is None and not self.history
-                and bool(self.indicators) and not self.error)
+        return (
+            self.result is None
+            and self.value is None
+            and not self.history
+            and bool(self.indicators)
+            and not self.error
+        )
 
     def to_dict(self, evidence: bool = False) -> dict[str, Any]:
         return joint_to_dict(self, evidence)
@@ -253,8 +270,11 @@ class Report:
     @property
     def identification_verdicts(self) -> dict[str, JointIdentificationVerdict]:
         """'controller/joint' -> the identification verdict, for every joint that has one."""
-        return {f"{j.controller}/{j.joint}": j.identification
-                for j in (*self.joints, *self.indicator_joints) if j.identification is not None}
+        return {
+            f"{j.controller}/{j.joint}": j.identification
+            for j in (*self.joints, *self.indicator_joints)
+            if j.identification is not None
+        }
 
     @property
     def identification_worst(self) -> Status | None:
@@ -303,10 +323,20 @@ def joint_report(
     watch, alert = limits_for(name, thresholds)
     failed = outcome == "error" if outcome is not None else error is not None
     return JointReport(
-        controller=controller, joint=joint, status=status, verdict_reason=reason, result=result,
-        error=error, thresholds=thresholds, trend=trend(history, watch, alert, name),
-        history=history, capture_path=capture_path, indicator=name, indicators=indicators,
-        evidence=evidence, outcome=outcome,
+        controller=controller,
+        joint=joint,
+        status=status,
+        verdict_reason=reason,
+        result=result,
+        error=error,
+        thresholds=thresholds,
+        trend=trend(history, watch, alert, name),
+        history=history,
+        capture_path=capture_path,
+        indicator=name,
+        indicators=indicators,
+        evidence=evidence,
+        outcome=outcome,
         ne107=ne107_of(status, running=running, failed=failed),
     )
 
@@ -385,8 +415,11 @@ def report_to_dict(report: Report, evidence: bool = False) -> dict[str, Any]:
         "agent_version": report.agent_version,
         "host": report.host,
         "machines": list(report.machines),
-        "summary": {"worst_status": report.worst_status.value, "counts": counts,
-                    "ne107_counts": signals},
+        "summary": {
+            "worst_status": report.worst_status.value,
+            "counts": counts,
+            "ne107_counts": signals,
+        },
         "joints": [joint_to_dict(j, evidence) for j in report.joints],
     }
     if report.indicator_joints:

@@ -111,8 +111,9 @@ def decimate(
     grid = padded.reshape(rows, size)
     base = np.arange(rows) * size
     # Every row holds at least one real value: the padding is shorter than one row.
-    keep = np.unique(np.concatenate([base + np.nanargmin(grid, axis=1),
-                                     base + np.nanargmax(grid, axis=1)]))
+    keep = np.unique(
+        np.concatenate([base + np.nanargmin(grid, axis=1), base + np.nanargmax(grid, axis=1)])
+    )
     return x[keep], y[keep]
 
 
@@ -168,22 +169,30 @@ def line_plot(
     y_step = y_ticks[1] - y_ticks[0] if len(y_ticks) > 1 else 1.0
     for t in x_ticks:
         x = px(t)
-        out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + ph}" '
-                   'stroke="#e3e3e3"/>')
-        out.append(f'<text x="{x:.1f}" y="{top + ph + 14}" text-anchor="middle">'
-                   f"{_t(format_tick(t, x_step))}</text>")
+        out.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + ph}" stroke="#e3e3e3"/>')
+        out.append(
+            f'<text x="{x:.1f}" y="{top + ph + 14}" text-anchor="middle">'
+            f"{_t(format_tick(t, x_step))}</text>"
+        )
     for t in y_ticks:
         y = py(t)
-        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" '
-                   'stroke="#e3e3e3"/>')
-        out.append(f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">'
-                   f"{_t(format_tick(t, y_step))}</text>")
-    out.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" '
-               'stroke="#333333"/>')
-    out.append(f'<text x="{left + pw / 2:.1f}" y="{height - 8}" text-anchor="middle">'
-               f"{_t(x_label)}</text>")
-    out.append(f'<text x="14" y="{top + ph / 2:.1f}" text-anchor="middle" '
-               f'transform="rotate(-90 14 {top + ph / 2:.1f})">{_t(y_label)}</text>')
+        out.append(
+            f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#e3e3e3"/>'
+        )
+        out.append(
+            f'<text x="{left - 4}" y="{y + 4:.1f}" text-anchor="end">'
+            f"{_t(format_tick(t, y_step))}</text>"
+        )
+    out.append(
+        f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="none" stroke="#333333"/>'
+    )
+    out.append(
+        f'<text x="{left + pw / 2:.1f}" y="{height - 8}" text-anchor="middle">{_t(x_label)}</text>'
+    )
+    out.append(
+        f'<text x="14" y="{top + ph / 2:.1f}" text-anchor="middle" '
+        f'transform="rotate(-90 14 {top + ph / 2:.1f})">{_t(y_label)}</text>'
+    )
 
     legend: list[tuple[str, str, bool]] = []
     for i, (s, x_arr, y_arr) in enumerate(clean):
@@ -193,25 +202,33 @@ def line_plot(
             continue
         dash = ' stroke-dasharray="6 4"' if s.dashed else ""
         pts = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x_arr, y_arr, strict=True))
-        out.append(f'<polyline points="{pts}" fill="none" stroke={quoteattr(color)} '
-                   f'stroke-width="1.4"{dash}/>')
+        out.append(
+            f'<polyline points="{pts}" fill="none" stroke={quoteattr(color)} '
+            f'stroke-width="1.4"{dash}/>'
+        )
         if s.markers:
-            out.extend(f'<circle cx="{px(a):.1f}" cy="{py(b):.1f}" r="2.5" '
-                       f"fill={quoteattr(color)}/>" for a, b in zip(x_arr, y_arr, strict=True))
+            out.extend(
+                f'<circle cx="{px(a):.1f}" cy="{py(b):.1f}" r="2.5" fill={quoteattr(color)}/>'
+                for a, b in zip(x_arr, y_arr, strict=True)
+            )
     for h in hlines:
         if not math.isfinite(h.value):
             continue
         legend.append((h.label, h.color, h.dashed))
         dash = ' stroke-dasharray="4 3"' if h.dashed else ""
         y = py(h.value)
-        out.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" '
-                   f'stroke={quoteattr(h.color)} stroke-width="1.2"{dash}/>')
+        out.append(
+            f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" '
+            f'stroke={quoteattr(h.color)} stroke-width="1.2"{dash}/>'
+        )
 
     for (label, color, dashed), (lx, row) in zip(legend, places, strict=True):
         ly = 36 + 16 * row
         dash = ' stroke-dasharray="6 4"' if dashed else ""
-        out.append(f'<line x1="{lx:.1f}" y1="{ly - 4}" x2="{lx + 22:.1f}" y2="{ly - 4}" '
-                   f'stroke={quoteattr(color)} stroke-width="2"{dash}/>')
+        out.append(
+            f'<line x1="{lx:.1f}" y1="{ly - 4}" x2="{lx + 22:.1f}" y2="{ly - 4}" '
+            f'stroke={quoteattr(color)} stroke-width="2"{dash}/>'
+        )
         out.append(f'<text x="{lx + 27:.1f}" y="{ly}">{_t(label)}</text>')
     out.append("</svg>")
     return "\n".join(out)

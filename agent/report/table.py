@@ -16,8 +16,12 @@ from agent.report.model import JointReport, Report
 
 TABLE_WIDTH = 100
 # Identification indicators in the table's few columns (the symbols of papers 002/004).
-_SHORT = {"coulomb_friction_nm": "fc", "viscous_friction_nm_s_rad": "fv",
-          "stiffness_nm_rad": "k", "torque_nmse_nm": "NMSE"}
+_SHORT = {
+    "coulomb_friction_nm": "fc",
+    "viscous_friction_nm_s_rad": "fv",
+    "stiffness_nm_rad": "k",
+    "torque_nmse_nm": "NMSE",
+}
 
 
 def _printable(text: str) -> str:
@@ -72,8 +76,11 @@ def short_reason(j: JointReport) -> str:
     elif j.status is Status.WATCH and watch is not None:
         text = f">= watch {info.format(watch)}"
     elif j.status is Status.OK and (watch is not None or alert is not None):
-        text = f"< watch {info.format(watch)}" if watch is not None else (
-            f"< alert {info.format(alert)}")
+        text = (
+            f"< watch {info.format(watch)}"
+            if watch is not None
+            else (f"< alert {info.format(alert)}")
+        )
     else:
         text = j.verdict_reason
     # The next limit ahead: watch while OK, alert after that.
@@ -101,8 +108,11 @@ def value_text(j: JointReport) -> str:
 
 def others_text(j: JointReport) -> str:
     """The further indicators' latest values, for a joint that has no verdict."""
-    return ", ".join(f"{s.indicator} {num(s.latest.value, '.4g', s.unit)}"
-                     for s in j.indicators if s.latest is not None)
+    return ", ".join(
+        f"{s.indicator} {num(s.latest.value, '.4g', s.unit)}"
+        for s in j.indicators
+        if s.latest is not None
+    )
 
 
 def identification_value(v: JointIdentificationVerdict) -> str:
@@ -127,8 +137,10 @@ def identification_reason(v: JointIdentificationVerdict) -> str:
         if w.status in (Status.WATCH, Status.ALERT):
             limit = w.limits.alert if w.status is Status.ALERT else w.limits.watch
             past = ">=" if w.limits.direction == "rise" else "<="
-            parts.append(f"{_SHORT.get(w.indicator, w.indicator)} {past} {w.status.value} "
-                         f"{w.limits.text(limit)}")
+            parts.append(
+                f"{_SHORT.get(w.indicator, w.indicator)} {past} {w.status.value} "
+                f"{w.limits.text(limit)}"
+            )
     if not parts:
         unset = [w for w in v.indicators if w.baseline is None]
         if unset:
@@ -141,8 +153,10 @@ def identification_reason(v: JointIdentificationVerdict) -> str:
     fc = None if soon is None else soon.forecast
     if soon is not None and fc is not None:
         high = "?" if fc.days_high is None else f"{fc.days_high:.0f}"
-        parts.append(f"{_SHORT.get(soon.indicator, soon.indicator)} {fc.limit_name} in "
-                     f"~{fc.days:.0f} d ({fc.days_low:.0f}-{high})")
+        parts.append(
+            f"{_SHORT.get(soon.indicator, soon.indicator)} {fc.limit_name} in "
+            f"~{fc.days:.0f} d ({fc.days_low:.0f}-{high})"
+        )
     return "; ".join(parts)
 
 
@@ -154,18 +168,36 @@ def summary_table(report: Report, width: int = TABLE_WIDTH) -> str:
     rw = max(10, width - jw - vw - sw - nw - 8)
 
     def row(a: str, b: str, c: str, n: str, d: str) -> str:
-        return (f"{_cell(a, jw)}  {_cell(b, vw, right=True)}  {_cell(c, sw)}  {_cell(n, nw)}  "
-                f"{_cell(d, rw)}")
+        return (
+            f"{_cell(a, jw)}  {_cell(b, vw, right=True)}  {_cell(c, sw)}  {_cell(n, nw)}  "
+            f"{_cell(d, rw)}"
+        )
 
-    lines = [row("JOINT", "BACKLASH", "STATUS", "NE", "REASON"),
-             "-" * min(width, jw + vw + sw + nw + rw + 8)]
+    lines = [
+        row("JOINT", "BACKLASH", "STATUS", "NE", "REASON"),
+        "-" * min(width, jw + vw + sw + nw + rw + 8),
+    ]
     for j in report.joints:
-        lines.append(row(f"{j.controller}/{j.joint}", value_text(j), j.status.value.upper(),
-                         j.signal.letter, short_reason(j)))
+        lines.append(
+            row(
+                f"{j.controller}/{j.joint}",
+                value_text(j),
+                j.status.value.upper(),
+                j.signal.letter,
+                short_reason(j),
+            )
+        )
         if j.identification is not None:
             iv = j.identification
-            lines.append(row(f"{j.controller}/{j.joint} ident", identification_value(iv),
-                             iv.status.value.upper(), iv.ne107.letter, identification_reason(iv)))
+            lines.append(
+                row(
+                    f"{j.controller}/{j.joint} ident",
+                    identification_value(iv),
+                    iv.status.value.upper(),
+                    iv.ne107.letter,
+                    identification_reason(iv),
+                )
+            )
     for j in report.indicator_joints:
         v = j.identification
         if v is None:
@@ -174,12 +206,21 @@ def summary_table(report: Report, width: int = TABLE_WIDTH) -> str:
             why = identification_reason(v)
             if v.status is Status.UNKNOWN:  # nothing judged yet: what there is, then why
                 why = f"{others_text(j)}; {why}"
-            lines.append(row(f"{j.controller}/{j.joint} ident", identification_value(v),
-                             v.status.value.upper(), v.ne107.letter, why))
+            lines.append(
+                row(
+                    f"{j.controller}/{j.joint} ident",
+                    identification_value(v),
+                    v.status.value.upper(),
+                    v.ne107.letter,
+                    why,
+                )
+            )
     worst_line = f"worst: {report.worst_status.value.upper()}  ({len(report.joints)} joints)"
     ident = report.identification_worst
     if ident is not None:
-        worst_line += (f"; identification: {ident.value.upper()}  "
-                       f"({len(report.identification_verdicts)} joints)")
+        worst_line += (
+            f"; identification: {ident.value.upper()}  "
+            f"({len(report.identification_verdicts)} joints)"
+        )
     lines.append(_cell(worst_line, width))
     return "\n".join(line.rstrip() for line in lines)

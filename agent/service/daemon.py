@@ -198,8 +198,14 @@ class Agent:
         from agent.config.warnings import interlock_warnings
 
         for w in interlock_warnings(self.config):
-            log.warning(kv("interlock_off", field=w.path, where=f"{w.file}:{w.line}",
-                           note=w.message.removeprefix("warning: ")))
+            log.warning(
+                kv(
+                    "interlock_off",
+                    field=w.path,
+                    where=f"{w.file}:{w.line}",
+                    note=w.message.removeprefix("warning: "),
+                )
+            )
 
     # -- captures a crash left without a record (agent.service.recovery) ----------------------
 

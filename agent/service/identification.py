@@ -48,9 +48,6 @@ def last_identification_age_s(state_dir: Path, ctrl: ControllerSettings) -> floa
     return max(0.0, (utcnow() - last).total_seconds())
 
 
-
-
-
 class IdentificationCadence:
     """identification.every_s (inside identification.window), counted from when the last one
     was queued; after a (re)start from the last successful one in the history (seed())."""

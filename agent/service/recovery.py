@@ -123,9 +123,7 @@ def _started_at(orphan: Orphan, capture: Capture) -> dt.datetime:
         return dt.datetime.fromtimestamp(orphan.path.stat().st_mtime, dt.UTC)
 
 
-def _joint_of(
-    config: Config, orphan: Orphan
-) -> tuple[ControllerSettings, JointSettings] | str:
+def _joint_of(config: Config, orphan: Orphan) -> tuple[ControllerSettings, JointSettings] | str:
     """The configured controller and joint of an orphan, or why there is none."""
     ctrl = next((c for c in config.controllers if c.name == orphan.controller), None)
     if ctrl is None:
@@ -155,8 +153,14 @@ async def recover(
             await run_blocking(quarantine, state_dir, orphan.path, f"{type(exc).__name__}: {exc}")
             continue
         if isinstance(loaded, str):
-            log.info(kv("orphan_capture_skipped", path=orphan.path, kind=loaded,
-                        reason="only backlash captures are recovered"))
+            log.info(
+                kv(
+                    "orphan_capture_skipped",
+                    path=orphan.path,
+                    kind=loaded,
+                    reason="only backlash captures are recovered",
+                )
+            )
             continue
         assert isinstance(loaded, Capture)
         found = _joint_of(config, orphan)
@@ -164,10 +168,22 @@ async def recover(
             log.warning(kv("orphan_capture_skipped", path=orphan.path, reason=found))
             continue
         ctrl, joint = found
-        job = JointJob(ctrl, joint, backlash_cycle(ctrl, joint), _started_at(orphan, loaded),
-                       capture_path=orphan.path, trigger=TRIGGER)
-        log.info(kv("orphan_capture_recovering", controller=ctrl.name, joint=joint.name,
-                    path=orphan.path))
+        job = JointJob(
+            ctrl,
+            joint,
+            backlash_cycle(ctrl, joint),
+            _started_at(orphan, loaded),
+            capture_path=orphan.path,
+            trigger=TRIGGER,
+        )
+        log.info(
+            kv(
+                "orphan_capture_recovering",
+                controller=ctrl.name,
+                joint=joint.name,
+                path=orphan.path,
+            )
+        )
         try:
             job.result = await kind.analyse(analysis, job, loaded)
         except AgentError as exc:
@@ -178,8 +194,13 @@ async def recover(
         try:
             await report(ctrl, [job.for_pool()])
         except Exception as exc:  # a full disk: it stays an orphan, taken up at the next start
-            log.error(kv("orphan_capture_not_recorded", path=orphan.path,
-                         error=f"{type(exc).__name__}: {exc}"))
+            log.error(
+                kv(
+                    "orphan_capture_not_recorded",
+                    path=orphan.path,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
+            )
             continue
         recorded += 1
     if orphans:

@@ -63,7 +63,6 @@ class CanMessageNames:
     encoder: str = field(default="JhaEncoder", metadata={"min_len": 1})
 
 
-
 class Command(enum.IntEnum):
     NOP = 0
     ENABLE = 1  # start the periodic status frames (like a CANopen NMT start)

@@ -63,7 +63,8 @@ DNC_CHECKLIST = (
     "the machine is ready. Check at the machine: no alarm; door closed and guards in place; "
     "nobody in the working area; the control in DNC (remote, tape) mode with this program's "
     "work offset and tools set; feed and rapid overrides where you want them; the axes clear "
-    "of clamps and fixtures. Then run again with --confirm-ready (stream(confirmed_ready=True))")
+    "of clamps and fixtures. Then run again with --confirm-ready (stream(confirmed_ready=True))"
+)
 
 # GRBL 1.1 machine states (interface.md, "Machine State"). Run and Hold belong to a program in
 # progress: the machine is in production and must not be moved by anyone else. Door is the
@@ -94,8 +95,13 @@ def overrides_percent(report: StatusReport) -> tuple[int, int, int] | None:
     return feed, rapid, spindle
 
 
-def controller_status(report: StatusReport, *, feed_override_percent: int = 100,
-                      alarm: str | None = None, time_s: float = 0.0) -> ControllerStatus:
+def controller_status(
+    report: StatusReport,
+    *,
+    feed_override_percent: int = 100,
+    alarm: str | None = None,
+    time_s: float = 0.0,
+) -> ControllerStatus:
     """What the interlocks see in one GRBL status report.
 
     `alarm` is the last `ALARM:N` message heard: the `Alarm` state itself carries no code.
@@ -202,12 +208,18 @@ class GrblDriver(Driver):
         ov = overrides_percent(report)
         if ov is not None:
             self._feed_override = ov[0]
-        return controller_status(report, feed_override_percent=self._feed_override,
-                                 alarm=self._replies.alarm, time_s=time.monotonic())
+        return controller_status(
+            report,
+            feed_override_percent=self._feed_override,
+            alarm=self._replies.alarm,
+            time_s=time.monotonic(),
+        )
 
     async def run_cycle(self, cycle: Cycle) -> Capture:
-        raise DriverError(f"{self.controller}: driver grbl streams toolpaths and runs no test "
-                          f"cycles (asked for a {cycle.kind} cycle)")
+        raise DriverError(
+            f"{self.controller}: driver grbl streams toolpaths and runs no test "
+            f"cycles (asked for a {cycle.kind} cycle)"
+        )
 
     async def stop_motion(self) -> None:
         """Feed hold, wait for standstill (Hold:0, Idle or Alarm), soft reset. Opens the port
@@ -230,15 +242,19 @@ class GrblDriver(Driver):
         while True:
             report = await self._query()
             if report.state in ("Idle", "Alarm") or (
-                    report.state == "Hold" and report.substate == 0):
+                report.state == "Hold" and report.substate == 0
+            ):
                 return
             await asyncio.sleep(0.02)
 
     async def _query(self) -> StatusReport:
         link = self._link
         if link is None or not link.is_open:
-            raise link.error if link is not None and link.error else DriverError(
-                f"{self.controller}: not connected")
+            raise (
+                link.error
+                if link is not None and link.error
+                else DriverError(f"{self.controller}: not connected")
+            )
         waiter: asyncio.Future[StatusReport] = asyncio.get_running_loop().create_future()
         self._replies.waiters.append(waiter)
         await link.write(STATUS_QUERY, self._settings.write_timeout_s)
@@ -258,37 +274,61 @@ class GrblDriver(Driver):
         s = self._settings
         limit = s.max_line_chars if s.max_line_chars is not None else max_line_chars
         if s.protocol == "dnc":
-            return DncOptions(max_line_chars=limit, stall_timeout_s=s.stall_timeout_s,
-                              write_timeout_s=s.write_timeout_s, wait_idle=s.wait_idle,
-                              line_rate_bytes_s=s.baudrate / 10.0,
-                              hold_code=_code(s.dnc_feed_hold), resume_code=_code(s.dnc_resume))
+            return DncOptions(
+                max_line_chars=limit,
+                stall_timeout_s=s.stall_timeout_s,
+                write_timeout_s=s.write_timeout_s,
+                wait_idle=s.wait_idle,
+                line_rate_bytes_s=s.baudrate / 10.0,
+                hold_code=_code(s.dnc_feed_hold),
+                resume_code=_code(s.dnc_resume),
+            )
         return GrblOptions(
             rx_buffer_bytes=s.rx_buffer_bytes,
             max_line_chars=min(limit if limit is not None else 79, s.rx_buffer_bytes - 1),
-            handshake=s.handshake, startup_timeout_s=s.startup_timeout_s,
-            status_timeout_s=s.reply_timeout_s, status_interval_s=s.status_interval_s,
-            stall_timeout_s=s.stall_timeout_s, write_timeout_s=s.write_timeout_s,
-            wait_idle=s.wait_idle)
+            handshake=s.handshake,
+            startup_timeout_s=s.startup_timeout_s,
+            status_timeout_s=s.reply_timeout_s,
+            status_interval_s=s.status_interval_s,
+            stall_timeout_s=s.stall_timeout_s,
+            write_timeout_s=s.write_timeout_s,
+            wait_idle=s.wait_idle,
+        )
 
-    def stream(self, lines: Iterable[str], *, max_line_chars: int | None = None,
-               progress: ProgressFn | None = None,
-               reversals_modulated: Callable[[], int] | None = None,
-               source: str | None = None, control: StreamControl | None = None,
-               confirmed_ready: bool = False) -> StreamResult:
+    def stream(
+        self,
+        lines: Iterable[str],
+        *,
+        max_line_chars: int | None = None,
+        progress: ProgressFn | None = None,
+        reversals_modulated: Callable[[], int] | None = None,
+        source: str | None = None,
+        control: StreamControl | None = None,
+        confirmed_ready: bool = False,
+    ) -> StreamResult:
         """Stream G-code lines to the controller (blocking; StreamError says where and why).
         `control` holds and resumes the running stream; `confirmed_ready` is the operator's
         word that a DNC machine is ready (a GRBL controller is asked instead)."""
         if self.connected:
-            raise DriverError(f"{self.controller}: close the status connection before "
-                              f"streaming ({self._settings.port} takes one user)")
+            raise DriverError(
+                f"{self.controller}: close the status connection before "
+                f"streaming ({self._settings.port} takes one user)"
+            )
         s = self._settings
         if s.protocol == "dnc" and not confirmed_ready:
-            raise StreamError(None, None, f"{self.controller}: {DNC_CHECKLIST}",
-                              kind="not_ready")
-        return stream_to_port(lines, s.port, protocol=s.protocol, baudrate=s.baudrate,
-                              options=self.stream_options(max_line_chars), progress=progress,
-                              reversals_modulated=reversals_modulated, source=source,
-                              exclusive=s.exclusive, control=control)
+            raise StreamError(None, None, f"{self.controller}: {DNC_CHECKLIST}", kind="not_ready")
+        return stream_to_port(
+            lines,
+            s.port,
+            protocol=s.protocol,
+            baudrate=s.baudrate,
+            options=self.stream_options(max_line_chars),
+            progress=progress,
+            reversals_modulated=reversals_modulated,
+            source=source,
+            exclusive=s.exclusive,
+            control=control,
+        )
 
 
 def _code(text: str | None) -> bytes | None:

@@ -32,67 +32,121 @@ Handshake = Literal["reset", "banner", "none"]
 class StreamFilterSettings:
     """The feedrate filter between the program and the controller (paper 001)."""
 
-    enabled: bool = field(default=True, metadata={
-        "doc": "false: stream the program unchanged (the baseline)"})
-    lookahead_lines: int | None = field(default=None, metadata={
-        "ge": 2, "le": 1_000_000, "doc": "override the machine file's lookahead.lines"})
-    lookahead_s: float | None = field(default=None, metadata={
-        "gt": 0.0, "doc": "override the machine file's lookahead.seconds"})
+    enabled: bool = field(
+        default=True, metadata={"doc": "false: stream the program unchanged (the baseline)"}
+    )
+    lookahead_lines: int | None = field(
+        default=None,
+        metadata={"ge": 2, "le": 1_000_000, "doc": "override the machine file's lookahead.lines"},
+    )
+    lookahead_s: float | None = field(
+        default=None, metadata={"gt": 0.0, "doc": "override the machine file's lookahead.seconds"}
+    )
 
 
 @dataclass(frozen=True)
 class GrblSettings:
     port: str = field(metadata={"min_len": 1, "doc": "serial device of the CNC, /dev/ttyUSB0"})
-    machine: str | dict[str, Any] = field(metadata={
-        "doc": "machine file (config/machines/*.yaml, relative to the config file) or inline"})
+    machine: str | dict[str, Any] = field(
+        metadata={
+            "doc": "machine file (config/machines/*.yaml, relative to the config file) or inline"
+        }
+    )
     baudrate: int = field(default=115_200, metadata={"gt": 0})
     exclusive: bool = field(default=True, metadata={"doc": "lock the port against other users"})
-    protocol: Protocol = field(default="grbl", metadata={
-        "doc": "grbl: character counting with ok/error:N; dnc: drip feed with XON/XOFF"})
-    rx_buffer_bytes: int = field(default=128, metadata={
-        "ge": 16, "le": 65_536, "doc": "the controller's receive buffer (GRBL 1.1: 128)"})
-    max_line_chars: int | None = field(default=None, metadata={
-        "ge": 8, "doc": "longest line the controller takes (null: the machine's dialect's)"})
-    handshake: Handshake = field(default="reset", metadata={
-        "doc": "reset: send Ctrl-X and await the banner before streaming"})
+    protocol: Protocol = field(
+        default="grbl",
+        metadata={"doc": "grbl: character counting with ok/error:N; dnc: drip feed with XON/XOFF"},
+    )
+    rx_buffer_bytes: int = field(
+        default=128,
+        metadata={"ge": 16, "le": 65_536, "doc": "the controller's receive buffer (GRBL 1.1: 128)"},
+    )
+    max_line_chars: int | None = field(
+        default=None,
+        metadata={
+            "ge": 8,
+            "doc": "longest line the controller takes (null: the machine's dialect's)",
+        },
+    )
+    handshake: Handshake = field(
+        default="reset",
+        metadata={"doc": "reset: send Ctrl-X and await the banner before streaming"},
+    )
     filter: StreamFilterSettings = field(default_factory=StreamFilterSettings)
     startup_timeout_s: float = field(default=5.0, metadata={"gt": 0.0, "le": 600.0})
-    reply_timeout_s: float = field(default=1.0, metadata={
-        "gt": 0.0, "le": 60.0, "doc": "status report after '?' (also the one before streaming)"})
-    stall_timeout_s: float = field(default=10.0, metadata={
-        "gt": 0.0, "le": 3600.0, "doc": "silence while the controller owes an answer"})
+    reply_timeout_s: float = field(
+        default=1.0,
+        metadata={
+            "gt": 0.0,
+            "le": 60.0,
+            "doc": "status report after '?' (also the one before streaming)",
+        },
+    )
+    stall_timeout_s: float = field(
+        default=10.0,
+        metadata={"gt": 0.0, "le": 3600.0, "doc": "silence while the controller owes an answer"},
+    )
     write_timeout_s: float = field(default=5.0, metadata={"gt": 0.0, "le": 600.0})
-    hold_timeout_s: float = field(default=5.0, metadata={
-        "gt": 0.0, "le": 600.0, "doc": "stop_motion: feed hold to standstill before reset"})
-    status_interval_s: float | None = field(default=0.2, metadata={
-        "gt": 0.0, "doc": "'?' polls while streaming (null: none)"})
-    wait_idle: bool = field(default=False, metadata={
-        "doc": "after the last line, wait until the machine has run the program out"})
-    dnc_feed_hold: str | None = field(default=None, metadata={
-        "min_len": 1, "doc": "DNC: the controller's real-time feed-hold code, sent on an error, "
-        "a stall or `jha feedrate hold` (GRBL with XON/XOFF: \"!\"); null: it takes none"})
-    dnc_resume: str | None = field(default=None, metadata={
-        "min_len": 1, "doc": "DNC: its cycle-start code after such a hold (GRBL: \"~\")"})
+    hold_timeout_s: float = field(
+        default=5.0,
+        metadata={
+            "gt": 0.0,
+            "le": 600.0,
+            "doc": "stop_motion: feed hold to standstill before reset",
+        },
+    )
+    status_interval_s: float | None = field(
+        default=0.2, metadata={"gt": 0.0, "doc": "'?' polls while streaming (null: none)"}
+    )
+    wait_idle: bool = field(
+        default=False,
+        metadata={"doc": "after the last line, wait until the machine has run the program out"},
+    )
+    dnc_feed_hold: str | None = field(
+        default=None,
+        metadata={
+            "min_len": 1,
+            "doc": "DNC: the controller's real-time feed-hold code, sent on an error, "
+            'a stall or `jha feedrate hold` (GRBL with XON/XOFF: "!"); null: it takes none',
+        },
+    )
+    dnc_resume: str | None = field(
+        default=None,
+        metadata={"min_len": 1, "doc": 'DNC: its cycle-start code after such a hold (GRBL: "~")'},
+    )
 
     def check(self) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = []
         if self.max_line_chars is not None and self.max_line_chars + 1 > self.rx_buffer_bytes:
-            found.append(("max_line_chars", f"expected a line (with its newline) to fit the "
-                          f"{self.rx_buffer_bytes}-byte receive buffer, found "
-                          f"{self.max_line_chars} characters"))
+            found.append(
+                (
+                    "max_line_chars",
+                    f"expected a line (with its newline) to fit the "
+                    f"{self.rx_buffer_bytes}-byte receive buffer, found "
+                    f"{self.max_line_chars} characters",
+                )
+            )
         for name in ("dnc_feed_hold", "dnc_resume"):
             code = getattr(self, name)
             if code is None:
                 continue
             if self.protocol != "dnc":
-                found.append((name, "expected only with protocol: dnc (GRBL's feed hold and "
-                              f"cycle start are '!' and '~'), found {code!r}"))
+                found.append(
+                    (
+                        name,
+                        "expected only with protocol: dnc (GRBL's feed hold and "
+                        f"cycle start are '!' and '~'), found {code!r}",
+                    )
+                )
             elif problem := realtime_code_problem(code):
                 found.append((name, f"expected {problem}, found {code!r}"))
         if isinstance(self.machine, dict):
             # A key that is no identifier comes as "['key']": no dot before it (atheris).
-            found += [("machine" + ("." if path[:1] not in ("", "[") else "") + path, message)
-                      for path, message in inline_machine_issues(self.machine)]
+            found += [
+                ("machine" + ("." if path[:1] not in ("", "[") else "") + path, message)
+                for path, message in inline_machine_issues(self.machine)
+            ]
         return found
 
     def machine_settings(self, base_dir: str | Path = ".") -> MachineSettings:

@@ -161,8 +161,12 @@ def decode_chunk(
 
 
 def _same_samples(a: Chunk, b: Chunk) -> bool:
-    pairs = ((a.time_s, b.time_s), (a.motor_counts, b.motor_counts),
-             (a.link_counts, b.link_counts), (a.current_a, b.current_a))
+    pairs = (
+        (a.time_s, b.time_s),
+        (a.motor_counts, b.motor_counts),
+        (a.link_counts, b.link_counts),
+        (a.current_a, b.current_a),
+    )
     return all(
         (x is None and y is None) or (x is not None and y is not None and np.array_equal(x, y))
         for x, y in pairs

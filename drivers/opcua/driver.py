@@ -73,8 +73,13 @@ class _WatchdogNodes:
 # The watchdog counter wraps below the range of the smallest integer type that may hold it.
 _SMALL_INTEGERS = {ua.VariantType.SByte: 2**7, ua.VariantType.Byte: 2**7}
 _INTEGERS = {
-    ua.VariantType.Int16, ua.VariantType.UInt16, ua.VariantType.Int32, ua.VariantType.UInt32,
-    ua.VariantType.Int64, ua.VariantType.UInt64, *_SMALL_INTEGERS,
+    ua.VariantType.Int16,
+    ua.VariantType.UInt16,
+    ua.VariantType.Int32,
+    ua.VariantType.UInt32,
+    ua.VariantType.Int64,
+    ua.VariantType.UInt64,
+    *_SMALL_INTEGERS,
 }
 
 

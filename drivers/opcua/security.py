@@ -44,8 +44,11 @@ class RedactPasswords(logging.Filter):
 
 
 _REDACT = RedactPasswords()
-for _name in ("asyncua.client.ua_client.UASocketProtocol", "asyncua.client.ua_client",
-              "asyncua.client.client"):
+for _name in (
+    "asyncua.client.ua_client.UASocketProtocol",
+    "asyncua.client.ua_client",
+    "asyncua.client.client",
+):
     if _REDACT not in logging.getLogger(_name).filters:
         logging.getLogger(_name).addFilter(_REDACT)
 _DER = Encoding.DER
@@ -82,9 +85,7 @@ def trust_list(settings: OpcUaSettings) -> TrustList:
     sources = [f"pinned server_certificate {sec.server_certificate}"] if pinned else []
     if sec.trusted_certificates is not None:
         sources.append(f"trust list {sec.trusted_certificates}")
-    return TrustList(
-        [*pinned, *listed.certificates], listed.revoked, source=" or ".join(sources)
-    )
+    return TrustList([*pinned, *listed.certificates], listed.revoked, source=" or ".join(sources))
 
 
 async def secure_channel(client: Client, s: OpcUaSettings) -> None:
@@ -111,9 +112,11 @@ async def secure_channel(client: Client, s: OpcUaSettings) -> None:
     facts = certificate_facts(offered)
     if problem is not None:
         log.warning(
-            "event=opcua_server_certificate_refused endpoint=%s subject=%r thumbprint=%s "
-            "reason=%r",
-            s.endpoint, facts.subject, facts.thumbprint_sha1, problem,
+            "event=opcua_server_certificate_refused endpoint=%s subject=%r thumbprint=%s reason=%r",
+            s.endpoint,
+            facts.subject,
+            facts.thumbprint_sha1,
+            problem,
         )
         advice = (
             f"; if this is the right server, copy its certificate into {sec.trusted_certificates}"
@@ -125,7 +128,9 @@ async def secure_channel(client: Client, s: OpcUaSettings) -> None:
         )
     log.info(
         "event=opcua_server_certificate_trusted endpoint=%s subject=%r thumbprint=%s",
-        s.endpoint, facts.subject, facts.thumbprint_sha1,
+        s.endpoint,
+        facts.subject,
+        facts.thumbprint_sha1,
     )
     await client.set_security(
         SecurityPolicyBasic256Sha256,
@@ -151,13 +156,17 @@ async def _offered_certificate(s: OpcUaSettings) -> x509.Certificate:
             raise
         raise DriverError(f"cannot connect to {s.endpoint}: {describe_error(exc)}") from None
     wanted = [
-        e for e in endpoints
+        e
+        for e in endpoints
         if e.SecurityPolicyUri == SecurityPolicyBasic256Sha256.URI and e.SecurityMode == mode
     ]
     if not wanted or not wanted[0].ServerCertificate:
-        offered = ", ".join(
-            f"{e.SecurityPolicyUri.rsplit('#', 1)[-1]}/{e.SecurityMode.name}" for e in endpoints
-        ) or "none"
+        offered = (
+            ", ".join(
+                f"{e.SecurityPolicyUri.rsplit('#', 1)[-1]}/{e.SecurityMode.name}" for e in endpoints
+            )
+            or "none"
+        )
         raise RejectedError(
             f"{s.endpoint} offers no Basic256Sha256 {s.security.effective_mode} endpoint with a "
             f"certificate (it offers: {offered})"

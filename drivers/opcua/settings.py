@@ -97,12 +97,14 @@ class OpcUaSecurity:
         out: list[tuple[str, str]] = []
         if self.policy == "None":
             if not self.allow_none_security:
-                out.append((
-                    "policy",
-                    "policy None sends the interlock signals and the cycle trigger unsigned and "
-                    "in clear text; expected Basic256Sha256, or allow_none_security: true to "
-                    "accept that explicitly",
-                ))
+                out.append(
+                    (
+                        "policy",
+                        "policy None sends the interlock signals and the cycle trigger unsigned and "
+                        "in clear text; expected Basic256Sha256, or allow_none_security: true to "
+                        "accept that explicitly",
+                    )
+                )
             if self.mode != "None":
                 out.append(("mode", f"expected None with policy None, found {self.mode!r}"))
             return out
@@ -114,11 +116,13 @@ class OpcUaSecurity:
             if getattr(self, name) is None:
                 out.append((name, f"required with policy {self.policy}: expected a file path"))
         if self.server_certificate is None and self.trusted_certificates is None:
-            out.append((
-                "trusted_certificates",
-                f"required with policy {self.policy} (or server_certificate): the directory of "
-                "server certificates the agent trusts",
-            ))
+            out.append(
+                (
+                    "trusted_certificates",
+                    f"required with policy {self.policy} (or server_certificate): the directory of "
+                    "server certificates the agent trusts",
+                )
+            )
         if self.revocation_lists is not None and self.trusted_certificates is None:
             out.append(("revocation_lists", "only used with trusted_certificates"))
         return out

@@ -121,4 +121,3 @@ class FrameDecoder:
             pos = end
         del buf[:pos]
         return out
-

@@ -55,7 +55,6 @@ bad CRC. A CRC-16 lets a random candidate through with probability 2**-16: the f
 the fixed lengths and the value checks of decode_samples are the further guards.
 """
 
-
 from __future__ import annotations
 
 import binascii
@@ -98,12 +97,41 @@ from drivers.serial.wire import (
 )
 
 __all__ = [
-    "AGENT_TO_BOARD", "BOARD_TO_AGENT", "CRC16_TABLE", "CRC_BYTES", "HEADER_BYTES", "MAX_JOINTS",
-    "MAX_PAYLOAD_BYTES", "PROTOCOL_VERSION", "SAMPLE_HEADER", "SYNC", "ChannelSide", "CycleDone",
-    "CycleResult", "DecoderStats", "Frame", "FrameDecoder", "FrameError", "FrameType",
-    "InfoReply", "Layout", "SampleBlock", "StartAck", "StartCommand", "StartResult",
-    "StatusBits", "StatusReply", "StopAck", "crc16_ccitt_false", "crc16_fast", "decode_samples",
-    "encode_frame", "encode_query", "encode_samples", "length_rule", "reply_tag",
+    "AGENT_TO_BOARD",
+    "BOARD_TO_AGENT",
+    "CRC16_TABLE",
+    "CRC_BYTES",
+    "HEADER_BYTES",
+    "MAX_JOINTS",
+    "MAX_PAYLOAD_BYTES",
+    "PROTOCOL_VERSION",
+    "SAMPLE_HEADER",
+    "SYNC",
+    "ChannelSide",
+    "CycleDone",
+    "CycleResult",
+    "DecoderStats",
+    "Frame",
+    "FrameDecoder",
+    "FrameError",
+    "FrameType",
+    "InfoReply",
+    "Layout",
+    "SampleBlock",
+    "StartAck",
+    "StartCommand",
+    "StartResult",
+    "StatusBits",
+    "StatusReply",
+    "StopAck",
+    "crc16_ccitt_false",
+    "crc16_fast",
+    "decode_samples",
+    "encode_frame",
+    "encode_query",
+    "encode_samples",
+    "length_rule",
+    "reply_tag",
 ]
 
 

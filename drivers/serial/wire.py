@@ -104,6 +104,7 @@ def crc16_fast(data: bytes | bytearray | memoryview, crc: int = 0xFFFF) -> int:
     """The same CRC computed in C by the standard library (binascii.crc_hqx), for the hot path."""
     return binascii.crc_hqx(data, crc)
 
+
 # --- frames ---------------------------------------------------------------------------------------
 
 
@@ -148,4 +149,3 @@ class Layout:
     @property
     def sample_frame_bytes(self) -> int:
         return HEADER_BYTES + self.sample_payload_bytes + CRC_BYTES
-

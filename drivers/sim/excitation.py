@@ -77,6 +77,7 @@ def simulate_excitation(
     # here, not at the top: the driver imports this module, and loading a config (which finds
     # the sim's settings through the driver package) should not load scipy
     from agent.models.robot import elastic as er
+
     try:
         nominal = _robot(settings.robot, os.stat(settings.robot).st_mtime_ns)
     except OSError as e:

@@ -53,8 +53,13 @@ def test_a_flapping_broker_under_the_daemon_loses_no_report(tmp_path: Path) -> N
     state = tmp_path / "state"
     publish = {
         "mqtt": {
-            "host": "127.0.0.1", "port": broker.port, "tls": False, "client_id": "jha-flap",
-            "reconnect_min_s": 0.1, "reconnect_max_s": 0.4, "keepalive_s": 5,
+            "host": "127.0.0.1",
+            "port": broker.port,
+            "tls": False,
+            "client_id": "jha-flap",
+            "reconnect_min_s": 0.1,
+            "reconnect_max_s": 0.4,
+            "keepalive_s": 5,
         }
     }
     cfg = config(tmp_path / "agent.yaml", state, STOPS, joints=1, publish=publish)
@@ -96,11 +101,16 @@ def test_a_flapping_broker_under_the_daemon_loses_no_report(tmp_path: Path) -> N
     got = collections.Counter(sub.ids())
     missing = set(expected) - set(got)
     log = log_path.read_text()
-    fault(f"MQTT: broker flapping {FLAPS}x (once SIGKILL) under `jha run`",
-          records_lost=len(missing) + len(audit(state).problems))
-    record("MQTT duplicates", f"broker flapping {FLAPS}x under `jha run`",
-           str(sum(c - 1 for c in got.values())),
-           f"{len(expected)} reports, made while the broker was away: {outages}")
+    fault(
+        f"MQTT: broker flapping {FLAPS}x (once SIGKILL) under `jha run`",
+        records_lost=len(missing) + len(audit(state).problems),
+    )
+    record(
+        "MQTT duplicates",
+        f"broker flapping {FLAPS}x under `jha run`",
+        str(sum(c - 1 for c in got.values())),
+        f"{len(expected)} reports, made while the broker was away: {outages}",
+    )
     assert missing == set(), (sorted(missing), log[-3000:])
     assert sum(outages) >= FLAPS, outages  # reports were made while the broker was away
     assert code == 0

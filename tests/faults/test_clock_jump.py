@@ -72,14 +72,17 @@ def test_the_wall_clock_stepped_back_and_forward_under_the_daemon(tmp_path: Path
             # Captures are saved as each cycle ends (records follow after the fit): one more
             # than asked for, as the cycle under way at the step began before it.
             target = _captures(state) + cycles + 1
-            wait_for(lambda t=target: _captures(state) >= t, 30, f"cycles at {offset_s} s",
-                     proc)
+            wait_for(lambda t=target: _captures(state) >= t, 30, f"cycles at {offset_s} s", proc)
             now = audit(state)
             records_lost += lost(seen, now)
             seen = now.cycles
         done = _captures(state)
-        wait_for(lambda: cycle_count(state) >= done and audit(state).reports >= done, 30,
-                 "every capture recorded and reported", proc)
+        wait_for(
+            lambda: cycle_count(state) >= done and audit(state).reports >= done,
+            30,
+            "every capture recorded and reported",
+            proc,
+        )
         assert proc.poll() is None, "the daemon exited"
         code = terminate(proc)
     finally:
@@ -106,8 +109,7 @@ def test_the_wall_clock_stepped_back_and_forward_under_the_daemon(tmp_path: Path
     # Every cycle recorded before the first one of the day-earlier clock sorts before every
     # cycle of that day-earlier clock, in the trend as in latest(): the step back does not
     # put the newest cycles first. (By started_at alone they would sort a day too early.)
-    back = [r[0] for r in rows if (datetime.fromisoformat(r[1]) - t_start).total_seconds()
-            < -86000]
+    back = [r[0] for r in rows if (datetime.fromisoformat(r[1]) - t_start).total_seconds() < -86000]
     earlier = [i for i in order_ids if i < back[0]]
     position = {i: k for k, i in enumerate(order_ids)}
     assert max(position[i] for i in earlier) < min(position[i] for i in back), order_ids
@@ -120,11 +122,16 @@ def test_the_wall_clock_stepped_back_and_forward_under_the_daemon(tmp_path: Path
         assert json.loads(Path(path).read_text())["message_id"] == message_id
     suffixed = sum(1 for p in paths if "-" in Path(p).parent.name)
 
-    fault("wall clock stepped -1 d, +1 d 3 h, -5 s under `jha run`",
-          records_lost=records_lost + len(final.problems))
-    record("clock jumps", "daemon under libfaketime",
-           f"{len(rows)} cycles, {len(reports)} reports",
-           f"report names taken twice and suffixed: {suffixed}")
+    fault(
+        "wall clock stepped -1 d, +1 d 3 h, -5 s under `jha run`",
+        records_lost=records_lost + len(final.problems),
+    )
+    record(
+        "clock jumps",
+        "daemon under libfaketime",
+        f"{len(rows)} cycles, {len(reports)} reports",
+        f"report names taken twice and suffixed: {suffixed}",
+    )
     assert records_lost == 0 and final.problems == [], final.problems
     assert code == 0
     assert "Traceback" not in log, log[-3000:]
@@ -142,8 +149,12 @@ def test_the_history_keeps_the_order_cycles_ran_when_the_clock_was_stepped_back(
 
         def cycle(at: datetime, value: float, trigger: str) -> int:
             return store.record_cycle(
-                controller="robot", joint="j1", kind="backlash", started_at=at,
-                finished_at=None, estimates=[Estimate("backlash_rad", value, "rad")],
+                controller="robot",
+                joint="j1",
+                kind="backlash",
+                started_at=at,
+                finished_at=None,
+                estimates=[Estimate("backlash_rad", value, "rad")],
                 trigger=trigger,
             )
 
@@ -164,6 +175,7 @@ def test_the_history_keeps_the_order_cycles_ran_when_the_clock_was_stepped_back(
     assert latest is not None and latest.id == g
     assert newest_first == [g, h, d, c, b, a, e]
     assert CLOCK_STEP_S < 30 * 60  # a step smaller than this is taken as out-of-order fits
+
 
 def test_report_directories_claimed_at_once_for_one_second_are_all_distinct(
     tmp_path: Path,

@@ -38,9 +38,20 @@ def peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, PeerP
     config = directory / "peer.yaml"
     config.write_text(config_text())
     # 10x real time: 0.5 s of motion, so a stop on a fault in chunk 3 finds the joint moving.
-    p = PeerProcess(config, ["--backlash", f"axis4={BACKLASH_RAD}", "--seed", str(SEED),
-                             "--speedup", "10", "--chunk-samples", "100"],
-                    log=directory / "peer.log")
+    p = PeerProcess(
+        config,
+        [
+            "--backlash",
+            f"axis4={BACKLASH_RAD}",
+            "--seed",
+            str(SEED),
+            "--speedup",
+            "10",
+            "--chunk-samples",
+            "100",
+        ],
+        log=directory / "peer.log",
+    )
     p.start()
     yield config, p
     p.stop()
@@ -50,8 +61,9 @@ def truth(ctrl: ControllerSettings, cycle_no: int) -> Samples:
     """What the controller published for its cycle `cycle_no` (from 1): its own physics."""
     joint = ctrl.joints[0]
     cycle = backlash_cycle(ctrl, joint)
-    return cycle_samples(joint, cycle, BACKLASH_RAD, noise_counts=1.0,
-                         seed=SEED * 1000 + cycle_no - 1)
+    return cycle_samples(
+        joint, cycle, BACKLASH_RAD, noise_counts=1.0, seed=SEED * 1000 + cycle_no - 1
+    )
 
 
 def samples_not_in_truth(capture: Capture | None, true: Samples) -> int:
@@ -66,8 +78,9 @@ def samples_not_in_truth(capture: Capture | None, true: Samples) -> int:
     return int(wrong) + abs(len(capture) - len(true))
 
 
-async def one_cycle(ctrl: ControllerSettings, endpoint: str, kind: str
-                    ) -> tuple[Capture | None, str, int, str, int, int]:
+async def one_cycle(
+    ctrl: ControllerSettings, endpoint: str, kind: str
+) -> tuple[Capture | None, str, int, str, int, int]:
     """Inject `kind`, run one guarded cycle: (capture, abort message, stops the controller got,
     its cycle status, its cycle number, duplicates the driver dropped)."""
     driver = driver_for(ctrl)
@@ -84,9 +97,14 @@ async def one_cycle(ctrl: ControllerSettings, endpoint: str, kind: str
             await asyncio.sleep(0.1)
             status = await plant.cycle_status()
             await plant.inject("", 0)  # a fault that never acted must not leak to the next
-            return (capture, reason, await plant.read("StopRequests") - stops, status,
-                    await plant.read("CyclesStarted"),
-                    capture.meta.extra["duplicate_chunks_dropped"] if capture else 0)
+            return (
+                capture,
+                reason,
+                await plant.read("StopRequests") - stops,
+                status,
+                await plant.read("CyclesStarted"),
+                capture.meta.extra["duplicate_chunks_dropped"] if capture else 0,
+            )
     finally:
         await driver.close()
 
@@ -95,8 +113,12 @@ ABORTS = [
     ("stalled sample stream (link alive)", "stall", {}, "the controller stalled: no chunk for"),
     ("duplicate chunks", "duplicate", {}, "repeated (an identical copy)"),
     ("out-of-order chunks", "reorder", {}, "chunk(s) missing or late, out of order"),
-    ("out-of-order samples", "swap", {},
-     "sample 211 (t = 0.42 s) after one at 0.422 s: sample times must increase"),
+    (
+        "out-of-order samples",
+        "swap",
+        {},
+        "sample 211 (t = 0.42 s) after one at 0.422 s: sample times must increase",
+    ),
     ("duplicate samples", "repeat", {}, "sample 211 (t = 0.42 s) repeated"),
     ("samples at 4x the rate", "fast", {}, "the controller samples faster than asked, or floods"),
     # The server discards the oldest values of a full queue; asyncua sets no overflow bit, so
@@ -105,11 +127,11 @@ ABORTS = [
 ]
 
 
-@pytest.mark.parametrize(("scenario", "kind", "settings", "message"), ABORTS,
-                         ids=[a[0] for a in ABORTS])
+@pytest.mark.parametrize(
+    ("scenario", "kind", "settings", "message"), ABORTS, ids=[a[0] for a in ABORTS]
+)
 def test_sample_fault_aborts_names_it_and_stops(
-    peer: tuple[Path, PeerProcess], scenario: str, kind: str, settings: dict[str, Any],
-    message: str
+    peer: tuple[Path, PeerProcess], scenario: str, kind: str, settings: dict[str, Any], message: str
 ) -> None:
     config, p = peer
     ctrl = controller(config, p.endpoint, **settings)
@@ -128,13 +150,16 @@ def test_sample_fault_aborts_names_it_and_stops(
     ("scenario", "kind", "settings", "dropped"),
     [
         ("flood (rest of the capture in one burst)", "flood", {}, 0),
-        ("duplicate chunks, identical copies dropped", "duplicate",
-         {"duplicate_chunks": "drop_identical"}, 1),
+        (
+            "duplicate chunks, identical copies dropped",
+            "duplicate",
+            {"duplicate_chunks": "drop_identical"},
+            1,
+        ),
     ],
 )
 def test_intact_or_exactly_repaired_stream_gives_the_truth(
-    peer: tuple[Path, PeerProcess], scenario: str, kind: str, settings: dict[str, Any],
-    dropped: int
+    peer: tuple[Path, PeerProcess], scenario: str, kind: str, settings: dict[str, Any], dropped: int
 ) -> None:
     config, p = peer
     ctrl = controller(config, p.endpoint, **settings)

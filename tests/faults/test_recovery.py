@@ -33,11 +33,13 @@ def _stamp(moment: dt.datetime) -> str:
 
 def _capture_bytes(tmp_path: Path) -> bytes:
     """A simulated backlash capture of the harness's joint j1, as the sim driver would give."""
-    joint = JointSettings(name="j1", index=1, gear_ratio=40,
-                          backlash_cycle=BacklashCycleSettings(**CYCLE))
+    joint = JointSettings(
+        name="j1", index=1, gear_ratio=40, backlash_cycle=BacklashCycleSettings(**CYCLE)
+    )
     cycle = backlash_cycle(ControllerSettings(name="robot", driver="sim", joints=(joint,)), joint)
-    capture = simulate_backlash_capture(joint, cycle, 1e-3, noise_counts=1.0, seed=3,
-                                        machine="robot")
+    capture = simulate_backlash_capture(
+        joint, cycle, 1e-3, noise_counts=1.0, seed=3, machine="robot"
+    )
     path = tmp_path / "good.npz"
     save_capture(capture, path)
     return path.read_bytes()
@@ -58,9 +60,17 @@ def test_orphan_captures_are_recorded_once_and_broken_ones_quarantined(tmp_path:
     recorded = j1 / f"{_stamp(T0)}.npz"  # recorded before the crash: never taken up again
     recorded.write_bytes(good)
     with HistoryStore(state / "history.sqlite") as store:
-        store.record_rejected(controller="robot", joint="j1", kind="backlash", started_at=T0,
-                              finished_at=T0, reason="test", outcome="error",
-                              capture_path=recorded, trigger="production_stop")
+        store.record_rejected(
+            controller="robot",
+            joint="j1",
+            kind="backlash",
+            started_at=T0,
+            finished_at=T0,
+            reason="test",
+            outcome="error",
+            capture_path=recorded,
+            trigger="production_stop",
+        )
     orphan = j1 / f"{_stamp(T0 + dt.timedelta(minutes=5))}.npz"
     orphan.write_bytes(good)
     torn = j1 / f"{_stamp(T0 + dt.timedelta(minutes=6))}.npz"
@@ -75,8 +85,9 @@ def test_orphan_captures_are_recorded_once_and_broken_ones_quarantined(tmp_path:
     log_path = tmp_path / "daemon.log"
     proc = start(cfg, log_path)
     try:
-        wait_for(lambda: "event=orphan_captures_done" in log_path.read_text(), 60,
-                 "the recovery", proc)
+        wait_for(
+            lambda: "event=orphan_captures_done" in log_path.read_text(), 60, "the recovery", proc
+        )
     finally:
         code = terminate(proc)
     first = log_path.read_text()
@@ -95,10 +106,16 @@ def test_orphan_captures_are_recorded_once_and_broken_ones_quarantined(tmp_path:
     quarantined = sorted(p.name for p in (state / QUARANTINE_DIR).rglob("*.npz"))
     # Lost: the good orphan not recorded; corrupted: recorded more than once.
     named = [r[0] for r in again]
-    fault("orphan capture left by a crash: recorded at the next start",
-          records_lost=(str(orphan) not in named) + max(0, named.count(str(orphan)) - 1))
-    record("recovery", "orphan captures at start", "1 recorded, 2 quarantined, 1 left",
-           f"recovered rows after two starts: {len(recovered)}")
+    fault(
+        "orphan capture left by a crash: recorded at the next start",
+        records_lost=(str(orphan) not in named) + max(0, named.count(str(orphan)) - 1),
+    )
+    record(
+        "recovery",
+        "orphan captures at start",
+        "1 recorded, 2 quarantined, 1 left",
+        f"recovered rows after two starts: {len(recovered)}",
+    )
     assert len(recovered) == 1, rows
     path, _, outcome, started_at = recovered[0]
     assert path == str(orphan) and outcome == "ok"
@@ -108,8 +125,11 @@ def test_orphan_captures_are_recorded_once_and_broken_ones_quarantined(tmp_path:
     assert quarantined == sorted([torn.name, garbage.name])
     assert not torn.exists() and not garbage.exists()
     for name in (torn, garbage):
-        line = next(x for x in first.splitlines()
-                    if "event=capture_quarantined" in x and f"path={name}" in x)
+        line = next(
+            x
+            for x in first.splitlines()
+            if "event=capture_quarantined" in x and f"path={name}" in x
+        )
         assert "reason=" in line and "moved_to=" in line
     assert gone.exists()
     # G9: the rule the harness leaves off is named at every start (and by `jha config check`).
@@ -120,7 +140,7 @@ def test_orphan_captures_are_recorded_once_and_broken_ones_quarantined(tmp_path:
     assert final.reports == 1  # the recovered capture's report
     assert code == code2 == 0
     assert "Traceback" not in log, log[-3000:]
-    second = log[len(first):]
+    second = log[len(first) :]
     # The second time only the unconfigured joint's capture is found, and left alone again.
     assert "event=orphan_captures count=1 " in second
     assert "event=orphan_capture_recovering" not in second
@@ -143,9 +163,16 @@ def test_orphans_are_found_through_a_relative_state_dir_and_quarantine_never_ove
     for path in (named, orphan, j1 / ".x.npz.tmp", j1 / ".y.npz"):
         path.write_bytes(b"x")
     with HistoryStore(Path("var") / "history.sqlite") as store:
-        store.record_rejected(controller="robot", joint="j1", kind="backlash", started_at=T0,
-                              finished_at=T0, reason="t", outcome="error",
-                              capture_path=tmp_path / "real" / named.relative_to("var"))
+        store.record_rejected(
+            controller="robot",
+            joint="j1",
+            kind="backlash",
+            started_at=T0,
+            finished_at=T0,
+            reason="t",
+            outcome="error",
+            capture_path=tmp_path / "real" / named.relative_to("var"),
+        )
     found = find_orphans(Path("var"))
     assert [(o.path, o.controller, o.joint) for o in found] == [(orphan, "robot", "j1")]
     first = quarantine(Path("var"), orphan, "test")

@@ -110,11 +110,13 @@ def test_sample_fault_aborts_names_the_sample_and_stops(
 def test_identical_duplicates_are_dropped_when_allowed(tmp_path: Path) -> None:
     b = Bench(tmp_path, "duplicate_frames: drop_identical")
     try:
-        b.peer(faults=[
-            {"kind": "duplicate", "at_frame": 30},
-            {"kind": "duplicate", "at_frame": 31},
-            {"kind": "duplicate", "at_frame": 250},
-        ])
+        b.peer(
+            faults=[
+                {"kind": "duplicate", "at_frame": 30},
+                {"kind": "duplicate", "at_frame": 31},
+                {"kind": "duplicate", "at_frame": 250},
+            ]
+        )
 
         async def go() -> tuple[Capture, int]:
             d = await connected(b)

@@ -93,16 +93,33 @@ def _record(role: str, values: dict[str, float]) -> bytes:
 
 def seeds() -> Iterator[bytes]:
     status = {
-        "Mode": 1, "Permission": 1, "AlarmActive": 0, "CycleState": 2, "AliveCounter": 3,
-        "SpeedOverride": 1.0, "AlarmCode": 0, "CycleCounter": CYCLE_COUNTER, "RejectReason": 0,
+        "Mode": 1,
+        "Permission": 1,
+        "AlarmActive": 0,
+        "CycleState": 2,
+        "AliveCounter": 3,
+        "SpeedOverride": 1.0,
+        "AlarmCode": 0,
+        "CycleCounter": CYCLE_COUNTER,
+        "RejectReason": 0,
         "ControllerTime": 12.5,
     }
-    frames = [_record("status", status), _record("joint_position", {"JointIndex": JOINT,
-                                                                     "Position": 0.25})]
+    frames = [
+        _record("status", status),
+        _record("joint_position", {"JointIndex": JOINT, "Position": 0.25}),
+    ]
     for k in range(SAMPLES):
-        frames.append(_record("encoder", {"MotorCounts": (1000 + 97 * k) % 2**19,
-                                          "LinkCounts": (5 + 3 * k) % 2**19,
-                                          "Counter": k, "JointIndex": JOINT}))
+        frames.append(
+            _record(
+                "encoder",
+                {
+                    "MotorCounts": (1000 + 97 * k) % 2**19,
+                    "LinkCounts": (5 + 3 * k) % 2**19,
+                    "Counter": k,
+                    "JointIndex": JOINT,
+                },
+            )
+        )
     yield b"\x01" + b"".join(frames)
     for role_index, record in ((0, frames[0]), (1, frames[1]), (2, frames[2])):
         yield bytes((0, role_index)) + record[2:]

@@ -109,7 +109,9 @@ def _simulated(samples: int) -> Capture:
     from drivers.sim.backlash import simulate_backlash_capture
 
     joint = JointSettings(
-        name="axis4", index=4, gear_ratio=40.0,
+        name="axis4",
+        index=4,
+        gear_ratio=40.0,
         backlash_cycle=BacklashCycleSettings(motor_speed_rps=100.0, load_turns=1),
     )
     cycle = backlash_cycle(ControllerSettings(name="r", driver="sim", joints=(joint,)), joint)

@@ -38,8 +38,10 @@ def _check_block(block: Block, line_no: int) -> None:
         a = block.arc
         check(_finite(*a.centre, a.radius, a.sweep_rad), f"arc not finite: {block.text!r}")
     duration = block.duration_s
-    check(duration is None or (math.isfinite(duration) and duration >= 0),
-          f"duration {duration!r}: {block.text!r}")
+    check(
+        duration is None or (math.isfinite(duration) and duration >= 0),
+        f"duration {duration!r}: {block.text!r}",
+    )
     block.to_dict()
 
 

@@ -99,8 +99,10 @@ def _prepare(data: bytes, path: Path) -> None:
             marks = ", ".join(m for m, _ in row)
             # A row the table's constraints refuse is no state the file can hold: skipped.
             with contextlib.suppress(sqlite3.Error):
-                db.execute(f"INSERT INTO outbox ({', '.join(COLUMNS)}) VALUES ({marks})",
-                           [v for _, v in row])
+                db.execute(
+                    f"INSERT INTO outbox ({', '.join(COLUMNS)}) VALUES ({marks})",
+                    [v for _, v in row],
+                )
     finally:
         db.close()
 
@@ -134,12 +136,33 @@ def _record(*values: tuple[int, bytes]) -> bytes:
 
 @functools.cache
 def _row_seeds() -> tuple[bytes, ...]:
-    good = _record((0, b""), (3, b"r-9"), (3, b"report"), (3, b"jha/robot1/report"),
-                   (4, b'{"joints":[]}'), (1, b"\0"), (0, b""))
-    health = _record((1, b"\x09"), (3, b"h-9"), (3, b"health"), (3, b"jha/r/a1/health"),
-                     (4, b"{}"), (1, b"\1"), (3, b"jha/r/a1/health"))
-    odd = _record((0, b""), (5, b"m\xff"), (3, b"status"), (5, b"jha/\xfe"),
-                  (3, b"x"), (2, b"\0" * 7 + b"\x40"), (4, b"\x80"))
+    good = _record(
+        (0, b""),
+        (3, b"r-9"),
+        (3, b"report"),
+        (3, b"jha/robot1/report"),
+        (4, b'{"joints":[]}'),
+        (1, b"\0"),
+        (0, b""),
+    )
+    health = _record(
+        (1, b"\x09"),
+        (3, b"h-9"),
+        (3, b"health"),
+        (3, b"jha/r/a1/health"),
+        (4, b"{}"),
+        (1, b"\1"),
+        (3, b"jha/r/a1/health"),
+    )
+    odd = _record(
+        (0, b""),
+        (5, b"m\xff"),
+        (3, b"status"),
+        (5, b"jha/\xfe"),
+        (3, b"x"),
+        (2, b"\0" * 7 + b"\x40"),
+        (4, b"\x80"),
+    )
     return (b"\0" + good + health, b"\1\3" + good + odd, b"\0" + odd)
 
 

@@ -81,8 +81,9 @@ def seeds() -> Iterator[bytes]:
     counts = np.stack([(k * 2621 + 77) % 2**19, (k * 65 + 1000) % 2**19], axis=1)
     frames = encode_samples(LAYOUT, 7 + k, 1000 * k, 0, counts)
     ack = StartAck(3, StartResult.OK, 7, 12).encode()
-    done = encode_frame(FrameType.CYCLE_DONE, bytes((3, 0)) + (7).to_bytes(4, "little")
-                        + (12).to_bytes(4, "little"))
+    done = encode_frame(
+        FrameType.CYCLE_DONE, bytes((3, 0)) + (7).to_bytes(4, "little") + (12).to_bytes(4, "little")
+    )
     stream = ack + b"".join(frames) + done
     records = b"".join(_record(f[2], f[4:-2]) for f in (ack, *frames, done))
     yield b"\x00" + records

@@ -102,8 +102,10 @@ def _socketcand(data: bytes) -> None:
         bus.shutdown()
     check(link.failure is not None, "the reader loop ended without a failure")
     reason = link.failure or ""
-    check("closed by the peer" in reason or "receive error" in reason
-          or "connection lost" in reason, f"link failed for {reason!r}")
+    check(
+        "closed by the peer" in reason or "receive error" in reason or "connection lost" in reason,
+        f"link failed for {reason!r}",
+    )
     check_link(link, recorder)
 
 

@@ -154,8 +154,10 @@ class Oracle:
     def assert_done(self, least: int = FUZZ_CASES) -> None:
         """After the hypothesis run: enough cases executed, none crashed."""
         if os.environ.get("FUZZ_VERBOSE"):  # how deep the cases got: `pytest -s` shows it
-            print(f"\n{self.target}: {self.cases} cases, {self.accepted} returned a result, "
-                  f"errors {self.errors}")
+            print(
+                f"\n{self.target}: {self.cases} cases, {self.accepted} returned a result, "
+                f"errors {self.errors}"
+            )
         assert self.tally.crashes == 0, self.tally.examples
         assert self.cases >= least, (
             f"{self.target}: only {self.cases} cases ran, expected at least {least}"

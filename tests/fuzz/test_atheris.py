@@ -43,15 +43,30 @@ class Run:
 def run_target(name: str, runs: int, work: Path, *more: str) -> Run:
     """`python -m tests.fuzz.atheris_run NAME -runs=N` in a process of its own."""
     work.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "tests.fuzz.atheris_run", name, f"-runs={runs}", "-seed=1",
-           f"--work={work}", *more]
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.fuzz.atheris_run",
+        name,
+        f"-runs={runs}",
+        "-seed=1",
+        f"--work={work}",
+        *more,
+    ]
     # The files a target writes per input go to memory, in a directory removed after the run.
     scratch = tempfile.mkdtemp(prefix="jha-atheris-", dir=SHM if SHM.is_dir() else None)
     try:
         # At least 100 inputs a second, or something hangs the way the per-input limit missed.
-        proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, errors="replace",
-                              timeout=60 + runs / 100, check=False,
-                              env={**os.environ, "ATHERIS_SCRATCH": scratch})
+        proc = subprocess.run(
+            cmd,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            errors="replace",
+            timeout=60 + runs / 100,
+            check=False,
+            env={**os.environ, "ATHERIS_SCRATCH": scratch},
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     out = proc.stdout + proc.stderr

@@ -131,7 +131,9 @@ def line_streams(draw: st.DrawFn) -> list[str]:
 
 
 STREAMS = st.one_of(
-    line_streams(), line_streams(), line_streams(),
+    line_streams(),
+    line_streams(),
+    line_streams(),
     st.lists(st.text(max_size=40).map(lambda t: f"< frame {t} >"), max_size=6),
 )
 

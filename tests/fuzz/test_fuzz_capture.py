@@ -33,17 +33,61 @@ from agent.errors import CaptureError
 from tests.fuzz.harness import Oracle, fuzz
 
 CELLS = (
-    "", " ", "nan", "NaN", "inf", "-inf", "1e999", "-1e999", "0x10", "1_0", "1,5", "1.5.1",
-    "٣", "+1", "-0", "0", "1e-320", "524287", "524288", "-1", "1.0", "1.5", "\t2", "2 ", '"3"',
-    "9" * 400, "true", "\x00",
+    "",
+    " ",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "1e999",
+    "-1e999",
+    "0x10",
+    "1_0",
+    "1,5",
+    "1.5.1",
+    "٣",
+    "+1",
+    "-0",
+    "0",
+    "1e-320",
+    "524287",
+    "524288",
+    "-1",
+    "1.0",
+    "1.5",
+    "\t2",
+    "2 ",
+    '"3"',
+    "9" * 400,
+    "true",
+    "\x00",
 )
 HEADER_NAMES = (*CHANNEL_UNITS, "time_s", "Time_s", "time", '"time_s"', "", "x;y", "time_s\t")
 SIDECAR_LINES = (
-    "encoder_bits: 40", "encoder_bits: 11", "encoder_bits: 19.5", "encoder_bits: true",
-    "gear_ratio: -1", "gear_ratio: .nan", "gear_ratio: 1e999", "sample_rate_hz: 0",
-    "commanded_speed_rad_s: [1, 2]", "joint: 3", "joint: 2024-01-01", "started_at: 2024-13-45",
-    "extra: 5", "extra: {a: .nan}", "extra: {a: 2024-01-01}", "bogus: 1", "- a", "{", "&a [*a]",
-    "machine: !!binary aGk=", "extra: {k: !!set {a}}", "cycle: null", "\x00", "'",
+    "encoder_bits: 40",
+    "encoder_bits: 11",
+    "encoder_bits: 19.5",
+    "encoder_bits: true",
+    "gear_ratio: -1",
+    "gear_ratio: .nan",
+    "gear_ratio: 1e999",
+    "sample_rate_hz: 0",
+    "commanded_speed_rad_s: [1, 2]",
+    "joint: 3",
+    "joint: 2024-01-01",
+    "started_at: 2024-13-45",
+    "extra: 5",
+    "extra: {a: .nan}",
+    "extra: {a: 2024-01-01}",
+    "bogus: 1",
+    "- a",
+    "{",
+    "&a [*a]",
+    "machine: !!binary aGk=",
+    "extra: {k: !!set {a}}",
+    "cycle: null",
+    "\x00",
+    "'",
 )
 _FLOAT_CHANNELS = [c for c in CHANNEL_UNITS if c not in COUNT_CHANNELS]
 
@@ -158,11 +202,11 @@ def csv_cases(draw: st.DrawFn) -> tuple[bytes, bytes | None]:
             names = lines[0].split(",")
             j = draw(st.integers(0, len(names)))
             name = draw(st.sampled_from(HEADER_NAMES))
-            names[j:j + draw(st.integers(0, 1))] = [name]
+            names[j : j + draw(st.integers(0, 1))] = [name]
             lines[0] = ",".join(names)
         elif op == "side":
             i = draw(st.integers(0, len(side)))
-            side[i:i + draw(st.integers(0, 1))] = [draw(st.sampled_from(SIDECAR_LINES))]
+            side[i : i + draw(st.integers(0, 1))] = [draw(st.sampled_from(SIDECAR_LINES))]
         else:
             data = "\n".join(lines).encode("utf-8", "surrogateescape")
             pos = draw(st.integers(0, len(data)))
@@ -203,15 +247,29 @@ def test_fuzz_capture_csv(shm_path: Path) -> None:
 # --- npz ----------------------------------------------------------------------------------
 
 WEIRD_ARRAYS: tuple[Any, ...] = (
-    np.array([]), np.array(1.0), np.zeros((2, 2)), np.array(["a", "b"]), np.array([1 + 2j, 3j]),
-    np.array([False, True]), np.array([np.nan, 1.0]), np.array([0, 1j, 2]),
+    np.array([]),
+    np.array(1.0),
+    np.zeros((2, 2)),
+    np.array(["a", "b"]),
+    np.array([1 + 2j, 3j]),
+    np.array([False, True]),
+    np.array([np.nan, 1.0]),
+    np.array([0, 1j, 2]),
     np.array([1, 2], dtype=np.uint64),
-    np.array([2**63 - 1, 0], dtype=np.int64), np.array([1.0, 0.5], dtype=np.float16),
-    np.array([0, 1], dtype="datetime64[s]"), np.array([b"x", b"y"]),
+    np.array([2**63 - 1, 0], dtype=np.int64),
+    np.array([1.0, 0.5], dtype=np.float16),
+    np.array([0, 1], dtype="datetime64[s]"),
+    np.array([b"x", b"y"]),
 )
 META_JSON = (
-    "", "{", "[]", "null", '{"format_version": 1}', '{"format_version": 2, "meta": {}}',
-    '{"format_version": true, "meta": {}}', '{"format_version": 1, "meta": []}',
+    "",
+    "{",
+    "[]",
+    "null",
+    '{"format_version": 1}',
+    '{"format_version": 2, "meta": {}}',
+    '{"format_version": true, "meta": {}}',
+    '{"format_version": 1, "meta": []}',
     '{"format_version": 1, "meta": {"encoder_bits": 99}}',
     '{"format_version": 1, "meta": {"gear_ratio": NaN}}',
     '{"format_version": 1, "meta": {"gear_ratio": 1e999}}',
@@ -286,6 +344,10 @@ def test_fuzz_capture_npz(shm_path: Path) -> None:
     oracle = Oracle(
         "capture npz", expected=(CaptureError,), place=lambda e: _names_file(e, "fuzz.npz")
     )
-    fuzz(oracle, npz_cases(), lambda data: _npz_case(data, oracle, shm_path),
-         examples=NPZ_REGRESSIONS)
+    fuzz(
+        oracle,
+        npz_cases(),
+        lambda data: _npz_case(data, oracle, shm_path),
+        examples=NPZ_REGRESSIONS,
+    )
     assert oracle.errors.get("CaptureError", 0) >= len(NPZ_REGRESSIONS)

@@ -173,8 +173,10 @@ def check_config(oracle: Oracle, config: Config) -> None:
             oracle.check(j.gear_ratio > 0, f"gear_ratio {j.gear_ratio}")
             oracle.check(12 <= j.encoder_bits <= 32, f"encoder_bits {j.encoder_bits}")
             t = j.thresholds
-            for w, a in ((t.backlash_watch_rad, t.backlash_alert_rad),
-                         (t.amplitude_watch_rad_s, t.amplitude_alert_rad_s)):
+            for w, a in (
+                (t.backlash_watch_rad, t.backlash_alert_rad),
+                (t.amplitude_watch_rad_s, t.amplitude_alert_rad_s),
+            ):
                 oracle.check(w is None or a is None or w < a, f"watch {w} >= alert {a}")
             lo, hi = j.estimator.resonance_hz
             oracle.check(0 < lo < hi, f"resonance_hz {lo, hi}")

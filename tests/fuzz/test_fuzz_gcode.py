@@ -43,13 +43,64 @@ PROGRAM = (
     "%",
 )
 WORDS = (
-    "X", "Y", "Z", "I", "J", "K", "R", "F", "S", "T", "P", "N", "G", "M", "E", "Q",
-    "G0", "G1", "G2", "G3", "G4", "G17", "G18", "G19", "G20", "G21", "G28", "G61.1", "G90",
-    "G91", "G93", "G94", "M2", "M30",
+    "X",
+    "Y",
+    "Z",
+    "I",
+    "J",
+    "K",
+    "R",
+    "F",
+    "S",
+    "T",
+    "P",
+    "N",
+    "G",
+    "M",
+    "E",
+    "Q",
+    "G0",
+    "G1",
+    "G2",
+    "G3",
+    "G4",
+    "G17",
+    "G18",
+    "G19",
+    "G20",
+    "G21",
+    "G28",
+    "G61.1",
+    "G90",
+    "G91",
+    "G93",
+    "G94",
+    "M2",
+    "M30",
 )
 NUMBERS = (
-    "0", "-0", "1", "-1", ".5", "5.", "1e3", "1E-3", "1e308", "-1e308", "9" * 320, "0.000001",
-    "+1", "--1", "1.2.3", "nan", "inf", "", "1_0", "٣", "  7", "0x10",
+    "0",
+    "-0",
+    "1",
+    "-1",
+    ".5",
+    "5.",
+    "1e3",
+    "1E-3",
+    "1e308",
+    "-1e308",
+    "9" * 320,
+    "0.000001",
+    "+1",
+    "--1",
+    "1.2.3",
+    "nan",
+    "inf",
+    "",
+    "1_0",
+    "٣",
+    "  7",
+    "0x10",
 )
 NOISE = ("(", ")", ";", "*", "*256", "/", "%", "N", " ", "\t", "\r", "\x00", "é", "\ufeff", "**")
 
@@ -81,7 +132,9 @@ def programs(draw: st.DrawFn) -> list[str]:
 
 
 CASES = st.one_of(
-    programs(), programs(), programs(),
+    programs(),
+    programs(),
+    programs(),
     st.lists(st.text(max_size=60), min_size=1, max_size=4),
 )
 
@@ -141,5 +194,6 @@ def test_fuzz_gcode_lines() -> None:
         "G-code lines",
         expected=(),
     )
-    fuzz(oracle, st.tuples(CASES, st.booleans()),
-         lambda case: _gcode_case(case[0], oracle, case[1]))
+    fuzz(
+        oracle, st.tuples(CASES, st.booleans()), lambda case: _gcode_case(case[0], oracle, case[1])
+    )

@@ -33,8 +33,11 @@ from tests.fuzz.harness import Oracle, fuzz
 NODES = OpcUaStatusNodes(
     state="ns=2;s=State",
     permission="ns=2;s=Permission",
-    state_values={"Stopped": ControllerMode.STOPPED, 1: ControllerMode.PRODUCTION,
-                  "Manual": ControllerMode.MANUAL},
+    state_values={
+        "Stopped": ControllerMode.STOPPED,
+        1: ControllerMode.PRODUCTION,
+        "Manual": ControllerMode.MANUAL,
+    },
     joint_positions="ns=2;s=Positions",
     joint_position_scale=1e-3,
     alarms="ns=2;s=Alarms",
@@ -48,11 +51,46 @@ JOINTS = [SimpleNamespace(name=f"j{i}", index=i) for i in (1, 2, 3, 7)]
 CYCLE_STATUS_VALUES: dict[str | int, Any] = {"idle": "idle", 2: "running", "done": "done"}
 
 ODD_VALUES: tuple[Any, ...] = (
-    None, True, False, 0, 1, -1, 2**31, 2**64, 10**400, 0.0, -0.0, 1e308, float("nan"),
-    float("inf"), "", "Stopped", "stopped", "1", "x" * 500, b"\x00\x01", bytearray(b"ab"), [],
-    [1.0, 2.0], [1, "a"], [[1, 2], [3, 4]], [True, False], [float("nan")], (1.5,), {"a": 1},
-    dt.datetime(2024, 1, 1), [None], ["E1", ""], ["E1", 5], [10**400, 1.0], [1.0, 10**400],
-    np.float64(1.0), np.int32(3), np.array([1.0, 2.0]), complex(1, 2), object(),
+    None,
+    True,
+    False,
+    0,
+    1,
+    -1,
+    2**31,
+    2**64,
+    10**400,
+    0.0,
+    -0.0,
+    1e308,
+    float("nan"),
+    float("inf"),
+    "",
+    "Stopped",
+    "stopped",
+    "1",
+    "x" * 500,
+    b"\x00\x01",
+    bytearray(b"ab"),
+    [],
+    [1.0, 2.0],
+    [1, "a"],
+    [[1, 2], [3, 4]],
+    [True, False],
+    [float("nan")],
+    (1.5,),
+    {"a": 1},
+    dt.datetime(2024, 1, 1),
+    [None],
+    ["E1", ""],
+    ["E1", 5],
+    [10**400, 1.0],
+    [1.0, 10**400],
+    np.float64(1.0),
+    np.int32(3),
+    np.array([1.0, 2.0]),
+    complex(1, 2),
+    object(),
 )
 GOOD = {
     "state": st.sampled_from(("Stopped", 1, "Manual")),
@@ -62,9 +100,13 @@ GOOD = {
     "speed_override": st.floats(0, 200),
     "operator_present": st.booleans(),
 }
-VALUES = st.one_of(st.sampled_from(ODD_VALUES), st.integers(), st.floats(), st.text(max_size=8),
-                   st.lists(st.one_of(st.integers(), st.floats(), st.text(max_size=3)),
-                            max_size=5))
+VALUES = st.one_of(
+    st.sampled_from(ODD_VALUES),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=8),
+    st.lists(st.one_of(st.integers(), st.floats(), st.text(max_size=3)), max_size=5),
+)
 
 
 @st.composite
@@ -74,7 +116,7 @@ def status_reads(
     raw: dict[str, RawValue] = {}
     # One draw decides, per role: left out of the read (1 in 6), a wrong value (1 in 4), bad
     # quality (1 in 10); one draw instead of three per role keeps hypothesis' overhead low.
-    plan = draw(st.integers(0, 240**len(GOOD) - 1))
+    plan = draw(st.integers(0, 240 ** len(GOOD) - 1))
     for role, good in GOOD.items():
         plan, choice = divmod(plan, 240)
         node = getattr(NODES, role)
@@ -83,8 +125,12 @@ def status_reads(
         value = draw(good) if choice % 4 else draw(VALUES)
         quality = choice % 10 != 0
         raw[role] = RawValue(node, value, quality, "" if quality else "BadNodeIdUnknown")
-    cycle = RawValue("ns=2;s=CycleStatus", draw(st.sampled_from(("idle", 2, "done")) | VALUES),
-                     draw(st.integers(0, 9)) != 0, "Bad")
+    cycle = RawValue(
+        "ns=2;s=CycleStatus",
+        draw(st.sampled_from(("idle", 2, "done")) | VALUES),
+        draw(st.integers(0, 9)) != 0,
+        "Bad",
+    )
     return raw, cycle, draw(st.sampled_from((NODES, NODES, NODES_BIG)))
 
 
@@ -115,10 +161,15 @@ def _status_case(
 def test_fuzz_opcua_status_values() -> None:
     oracle = Oracle("OPC UA status values", expected=())
     big = 10**400  # regression: math.isfinite(10**400) raised OverflowError (fixed)
-    regression = ({"state": RawValue(NODES.state, "Stopped"),
-                   "permission": RawValue(NODES.permission, False),
-                   "speed_override": RawValue(NODES.speed_override or "", big)},
-                  RawValue("ns=2;s=CycleStatus", "idle"), NODES)
+    regression = (
+        {
+            "state": RawValue(NODES.state, "Stopped"),
+            "permission": RawValue(NODES.permission, False),
+            "speed_override": RawValue(NODES.speed_override or "", big),
+        },
+        RawValue("ns=2;s=CycleStatus", "idle"),
+        NODES,
+    )
     fuzz(oracle, status_reads(), lambda case: _status_case(case, oracle), examples=(regression,))
 
 
@@ -126,8 +177,16 @@ def test_fuzz_opcua_status_values() -> None:
 
 RATE_HZ = 100.0
 CYCLE = BacklashCycle(
-    controller="plc", joint="j1", joint_index=1, motor_speed_rad_s=60.0, gear_ratio=40.0,
-    duration_s=0.2, settle_s=0.0, sample_rate_hz=RATE_HZ, encoder_bits=19, test_pose_rad=0.0,
+    controller="plc",
+    joint="j1",
+    joint_index=1,
+    motor_speed_rad_s=60.0,
+    gear_ratio=40.0,
+    duration_s=0.2,
+    settle_s=0.0,
+    sample_rate_hz=RATE_HZ,
+    encoder_bits=19,
+    test_pose_rad=0.0,
 )
 SAMPLES = expected_samples(CYCLE)  # 21
 

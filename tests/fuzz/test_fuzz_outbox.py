@@ -32,7 +32,20 @@ SHM = Path("/dev/shm")
 KINDS = ("report", "health", "status")
 # Values of each column's own type, and of any other type (SQLite keeps whatever it is given).
 ODD: tuple[Any, ...] = (
-    None, 0, 1, -1, 2**62, 1.5, float("nan"), "", "x", "bogus", b"", b"\xff", b"\x80abc", 7,
+    None,
+    0,
+    1,
+    -1,
+    2**62,
+    1.5,
+    float("nan"),
+    "",
+    "x",
+    "bogus",
+    b"",
+    b"\xff",
+    b"\x80abc",
+    7,
 )
 SAME_TYPE: dict[str, tuple[Any, ...]] = {
     "seq": (-1, 0, 2, 3, 2**62, 99),
@@ -49,10 +62,17 @@ COLUMNS = ("seq", "message_id", "kind", "topic", "payload", "retain", "supersede
 def _messages() -> list[OutMessage]:
     return [
         OutMessage("r-1", "report", "jha/robot1/report", b'{"joints":[]}', False),
-        OutMessage("h-1", "health", "jha/robot1/axis1/health", b'{"status":"ok"}', True,
-                   "jha/robot1/axis1/health"),
-        OutMessage("h-2", "health", "jha/robot1/axis2/health", b"{}", True,
-                   "jha/robot1/axis2/health"),
+        OutMessage(
+            "h-1",
+            "health",
+            "jha/robot1/axis1/health",
+            b'{"status":"ok"}',
+            True,
+            "jha/robot1/axis1/health",
+        ),
+        OutMessage(
+            "h-2", "health", "jha/robot1/axis2/health", b"{}", True, "jha/robot1/axis2/health"
+        ),
         OutMessage("s-1", "status", "jha/agent/a1/status", b'{"online":true}', True),
     ]
 
@@ -75,17 +95,25 @@ def damaged_outboxes(draw: st.DrawFn) -> tuple[str, Any]:
         values = SAME_TYPE[col] if draw(st.booleans()) else ODD
         return kind, (col, draw(st.sampled_from(values)), draw(st.integers(1, 4)))
     if kind == "schema":
-        return kind, draw(st.sampled_from((
-            "DROP TABLE outbox", "DROP TABLE counters", "PRAGMA user_version=2",
-            "PRAGMA user_version=-1",
-            "DROP INDEX outbox_supersedes; ALTER TABLE outbox DROP COLUMN supersedes",
-            "ALTER TABLE outbox RENAME COLUMN topic TO t",
-            "INSERT INTO outbox (message_id, kind, topic, payload, retain) "
-            "VALUES ('z', 'report', 'jha/x', zeroblob(100000), 0)",
-            "DELETE FROM outbox", "CREATE TABLE outbox2 (x)",
-        )))
-    edits = draw(st.lists(st.tuples(st.integers(0, 8191), st.integers(0, 255)), min_size=1,
-                          max_size=4))
+        return kind, draw(
+            st.sampled_from(
+                (
+                    "DROP TABLE outbox",
+                    "DROP TABLE counters",
+                    "PRAGMA user_version=2",
+                    "PRAGMA user_version=-1",
+                    "DROP INDEX outbox_supersedes; ALTER TABLE outbox DROP COLUMN supersedes",
+                    "ALTER TABLE outbox RENAME COLUMN topic TO t",
+                    "INSERT INTO outbox (message_id, kind, topic, payload, retain) "
+                    "VALUES ('z', 'report', 'jha/x', zeroblob(100000), 0)",
+                    "DELETE FROM outbox",
+                    "CREATE TABLE outbox2 (x)",
+                )
+            )
+        )
+    edits = draw(
+        st.lists(st.tuples(st.integers(0, 8191), st.integers(0, 255)), min_size=1, max_size=4)
+    )
     cut = draw(st.none() | st.integers(0, 8192))
     return kind, (edits, cut)
 
@@ -165,7 +193,9 @@ REGRESSIONS = (
 
 
 @pytest.mark.parametrize(
-    "case", REGRESSIONS, ids=("payload-text", "kind-bogus", "schema-name-not-utf8"),
+    "case",
+    REGRESSIONS,
+    ids=("payload-text", "kind-bogus", "schema-name-not-utf8"),
 )
 def test_outbox_damaged_row_regression(case: tuple[str, Any], shm_path: Path) -> None:
     oracle = Oracle("outbox regressions", expected=(OutboxError,), place=_names_file)

@@ -93,7 +93,11 @@ def cycle_stream(draw: st.DrawFn) -> tuple[bytes, int, int]:
         frames.insert(
             draw(st.integers(0, len(frames))),
             StatusReply(
-                tag, StatusBits(draw(st.integers(0, 127))), 100, 0, 123456,
+                tag,
+                StatusBits(draw(st.integers(0, 127))),
+                100,
+                0,
+                123456,
                 tuple(draw(st.lists(st.integers(-(2**31), 2**31 - 1), max_size=6))),
             ).encode(),
         )
@@ -184,8 +188,14 @@ def _serial_case(case: tuple[bytes, int, int], oracle: Oracle) -> None:
     for settings in SETTINGS:
         try:
             cap = assemble_capture(
-                samples, done, CYCLE, layout=LAYOUT, channels=(0, 1), settings=settings,
-                machine="board", link_stats=s.to_dict(),
+                samples,
+                done,
+                CYCLE,
+                layout=LAYOUT,
+                channels=(0, 1),
+                settings=settings,
+                machine="board",
+                link_stats=s.to_dict(),
             )
         except DriverError as exc:
             oracle.check("board/j1" in str(exc), f"DriverError not naming the joint: {exc}")

@@ -118,8 +118,7 @@ def test_outbox_table_of_another_making_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "outbox.sqlite"
     db = sqlite3.connect(path)
     db.execute("CREATE TABLE outbox (seq, message_id, kind, topic, payload, retain, supersedes)")
-    db.execute("INSERT INTO outbox VALUES (CAST(x'91' AS TEXT), 'm', 'bogus', 't', x'00', 0, "
-               "NULL)")
+    db.execute("INSERT INTO outbox VALUES (CAST(x'91' AS TEXT), 'm', 'bogus', 't', x'00', 0, NULL)")
     db.commit()
     db.close()
     with pytest.raises(OutboxError, match=r"outbox\.sqlite: table outbox is not this agent's"):

@@ -20,13 +20,61 @@ _TAG = "tag:yaml.org,2002:"
 
 # Values that sit on or just past the edges every schema bound uses.
 EDGE_NUMBERS = (
-    0, 1, -1, 2, 12, 19, 32, 33, 64, 65, 100, 500, 2**31, 2**63, 10**400,
-    0.0, -0.0, 1e-300, 5e-324, 0.5, 1.5, 1e308, -1e308, float("inf"), float("-inf"), float("nan"),
+    0,
+    1,
+    -1,
+    2,
+    12,
+    19,
+    32,
+    33,
+    64,
+    65,
+    100,
+    500,
+    2**31,
+    2**63,
+    10**400,
+    0.0,
+    -0.0,
+    1e-300,
+    5e-324,
+    0.5,
+    1.5,
+    1e308,
+    -1e308,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
 )
 TEXTS = (
-    "", " ", "sim", "none", "simulation", "points", "info", "axis1", "robot1", "null", "~",
-    "yes", "no", "on", "0x10", "1e3", "1_000", ".inf", "2024-13-45", "*/5 * * * *",
-    "08:00-17:00", "25:00-26:00", "a" * 300, "\u00e9\u4e2d", "\x00", "\t", "${HOME}",
+    "",
+    " ",
+    "sim",
+    "none",
+    "simulation",
+    "points",
+    "info",
+    "axis1",
+    "robot1",
+    "null",
+    "~",
+    "yes",
+    "no",
+    "on",
+    "0x10",
+    "1e3",
+    "1_000",
+    ".inf",
+    "2024-13-45",
+    "*/5 * * * *",
+    "08:00-17:00",
+    "25:00-26:00",
+    "a" * 300,
+    "\u00e9\u4e2d",
+    "\x00",
+    "\t",
+    "${HOME}",
 )
 
 
@@ -197,10 +245,49 @@ def _mutated_tree(draw: st.DrawFn, roots: list[Node]) -> Node:
 # --- text -------------------------------------------------------------------------------------
 
 YAML_TOKENS = (
-    ":", ": ", "- ", "-", "? ", "{", "}", "[", "]", ",", "&a ", "*a", "<<: *a", "!!str ",
-    "!!python/object:os.system ", "!!binary ", "|", ">", "'", '"', "#", "%YAML 1.1\n", "---\n",
-    "...\n", "\t", "  ", "\n", "\r", "\ufeff", "\x00", "\x85", "\u2028", "~", "null", "1e999",
-    ".nan", "-.inf", "0o17", "2024-02-30", "true", "@", "`", "\\",
+    ":",
+    ": ",
+    "- ",
+    "-",
+    "? ",
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    "&a ",
+    "*a",
+    "<<: *a",
+    "!!str ",
+    "!!python/object:os.system ",
+    "!!binary ",
+    "|",
+    ">",
+    "'",
+    '"',
+    "#",
+    "%YAML 1.1\n",
+    "---\n",
+    "...\n",
+    "\t",
+    "  ",
+    "\n",
+    "\r",
+    "\ufeff",
+    "\x00",
+    "\x85",
+    "\u2028",
+    "~",
+    "null",
+    "1e999",
+    ".nan",
+    "-.inf",
+    "0o17",
+    "2024-02-30",
+    "true",
+    "@",
+    "`",
+    "\\",
 )
 
 
@@ -220,7 +307,7 @@ def mutated_text(draw: st.DrawFn, texts: list[str]) -> bytes:
         if op == "token":
             line = lines[k] if lines else ""
             pos = draw(st.integers(0, len(line)))
-            lines[k:k + 1] = [line[:pos] + draw(_TOKENS) + line[pos:]]
+            lines[k : k + 1] = [line[:pos] + draw(_TOKENS) + line[pos:]]
         elif op == "delete" and lines:
             del lines[k]
         elif op == "dup" and lines:
@@ -230,11 +317,11 @@ def mutated_text(draw: st.DrawFn, texts: list[str]) -> bytes:
         elif op == "chars" and lines:
             line = lines[k]
             pos = draw(st.integers(0, len(line)))
-            lines[k] = line[:pos] + draw(_CHARS) + line[pos + 1:]
+            lines[k] = line[:pos] + draw(_CHARS) + line[pos + 1 :]
         elif op == "cut":
             lines = lines[:k]
     data = "\n".join(lines).encode("utf-8", "surrogatepass")
     if draw(st.integers(0, 19)) == 0:  # one case in twenty: a raw byte flip
         pos = draw(st.integers(0, max(0, len(data) - 1)))
-        data = data[:pos] + bytes([draw(st.integers(0, 255))]) + data[pos + 1:]
+        data = data[:pos] + bytes([draw(st.integers(0, 255))]) + data[pos + 1 :]
     return data

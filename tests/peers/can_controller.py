@@ -233,7 +233,6 @@ class Controller:
         args = (c, self.proto, self.faults, self.backlash, self.noise, seed)
         threading.Thread(target=prepare, args=args, daemon=True).start()
 
-
     def _end_cycle(self, state: CycleState) -> None:
         c = self.cycle
         assert c is not None

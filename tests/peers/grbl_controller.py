@@ -82,11 +82,11 @@ class Grbl:
 
     def __init__(self, args: argparse.Namespace, master: int) -> None:
         self.args, self.master = args, master
-        travel = tuple(float(v) for v in args.soft_limits.split(",")) if args.soft_limits \
-            else None
+        travel = tuple(float(v) for v in args.soft_limits.split(",")) if args.soft_limits else None
         self.parser = Parser(travel)  # type: ignore[arg-type]
-        self.machine = Machine(args.planner_blocks, args.accel, args.max_rate / 60.0,
-                               args.time_scale)
+        self.machine = Machine(
+            args.planner_blocks, args.accel, args.max_rate / 60.0, args.time_scale
+        )
         self.rx, self.linebuf, self.tx = bytearray(), bytearray(), bytearray()
         self.pending: tuple[str, Any, int] | None = None  # what the current line waits for
         self.alarm: str | None = None  # None, "locked" or "critical"
@@ -98,9 +98,24 @@ class Grbl:
             self.alarm = "locked"
         self.xoff = self.xoff_counting = False
         self.stats: dict[str, Any] = dict.fromkeys(
-            ("lines_received", "oks_sent", "errors_sent", "alarms_sent", "rx_max_bytes",
-             "rx_overflow_bytes", "planner_full_waits", "status_reports", "resets", "xoff_sent",
-             "xon_sent", "max_bytes_after_xoff", "bytes_received", "max_read_bytes"), 0)
+            (
+                "lines_received",
+                "oks_sent",
+                "errors_sent",
+                "alarms_sent",
+                "rx_max_bytes",
+                "rx_overflow_bytes",
+                "planner_full_waits",
+                "status_reports",
+                "resets",
+                "xoff_sent",
+                "xon_sent",
+                "max_bytes_after_xoff",
+                "bytes_received",
+                "max_read_bytes",
+            ),
+            0,
+        )
         self.after_xoff = 0
 
     # -- receive interrupt
@@ -109,8 +124,9 @@ class Grbl:
         self.stats["max_read_bytes"] = max(self.stats["max_read_bytes"], len(data))
         if self.xoff_counting:
             self.after_xoff += len(data)
-            self.stats["max_bytes_after_xoff"] = max(self.stats["max_bytes_after_xoff"],
-                                                     self.after_xoff)
+            self.stats["max_bytes_after_xoff"] = max(
+                self.stats["max_bytes_after_xoff"], self.after_xoff
+            )
         if self.xoff:
             self.xoff_counting = True
         if not any(c in data for c in b"?!~\x18") and max(data) < 0x80:
@@ -128,7 +144,7 @@ class Grbl:
             elif c == 0x18:
                 self.reset()
             elif c < 0x80:
-                self.store(data[i:i + 1])
+                self.store(data[i : i + 1])
 
     def store(self, data: bytes) -> None:
         if self.alarm == "critical" or self.stalled:
@@ -136,9 +152,13 @@ class Grbl:
         room = self.args.rx_buffer - len(self.rx)
         if len(data) > room:
             self.stats["rx_overflow_bytes"] += len(data) - room
-            print(f"grbl peer: RX buffer overflow, {len(data) - room} bytes dropped at line "
-                  f"{self.stats['lines_received'] + 1}", file=sys.stderr, flush=True)
-            data = data[:max(room, 0)]
+            print(
+                f"grbl peer: RX buffer overflow, {len(data) - room} bytes dropped at line "
+                f"{self.stats['lines_received'] + 1}",
+                file=sys.stderr,
+                flush=True,
+            )
+            data = data[: max(room, 0)]
         self.rx += data
         self.stats["rx_max_bytes"] = max(self.stats["rx_max_bytes"], len(self.rx))
         if self.args.dnc and not self.xoff and len(self.rx) >= 96:
@@ -239,7 +259,7 @@ class Grbl:
         else:
             k = min(ends)
             line = bytes(self.linebuf + self.rx[:k])
-            del self.rx[:k + 1]
+            del self.rx[: k + 1]
             self.linebuf.clear()
         if self.xoff and len(self.rx) < 64:
             self.xoff = self.xoff_counting = False
@@ -360,8 +380,10 @@ class Grbl:
         x, y, z = m.position()
         feed = m.head[1].v_peak * 60.0 if m.head else 0.0
         self.stats["status_reports"] += count
-        return (f"<{state}|MPos:{x:.3f},{y:.3f},{z:.3f}|Bf:{max(m.free, 0)},"
-                f"{self.args.rx_buffer - len(self.rx)}|FS:{feed:.0f},0|Ov:100,100,100>")
+        return (
+            f"<{state}|MPos:{x:.3f},{y:.3f},{z:.3f}|Bf:{max(m.free, 0)},"
+            f"{self.args.rx_buffer - len(self.rx)}|FS:{feed:.0f},0|Ov:100,100,100>"
+        )
 
     def command(self, text: str) -> None:
         """One line from stdin: the machine's inputs and display, outside the serial port."""
@@ -391,7 +413,7 @@ class Grbl:
     def flush(self) -> None:
         if self.tx:
             with contextlib.suppress(BlockingIOError):
-                del self.tx[:os.write(self.master, self.tx)]
+                del self.tx[: os.write(self.master, self.tx)]
 
     def step(self) -> float:
         """Advance clock and parser, write what is due; the select timeout until the next event."""
@@ -402,8 +424,7 @@ class Grbl:
             self.status_due = False
             self.send(self.status())
         self.flush()
-        wake = [w for w in (self.machine.next_event_wall(),
-                            self._dwell_wall()) if w is not None]
+        wake = [w for w in (self.machine.next_event_wall(), self._dwell_wall()) if w is not None]
         return max(0.0, min([*wake, time.monotonic() + 0.05]) - time.monotonic())
 
     def _dwell_wall(self) -> float | None:
@@ -413,12 +434,18 @@ class Grbl:
         return None
 
     def final_stats(self) -> dict[str, Any]:
-        return {**self.stats, "blocks_executed": self.machine.executed,
-                "planner_max_blocks": self.machine.max_blocks,
-                "machine_time_s": self.machine.now(), "position_mm": self.machine.position(),
-                "alarm": self.alarm, "stalled": self.stalled,
-                "held": self.machine.frozen is not None, "door": self.door,
-                "check_mode": self.check_mode}
+        return {
+            **self.stats,
+            "blocks_executed": self.machine.executed,
+            "planner_max_blocks": self.machine.max_blocks,
+            "machine_time_s": self.machine.now(),
+            "position_mm": self.machine.position(),
+            "alarm": self.alarm,
+            "stalled": self.stalled,
+            "held": self.machine.frozen is not None,
+            "door": self.door,
+            "check_mode": self.check_mode,
+        }
 
 
 def _fault(text: str | None, default: int) -> tuple[int, int] | None:

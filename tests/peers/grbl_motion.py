@@ -51,8 +51,9 @@ def trapezoid(length: float, v0: float, vn: float, v1: float, a: float) -> Speed
     return SpeedProfile(v0, vp, v1, a, (vp - v0) / a, cruise / vp, (vp - v1) / a)
 
 
-def junction_speed(u_in: tuple[float, ...], u_out: tuple[float, ...], a: float,
-                   deviation: float) -> float:
+def junction_speed(
+    u_in: tuple[float, ...], u_out: tuple[float, ...], a: float, deviation: float
+) -> float:
     cos_theta = -sum(p * q for p, q in zip(u_in, u_out, strict=True))
     if cos_theta > 0.999999:
         return 0.0
@@ -62,8 +63,9 @@ def junction_speed(u_in: tuple[float, ...], u_out: tuple[float, ...], a: float,
     return math.sqrt(a * deviation * sin_half / (1.0 - sin_half))
 
 
-def plan_entry_speeds(lengths: list[float], accels: list[float], limits: list[float],
-                      v_start: float) -> list[float]:
+def plan_entry_speeds(
+    lengths: list[float], accels: list[float], limits: list[float], v_start: float
+) -> list[float]:
     """GRBL's reverse and forward passes: entry speeds, then the last block's exit (0)."""
     v = [*limits, 0.0]
     v[0] = min(v[0], v_start)
@@ -73,12 +75,33 @@ def plan_entry_speeds(lengths: list[float], accels: list[float], limits: list[fl
         v[i + 1] = min(v[i + 1], math.sqrt(v[i] ** 2 + 2.0 * accels[i] * lengths[i]))
     return v
 
+
 _WORD = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+))")
 _LETTERS = frozenset("FGIJKMNPRSTXYZ")
-_G_GROUPS = {0: "motion", 10: "motion", 20: "motion", 30: "motion", 40: "dwell", 170: "plane",
-             180: "plane", 190: "plane", 200: "units", 210: "units", 540: "wcs", 550: "wcs",
-             560: "wcs", 570: "wcs", 580: "wcs", 590: "wcs", 610: "path", 640: "path",
-             900: "distance", 910: "distance", 930: "feed", 940: "feed"}
+_G_GROUPS = {
+    0: "motion",
+    10: "motion",
+    20: "motion",
+    30: "motion",
+    40: "dwell",
+    170: "plane",
+    180: "plane",
+    190: "plane",
+    200: "units",
+    210: "units",
+    540: "wcs",
+    550: "wcs",
+    560: "wcs",
+    570: "wcs",
+    580: "wcs",
+    590: "wcs",
+    610: "path",
+    640: "path",
+    900: "distance",
+    910: "distance",
+    930: "feed",
+    940: "feed",
+}
 _M_SYNC = frozenset({0, 1, 2, 3, 4, 5, 7, 8, 9, 30})
 _PLANES = {170: (0, 1, 2), 180: (2, 0, 1), 190: (1, 2, 0)}
 _OFFSETS = {170: ("I", "J"), 180: ("K", "I"), 190: ("J", "K")}
@@ -160,8 +183,12 @@ class Machine:
 
     def _start(self, at: float) -> None:
         blocks = list(self.queue)
-        entry = plan_entry_speeds([b.length for b in blocks], [b.accel for b in blocks],
-                                  [min(b.junction, b.speed) for b in blocks], self.exit_speed)
+        entry = plan_entry_speeds(
+            [b.length for b in blocks],
+            [b.accel for b in blocks],
+            [min(b.junction, b.speed) for b in blocks],
+            self.exit_speed,
+        )
         b = self.queue.popleft()
         prof = trapezoid(b.length, entry[0], b.speed, entry[1], b.accel)
         self.head = (b, prof, at, self.pos)
@@ -243,8 +270,9 @@ class Parser:
                 words[letter] = value
         return self._execute(words, gs, ms)
 
-    def _execute(self, words: dict[str, float], gs: dict[str, int],
-                 ms: list[int]) -> tuple[str, Any]:
+    def _execute(
+        self, words: dict[str, float], gs: dict[str, int], ms: list[int]
+    ) -> tuple[str, Any]:
         # A rejected line changes nothing: modal state is committed only at the end.
         plane = gs.get("plane", self.plane)
         scale = {200: 25.4, 210: 1.0}.get(gs.get("units", 0), self.scale)
@@ -274,8 +302,11 @@ class Parser:
                     target[i] = words[k] * scale + (0.0 if absolute else target[i])
             if motion and (feed <= 0 or (inverse and "F" not in words)):
                 raise GrblError(22)
-            points = self._arc(words, target, scale, plane, motion == 2) if motion >= 2 else [
-                tuple(target)]
+            points = (
+                self._arc(words, target, scale, plane, motion == 2)
+                if motion >= 2
+                else [tuple(target)]
+            )
             if self.travel and any(abs(c) > t for c, t in zip(target, self.travel, strict=True)):
                 kind = ("soft_limit", None)
             else:
@@ -289,8 +320,9 @@ class Parser:
         self.feed, self.motion = feed, motion
         return kind
 
-    def _arc(self, words: dict[str, float], target: list[float], scale: float, plane: int,
-             cw: bool) -> list[tuple[float, ...]]:
+    def _arc(
+        self, words: dict[str, float], target: list[float], scale: float, plane: int, cw: bool
+    ) -> list[tuple[float, ...]]:
         a, b, n = _PLANES[plane]
         first, second = _OFFSETS[plane]
         start = self.position
@@ -315,8 +347,10 @@ class Parser:
                 raise GrblError(35)
             ca, cb = words.get(first, 0.0) * scale, words.get(second, 0.0) * scale
             r = math.hypot(ca, cb)
-            if abs(r - math.hypot(x - ca, y - cb)) > 0.005 and abs(
-                    r - math.hypot(x - ca, y - cb)) > 0.001 * r:
+            if (
+                abs(r - math.hypot(x - ca, y - cb)) > 0.005
+                and abs(r - math.hypot(x - ca, y - cb)) > 0.001 * r
+            ):
                 raise GrblError(33)
         ra, rb = -ca, -cb  # start relative to the centre
         ta, tb = x - ca, y - cb

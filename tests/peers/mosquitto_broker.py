@@ -96,9 +96,15 @@ def make_ca(directory: Path, name: str) -> TestCa:
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True,
-                content_commitment=False, key_encipherment=False, data_encipherment=False,
-                key_agreement=False, encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -193,8 +199,12 @@ class MosquittoBroker:
             passwd.unlink(missing_ok=True)
             for i, (user, password) in enumerate(self.users.items()):
                 args = [MOSQUITTO_PASSWD, "-b"] + (["-c"] if i == 0 else [])
-                subprocess.run([*args, str(passwd), user, password], check=True,
-                               capture_output=True, timeout=30)
+                subprocess.run(
+                    [*args, str(passwd), user, password],
+                    check=True,
+                    capture_output=True,
+                    timeout=30,
+                )
             passwd.chmod(0o600)
             lines += ["allow_anonymous false", f"password_file {passwd}"]
         else:
@@ -209,15 +219,21 @@ class MosquittoBroker:
         if self.persistence:
             store = self.directory / "store"
             store.mkdir(exist_ok=True)
-            lines += ["persistence true", f"persistence_location {store}/",
-                      "autosave_interval 1", "autosave_on_changes true"]
+            lines += [
+                "persistence true",
+                f"persistence_location {store}/",
+                "autosave_interval 1",
+                "autosave_on_changes true",
+            ]
         self.conf_file.write_text("\n".join(lines) + "\n")
 
     def start(self, timeout_s: float = 10.0) -> MosquittoBroker:
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
         log = open(self.log_file, "ab")  # noqa: SIM115 (the process keeps it open)
         self.proc = subprocess.Popen(
-            [MOSQUITTO, "-c", str(self.conf_file)], stdout=log, stderr=log,
+            [MOSQUITTO, "-c", str(self.conf_file)],
+            stdout=log,
+            stderr=log,
             stdin=subprocess.DEVNULL,
         )
         log.close()

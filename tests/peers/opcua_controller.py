@@ -66,9 +66,23 @@ from tests.peers.opcua.server import (
     write_value,
 )
 
-FAULTS = ("die", "freeze", "stall", "skip", "garbage_type", "garbage_shape", "garbage_range",
-          "garbage_state", "leave_stopped", "duplicate", "reorder", "flood", "fast", "swap",
-          "repeat")
+FAULTS = (
+    "die",
+    "freeze",
+    "stall",
+    "skip",
+    "garbage_type",
+    "garbage_shape",
+    "garbage_range",
+    "garbage_state",
+    "leave_stopped",
+    "duplicate",
+    "reorder",
+    "flood",
+    "fast",
+    "swap",
+    "repeat",
+)
 log = logging.getLogger("opcua-peer")
 
 
@@ -111,28 +125,52 @@ class Peer:
         self.watchdog_s = self.args.watchdog_s
 
         def arg(name: str, t: int) -> ua.Argument:
-            return ua.Argument(Name=name, DataType=ua.NodeId(t), ValueRank=-1,
-                               Description=ua.LocalizedText(name))
+            return ua.Argument(
+                Name=name, DataType=ua.NodeId(t), ValueRank=-1, Description=ua.LocalizedText(name)
+            )
 
         oid = ua.ObjectIds
-        await ctrl.add_method(nid("Controller.StartBacklashCycle"), "StartBacklashCycle",
-                              self._start_method,
-                              [arg("JointIndex", oid.UInt32), arg("MotorSpeed", oid.Double),
-                               arg("SettleS", oid.Double), arg("DurationS", oid.Double),
-                               arg("SampleRateHz", oid.Double)], [])
-        await ctrl.add_method(nid("Controller.StopMotion"), "StopMotion", self._stop_method,
-                              [], [])
-        await plant.add_method(nid("Plant.SetState"), "SetState", self._set_state,
-                               [arg("State", oid.String)], [])
-        await plant.add_method(nid("Plant.SetPermission"), "SetPermission",
-                               self._set_permission, [arg("Permission", oid.Boolean)], [])
-        await plant.add_method(nid("Plant.InjectFault"), "InjectFault", self._inject_fault,
-                               [arg("Kind", oid.String), arg("AfterChunks", oid.UInt32)], [])
+        await ctrl.add_method(
+            nid("Controller.StartBacklashCycle"),
+            "StartBacklashCycle",
+            self._start_method,
+            [
+                arg("JointIndex", oid.UInt32),
+                arg("MotorSpeed", oid.Double),
+                arg("SettleS", oid.Double),
+                arg("DurationS", oid.Double),
+                arg("SampleRateHz", oid.Double),
+            ],
+            [],
+        )
+        await ctrl.add_method(nid("Controller.StopMotion"), "StopMotion", self._stop_method, [], [])
+        await plant.add_method(
+            nid("Plant.SetState"), "SetState", self._set_state, [arg("State", oid.String)], []
+        )
+        await plant.add_method(
+            nid("Plant.SetPermission"),
+            "SetPermission",
+            self._set_permission,
+            [arg("Permission", oid.Boolean)],
+            [],
+        )
+        await plant.add_method(
+            nid("Plant.InjectFault"),
+            "InjectFault",
+            self._inject_fault,
+            [arg("Kind", oid.String), arg("AfterChunks", oid.UInt32)],
+            [],
+        )
 
     # --- writes ------------------------------------------------------------------------------
 
-    async def write(self, name: str, value: Any, vtype: ua.VariantType | None = None,
-                    stamp: dt.datetime | None = None) -> None:
+    async def write(
+        self,
+        name: str,
+        value: Any,
+        vtype: ua.VariantType | None = None,
+        stamp: dt.datetime | None = None,
+    ) -> None:
         await write_value(self.server, name, value, vtype, stamp)
 
     async def set_state(self, state: str) -> None:
@@ -143,8 +181,9 @@ class Peer:
 
     async def _start_method(self, parent: ua.NodeId, *args: ua.Variant) -> Any:
         joint, speed, settle, duration, rate = (a.Value for a in args)
-        return await self.start_cycle(int(joint), float(speed), float(settle), float(duration),
-                                      float(rate))
+        return await self.start_cycle(
+            int(joint), float(speed), float(settle), float(duration), float(rate)
+        )
 
     async def _stop_method(self, parent: ua.NodeId) -> list[ua.Variant]:
         await self.stop()
@@ -189,8 +228,10 @@ class Peer:
 
     async def _start_from_variables(self) -> None:
         read = self.server.read_attribute_value
-        values = [read(nid(f"Cycle.{n}")).Value.Value
-                  for n in ("JointIndex", "MotorSpeed", "SettleS", "DurationS", "SampleRateHz")]
+        values = [
+            read(nid(f"Cycle.{n}")).Value.Value
+            for n in ("JointIndex", "MotorSpeed", "SettleS", "DurationS", "SampleRateHz")
+        ]
         await self.write("Cycle.Start", False, ua.VariantType.Boolean)
         result = await self.start_cycle(int(values[0]), *(float(v) for v in values[1:]))
         if isinstance(result, ua.StatusCode):
@@ -198,20 +239,29 @@ class Peer:
 
     # --- the cycle ---------------------------------------------------------------------------
 
-    async def start_cycle(self, joint_index: int, speed: float, settle: float, duration: float,
-                          rate: float) -> Any:
+    async def start_cycle(
+        self, joint_index: int, speed: float, settle: float, duration: float, rate: float
+    ) -> Any:
         permission = self.server.read_attribute_value(nid("Controller.Permission")).Value
-        if self.state != "stopped" or not (permission and permission.Value) or (
-            self.task is not None and not self.task.done()
+        if (
+            self.state != "stopped"
+            or not (permission and permission.Value)
+            or (self.task is not None and not self.task.done())
         ):
             return ua.StatusCode(ua.StatusCodes.BadInvalidState)
         joint = self.joints.get(joint_index)
         if joint is None or not (speed != 0 and duration > 0 and rate > 0 and settle >= 0):
             return ua.StatusCode(ua.StatusCodes.BadInvalidArgument)
         cycle = BacklashCycle(
-            controller="peer", joint=joint.name, joint_index=joint_index,
-            motor_speed_rad_s=speed, gear_ratio=joint.gear_ratio, duration_s=duration,
-            settle_s=settle, sample_rate_hz=rate, encoder_bits=joint.encoder_bits,
+            controller="peer",
+            joint=joint.name,
+            joint_index=joint_index,
+            motor_speed_rad_s=speed,
+            gear_ratio=joint.gear_ratio,
+            duration_s=duration,
+            settle_s=settle,
+            sample_rate_hz=rate,
+            encoder_bits=joint.encoder_bits,
             test_pose_rad=joint.test_pose_rad,
         )
         seed = self.args.seed * 1000 + self.cycles_run
@@ -252,7 +302,12 @@ class Peer:
         try:
             backlash = a.backlash.get(joint.name, 0.0)
             samples = await asyncio.to_thread(
-                cycle_samples, joint, cycle, backlash, noise_counts=a.noise_counts, seed=seed,
+                cycle_samples,
+                joint,
+                cycle,
+                backlash,
+                noise_counts=a.noise_counts,
+                seed=seed,
                 max_physics_s=a.max_physics_s,
             )
             await asyncio.sleep(cycle.settle_s / a.speedup)
@@ -305,8 +360,9 @@ class Peer:
             flood = flood or kind == "flood"
             k += 1
 
-    async def _publish_chunk(self, samples: Samples, i: int, j: int, kind: str | None, k: int,
-                             cycle: BacklashCycle) -> None:
+    async def _publish_chunk(
+        self, samples: Samples, i: int, j: int, kind: str | None, k: int, cycle: BacklashCycle
+    ) -> None:
         """Rewrite the buffers with samples i..j, then the sequence number (self.sequence)."""
         vt = ua.VariantType
         motor: Any = ua.Variant(samples.motor_counts[i:j].tolist(), vt.UInt32)
@@ -314,7 +370,7 @@ class Peer:
         if kind == "garbage_type":
             motor = ua.Variant(["garbage"] * (j - i), vt.String)
         elif kind == "garbage_shape":
-            motor = ua.Variant(samples.motor_counts[i:j - 1].tolist(), vt.UInt32)
+            motor = ua.Variant(samples.motor_counts[i : j - 1].tolist(), vt.UInt32)
         elif kind == "garbage_range":
             motor = ua.Variant((samples.motor_counts[i:j] + 2**24).tolist(), vt.UInt32)
         elif kind == "fast":
@@ -391,8 +447,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--fault", choices=FAULTS)
     p.add_argument("--fault-after", type=int, default=0)
     p.add_argument("--freeze-s", type=float, default=30.0)
-    p.add_argument("--watchdog-s", type=float, default=0.0,
-                   help="the controller's watchdog timeout (0: off until the agent writes one)")
+    p.add_argument(
+        "--watchdog-s",
+        type=float,
+        default=0.0,
+        help="the controller's watchdog timeout (0: off until the agent writes one)",
+    )
     args = p.parse_args(argv)
     args.backlash = _backlash(args.backlash)
     return args

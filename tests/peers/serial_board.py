@@ -92,7 +92,6 @@ _MODE_BITS = {
 }
 
 
-
 class Board(CycleStream):
     def __init__(self, ctrl: ControllerSettings, sc: Scenario, master: int, events: Any) -> None:
         self.ctrl, self.sc, self.master, self.events = ctrl, sc, master, events

@@ -181,8 +181,11 @@ class CycleStream:
                     twin = frame
                     if not fault.get("identical", True) and k + 1 < len(frames):
                         # This frame's counter and time with the next sample's counts.
-                        twin = restamp(frame[:13] + frames[k + 1][13:], sample_counter(frame),
-                                       sample_stamp(frame))
+                        twin = restamp(
+                            frame[:13] + frames[k + 1][13:],
+                            sample_counter(frame),
+                            sample_stamp(frame),
+                        )
                     copy = twin
             if self.stop_event.is_set():
                 break
@@ -283,4 +286,3 @@ def with_status(frame: bytes, status: StatusBits) -> bytes:
     body = bytearray(frame[2:-2])
     body[2 + 8] = int(status)
     return SYNC + bytes(body) + crc16_fast(bytes(body)).to_bytes(2, "big")
-

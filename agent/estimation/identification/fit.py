@@ -85,11 +85,29 @@ from agent.models.robot.elastic import friction_torque
 from agent.models.robot.regressor import regressor
 
 __all__ = [
-    "DRIVE", "STIFFNESS_SEEN_REL_STD_PCT", "Array", "DynamicModel", "IdentificationResult",
-    "IdentificationSettings", "IndicatorRow", "JointHealth", "Kinematics", "Model",
-    "PoorExcitation", "Validation", "elastic_base", "identify", "identify_kinematics",
-    "identify_signals", "kinematics", "link_base", "nmse_nm", "nominal_model",
-    "normalised_mean_error", "true_parameters", "validate",
+    "DRIVE",
+    "STIFFNESS_SEEN_REL_STD_PCT",
+    "Array",
+    "DynamicModel",
+    "IdentificationResult",
+    "IdentificationSettings",
+    "IndicatorRow",
+    "JointHealth",
+    "Kinematics",
+    "Model",
+    "PoorExcitation",
+    "Validation",
+    "elastic_base",
+    "identify",
+    "identify_kinematics",
+    "identify_signals",
+    "kinematics",
+    "link_base",
+    "nmse_nm",
+    "nominal_model",
+    "normalised_mean_error",
+    "true_parameters",
+    "validate",
 ]
 
 DRIVE = ("Ia", "fc", "fv", "k")  # per-joint parameters of the rotor equation

@@ -55,8 +55,16 @@ from agent.models.robot.compliance import (
 from agent.models.robot.kinematics import forward, position_jacobian
 
 __all__ = [
-    "CRITERIA", "FD_STEP", "Array", "Criterion", "StiffnessDesign", "TcpDesignSettings",
-    "criterion_value", "design_dual_encoder", "design_tcp", "given_information",
+    "CRITERIA",
+    "FD_STEP",
+    "Array",
+    "Criterion",
+    "StiffnessDesign",
+    "TcpDesignSettings",
+    "criterion_value",
+    "design_dual_encoder",
+    "design_tcp",
+    "given_information",
     "random_feasible_tcp",
 ]
 
@@ -74,7 +82,6 @@ class TcpDesignSettings:
     max_iter: int = 200
     seed: int = 0
     tolerance: float = 1e-5  # constraint violation accepted (rad, m, cosine)
-
 
 
 # -- TCP force and laser deviation (the paper) -------------------------------------------------
@@ -216,8 +223,9 @@ def design_tcp(
             names = _constraint_names(model, settings, 1)
             what = names[worst] if 0 <= worst < len(names) else "constraints"
             raise InfeasibleRequestError(
-                what, f"no pose within the joint limits meets it (closest: violation "
-                f"{viol:.3g}): the requested pose is not reachable"
+                what,
+                f"no pose within the joint limits meets it (closest: violation "
+                f"{viol:.3g}): the requested pose is not reachable",
             )
         starts = [
             np.concatenate([rows[(i * k_n + j) % len(rows)] for j in range(k_n)])
@@ -228,8 +236,9 @@ def design_tcp(
         names = _constraint_names(model, settings, k_n)
         what = names[sol.worst] if 0 <= sol.worst < len(names) else "constraints"
         raise InfeasibleRequestError(
-            what, f"no start reached a feasible design (violation {sol.violation:.3g}): the "
-            "requested pose is not reachable within the joint limits"
+            what,
+            f"no start reached a feasible design (violation {sol.violation:.3g}): the "
+            "requested pose is not reachable within the joint limits",
         )
     u = sol.x.reshape(k_n, model.n_joints + 3)
     q = u[:, : model.n_joints]
@@ -362,10 +371,18 @@ def random_feasible_tcp(
         cov = problem.covariance(info[None, :, :])[0]
         out.append(
             StiffnessDesign(
-                "tcp-deviation", settings.criterion, model.joint_names, q, f,
-                forward(model.chain, q).tcp_pos, cov, criterion_value(cov, settings.criterion),
-                math.nan, 0, 0, 0.0,
+                "tcp-deviation",
+                settings.criterion,
+                model.joint_names,
+                q,
+                f,
+                forward(model.chain, q).tcp_pos,
+                cov,
+                criterion_value(cov, settings.criterion),
+                math.nan,
+                0,
+                0,
+                0.0,
             )
         )
     return out
-

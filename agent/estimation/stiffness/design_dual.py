@@ -88,7 +88,9 @@ def design_dual_encoder(
     info = problem.evaluate(sol.x[None, :])[0]
     sub = tuple(names[i] for i in idx)
     check_identified(
-        problem, info[0], sub,
+        problem,
+        info[0],
+        sub,
         "gravity does not twist it in any pose: axis parallel to gravity, or the centre of "
         "mass beyond it on its axis; exclude it, tilt the base or add an off-axis payload",
     )

@@ -88,7 +88,6 @@ class StiffnessDesign:
 # -- the generic multi-start SLSQP on batched evaluations ---------------------------------------
 
 
-
 @dataclass
 class Problem:
     """dim variables; evaluate(X (B, dim)) -> (whitened information (B, p, p) of the new
@@ -187,9 +186,7 @@ def _violation(problem: Problem, x: Array) -> tuple[float, int]:
     return float(v.max()), int(np.argmax(v))
 
 
-def solve(
-    problem: Problem, starts: list[Array], max_iter: int, tolerance: float
-) -> _Solution:
+def solve(problem: Problem, starts: list[Array], max_iter: int, tolerance: float) -> _Solution:
     # SLSQP's small dense solves go through BLAS; a threaded BLAS on a busy 2-core machine
     # stalls each of them for milliseconds (a 5-measurement design: 9 s instead of 0.7 s).
     with single_thread_blas():
@@ -212,7 +209,12 @@ def _solve_starts(
         xf = np.clip(x0[free], problem.lower[free], problem.upper[free])
         cons = ev.constraints()
         res = minimize(
-            ev.fun, xf, jac=ev.jac, method="SLSQP", bounds=bounds, constraints=cons,
+            ev.fun,
+            xf,
+            jac=ev.jac,
+            method="SLSQP",
+            bounds=bounds,
+            constraints=cons,
             options={"maxiter": max_iter, "ftol": 1e-9},
         )
         x = ev.full(np.clip(res.x, problem.lower[free], problem.upper[free]))

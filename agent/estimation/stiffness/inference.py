@@ -194,7 +194,7 @@ def map_fit(
         h = s.T @ (w[:, None] * s) + prior_precision
         g = s.T @ (w * (z - eta)) - prior_precision @ (p - prior_mean)
         dpdv = np.ones_like(p)  # chain rule for p = p0 / v at v = p0 / p
-        dpdv[:r] = -p[:r] ** 2 / prior_mean[:r]
+        dpdv[:r] = -(p[:r] ** 2) / prior_mean[:r]
         h_v = h * dpdv[:, None] * dpdv[None, :]
         g_v = g * dpdv
         v = p.copy()
@@ -337,12 +337,23 @@ def estimate_stiffness(
         return dev.ravel(), s.reshape(-1, n)
 
     fit = map_fit(
-        eta, data.deviation_m.ravel(), data.sigma_m.ravel(), prior.mean_nm_rad,
-        prior.precision, reciprocal=n,
+        eta,
+        data.deviation_m.ravel(),
+        data.sigma_m.ravel(),
+        prior.mean_nm_rad,
+        prior.precision,
+        reciprocal=n,
     )
     return _finish(
-        "tcp-deviation", model.joint_names, fit, n, prior, data.sigma_m.ravel(),
-        data.deviation_m.shape, alpha, {},
+        "tcp-deviation",
+        model.joint_names,
+        fit,
+        n,
+        prior,
+        data.sigma_m.ravel(),
+        data.deviation_m.shape,
+        alpha,
+        {},
     )
 
 
@@ -410,9 +421,7 @@ def estimate_dual_encoder(
         s[:, cols, m + cols] = 1.0
         return pred.ravel(), s.reshape(p_ * m, 2 * m)
 
-    sub = StiffnessPrior(
-        prior.mean_nm_rad[idx], prior.std_nm_rad[idx], prior.gamma, prior.origin
-    )
+    sub = StiffnessPrior(prior.mean_nm_rad[idx], prior.std_nm_rad[idx], prior.gamma, prior.origin)
     mean = np.concatenate([sub.mean_nm_rad, np.zeros(m)])
     prec = np.zeros((2 * m, 2 * m))
     prec[:m, :m] = sub.precision

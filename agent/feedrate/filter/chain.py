@@ -66,9 +66,15 @@ class SegmentChain:
         return self.points, self.dts, self.inner
 
 
-def as_written(start: Vec3, points: list[Vec3], dts: list[float], inner: list[bool],
-               units: Units, decimals: int, incremental: bool
-               ) -> tuple[list[Vec3], list[Vec3], list[float]]:
+def as_written(
+    start: Vec3,
+    points: list[Vec3],
+    dts: list[float],
+    inner: list[bool],
+    units: Units,
+    decimals: int,
+    incremental: bool,
+) -> tuple[list[Vec3], list[Vec3], list[float]]:
     """The points worth writing, where the controller goes for each, and their durations.
 
     `start` is where the controller is: the block's start as the program wrote it, or as the
@@ -86,14 +92,17 @@ def as_written(start: Vec3, points: list[Vec3], dts: list[float], inner: list[bo
     carry is not built for that case).
     """
     scale = units.mm_per_unit
-    unit = 10.0 ** -decimals * scale
+    unit = 10.0**-decimals * scale
     min_inner = 10.0 * unit
     kept: list[Vec3] = []
     written: list[Vec3] = []
     times: list[float] = []
     prev = start
-    prev_r = (round(start[0] / scale, decimals), round(start[1] / scale, decimals),
-              round(start[2] / scale, decimals))
+    prev_r = (
+        round(start[0] / scale, decimals),
+        round(start[1] / scale, decimals),
+        round(start[2] / scale, decimals),
+    )
     carry = 0.0
     last = len(points) - 1
     for k, p in enumerate(points):
@@ -104,8 +113,11 @@ def as_written(start: Vec3, points: list[Vec3], dts: list[float], inner: list[bo
         if incremental:
             r = prev_r if step < 1.5 * unit else (p[0], p[1], p[2])
         else:
-            r = (round(p[0] / scale, decimals), round(p[1] / scale, decimals),
-                 round(p[2] / scale, decimals))
+            r = (
+                round(p[0] / scale, decimals),
+                round(p[1] / scale, decimals),
+                round(p[2] / scale, decimals),
+            )
         if r == prev_r:
             if k < last:
                 carry += dts[k]
@@ -119,9 +131,11 @@ def as_written(start: Vec3, points: list[Vec3], dts: list[float], inner: list[bo
         if incremental:
             q = p  # within half a unit, by the emitter's carry
         else:
-            q = (prev[0] if r[0] == prev_r[0] else r[0] * scale,
-                 prev[1] if r[1] == prev_r[1] else r[1] * scale,
-                 prev[2] if r[2] == prev_r[2] else r[2] * scale)
+            q = (
+                prev[0] if r[0] == prev_r[0] else r[0] * scale,
+                prev[1] if r[1] == prev_r[1] else r[1] * scale,
+                prev[2] if r[2] == prev_r[2] else r[2] * scale,
+            )
         kept.append(p)
         written.append(q)
         times.append(dts[k] + carry)

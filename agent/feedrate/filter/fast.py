@@ -35,7 +35,9 @@ from agent.feedrate.geometry.primitives import Vec3
 # and a third faster.
 _FAST = re.compile(
     r"(?:G0?([01]) ?)?(?:X([-+]?[\d.]+) ?)?(?:Y([-+]?[\d.]+) ?)?(?:Z([-+]?[\d.]+) ?)?"
-    r"(?:F([\d.]+))?\r?\n?", re.ASCII)
+    r"(?:F([\d.]+))?\r?\n?",
+    re.ASCII,
+)
 _MOTIONS = (Motion.RAPID, Motion.LINEAR)
 
 
@@ -44,8 +46,13 @@ class FastModalState:
 
     __slots__ = ("_modal", "_options", "_pos", "_slow", "_stale", "source")
 
-    def __init__(self, *, position_mm: Vec3 = (0.0, 0.0, 0.0), options: ParserOptions | None = None,
-                 source: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        position_mm: Vec3 = (0.0, 0.0, 0.0),
+        options: ParserOptions | None = None,
+        source: str | None = None,
+    ) -> None:
         self._options = options
         self.source = source
         self._slow = ModalState(position_mm=position_mm, options=options, source=source)
@@ -70,24 +77,36 @@ class FastModalState:
                 motion = modal.motion if word is None else _MOTIONS[word == "1"]
                 if motion is Motion.RAPID or motion is Motion.LINEAR:
                     try:
-                        block = self._fast(text, line_no, modal, motion, word is not None,
-                                           gx, gy, gz, f)
+                        block = self._fast(
+                            text, line_no, modal, motion, word is not None, gx, gy, gz, f
+                        )
                     except ValueError:  # not a number after all: the parser says why
                         block = None
                     if block is not None:
                         return block
         if self._stale:
             old = self._slow
-            self._slow = ModalState(position_mm=self._pos, modal=self._modal,
-                                    options=self._options, source=self.source)
+            self._slow = ModalState(
+                position_mm=self._pos, modal=self._modal, options=self._options, source=self.source
+            )
             self._slow.spindle_rpm, self._slow.tool = old.spindle_rpm, old.tool
             self._stale = False
         block = self._slow.apply(text, line_no)
         self._pos, self._modal = self._slow.position_mm, self._slow.modal
         return block
 
-    def _fast(self, text: str, line_no: int, modal: Modal, motion: Motion, explicit: bool,
-              gx: str | None, gy: str | None, gz: str | None, f: str | None) -> Block | None:
+    def _fast(
+        self,
+        text: str,
+        line_no: int,
+        modal: Modal,
+        motion: Motion,
+        explicit: bool,
+        gx: str | None,
+        gy: str | None,
+        gz: str | None,
+        f: str | None,
+    ) -> Block | None:
         inch = modal.units is Units.INCH
         feed = modal.feed_mm_s
         if f is not None:
@@ -116,5 +135,16 @@ class FastModalState:
             self._modal = modal
         self._pos = end
         self._stale = True
-        return Block(line_no, text, modal, motion, start, end, math.dist(start, end),
-                     feed if motion is Motion.LINEAR else None, None, None, explicit)
+        return Block(
+            line_no,
+            text,
+            modal,
+            motion,
+            start,
+            end,
+            math.dist(start, end),
+            feed if motion is Motion.LINEAR else None,
+            None,
+            None,
+            explicit,
+        )

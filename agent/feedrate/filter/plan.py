@@ -72,8 +72,9 @@ def _bin(value: float, step: float) -> float:
     return math.exp(k * math.log1p(step))
 
 
-def shortest_half_window(take_up: Callable[[float], float | None], cap_s: float,
-                         rel_tol: float = 1e-3) -> tuple[float, bool]:
+def shortest_half_window(
+    take_up: Callable[[float], float | None], cap_s: float, rel_tol: float = 1e-3
+) -> tuple[float, bool]:
     """Least t* in (0, cap] with take_up(t*) <= t* (bisection), and whether one exists."""
     end = take_up(cap_s)
     if end is None or end > cap_s:
@@ -89,8 +90,9 @@ def shortest_half_window(take_up: Callable[[float], float | None], cap_s: float,
     return hi, True
 
 
-def corner_take_up_s(axis: AxisParams, profile: BernsteinFeedrate, a_in: float, a_out: float,
-                     *, step_s: float = 1e-3) -> float | None:
+def corner_take_up_s(
+    axis: AxisParams, profile: BernsteinFeedrate, a_in: float, a_out: float, *, step_s: float = 1e-3
+) -> float | None:
     """When the gear has taken up the backlash at a corner whose legs move the axis with
     direction cosines a_in then a_out (opposite signs), t = 0 at the corner; None if a gap is
     still open a window-length after the window (as take_up_instant_s for the circle)."""
@@ -101,8 +103,14 @@ def corner_take_up_s(axis: AxisParams, profile: BernsteinFeedrate, a_in: float, 
         return a * s, a * np.asarray(profile.speed_m_s(t))
 
     window = profile.window_end_s - profile.window_start_s
-    run = simulate_axis(axis, command, profile.window_start_s - _LEAD_S,
-                        profile.window_end_s + window, step_s=step_s, trigger="reversal")
+    run = simulate_axis(
+        axis,
+        command,
+        profile.window_start_s - _LEAD_S,
+        profile.window_end_s + window,
+        step_s=step_s,
+        trigger="reversal",
+    )
     ends = [i.end_s for i in run.intervals if i.start_s <= profile.window_end_s]
     if not ends or any(e is None for e in ends):
         return None
@@ -116,15 +124,24 @@ class PlanStats:
     not_contained: int  # keys where even the longest window ends before the take-up
 
     def to_dict(self) -> dict[str, int]:
-        return {"simulated": self.simulated, "cache_hits": self.cache_hits,
-                "not_contained": self.not_contained}
+        return {
+            "simulated": self.simulated,
+            "cache_hits": self.cache_hits,
+            "not_contained": self.not_contained,
+        }
 
 
 class WindowPlanner:
     """t* needed at a turning point (policy "shortest") or the machine's t* ("fixed")."""
 
-    def __init__(self, axes: dict[str, AxisParams], shape: UnitShape, *,
-                 policy: Literal["shortest", "fixed"], cap_s: float) -> None:
+    def __init__(
+        self,
+        axes: dict[str, AxisParams],
+        shape: UnitShape,
+        *,
+        policy: Literal["shortest", "fixed"],
+        cap_s: float,
+    ) -> None:
         self.axes = axes
         self.shape = shape
         self.policy = policy
@@ -148,15 +165,21 @@ class WindowPlanner:
             need = max(need, self._needed_axis(name, params, feed_mm_s, geom))
         return need
 
-    def _needed_axis(self, name: str, params: AxisParams, feed_mm_s: float,
-                     geom: Geometry) -> float:
+    def _needed_axis(
+        self, name: str, params: AxisParams, feed_mm_s: float, geom: Geometry
+    ) -> float:
         v = _bin(feed_mm_s * MM, 0.02)
         if geom.kind == "smooth":
             key: tuple[object, ...] = (name, "smooth", v, _bin(geom.radius_mm * MM, 0.05))
         else:
             k = AXIS_INDEX[name]
-            key = (name, "corner", v, round(abs(geom.tangent_in[k]) / 0.02) * 0.02,
-                   round(abs(geom.tangent_out[k]) / 0.02) * 0.02)
+            key = (
+                name,
+                "corner",
+                v,
+                round(abs(geom.tangent_in[k]) / 0.02) * 0.02,
+                round(abs(geom.tangent_out[k]) / 0.02) * 0.02,
+            )
         hit = self._cache.get(key)
         if hit is not None:
             self._cache.move_to_end(key)
@@ -175,8 +198,9 @@ class WindowPlanner:
             radius_m = float(key[3])  # type: ignore[arg-type]
 
             def take_up(ts: float) -> float | None:
-                return take_up_instant_s(params, profile(ts), radius_m, step_s=step(ts),
-                                         lead_s=_LEAD_S)
+                return take_up_instant_s(
+                    params, profile(ts), radius_m, step_s=step(ts), lead_s=_LEAD_S
+                )
         else:
             a_in, a_out = float(key[3]), -float(key[4])  # type: ignore[arg-type]
 
@@ -192,21 +216,27 @@ class WindowPlanner:
         return value
 
 
-
-
 def same_circle(prim: PathPrimitive, ref: ArcSegment) -> bool:
     """Whether `prim` is an arc on `ref`'s circle, in the same plane and sense."""
     if not isinstance(prim, ArcSegment):
         return False
     tol = _SAME_CIRCLE_REL * max(1.0, ref.radius) + 1e-9
     rise = abs(prim.start[ref.plane.value[2]] - ref.start[ref.plane.value[2]])
-    return (prim.plane is ref.plane and prim.clockwise == ref.clockwise
-            and abs(prim.radius - ref.radius) <= tol
-            and math.dist(prim.centre, ref.centre) <= tol + rise)
+    return (
+        prim.plane is ref.plane
+        and prim.clockwise == ref.clockwise
+        and abs(prim.radius - ref.radius) <= tol
+        and math.dist(prim.centre, ref.centre) <= tol + rise
+    )
 
 
-def classify(tp: TurningPoint, prim: PathPrimitive, end_mm: Vec3,
-             prev: PathPrimitive | None, prev_start_mm: Vec3 | None) -> Geometry:
+def classify(
+    tp: TurningPoint,
+    prim: PathPrimitive,
+    end_mm: Vec3,
+    prev: PathPrimitive | None,
+    prev_start_mm: Vec3 | None,
+) -> Geometry:
     """The geometry of a turning point on `prim` (ending at end_mm), the primitive before it
     `prev` (starting at prev_start_mm) when the turning point is the vertex between them."""
     t_in, t_out = tp.tangent_in, tp.tangent_out
@@ -221,12 +251,19 @@ def classify(tp: TurningPoint, prim: PathPrimitive, end_mm: Vec3,
             if arcs:
                 # On one circle the osculating circle is the path; at a line-arc junction
                 # the arc's radius is the best estimate, with no circle to stay on.
-                same = (isinstance(prev, ArcSegment) and isinstance(prim, ArcSegment)
-                        and same_circle(prev, prim))
+                same = (
+                    isinstance(prev, ArcSegment)
+                    and isinstance(prim, ArcSegment)
+                    and same_circle(prev, prim)
+                )
                 radius = min(1.0 / abs(p.frenet(0.0).kappa) for p in arcs)
                 return Geometry("smooth", radius, t_in, t_out, same)
-        elif (angle <= _POLYLINE_RAD and isinstance(prev, LineSegment)
-              and isinstance(prim, LineSegment) and prev_start_mm is not None):
+        elif (
+            angle <= _POLYLINE_RAD
+            and isinstance(prev, LineSegment)
+            and isinstance(prim, LineSegment)
+            and prev_start_mm is not None
+        ):
             r = circumradius(prev_start_mm, tp.point, end_mm)
             if math.isfinite(r):
                 return Geometry("smooth", r, t_in, t_out, False)

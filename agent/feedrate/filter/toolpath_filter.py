@@ -96,8 +96,9 @@ class _Item:
 
     __slots__ = ("block", "duration_s", "kind", "prim", "s0", "s1")
 
-    def __init__(self, block: Block, kind: int, s0: float, s1: float, prim: Any,
-                 duration_s: float) -> None:
+    def __init__(
+        self, block: Block, kind: int, s0: float, s1: float, prim: Any, duration_s: float
+    ) -> None:
         self.block, self.kind, self.s0, self.s1, self.prim = block, kind, s0, s1, prim
         self.duration_s = duration_s
 
@@ -107,23 +108,30 @@ class _Pending:
 
     __slots__ = ("axes", "feed_mm_s", "geom", "seq", "tp")
 
-    def __init__(self, tp: TurningPoint, feed_mm_s: float, geom: Geometry,
-                 axes: tuple[str, ...], seq: int) -> None:
+    def __init__(
+        self, tp: TurningPoint, feed_mm_s: float, geom: Geometry, axes: tuple[str, ...], seq: int
+    ) -> None:
         self.tp, self.feed_mm_s, self.geom, self.axes, self.seq = tp, feed_mm_s, geom, axes, seq
 
 
 class FeedrateFilter:
     """Streaming filter for one program (see the module docstring)."""
 
-    def __init__(self, machine: MachineSettings, *, source: str | None = None,
-                 start_mm: Vec3 = (0.0, 0.0, 0.0)) -> None:
+    def __init__(
+        self,
+        machine: MachineSettings,
+        *,
+        source: str | None = None,
+        start_mm: Vec3 = (0.0, 0.0, 0.0),
+    ) -> None:
         self.machine = machine
         mod = machine.modulation
         self._shape: UnitShape = unit_shape(mod.ratio, mod.degree, mod.segments, mod.retrograde)
         # Axes without backlash need no modulation.
         self._axes = frozenset(n for n, a in machine.axes.items() if a.backlash_motor_rad > 0)
-        self._planner = WindowPlanner(machine.axis_params(), self._shape, policy=mod.policy,
-                                      cap_s=mod.half_window_s)
+        self._planner = WindowPlanner(
+            machine.axis_params(), self._shape, policy=mod.policy, cap_s=mod.half_window_s
+        )
         self._reach_per_feed = mod.half_window_s * self._shape.excursion * (1.0 + 1e-9)
         self._look_lines = machine.lookahead.lines
         self._look_s = machine.lookahead.seconds
@@ -159,9 +167,19 @@ class FeedrateFilter:
     @property
     def stats(self) -> FilterStats:
         w = self._writer
-        return FilterStats(self._n, w.lines_out, self._turning, self._modulated,
-                           self._too_short, self._at_start, self._forced, self._added_s,
-                           w.replaced, self._max_pending, self._planner.stats.to_dict())
+        return FilterStats(
+            self._n,
+            w.lines_out,
+            self._turning,
+            self._modulated,
+            self._too_short,
+            self._at_start,
+            self._forced,
+            self._added_s,
+            w.replaced,
+            self._max_pending,
+            self._planner.stats.to_dict(),
+        )
 
     def feed(self, text: str) -> list[str]:
         """Take one input line (its terminator included); return the output ready so far."""
@@ -170,8 +188,9 @@ class FeedrateFilter:
         motion = block.motion
         if motion is not None and block.length_mm > 0.0:
             self._move(block, motion)
-        elif block.skipped or (motion is None and block.dwell_s is None
-                               and _word_free(text, self._n)):
+        elif block.skipped or (
+            motion is None and block.dwell_s is None and _word_free(text, self._n)
+        ):
             self._append(_Item(block, _NEUTRAL, self._frontier, self._frontier, None, 0.0))
             if self._run_feed is None:
                 self._emit_ready()
@@ -212,8 +231,11 @@ class FeedrateFilter:
             self._emit_ready()
             return
         run = self._run_feed
-        if (run is None or block.modal.feed_mode is not self._run_mode
-                or abs(feed - run) > 1e-9 * run):
+        if (
+            run is None
+            or block.modal.feed_mode is not self._run_mode
+            or abs(feed - run) > 1e-9 * run
+        ):
             self._end_run()
             self._run_feed, self._run_mode, self._run_start = feed, block.modal.feed_mode, s0
             self._last_move = None
@@ -230,8 +252,11 @@ class FeedrateFilter:
         # is still held until the next one shows whether its end is a turning point).
         head = self._head
         n = len(items)
-        if (self._tps or n - head > self._look_lines + 1
-                or self._pending_s - duration > self._look_s):
+        if (
+            self._tps
+            or n - head > self._look_lines + 1
+            or self._pending_s - duration > self._look_s
+        ):
             self._advance()
             return
         writer = self._writer
@@ -263,8 +288,7 @@ class FeedrateFilter:
             self._base += head
             self._head = 0
 
-    def _turning_points(self, tps: list[TurningPoint], item: _Item, feed: float,
-                        seq: int) -> None:
+    def _turning_points(self, tps: list[TurningPoint], item: _Item, feed: float, seq: int) -> None:
         for tp in tps:
             axes = tuple(a for a in tp.axes if a in self._axes)
             if not axes:
@@ -280,8 +304,13 @@ class FeedrateFilter:
 
     def _geometry(self, tp: TurningPoint, item: _Item) -> Geometry:
         prev = self._last_move
-        return classify(tp, item.prim, item.block.end_mm, None if prev is None else prev.prim,
-                        None if prev is None else prev.block.start_mm)
+        return classify(
+            tp,
+            item.prim,
+            item.block.end_mm,
+            None if prev is None else prev.prim,
+            None if prev is None else prev.block.start_mm,
+        )
 
     # -- decisions ----------------------------------------------------------------------------
 
@@ -294,8 +323,10 @@ class FeedrateFilter:
             self._decide(tps.popleft(), self._frontier)
         lookahead = self.machine.lookahead
         newest = self._items[-1]
-        while (len(self._items) - self._head - 1 > lookahead.lines
-               or self._pending_s - newest.duration_s > lookahead.seconds):
+        while (
+            len(self._items) - self._head - 1 > lookahead.lines
+            or self._pending_s - newest.duration_s > lookahead.seconds
+        ):
             if not self._force_front():
                 break
         self._emit_ready()
@@ -343,8 +374,16 @@ class FeedrateFilter:
         reach = self._shape.excursion * feed * t_star
         spans = self._spans(tp.s - reach, tp.s + reach, p.seq)
         block = self._items[p.seq - self._base].block
-        window = build_window(self._shape, tp.s, feed, t_star, spans,
-                              self._writer.chord_eps(block), p.axes, self._writer.rounding(block))
+        window = build_window(
+            self._shape,
+            tp.s,
+            feed,
+            t_star,
+            spans,
+            self._writer.chord_eps(block),
+            p.axes,
+            self._writer.rounding(block),
+        )
         self._writer.windows.append(window)
         self._region_hi = window.region_hi
         self._modulated += 1
@@ -379,8 +418,9 @@ class FeedrateFilter:
             hi += 1
         # Eq. 6 within the primitive: infinite on a circular arc, finite on a helix (torsion).
         f = ref.frenet(min(max(p.tp.s - items[i].s0, 0.0), ref.length))
-        extent = osculating_extent(f.dkappa_ds, f.d2kappa_ds2, self.machine.eps_mm,
-                                   kappa=f.kappa, torsion=f.torsion)
+        extent = osculating_extent(
+            f.dkappa_ds, f.d2kappa_ds2, self.machine.eps_mm, kappa=f.kappa, torsion=f.torsion
+        )
         return min(p.tp.s - items[lo].s0, items[hi].s1 - p.tp.s, extent)
 
     # -- output -------------------------------------------------------------------------------
@@ -447,9 +487,14 @@ def _word_free(text: str, line_no: int) -> bool:
     return not (lx.g or lx.m or lx.values)
 
 
-def filter_lines(lines: Iterable[str], machine: MachineSettings, *, source: str | None = None,
-                 start_mm: Vec3 = (0.0, 0.0, 0.0),
-                 filt: FeedrateFilter | None = None) -> Iterator[str]:
+def filter_lines(
+    lines: Iterable[str],
+    machine: MachineSettings,
+    *,
+    source: str | None = None,
+    start_mm: Vec3 = (0.0, 0.0, 0.0),
+    filt: FeedrateFilter | None = None,
+) -> Iterator[str]:
     """Output text of a streamed program, chunk by chunk (each chunk one or more lines)."""
     f = filt if filt is not None else FeedrateFilter(machine, source=source, start_mm=start_mm)
     for line in lines:
@@ -457,17 +502,25 @@ def filter_lines(lines: Iterable[str], machine: MachineSettings, *, source: str 
     yield from f.finish()
 
 
-def filtered_lines(lines: Iterable[str], machine: MachineSettings, *,
-                   source: str | None = None, filt: FeedrateFilter | None = None
-                   ) -> Iterator[str]:
+def filtered_lines(
+    lines: Iterable[str],
+    machine: MachineSettings,
+    *,
+    source: str | None = None,
+    filt: FeedrateFilter | None = None,
+) -> Iterator[str]:
     """Like filter_lines, one output line per item (for a controller stream)."""
     for line, _ in filtered_lines_with_origin(lines, machine, source=source, filt=filt):
         yield line
 
 
-def filtered_lines_with_origin(lines: Iterable[str], machine: MachineSettings, *,
-                               source: str | None = None, filt: FeedrateFilter | None = None
-                               ) -> Iterator[tuple[str, int]]:
+def filtered_lines_with_origin(
+    lines: Iterable[str],
+    machine: MachineSettings,
+    *,
+    source: str | None = None,
+    filt: FeedrateFilter | None = None,
+) -> Iterator[tuple[str, int]]:
     """(output line, the program line it comes from), one output line at a time."""
     f = filt if filt is not None else FeedrateFilter(machine, source=source)
 
@@ -484,5 +537,10 @@ def filtered_lines_with_origin(lines: Iterable[str], machine: MachineSettings, *
     yield from split(f.finish())
 
 
-__all__ = ["FeedrateFilter", "FilterStats", "filter_lines", "filtered_lines",
-           "filtered_lines_with_origin"]
+__all__ = [
+    "FeedrateFilter",
+    "FilterStats",
+    "filter_lines",
+    "filtered_lines",
+    "filtered_lines_with_origin",
+]

@@ -103,9 +103,16 @@ def unit_shape(ratio: float, degree: int, segments: int, retrograde: bool) -> Un
         if sig[-1] < sig[0]:
             sig, tau = sig[::-1], tau[::-1]
         inverse.append((tuple(sig.tolist()), tuple(tau.tolist())))
-    return UnitShape(prof, tuple(base.tolist()), tuple(sigma(base).tolist()), tuple(pieces),
-                     tuple(inverse), float(prof.excursion_m), float(prof.half_arc_m),
-                     frozenset(float(t) for t in base if any(abs(t - x) < 1e-15 for x in stops)))
+    return UnitShape(
+        prof,
+        tuple(base.tolist()),
+        tuple(sigma(base).tolist()),
+        tuple(pieces),
+        tuple(inverse),
+        float(prof.excursion_m),
+        float(prof.half_arc_m),
+        frozenset(float(t) for t in base if any(abs(t - x) < 1e-15 for x in stops)),
+    )
 
 
 # ------------------------------------------------------------------------------- windows
@@ -168,9 +175,16 @@ def chord_step_mm(prim: PathPrimitive, chord_eps_mm: float, rounding_mm: float =
     return prim.length_per_rad * 2.0 * math.acos(1.0 - chord_eps_mm / r)
 
 
-def build_window(shape: UnitShape, tp_s: float, feed_mm_s: float, half_window_s: float,
-                 spans: Sequence[Span], chord_eps_mm: float, axes: tuple[str, ...],
-                 rounding_mm: float = 0.0) -> Window:
+def build_window(
+    shape: UnitShape,
+    tp_s: float,
+    feed_mm_s: float,
+    half_window_s: float,
+    spans: Sequence[Span],
+    chord_eps_mm: float,
+    axes: tuple[str, ...],
+    rounding_mm: float = 0.0,
+) -> Window:
     """Samples of the window about the turning point at tp_s (see the module docstring).
 
     `spans` must cover [tp_s - excursion, tp_s + excursion] and be in path order."""
@@ -179,7 +193,8 @@ def build_window(shape: UnitShape, tp_s: float, feed_mm_s: float, half_window_s:
     # (tau, s, block end or None), sorted by tau at the end.
     samples: list[tuple[float, float, float | None]] = [
         (tau, tp_s + scale * sig, None)
-        for tau, sig in zip(shape.base_tau, shape.base_sigma, strict=True)]
+        for tau, sig in zip(shape.base_tau, shape.base_sigma, strict=True)
+    ]
     ends = [sp.s1 for sp in spans[:-1]]  # interior block ends
     base_sigma = shape.base_sigma
     if ends:
@@ -225,15 +240,25 @@ def build_window(shape: UnitShape, tp_s: float, feed_mm_s: float, half_window_s:
             _arc_end_step(sp, s_list, t_list, points, inner, t)  # from the end onto the arc
         local = sk - sp.s0
         length = sp.s1 - sp.s0
-        points.append(sp.prim.point(0.0 if local < 0.0 else (length if local > length
-                                                               else local)))
+        points.append(sp.prim.point(0.0 if local < 0.0 else (length if local > length else local)))
         s_list.append(sk)
         t_list.append(t)
         inner.append(isinstance(sp.prim, LineSegment))
         prev_span = j
     reach = shape.excursion * scale
-    return Window(tp_s, feed_mm_s, half_window_s, s_list, t_list, points, last, inner,
-                  tp_s - reach, tp_s + reach, axes)
+    return Window(
+        tp_s,
+        feed_mm_s,
+        half_window_s,
+        s_list,
+        t_list,
+        points,
+        last,
+        inner,
+        tp_s - reach,
+        tp_s + reach,
+        axes,
+    )
 
 
 def end_step_mm(prim: PathPrimitive) -> float:
@@ -244,8 +269,14 @@ def end_step_mm(prim: PathPrimitive) -> float:
     return math.dist(prim.point(prim.length), prim.end)
 
 
-def _arc_end_step(sp: Span, s_list: list[float], t_list: list[float], points: list[Vec3],
-                  inner: list[bool], t_next: float) -> None:
+def _arc_end_step(
+    sp: Span,
+    s_list: list[float],
+    t_list: list[float],
+    points: list[Vec3],
+    inner: list[bool],
+    t_next: float,
+) -> None:
     """Between an arc sample and the arc's block end: the arc's own last point first, so the
     output follows the controller's final straight step instead of cutting across it."""
     if end_step_mm(sp.prim) <= 1e-9:
@@ -261,8 +292,9 @@ def _first(sample: tuple[float, float, float | None]) -> float:
     return sample[0]
 
 
-def _thin(shape: UnitShape, samples: list[tuple[float, float, float | None]]
-          ) -> list[tuple[float, float, float | None]]:
+def _thin(
+    shape: UnitShape, samples: list[tuple[float, float, float | None]]
+) -> list[tuple[float, float, float | None]]:
     """Drop the uniform samples that lie within half their spacing of a block end: the block
     end then marks that step of the speed (every block a window touches is written as its own
     segments anyway), and short blocks get one segment instead of two or three."""
@@ -279,17 +311,23 @@ def _thin(shape: UnitShape, samples: list[tuple[float, float, float | None]]
             hi = base[i + 1] - base[i] if i + 1 < len(base) else math.inf
             half = 0.5 * min(lo, hi)
             before, after = samples[k - 1], samples[k + 1]
-            if ((before[2] is not None and tau - before[0] < half)
-                    or (after[2] is not None and after[0] - tau < half)):
+            if (before[2] is not None and tau - before[0] < half) or (
+                after[2] is not None and after[0] - tau < half
+            ):
                 continue
         out.append(samples[k])
     out.append(samples[-1])
     return out
 
 
-def _subdivide_arcs(shape: UnitShape, tp_s: float, inv: float,
-                    samples: list[tuple[float, float, float | None]], starts: list[float],
-                    steps: list[float]) -> list[tuple[float, float, float | None]]:
+def _subdivide_arcs(
+    shape: UnitShape,
+    tp_s: float,
+    inv: float,
+    samples: list[tuple[float, float, float | None]],
+    starts: list[float],
+    steps: list[float],
+) -> list[tuple[float, float, float | None]]:
     """More samples where a chord on an arc would sag more than the budget."""
     out = [samples[0]]
     n_spans = len(starts)

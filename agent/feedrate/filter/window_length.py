@@ -59,7 +59,11 @@ def osculating_reversal_command(profile: FeedrateProfile, radius_m: float) -> Ax
 
 
 def take_up_instant_s(
-    axis: AxisParams, profile: FeedrateProfile, radius_m: float, *, step_s: float = 1e-3,
+    axis: AxisParams,
+    profile: FeedrateProfile,
+    radius_m: float,
+    *,
+    step_s: float = 1e-3,
     lead_s: float = 1.5,
 ) -> float | None:
     """When (t = 0 at the turning point) the gear has taken up the backlash of this reversal.
@@ -76,8 +80,14 @@ def take_up_instant_s(
     window = profile.window_end_s - profile.window_start_s
     start = profile.window_start_s - lead_s
     end = profile.window_end_s + window
-    run = simulate_axis(axis, osculating_reversal_command(profile, radius_m), start, end,
-                        step_s=step_s, trigger="reversal")
+    run = simulate_axis(
+        axis,
+        osculating_reversal_command(profile, radius_m),
+        start,
+        end,
+        step_s=step_s,
+        trigger="reversal",
+    )
     ends = [i.end_s for i in run.intervals if i.start_s <= profile.window_end_s]
     if not ends or any(e is None for e in ends):
         return None
@@ -110,15 +120,19 @@ def plan_window(
     check_positive("plan_window.nominal_m_s", nominal_m_s)
     check_positive("plan_window.radius_m", radius_m)
     if not (allowed_half_arc_m > 0):  # inf is fine: a circle is its own osculating circle
-        raise ValueError(f"plan_window.allowed_half_arc_m: expected > 0, got "
-                         f"{allowed_half_arc_m!r}")
+        raise ValueError(
+            f"plan_window.allowed_half_arc_m: expected > 0, got {allowed_half_arc_m!r}"
+        )
     if math.isinf(allowed_half_arc_m) and max_half_window_s is None:
-        raise ValueError("plan_window: allowed_half_arc_m is infinite (the path is a circle), "
-                         "so max_half_window_s must bound the window")
+        raise ValueError(
+            "plan_window: allowed_half_arc_m is infinite (the path is a circle), "
+            "so max_half_window_s must bound the window"
+        )
     if policy not in ("longest", "shortest"):
         raise ValueError(f"plan_window.policy: expected 'longest' or 'shortest', got {policy!r}")
-    unit = symmetric_feedrate(nominal_m_s, 1.0, ratio=ratio, degree=degree,
-                              allow_retrograde=allow_retrograde)
+    unit = symmetric_feedrate(
+        nominal_m_s, 1.0, ratio=ratio, degree=degree, allow_retrograde=allow_retrograde
+    )
     limit = allowed_half_arc_m / unit.excursion_m
     if max_half_window_s is not None:
         check_positive("plan_window.max_half_window_s", max_half_window_s)

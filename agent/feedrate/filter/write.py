@@ -42,8 +42,7 @@ class BlockWriter:
 
     def quiet(self, s1: float) -> bool:
         """No window touches a block that ends at path position s1 (it passes through)."""
-        return self.inside is None and (not self.windows
-                                        or self.windows[0].s_entry >= s1 - TINY_MM)
+        return self.inside is None and (not self.windows or self.windows[0].s_entry >= s1 - TINY_MM)
 
     def passthrough(self, block: Block) -> None:
         if block.motion is not None:
@@ -86,11 +85,15 @@ class BlockWriter:
                 unit = 10.0 ** -self.dialect.coordinate_decimals(modal.units)
                 eps -= 1.5 * math.sqrt(3.0) * unit * modal.units.mm_per_unit
             if eps < 0.1 * self.machine.eps_mm:
-                mode = ("incremental " if modal.distance is DistanceMode.INCREMENTAL else "")
-                raise GcodeError(block.line_no, block.text,
-                                 f"eps_m {self.machine.eps_m:g} is too small for the rounding of "
-                                 f"{mode}{modal.units.name.lower()} coordinates in dialect "
-                                 f"{self.dialect.name}", self.source)
+                mode = "incremental " if modal.distance is DistanceMode.INCREMENTAL else ""
+                raise GcodeError(
+                    block.line_no,
+                    block.text,
+                    f"eps_m {self.machine.eps_m:g} is too small for the rounding of "
+                    f"{mode}{modal.units.name.lower()} coordinates in dialect "
+                    f"{self.dialect.name}",
+                    self.source,
+                )
             self._chord_eps_by_mode[key] = eps
         return eps
 
@@ -128,24 +131,41 @@ class BlockWriter:
         units = block.modal.units
         at = block.start_mm if self.controller_mm is None else self.controller_mm
         points, written, dts = as_written(
-            at, points, dts, inner, units, self.dialect.coordinate_decimals(units),
-            block.modal.distance is DistanceMode.INCREMENTAL)
+            at,
+            points,
+            dts,
+            inner,
+            units,
+            self.dialect.coordinate_decimals(units),
+            block.modal.distance is DistanceMode.INCREMENTAL,
+        )
         self.controller_mm = written[-1]
         if block.modal.feed_mode is FeedMode.INVERSE_TIME or self.machine.inverse_time:
             self.write(self.emitter.replace(block, points, durations_s=dts), block.line_no)
         else:
             # Feeds from the positions the controller really takes (the written, rounded
             # coordinates): on a segment of a few micrometres rounding is a large part of it.
-            feeds = [max(math.dist(a, b), 1e-12) / dt for a, b, dt in
-                     zip([at, *written[:-1]], written, dts, strict=True)]
+            feeds = [
+                max(math.dist(a, b), 1e-12) / dt
+                for a, b, dt in zip([at, *written[:-1]], written, dts, strict=True)
+            ]
             self.write(self.emitter.replace(block, points, feeds_mm_s=feeds), block.line_no)
 
     def _leave_window(self) -> None:
         self.inside = None
         self.windows.popleft()
 
-    def _nominal(self, chain: SegmentChain, block: Block, prim: PathPrimitive, s0: float,
-                 s1: float, s_from: float, s_to: float, feed: float) -> None:
+    def _nominal(
+        self,
+        chain: SegmentChain,
+        block: Block,
+        prim: PathPrimitive,
+        s0: float,
+        s1: float,
+        s_from: float,
+        s_to: float,
+        feed: float,
+    ) -> None:
         """Forward along the item's primitive at the nominal feed (chords on arcs)."""
         span = s_to - s_from
         if span <= TINY_MM:

@@ -48,6 +48,7 @@ PLANE_OFFSETS = {Plane.XY: ("I", "J"), Plane.ZX: ("K", "I"), Plane.YZ: ("J", "K"
 
 PASSIVE_GCODES = frozenset({540, 550, 560, 570, 580, 590, 610, 611, 640})
 
+
 @dataclass(frozen=True, slots=True)
 class ParserOptions:
     """Block delete switch and the arc end-radius tolerance (GRBL's rule: an error when the

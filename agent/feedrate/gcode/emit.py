@@ -54,7 +54,8 @@ _DIGITS = re.compile(r"^\s*\d*")
 # about numbers: only the letters matter here).
 _PLAIN_MOVE = re.compile(
     r"(?:G0?[01] ?)?(?:X[-+]?[\d.]+ ?)?(?:Y[-+]?[\d.]+ ?)?(?:Z[-+]?[\d.]+ ?)?(?:F[\d.]+)?\r?\n?",
-    re.ASCII)
+    re.ASCII,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,8 +301,11 @@ class GcodeEmitter:
         dec = self.dialect.coordinate_decimals(modal.units)
         absolute = modal.distance is DistanceMode.ABSOLUTE
         # Absolute: each point's written coordinates, rounded once and compared with the last.
-        prev_r = (round(prev[0] / scale, dec), round(prev[1] / scale, dec),
-                  round(prev[2] / scale, dec)) if absolute else prev
+        prev_r = (
+            (round(prev[0] / scale, dec), round(prev[1] / scale, dec), round(prev[2] / scale, dec))
+            if absolute
+            else prev
+        )
         last = len(points_mm) - 1
         for i, target in enumerate(points_mm):
             p = end if i == last else target
@@ -336,8 +340,7 @@ class GcodeEmitter:
         self._expected = modal
         return "".join(out)
 
-    def _absolute_coords(self, prev_r: Vec3, p: Vec3, scale: float, dec: int
-                         ) -> tuple[str, Vec3]:
+    def _absolute_coords(self, prev_r: Vec3, p: Vec3, scale: float, dec: int) -> tuple[str, Vec3]:
         """The words moving the axes whose written coordinate changes, and p as written."""
         x, y, z = round(p[0] / scale, dec), round(p[1] / scale, dec), round(p[2] / scale, dec)
         parts: list[str] = []

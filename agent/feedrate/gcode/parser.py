@@ -92,8 +92,6 @@ def _gname(tenths: int) -> str:
     return f"G{tenths // 10}" if tenths % 10 == 0 else f"G{tenths / 10:g}"
 
 
-
-
 class ModalState:
     """Modal state machine of one program: `apply` one line after another.
 

@@ -240,8 +240,11 @@ class LineSegment(PathPrimitive):
         _set_frozen(self, "start", start)
         _set_frozen(self, "end", end)
         _set_frozen(self, "length", length)
-        _set_frozen(self, "direction", (d0 / length, d1 / length, d2 / length)
-                    if length > 0.0 else (0.0, 0.0, 0.0))
+        _set_frozen(
+            self,
+            "direction",
+            (d0 / length, d1 / length, d2 / length) if length > 0.0 else (0.0, 0.0, 0.0),
+        )
 
     def point(self, s: float) -> Vec3:
         p, u = self.start, self.direction

@@ -49,18 +49,34 @@ class DncOptions:
         for name in ("hold_code", "resume_code"):
             code = getattr(self, name)
             if code is not None and (not code or any(b in code for b in b"\x11\x13\n")):
-                raise ValueError(f"DncOptions.{name}: expected a non-empty code without XON, "
-                                 f"XOFF or newline, found {code!r}")
+                raise ValueError(
+                    f"DncOptions.{name}: expected a non-empty code without XON, "
+                    f"XOFF or newline, found {code!r}"
+                )
 
 
 class _Dnc(Session):
     protocol = "dnc"
 
-    def __init__(self, channel: Channel, opt: DncOptions, progress: ProgressFn | None,
-                 reversals: Callable[[], int] | None, source: str | None,
-                 control: StreamControl | None) -> None:
-        super().__init__(channel, progress, reversals, source, opt.progress_interval_s,
-                         control, opt.hold_code, opt.resume_code)
+    def __init__(
+        self,
+        channel: Channel,
+        opt: DncOptions,
+        progress: ProgressFn | None,
+        reversals: Callable[[], int] | None,
+        source: str | None,
+        control: StreamControl | None,
+    ) -> None:
+        super().__init__(
+            channel,
+            progress,
+            reversals,
+            source,
+            opt.progress_interval_s,
+            control,
+            opt.hold_code,
+            opt.resume_code,
+        )
         self.opt = opt
         self.quiet_since = self.next_write = time.monotonic()
 
@@ -75,14 +91,18 @@ class _Dnc(Session):
     def take_line(self, line: str) -> None:
         if line.startswith("error:"):
             code = reply_code(line) or 0
-            raise self.fail(f"{line} {GRBL_ERRORS.get(code, 'unknown error')} reported at or "
-                            "before this line (DNC has no per-line answers)", "error", code)
+            raise self.fail(
+                f"{line} {GRBL_ERRORS.get(code, 'unknown error')} reported at or "
+                "before this line (DNC has no per-line answers)",
+                "error",
+                code,
+            )
         self.common(line)
 
     def send(self, data: bytes) -> None:
         opt, pace = self.opt, self.opt.line_rate_bytes_s
         for i in range(0, len(data), opt.chunk_bytes):
-            chunk = data[i:i + opt.chunk_bytes]
+            chunk = data[i : i + opt.chunk_bytes]
             while True:  # listen until the line is free, the controller not paused, no hold
                 self.take(0.0)
                 now = time.monotonic()
@@ -94,8 +114,11 @@ class _Dnc(Session):
                     self.report(now)
                 elif self.paused:
                     if now - self.quiet_since > opt.stall_timeout_s:
-                        raise self.fail(f"controller stalled: XOFF held {opt.stall_timeout_s:g} s"
-                                        " with no byte from it", "stalled")
+                        raise self.fail(
+                            f"controller stalled: XOFF held {opt.stall_timeout_s:g} s"
+                            " with no byte from it",
+                            "stalled",
+                        )
                     self.take(0.05)
                     self.report(now)
                 elif now < self.next_write:
@@ -120,8 +143,9 @@ class _Dnc(Session):
                 self.acked += 1
                 self.report(time.monotonic())
             if opt.wait_idle:
-                self.wait_idle(opt.status_interval_s, opt.stall_timeout_s, opt.write_timeout_s,
-                               self.take_line)
+                self.wait_idle(
+                    opt.status_interval_s, opt.stall_timeout_s, opt.write_timeout_s, self.take_line
+                )
         except StreamError as exc:
             if exc.kind in HOLD_ON:
                 raise exc.noting(self.hold_note()) from exc
@@ -134,10 +158,17 @@ class _Dnc(Session):
         return self.result()
 
 
-def stream_dnc(lines: Iterable[str], channel: Channel, options: DncOptions | None = None, *,
-               progress: ProgressFn | None = None,
-               reversals_modulated: Callable[[], int] | None = None,
-               source: str | None = None, control: StreamControl | None = None) -> StreamResult:
+def stream_dnc(
+    lines: Iterable[str],
+    channel: Channel,
+    options: DncOptions | None = None,
+    *,
+    progress: ProgressFn | None = None,
+    reversals_modulated: Callable[[], int] | None = None,
+    source: str | None = None,
+    control: StreamControl | None = None,
+) -> StreamResult:
     """Drip-feed `lines` to a controller with XON/XOFF flow control."""
-    return _Dnc(channel, options or DncOptions(), progress, reversals_modulated,
-                source, control).run(lines)
+    return _Dnc(
+        channel, options or DncOptions(), progress, reversals_modulated, source, control
+    ).run(lines)

@@ -63,9 +63,20 @@ from agent.feedrate.streaming.session import (
     StreamResult,
 )
 
-__all__ = ["EX_TEMPFAIL", "DncOptions", "FailureKind", "GrblOptions", "ProgressFn",
-           "StreamControl", "StreamError", "StreamProgress", "StreamResult", "stream_dnc",
-           "stream_grbl", "stream_to_port"]
+__all__ = [
+    "EX_TEMPFAIL",
+    "DncOptions",
+    "FailureKind",
+    "GrblOptions",
+    "ProgressFn",
+    "StreamControl",
+    "StreamError",
+    "StreamProgress",
+    "StreamResult",
+    "stream_dnc",
+    "stream_grbl",
+    "stream_to_port",
+]
 
 
 @dataclass(frozen=True)
@@ -90,8 +101,10 @@ class GrblOptions:
 
     def __post_init__(self) -> None:
         if self.max_line_chars + 1 > self.rx_buffer_bytes:
-            raise ValueError(f"GrblOptions: a line of max_line_chars={self.max_line_chars} "
-                             f"must fit the {self.rx_buffer_bytes}-byte receive buffer")
+            raise ValueError(
+                f"GrblOptions: a line of max_line_chars={self.max_line_chars} "
+                f"must fit the {self.rx_buffer_bytes}-byte receive buffer"
+            )
         if self.max_lines_in_flight is not None and self.max_lines_in_flight < 1:
             raise ValueError("GrblOptions.max_lines_in_flight: expected >= 1 or None")
         if self.start_states is not None and not self.start_states:
@@ -102,11 +115,16 @@ class GrblOptions:
 
 
 class _Grbl(Session):
-    def __init__(self, channel: Channel, opt: GrblOptions, progress: ProgressFn | None,
-                 reversals: Callable[[], int] | None, source: str | None,
-                 control: StreamControl | None) -> None:
-        super().__init__(channel, progress, reversals, source, opt.progress_interval_s,
-                         control)
+    def __init__(
+        self,
+        channel: Channel,
+        opt: GrblOptions,
+        progress: ProgressFn | None,
+        reversals: Callable[[], int] | None,
+        source: str | None,
+        control: StreamControl | None,
+    ) -> None:
+        super().__init__(channel, progress, reversals, source, opt.progress_interval_s, control)
         self.opt = opt
         self.protocol = "send-response" if opt.max_lines_in_flight == 1 else "grbl"
         self.errors: list[tuple[int, int]] = []
@@ -140,8 +158,11 @@ class _Grbl(Session):
                     self.heard.append(line)
             if self.banner is not None:
                 return
-        raise self.fail(f"no GRBL banner ({GRBL_BANNER_PREFIX!r}...) within "
-                        f"{self.opt.startup_timeout_s:g} s of {mode}", "handshake")
+        raise self.fail(
+            f"no GRBL banner ({GRBL_BANNER_PREFIX!r}...) within "
+            f"{self.opt.startup_timeout_s:g} s of {mode}",
+            "handshake",
+        )
 
     def check_ready(self) -> None:
         """Ask '?' and refuse unless the controller is in one of `start_states` (Idle)."""
@@ -164,23 +185,33 @@ class _Grbl(Session):
                 if report.state in allowed:
                     return
                 raise self.fail(not_ready_reason(report, self.heard), "not_ready")
-        raise self.fail(f"no status report within {timeout_s:g} s of '?': cannot tell whether "
-                        "the machine is ready (is it a GRBL 1.1 controller?). Refusing to "
-                        "stream; nothing was sent", "not_ready")
+        raise self.fail(
+            f"no status report within {timeout_s:g} s of '?': cannot tell whether "
+            "the machine is ready (is it a GRBL 1.1 controller?). Refusing to "
+            "stream; nothing was sent",
+            "not_ready",
+        )
 
     def answer(self, line: str) -> None:
         if line == "ok" or line.startswith("error:"):
             if not self.pending:
-                raise self.fail(f"{line!r} with no line awaiting an answer (another sender on "
-                                "the port, or a line the controller split)", "protocol")
+                raise self.fail(
+                    f"{line!r} with no line awaiting an answer (another sender on "
+                    "the port, or a line the controller split)",
+                    "protocol",
+                )
             line_no, text, nbytes = self.pending.popleft()
             self.in_flight -= nbytes
             self.acked += 1
             if line != "ok":
                 code = reply_code(line) or 0
                 if self.opt.stop_on_error:
-                    raise self.fail(f"{line} {GRBL_ERRORS.get(code, 'unknown error')}",
-                                    "error", code, line=(line_no, text))
+                    raise self.fail(
+                        f"{line} {GRBL_ERRORS.get(code, 'unknown error')}",
+                        "error",
+                        code,
+                        line=(line_no, text),
+                    )
                 self.errors.append((line_no, code))
         else:
             self.common(line)
@@ -248,29 +279,47 @@ class _Grbl(Session):
             elif self.held:
                 quiet_since = now  # held on request: a silent controller is expected
             elif now - quiet_since >= opt.stall_timeout_s:
-                raise self.fail(f"controller stalled: no answer for {opt.stall_timeout_s:g}"
-                                " s" + ("" if poll else " (status polls off)"), "stalled")
+                raise self.fail(
+                    f"controller stalled: no answer for {opt.stall_timeout_s:g}"
+                    " s" + ("" if poll else " (status polls off)"),
+                    "stalled",
+                )
             self.report(now)
         if opt.wait_idle:
-            self.wait_idle(opt.status_interval_s or 0.05, opt.stall_timeout_s,
-                           opt.write_timeout_s, self.answer)
+            self.wait_idle(
+                opt.status_interval_s or 0.05, opt.stall_timeout_s, opt.write_timeout_s, self.answer
+            )
 
 
-def stream_grbl(lines: Iterable[str], channel: Channel, options: GrblOptions | None = None, *,
-                progress: ProgressFn | None = None,
-                reversals_modulated: Callable[[], int] | None = None,
-                source: str | None = None, control: StreamControl | None = None) -> StreamResult:
+def stream_grbl(
+    lines: Iterable[str],
+    channel: Channel,
+    options: GrblOptions | None = None,
+    *,
+    progress: ProgressFn | None = None,
+    reversals_modulated: Callable[[], int] | None = None,
+    source: str | None = None,
+    control: StreamControl | None = None,
+) -> StreamResult:
     """Stream `lines` (source text, one per G-code line) to a GRBL controller on `channel`."""
-    return _Grbl(channel, options or GrblOptions(), progress, reversals_modulated,
-                 source, control).run(lines)
+    return _Grbl(
+        channel, options or GrblOptions(), progress, reversals_modulated, source, control
+    ).run(lines)
 
 
-def stream_to_port(lines: Iterable[str], port: str, *, protocol: Literal["grbl", "dnc"] = "grbl",
-                   baudrate: int = 115_200, options: GrblOptions | DncOptions | None = None,
-                   progress: ProgressFn | None = None,
-                   reversals_modulated: Callable[[], int] | None = None,
-                   source: str | None = None, exclusive: bool = True,
-                   control: StreamControl | None = None) -> StreamResult:
+def stream_to_port(
+    lines: Iterable[str],
+    port: str,
+    *,
+    protocol: Literal["grbl", "dnc"] = "grbl",
+    baudrate: int = 115_200,
+    options: GrblOptions | DncOptions | None = None,
+    progress: ProgressFn | None = None,
+    reversals_modulated: Callable[[], int] | None = None,
+    source: str | None = None,
+    exclusive: bool = True,
+    control: StreamControl | None = None,
+) -> StreamResult:
     """Open `port` (device or pty path), stream with `protocol`, close the port whatever
     happens. `options` must match the protocol (GrblOptions or DncOptions). `exclusive` locks
     the port against other users while streaming; `control` holds and resumes it."""
@@ -278,8 +327,12 @@ def stream_to_port(lines: Iterable[str], port: str, *, protocol: Literal["grbl",
         channel = open_serial(port, baudrate, exclusive=exclusive)
     except ChannelLost as exc:
         raise StreamError(None, None, str(exc), kind="disconnected") from exc
-    kw: dict[str, Any] = {"progress": progress, "reversals_modulated": reversals_modulated,
-                          "source": source, "control": control}
+    kw: dict[str, Any] = {
+        "progress": progress,
+        "reversals_modulated": reversals_modulated,
+        "source": source,
+        "control": control,
+    }
     try:
         if protocol == "grbl" and not isinstance(options, DncOptions):
             return stream_grbl(lines, channel, options, **kw)

@@ -16,24 +16,52 @@ REALTIME_COMMANDS = frozenset(b"?!~\x18")
 GRBL_BANNER_PREFIX = "Grbl "
 
 GRBL_ERRORS: dict[int, str] = {
-    1: "expected command letter", 2: "bad number format", 3: "invalid '$' statement",
-    4: "negative value", 5: "homing not enabled", 6: "step pulse < 3 us",
-    7: "EEPROM read failed", 8: "'$' command only when idle", 9: "G-code locked out (alarm/jog)",
-    10: "soft limits need homing", 11: "line overflow (too many characters)",
-    12: "step rate > 30 kHz", 13: "safety door open", 14: "line length exceeded (EEPROM)",
-    15: "jog travel exceeded", 16: "invalid jog command", 17: "laser mode needs PWM",
-    20: "unsupported or invalid g-code command", 21: "modal group violation",
-    22: "undefined feed rate", 23: "command requires an integer value",
-    24: "two commands need axis words", 25: "repeated g-code word", 26: "no axis words",
-    27: "invalid line number", 28: "missing value word (P/L)", 29: "G59.x not supported",
-    30: "G53 needs G0/G1", 31: "unused axis words", 32: "arc without in-plane axis words",
-    33: "invalid motion target", 34: "arc radius error", 35: "arc without in-plane offset",
-    36: "unused value words", 37: "G43.1 on wrong axis", 38: "tool number too large",
+    1: "expected command letter",
+    2: "bad number format",
+    3: "invalid '$' statement",
+    4: "negative value",
+    5: "homing not enabled",
+    6: "step pulse < 3 us",
+    7: "EEPROM read failed",
+    8: "'$' command only when idle",
+    9: "G-code locked out (alarm/jog)",
+    10: "soft limits need homing",
+    11: "line overflow (too many characters)",
+    12: "step rate > 30 kHz",
+    13: "safety door open",
+    14: "line length exceeded (EEPROM)",
+    15: "jog travel exceeded",
+    16: "invalid jog command",
+    17: "laser mode needs PWM",
+    20: "unsupported or invalid g-code command",
+    21: "modal group violation",
+    22: "undefined feed rate",
+    23: "command requires an integer value",
+    24: "two commands need axis words",
+    25: "repeated g-code word",
+    26: "no axis words",
+    27: "invalid line number",
+    28: "missing value word (P/L)",
+    29: "G59.x not supported",
+    30: "G53 needs G0/G1",
+    31: "unused axis words",
+    32: "arc without in-plane axis words",
+    33: "invalid motion target",
+    34: "arc radius error",
+    35: "arc without in-plane offset",
+    36: "unused value words",
+    37: "G43.1 on wrong axis",
+    38: "tool number too large",
 }
 GRBL_ALARMS: dict[int, str] = {
-    1: "hard limit triggered", 2: "soft limit: motion target exceeds machine travel",
-    3: "reset while in motion", 4: "probe fail (initial state)", 5: "probe fail (no contact)",
-    6: "homing fail (reset)", 7: "homing fail (door)", 8: "homing fail (pull-off)",
+    1: "hard limit triggered",
+    2: "soft limit: motion target exceeds machine travel",
+    3: "reset while in motion",
+    4: "probe fail (initial state)",
+    5: "probe fail (no contact)",
+    6: "homing fail (reset)",
+    7: "homing fail (door)",
+    8: "homing fail (pull-off)",
     9: "homing fail (switch not found)",
 }
 _COMMENT = re.compile(r"\([^)]*\)|;.*")
@@ -44,7 +72,7 @@ _COMMENT = re.compile(r"\([^)]*\)|;.*")
 # `banner`, when another program left the machine busy.
 NOT_READY: dict[str, str] = {
     "Alarm": "the controller is locked in alarm (a limit, an aborted motion, or homing required "
-             "at power-up): clear the cause, home ($H) or unlock ($X) it, check the position",
+    "at power-up): clear the cause, home ($H) or unlock ($X) it, check the position",
     "Door": "the safety door is open: close it (the controller would hold every motion)",
     "Hold": "a feed hold is in force: another program's motion is paused on the machine",
     "Run": "the machine is moving: another program or command is running",
@@ -90,18 +118,25 @@ def parse_status(line: str) -> StatusReport:
         return tuple(float(v) for v in fields[key].split(",")) if key in fields else None
 
     bf, fs = numbers("Bf"), numbers("FS") or numbers("F")
-    return StatusReport(state, int(sub) if sub.isdigit() else None, numbers("MPos"),
-                        numbers("WPos"), int(bf[0]) if bf else None,
-                        int(bf[1]) if bf and len(bf) > 1 else None, fs[0] if fs else None,
-                        fields)
+    return StatusReport(
+        state,
+        int(sub) if sub.isdigit() else None,
+        numbers("MPos"),
+        numbers("WPos"),
+        int(bf[0]) if bf else None,
+        int(bf[1]) if bf and len(bf) > 1 else None,
+        fs[0] if fs else None,
+        fields,
+    )
 
 
 def not_ready_reason(report: StatusReport, heard: list[str] | tuple[str, ...] = ()) -> str:
     """Why a stream must not start on a controller reporting `report` (not Idle). `heard` are
     the controller's last messages (ALARM:N, [MSG:...]), quoted because they name the cause."""
     state = report.state + (f":{report.substate}" if report.substate is not None else "")
-    why = NOT_READY.get(report.state, "a state GRBL 1.1 does not document: nothing may assume "
-                        "it is safe")
+    why = NOT_READY.get(
+        report.state, "a state GRBL 1.1 does not document: nothing may assume it is safe"
+    )
     named: list[str] = []
     for h in heard:
         if h.startswith("ALARM:"):
@@ -111,8 +146,7 @@ def not_ready_reason(report: StatusReport, heard: list[str] | tuple[str, ...] = 
             named.append(h)
     if named:
         why += "; the controller said " + ", ".join(named[-3:])
-    return (f"the controller reports {state}, not Idle: {why}. Refusing to stream; nothing was "
-            "sent")
+    return f"the controller reports {state}, not Idle: {why}. Refusing to stream; nothing was sent"
 
 
 def prepare_line(text: str, compact: bool = True) -> str:

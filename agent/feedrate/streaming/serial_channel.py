@@ -35,8 +35,14 @@ class Channel(Protocol):
 class FdChannel:
     """Any OS byte stream with descriptors (tty, pty, pipe, socket), non-blocking + select."""
 
-    def __init__(self, fd: int, name: str, *, write_fd: int | None = None,
-                 closer: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        fd: int,
+        name: str,
+        *,
+        write_fd: int | None = None,
+        closer: Callable[[], None] | None = None,
+    ) -> None:
         self.name, self._rfd = name, fd
         self._wfd = fd if write_fd is None else write_fd
         self._closer = closer
@@ -62,7 +68,7 @@ class FdChannel:
         view = memoryview(data)
         while view:
             try:
-                view = view[os.write(self._wfd, view):]
+                view = view[os.write(self._wfd, view) :]
                 continue
             except BlockingIOError:
                 pass

@@ -33,8 +33,17 @@ from agent.feedrate.streaming.serial_channel import Channel, ChannelLost, Channe
 
 EX_TEMPFAIL = 75  # sysexits: the controller is not ready; nothing was sent, try again later
 
-FailureKind = Literal["error", "alarm", "disconnected", "stalled", "protocol", "reset",
-                      "rejected", "handshake", "not_ready"]
+FailureKind = Literal[
+    "error",
+    "alarm",
+    "disconnected",
+    "stalled",
+    "protocol",
+    "reset",
+    "rejected",
+    "handshake",
+    "not_ready",
+]
 # Failures after which the machine may still run out what it holds: a feed hold stops it.
 # (alarm and reset: the controller has halted itself; disconnected: nothing can be sent.)
 HOLD_ON: frozenset[str] = frozenset({"error", "stalled", "protocol", "rejected"})
@@ -45,14 +54,28 @@ class StreamError(AgentError):
 
     exit_code = EX_IOERR
 
-    def __init__(self, line_no: int | None, text: str | None, reason: str, *,
-                 kind: FailureKind, code: int | None = None, sent: int = 0, acked: int = 0,
-                 source: str | None = None) -> None:
-        where = "before the first line" if line_no is None else (
-            f"{source}:{line_no}" if source else f"line {line_no}")
+    def __init__(
+        self,
+        line_no: int | None,
+        text: str | None,
+        reason: str,
+        *,
+        kind: FailureKind,
+        code: int | None = None,
+        sent: int = 0,
+        acked: int = 0,
+        source: str | None = None,
+    ) -> None:
+        where = (
+            "before the first line"
+            if line_no is None
+            else (f"{source}:{line_no}" if source else f"line {line_no}")
+        )
         shown = f" ({text!r})" if text is not None else ""
-        super().__init__(f"{where}{shown}: {reason} [stream stopped after {sent} lines sent, "
-                         f"{acked} acknowledged]")
+        super().__init__(
+            f"{where}{shown}: {reason} [stream stopped after {sent} lines sent, "
+            f"{acked} acknowledged]"
+        )
         self.line_no, self.text, self.reason, self.kind = line_no, text, reason, kind
         self.code, self.sent, self.acked, self.source = code, sent, acked, source
         if kind in ("error", "rejected"):
@@ -62,11 +85,20 @@ class StreamError(AgentError):
 
     def noting(self, note: str) -> StreamError:
         """The same failure with `note` added to its reason (what was done about it)."""
-        return StreamError(self.line_no, self.text, f"{self.reason}; {note}", kind=self.kind,
-                           code=self.code, sent=self.sent, acked=self.acked, source=self.source)
+        return StreamError(
+            self.line_no,
+            self.text,
+            f"{self.reason}; {note}",
+            kind=self.kind,
+            code=self.code,
+            sent=self.sent,
+            acked=self.acked,
+            source=self.source,
+        )
 
 
 # ------------------------------------------------------------------------------ records
+
 
 @dataclass(frozen=True)
 class StreamProgress:
@@ -155,12 +187,23 @@ class Session:
 
     protocol = "grbl"
 
-    def __init__(self, channel: Channel, progress: ProgressFn | None,
-                 reversals: Callable[[], int] | None, source: str | None,
-                 interval_s: float, control: StreamControl | None = None,
-                 hold_code: bytes | None = b"!", resume_code: bytes | None = b"~") -> None:
-        self.channel, self.progress, self.reversals, self.source = channel, progress, reversals, \
-            source
+    def __init__(
+        self,
+        channel: Channel,
+        progress: ProgressFn | None,
+        reversals: Callable[[], int] | None,
+        source: str | None,
+        interval_s: float,
+        control: StreamControl | None = None,
+        hold_code: bytes | None = b"!",
+        resume_code: bytes | None = b"~",
+    ) -> None:
+        self.channel, self.progress, self.reversals, self.source = (
+            channel,
+            progress,
+            reversals,
+            source,
+        )
         self.interval_s = interval_s
         self.control = control
         self.hold_code, self.resume_code = hold_code, resume_code
@@ -210,20 +253,36 @@ class Session:
         if self.send_realtime(self.hold_code):
             return f"feed hold {self.hold_code!r} sent"
         if not self.hold_code:
-            return ("no feed hold sent: the controller's settings give no hold code "
-                    "(dnc_feed_hold), so it runs out what it has buffered; stop it at the machine")
+            return (
+                "no feed hold sent: the controller's settings give no hold code "
+                "(dnc_feed_hold), so it runs out what it has buffered; stop it at the machine"
+            )
         return "the feed hold could not be written: stop the machine at the controller"
 
     # -- I/O
 
-    def fail(self, reason: str, kind: FailureKind, code: int | None = None,
-             line: tuple[int, str] | None = None) -> StreamError:
+    def fail(
+        self,
+        reason: str,
+        kind: FailureKind,
+        code: int | None = None,
+        line: tuple[int, str] | None = None,
+    ) -> StreamError:
         at = line or (self.pending[0][:2] if self.pending else self.last_sent)
-        return StreamError(at[0] if at else None, at[1] if at else None, reason, kind=kind,
-                           code=code, sent=self.sent, acked=self.acked, source=self.source)
+        return StreamError(
+            at[0] if at else None,
+            at[1] if at else None,
+            reason,
+            kind=kind,
+            code=code,
+            sent=self.sent,
+            acked=self.acked,
+            source=self.source,
+        )
 
-    def lines(self, lines: Iterable[str], compact: bool,
-              max_chars: int | None) -> Iterator[tuple[int, str, bytes]]:
+    def lines(
+        self, lines: Iterable[str], compact: bool, max_chars: int | None
+    ) -> Iterator[tuple[int, str, bytes]]:
         for line_no, text in enumerate(lines, 1):
             line = prepare_line(text, compact)
             if not line:
@@ -269,18 +328,24 @@ class Session:
                 self.status = parse_status(line)
         elif line.startswith("ALARM:"):
             code = reply_code(line)
-            raise self.fail(f"{line} {GRBL_ALARMS.get(code or -1, 'unknown alarm')}: the "
-                            "controller halted (this line was the oldest unanswered) and needs "
-                            "a reset", "alarm", code)
+            raise self.fail(
+                f"{line} {GRBL_ALARMS.get(code or -1, 'unknown alarm')}: the "
+                "controller halted (this line was the oldest unanswered) and needs "
+                "a reset",
+                "alarm",
+                code,
+            )
         elif line.startswith(GRBL_BANNER_PREFIX):
-            raise self.fail(f"the controller reset mid-stream ({line!r}): buffered lines lost",
-                            "reset")
+            raise self.fail(
+                f"the controller reset mid-stream ({line!r}): buffered lines lost", "reset"
+            )
         else:
             return False
         return True
 
-    def wait_idle(self, interval_s: float, stall_s: float, write_s: float,
-                  handle: Callable[[str], object]) -> None:
+    def wait_idle(
+        self, interval_s: float, stall_s: float, write_s: float, handle: Callable[[str], object]
+    ) -> None:
         """Poll '?' until the controller reports Idle: the machine has run the program out."""
         self.status, quiet = None, time.monotonic()
         while self.status is None or self.status.state != "Idle":
@@ -295,21 +360,46 @@ class Session:
             elif self.held:
                 quiet = now  # held on request: silence is expected, not a stall
             elif now - quiet > stall_s:
-                raise self.fail(f"controller stalled: no status report for {stall_s:g} s while "
-                                "waiting for Idle", "stalled")
+                raise self.fail(
+                    f"controller stalled: no status report for {stall_s:g} s while "
+                    "waiting for Idle",
+                    "stalled",
+                )
             self.report(now)
 
     def report(self, now: float, force: bool = False) -> None:
         if self.progress is None or (not force and now - self.last_report < self.interval_s):
             return
         self.last_report = now
-        self.progress(StreamProgress(
-            self.protocol, self.sent, self.acked, self.in_flight, now - self.t0, self.status,
-            self.reversals() if self.reversals is not None else None, self.paused, self.held))
+        self.progress(
+            StreamProgress(
+                self.protocol,
+                self.sent,
+                self.acked,
+                self.in_flight,
+                now - self.t0,
+                self.status,
+                self.reversals() if self.reversals is not None else None,
+                self.paused,
+                self.held,
+            )
+        )
 
     def result(self, errors: Iterable[tuple[int, int]] = ()) -> StreamResult:
         now = time.monotonic()
         self.report(now, force=True)
-        return StreamResult(self.protocol, self.sent, self.acked, self.skipped, self.bytes_sent,
-                            now - self.t0, self.max_in_flight, tuple(errors), self.status,
-                            self.banner, self.xoffs, self.holds, self.held)
+        return StreamResult(
+            self.protocol,
+            self.sent,
+            self.acked,
+            self.skipped,
+            self.bytes_sent,
+            now - self.t0,
+            self.max_in_flight,
+            tuple(errors),
+            self.status,
+            self.banner,
+            self.xoffs,
+            self.holds,
+            self.held,
+        )

@@ -219,8 +219,10 @@ class IdentificationKind:
                     # The limits in force go with the estimates: a report made from the
                     # history alone then judges them as this config says.
                     judged = {LIMITS_KEY: limits_detail(limits, joint)}
-                    estimates = [replace(e, detail={**e.detail, **judged})
-                                 for e in result.estimates.get(joint, ())]
+                    estimates = [
+                        replace(e, detail={**e.detail, **judged})
+                        for e in result.estimates.get(joint, ())
+                    ]
                     ids.append(store.record_cycle(
                         controller=ctrl, joint=joint, kind=KIND, started_at=job.started_at,
                         finished_at=finished, estimates=estimates,
@@ -253,8 +255,10 @@ class IdentificationKind:
         thresholds = {j.name: j.thresholds for j in ctrl.joints}
         base = report_from_history(store, ctrl.name, thresholds)
         ident_limits = _settings(ctrl).limits
-        known = {j.joint: rejudged(j, store, ident_limits)
-                 for j in (*base.joints, *base.indicator_joints)}
+        known = {
+            j.joint: rejudged(j, store, ident_limits)
+            for j in (*base.joints, *base.indicator_joints)
+        }
         result = job.result if isinstance(job.result, IdentificationAnalysis) else None
         evidence = result.evidence if result is not None and job.outcome == "ok" else {}
         note = None if job.outcome == "ok" else f"identification {job.outcome}: {job.error}"

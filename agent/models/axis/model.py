@@ -31,9 +31,17 @@ import numpy.typing as npt
 from agent.models.axis.params import AxisParams
 
 __all__ = [
-    "Array", "AxisParams", "FloatOrArray", "HarmonicConstants", "HarmonicReversal",
-    "HarmonicRun", "engaged_harmonic_motion", "harmonic_backlash_interval", "harmonic_constants",
-    "motor_angle_in_gap", "simulate_harmonic_p",
+    "Array",
+    "AxisParams",
+    "FloatOrArray",
+    "HarmonicConstants",
+    "HarmonicReversal",
+    "HarmonicRun",
+    "engaged_harmonic_motion",
+    "harmonic_backlash_interval",
+    "harmonic_constants",
+    "motor_angle_in_gap",
+    "simulate_harmonic_p",
 ]
 
 Array = npt.NDArray[np.float64]
@@ -79,8 +87,10 @@ def harmonic_constants(
 ) -> HarmonicConstants:
     """gamma, lambda, p, q (eq. 20) and phi (section 4.1) for X = a sin(Omega t)."""
     if not (amplitude_m > 0 and omega_rad_s > 0):
-        raise ValueError(f"harmonic command: amplitude_m and omega_rad_s must be > 0, got "
-                         f"{amplitude_m!r}, {omega_rad_s!r}")
+        raise ValueError(
+            f"harmonic command: amplitude_m and omega_rad_s must be > 0, got "
+            f"{amplitude_m!r}, {omega_rad_s!r}"
+        )
     b, c, w = params.b_s2, params.c_s, omega_rad_s
     re, im = b * w * w - 1.0, c * w
     den = re * re + im * im
@@ -161,23 +171,38 @@ def motor_angle_in_gap(
     x_i dt / beta (the constant x_i t_i / beta cancels in the difference), and differences of
     sines/exponentials are taken in product form so that 1e5-sized terms do not cancel badly.
     """
-    a, w, cc, beta, phi = (hc.amplitude_m, hc.omega_rad_s, hc.motor_gain_rad_m_s2,
-                           hc.beta_1_s, hc.phi_rad)
+    a, w, cc, beta, phi = (
+        hc.amplitude_m,
+        hc.omega_rad_s,
+        hc.motor_gain_rad_m_s2,
+        hc.beta_1_s,
+        hc.phi_rad,
+    )
     dt = np.asarray(elapsed_s, dtype=float)
     rad = math.hypot(beta, w)
     one_minus = -np.expm1(-beta * dt)
     phase0 = w * start_s + phi
     sin_diff = 2.0 * np.cos(phase0 + 0.5 * w * dt) * np.sin(0.5 * w * dt)
-    angle = cc * (a * math.cos(phase0) * one_minus / (beta * rad) - a * sin_diff / (w * rad)
-                  - position_m / beta * (dt - one_minus / beta))
-    speed = cc * (a * math.cos(phase0) * (1.0 - one_minus) / rad
-                  - a * np.cos(phase0 + w * dt) / rad - position_m / beta * one_minus)
+    angle = cc * (
+        a * math.cos(phase0) * one_minus / (beta * rad)
+        - a * sin_diff / (w * rad)
+        - position_m / beta * (dt - one_minus / beta)
+    )
+    speed = cc * (
+        a * math.cos(phase0) * (1.0 - one_minus) / rad
+        - a * np.cos(phase0 + w * dt) / rad
+        - position_m / beta * one_minus
+    )
     return np.asarray(angle), np.asarray(speed)
 
 
 def _rtsafe(
-    fun: Callable[[float], tuple[float, float]], lo: float, hi: float, start: float,
-    tol: float, max_iter: int = 100,
+    fun: Callable[[float], tuple[float, float]],
+    lo: float,
+    hi: float,
+    start: float,
+    tol: float,
+    max_iter: int = 100,
 ) -> tuple[float, int]:
     """Newton iterations kept inside a sign-change bracket [lo, hi] (bisect when a step leaves it).
 
@@ -208,7 +233,11 @@ def _rtsafe(
 
 
 def _first_crossing(
-    values: Callable[[Array], Array], t0: float, step: float, limit: float, chunk: int = 512,
+    values: Callable[[Array], Array],
+    t0: float,
+    step: float,
+    limit: float,
+    chunk: int = 512,
 ) -> tuple[float, float] | None:
     """First sample interval [t_j, t_j + step] in (t0, limit] where values goes from >= 0 to < 0."""
     start = t0
@@ -262,8 +291,9 @@ class HarmonicRun:
         for t_rev, t_end_gap, x_i in [*bounds, (math.inf, math.inf, math.nan)]:
             m = (tt >= seg_start) & (tt < t_rev)
             if m.any():
-                out[m] = engaged_harmonic_motion(self.params, self.constants, seg_start, x_s,
-                                                 v_s, tt[m])[0]
+                out[m] = engaged_harmonic_motion(
+                    self.params, self.constants, seg_start, x_s, v_s, tt[m]
+                )[0]
             m = (tt >= t_rev) & (tt < t_end_gap)
             out[m] = x_i
             seg_start, x_s, v_s = t_end_gap, x_i, 0.0
@@ -280,7 +310,11 @@ class HarmonicRun:
 
 
 def harmonic_backlash_interval(
-    params: AxisParams, hc: HarmonicConstants, start_s: float, position_m: float, direction: int,
+    params: AxisParams,
+    hc: HarmonicConstants,
+    start_s: float,
+    position_m: float,
+    direction: int,
 ) -> tuple[float, int, float | None]:
     """Delta t_i solving eq. 21 (Newton from the paper's estimate, kept inside a bracket).
 
@@ -304,15 +338,18 @@ def harmonic_backlash_interval(
     horizon = 2.0 * math.pi / w + 10.0 * params.motor_time_constant_s
     bracket = _first_crossing(short, 0.0, scale / 32.0, horizon)
     if bracket is None:
-        raise ValueError(f"backlash at t={start_s:.6g} s is never taken up: the motor does not "
-                         f"turn through {dtheta} rad within {horizon:.3g} s")
+        raise ValueError(
+            f"backlash at t={start_s:.6g} s is never taken up: the motor does not "
+            f"turn through {dtheta} rad within {horizon:.3g} s"
+        )
 
     def q_fun(dt: float) -> tuple[float, float]:
         ang, spd = motor_angle_in_gap(hc, start_s, position_m, dt)
         return float(direction * ang - dtheta), float(direction * spd)
 
-    root, iters = _rtsafe(q_fun, bracket[0], bracket[1],
-                          estimate if estimate is not None else bracket[1], tol=1e-12)
+    root, iters = _rtsafe(
+        q_fun, bracket[0], bracket[1], estimate if estimate is not None else bracket[1], tol=1e-12
+    )
     return root, iters, estimate
 
 
@@ -334,8 +371,10 @@ def simulate_harmonic_p(
     t_{i-1} + 0.9 T guess that fails for the first reversal); then Delta t_i from eq. 21.
     """
     if params.controller != "P":
-        raise ValueError(f"simulate_harmonic_p: the closed form holds for a P controller only, "
-                         f"this axis has {params.controller} (use agent.models.axis.pid)")
+        raise ValueError(
+            f"simulate_harmonic_p: the closed form holds for a P controller only, "
+            f"this axis has {params.controller} (use agent.models.axis.pid)"
+        )
     hc = harmonic_constants(params, amplitude_m, omega_rad_s)
     v0 = amplitude_m * omega_rad_s if initial_velocity_m_s is None else initial_velocity_m_s
     t_s, x_s, v_s = start_s, initial_position_m, v0
@@ -348,21 +387,25 @@ def simulate_harmonic_p(
     scan_step = min(math.pi / omega_rad_s, osc) / 64.0
     reversals: list[HarmonicReversal] = []
     while t_s < end_s:
-        def moving(t: Array, t_s: float = t_s, x_s: float = x_s, v_s: float = v_s,
-                   sigma: int = sigma) -> Array:
+
+        def moving(
+            t: Array, t_s: float = t_s, x_s: float = x_s, v_s: float = v_s, sigma: int = sigma
+        ) -> Array:
             return sigma * engaged_harmonic_motion(params, hc, t_s, x_s, v_s, t)[1]
 
         bracket = _first_crossing(moving, t_s, scan_step, end_s)
         if bracket is None:
             break
 
-        def vel_acc(t: float, t_s: float = t_s, x_s: float = x_s, v_s: float = v_s) -> tuple[
-                float, float]:
+        def vel_acc(
+            t: float, t_s: float = t_s, x_s: float = x_s, v_s: float = v_s
+        ) -> tuple[float, float]:
             _, v, acc = engaged_harmonic_motion(params, hc, t_s, x_s, v_s, t)
             return float(v), float(acc)
 
-        t_i, rev_iters = _rtsafe(vel_acc, bracket[0], bracket[1], bracket[0],
-                                 tol=1e-13 * max(1.0, abs(bracket[0])))
+        t_i, rev_iters = _rtsafe(
+            vel_acc, bracket[0], bracket[1], bracket[0], tol=1e-13 * max(1.0, abs(bracket[0]))
+        )
         if t_i > end_s:
             break
         x_i = float(engaged_harmonic_motion(params, hc, t_s, x_s, v_s, t_i)[0])

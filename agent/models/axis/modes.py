@@ -40,15 +40,22 @@ def continuous_matrices(params: AxisParams, kind: str) -> tuple[Array, Array]:
     ti = params.integral_time_s
     if kind == "engaged":
         if ti is None:  # state x, v
-            return (np.array([[0.0, 1.0], [-1.0 / b, -(c + td) / b]]),
-                    np.array([[0.0, 0.0], [1.0 / b, td / b]]))
-        return (np.array([[0.0, 1.0, 0.0], [-1.0 / b, -(c + td) / b, 1.0 / (ti * b)],
-                          [-1.0, 0.0, 0.0]]),  # state x, v, z
-                np.array([[0.0, 0.0], [1.0 / b, td / b], [1.0, 0.0]]))
+            return (
+                np.array([[0.0, 1.0], [-1.0 / b, -(c + td) / b]]),
+                np.array([[0.0, 0.0], [1.0 / b, td / b]]),
+            )
+        return (
+            np.array(
+                [[0.0, 1.0, 0.0], [-1.0 / b, -(c + td) / b, 1.0 / (ti * b)], [-1.0, 0.0, 0.0]]
+            ),  # state x, v, z
+            np.array([[0.0, 0.0], [1.0 / b, td / b], [1.0, 0.0]]),
+        )
     if ti is None:  # state w, g
         return (np.array([[-beta, 0.0], [1.0, 0.0]]), np.array([[cc, cc * td], [0.0, 0.0]]))
-    return (np.array([[0.0, 0.0, 0.0], [cc / ti, -beta, 0.0], [0.0, 1.0, 0.0]]),  # z, w, g
-            np.array([[1.0, 0.0], [cc, cc * td], [0.0, 0.0]]))
+    return (
+        np.array([[0.0, 0.0, 0.0], [cc / ti, -beta, 0.0], [0.0, 1.0, 0.0]]),  # z, w, g
+        np.array([[1.0, 0.0], [cc, cc * td], [0.0, 0.0]]),
+    )
 
 
 def _phis(z: npt.NDArray[np.complex128]) -> list[npt.NDArray[np.complex128]]:
@@ -130,8 +137,14 @@ def mode(params: AxisParams, kind: str, step: float) -> Mode:
     phi, hold = step_matrices(params, kind, step)
     eig, vec = np.linalg.eig(phi)
     ok = np.all(np.isfinite(vec)) and np.linalg.cond(vec) < 1e8
-    return Mode(step, phi, hold, eig if ok else None, vec if ok else None,
-                 np.linalg.inv(vec) if ok else None)
+    return Mode(
+        step,
+        phi,
+        hold,
+        eig if ok else None,
+        vec if ok else None,
+        np.linalg.inv(vec) if ok else None,
+    )
 
 
 def uniform_steps(mode: Mode, s0: Array, u: Array) -> Array:

@@ -40,23 +40,41 @@ class AxisParams:
             ("b_s2", self.b_s2, self.b_s2 > 0, "> 0"),
             ("c_s", self.c_s, self.c_s >= 0, ">= 0"),
             ("gear_ratio", self.gear_ratio, self.gear_ratio > 0, "> 0"),
-            ("screw_lead_m_per_rad", self.screw_lead_m_per_rad, self.screw_lead_m_per_rad > 0,
-             "> 0"),
-            ("motor_inertia_fraction", self.motor_inertia_fraction,
-             0 < self.motor_inertia_fraction <= 1, "in (0, 1]"),
-            ("motor_time_constant_s", self.motor_time_constant_s, self.motor_time_constant_s > 0,
-             "> 0"),
-            ("backlash_motor_rad", self.backlash_motor_rad, self.backlash_motor_rad >= 0,
-             ">= 0"),
+            (
+                "screw_lead_m_per_rad",
+                self.screw_lead_m_per_rad,
+                self.screw_lead_m_per_rad > 0,
+                "> 0",
+            ),
+            (
+                "motor_inertia_fraction",
+                self.motor_inertia_fraction,
+                0 < self.motor_inertia_fraction <= 1,
+                "in (0, 1]",
+            ),
+            (
+                "motor_time_constant_s",
+                self.motor_time_constant_s,
+                self.motor_time_constant_s > 0,
+                "> 0",
+            ),
+            ("backlash_motor_rad", self.backlash_motor_rad, self.backlash_motor_rad >= 0, ">= 0"),
             ("derivative_time_s", self.derivative_time_s, self.derivative_time_s >= 0, ">= 0"),
         ]
         if self.integral_time_s is not None:
-            checks.append(("integral_time_s", self.integral_time_s, self.integral_time_s > 0,
-                           "> 0 (or None for no integral action)"))
+            checks.append(
+                (
+                    "integral_time_s",
+                    self.integral_time_s,
+                    self.integral_time_s > 0,
+                    "> 0 (or None for no integral action)",
+                )
+            )
         for name, value, ok, expected in checks:
             if not (isinstance(value, int | float) and math.isfinite(value) and ok):
-                raise ValueError(f"AxisParams.{name}: expected a finite number {expected}, "
-                                 f"got {value!r}")
+                raise ValueError(
+                    f"AxisParams.{name}: expected a finite number {expected}, got {value!r}"
+                )
 
     @classmethod
     def from_physical(
@@ -77,11 +95,15 @@ class AxisParams:
     ) -> AxisParams:
         """Eq. 9 and section 3.4 from the block diagram's parts (J, B: motor-side totals, eq 12)."""
         if not (proportional_gain_v_m > 0 and inertia_kg_m2 > 0 and motor_inertia_kg_m2 > 0):
-            raise ValueError("AxisParams.from_physical: proportional_gain_v_m, inertia_kg_m2 and "
-                             "motor_inertia_kg_m2 must be > 0")
+            raise ValueError(
+                "AxisParams.from_physical: proportional_gain_v_m, inertia_kg_m2 and "
+                "motor_inertia_kg_m2 must be > 0"
+            )
         if not (motor_damping_nm_s_rad > 0):
-            raise ValueError("AxisParams.from_physical: motor_damping_nm_s_rad must be > 0 "
-                             "(the free motor must coast down, tau = J_m / B_m)")
+            raise ValueError(
+                "AxisParams.from_physical: motor_damping_nm_s_rad must be > 0 "
+                "(the free motor must coast down, tau = J_m / B_m)"
+            )
         loop = proportional_gain_v_m * amplifier_gain_a_v * torque_constant_nm_a
         scale = gear_ratio / (loop * screw_lead_m_per_rad)
         return cls(
@@ -92,16 +114,20 @@ class AxisParams:
             motor_inertia_fraction=motor_inertia_kg_m2 / inertia_kg_m2,
             motor_time_constant_s=motor_inertia_kg_m2 / motor_damping_nm_s_rad,
             backlash_motor_rad=backlash_motor_rad,
-            integral_time_s=(proportional_gain_v_m / integral_gain_v_m_s
-                             if integral_gain_v_m_s > 0 else None),
+            integral_time_s=(
+                proportional_gain_v_m / integral_gain_v_m_s if integral_gain_v_m_s > 0 else None
+            ),
             derivative_time_s=derivative_gain_v_s_m / proportional_gain_v_m,
         )
 
     @property
     def controller(self) -> str:
         """'P', 'PI', 'PD' or 'PID' (section 3.1)."""
-        return "P" + ("I" if self.integral_time_s is not None else "") + (
-            "D" if self.derivative_time_s > 0 else "")
+        return (
+            "P"
+            + ("I" if self.integral_time_s is not None else "")
+            + ("D" if self.derivative_time_s > 0 else "")
+        )
 
     @property
     def discriminant_s2(self) -> float:
@@ -127,7 +153,8 @@ class AxisParams:
     def motor_gain_rad_m_s2(self) -> float:
         """C = k_p k_a k_t / J_m = N / (eta r b) of eq. 16: motor acceleration per metre error."""
         return self.gear_ratio / (
-            self.motor_inertia_fraction * self.screw_lead_m_per_rad * self.b_s2)
+            self.motor_inertia_fraction * self.screw_lead_m_per_rad * self.b_s2
+        )
 
     @property
     def backlash_axis_m(self) -> float:
@@ -149,6 +176,13 @@ class AxisParams:
         return {"a": ti * self.b_s2, "b": ti * (self.c_s + td), "c": ti, "d": ti * td, "e": ti}
 
     def to_dict(self) -> dict[str, Any]:
-        derived = ("controller", "discriminant_s2", "gamma_1_s", "lambda_1_s", "beta_1_s",
-                   "motor_gain_rad_m_s2", "backlash_axis_m")
+        derived = (
+            "controller",
+            "discriminant_s2",
+            "gamma_1_s",
+            "lambda_1_s",
+            "beta_1_s",
+            "motor_gain_rad_m_s2",
+            "backlash_axis_m",
+        )
         return {**asdict(self), **{name: getattr(self, name) for name in derived}}

@@ -139,8 +139,9 @@ class AxisTrajectory:
 
 
 class _Simulator:
-    def __init__(self, params: AxisParams, command: AxisCommand, start: float, end: float,
-                 step: float) -> None:
+    def __init__(
+        self, params: AxisParams, command: AxisCommand, start: float, end: float, step: float
+    ) -> None:
         self.p = params
         self.command = command
         self.start = start
@@ -163,8 +164,9 @@ class _Simulator:
     def grid_time(self, k: int) -> float:
         return self.start + k * self.step
 
-    def advance(self, kind: str, s0: Array, t0: float, t_stop: float, hold_m: float) -> tuple[
-            Array, Array, Array]:
+    def advance(
+        self, kind: str, s0: Array, t0: float, t_stop: float, hold_m: float
+    ) -> tuple[Array, Array, Array]:
         """Samples from t0 (included) to t_stop: every grid point in between, then t_stop."""
         times = [np.array([t0])]
         states = [s0[None, :]]
@@ -198,19 +200,23 @@ class _Simulator:
         return np.asarray(s @ a.T + u @ b.T)
 
     # -- events: value arrays whose first rise from <= 0 to > 0 is the switch
-    def event_values(self, kind: str, s: Array, ds: Array, direction: int,
-                     rule: str) -> list[tuple[str, Array, Array]]:
+    def event_values(
+        self, kind: str, s: Array, ds: Array, direction: int, rule: str
+    ) -> list[tuple[str, Array, Array]]:
         if kind == "engaged":
             return [("reversal", -direction * s[:, 1], -direction * ds[:, 1])]
         dth = self.p.backlash_motor_rad
         g, w = s[:, -1], ds[:, -1]
         if rule == "either":
             return [("new_flank", g - dth, w), ("new_flank", -g - dth, -w)]
-        return [("new_flank", direction * g - dth, direction * w),
-                ("old_flank", -direction * g, -direction * w)]
+        return [
+            ("new_flank", direction * g - dth, direction * w),
+            ("old_flank", -direction * g, -direction * w),
+        ]
 
-    def locate(self, kind: str, t: Array, s: Array, u: Array, direction: int, rule: str,
-               hold_m: float) -> tuple[int, float, str] | None:
+    def locate(
+        self, kind: str, t: Array, s: Array, u: Array, direction: int, rule: str, hold_m: float
+    ) -> tuple[int, float, str] | None:
         """First switch among the samples: (sample index before it, instant, outcome)."""
         ds = self.derivative(kind, s, u)
         best: tuple[int, float, str] | None = None
@@ -226,8 +232,20 @@ class _Simulator:
                 best = (j, te, name)
         return best
 
-    def _refine(self, kind: str, t: Array, s: Array, u: Array, j: int, e: Array, de: Array,
-                direction: int, rule: str, idx: int, hold_m: float) -> float:
+    def _refine(
+        self,
+        kind: str,
+        t: Array,
+        s: Array,
+        u: Array,
+        j: int,
+        e: Array,
+        de: Array,
+        direction: int,
+        rule: str,
+        idx: int,
+        hold_m: float,
+    ) -> float:
         t0, t1 = float(t[j]), float(t[j + 1])
         h = t1 - t0
         e0, e1, d0, d1 = float(e[j]), float(e[j + 1]), float(de[j]) * h, float(de[j + 1]) * h
@@ -288,8 +306,11 @@ def simulate_axis(
     sim = _Simulator(params, command, start_s, end_s, step)
     pos0, vel0 = command(np.array([start_s]))
     x0 = float(np.asarray(pos0).ravel()[0]) if initial_position_m is None else initial_position_m
-    v0 = float(np.asarray(vel0).ravel()[0]) if initial_velocity_m_s is None else (
-        initial_velocity_m_s)
+    v0 = (
+        float(np.asarray(vel0).ravel()[0])
+        if initial_velocity_m_s is None
+        else (initial_velocity_m_s)
+    )
     integral = sim.integral
     ratio = params.gear_ratio / params.screw_lead_m_per_rad  # motor rad per axis metre
 
@@ -300,8 +321,9 @@ def simulate_axis(
         u0 = sim.inputs("engaged", np.array([start_s]), 0.0)
         acc = sim.derivative("engaged", state[None, :], u0)[0, 1]
         direction = -1 if acc < 0 else 1
-    pending = sorted(t for t in scheduled_s if start_s < t < end_s) if trigger == "scheduled" \
-        else []
+    pending = (
+        sorted(t for t in scheduled_s if start_s < t < end_s) if trigger == "scheduled" else []
+    )
     kind, rule, hold, t_now = "engaged", "flank", 0.0, start_s
     out_t: list[Array] = []
     out_cols: list[tuple[Array, Array, Array, Array, Array, Array, Array]] = []
@@ -350,16 +372,17 @@ def simulate_axis(
         else:
             j, te, outcome = hit
             s_e = sim.partial(kind, s[j], float(t[j]), te, hold) if te > t[j] else s[j]
-            record(t[:j + 1], s[:j + 1], u[:j + 1])
+            record(t[: j + 1], s[: j + 1], u[: j + 1])
             u_e = sim.inputs(kind, np.array([te]), hold)
             if te > t[j]:
                 record(np.array([te]), s_e[None, :], u_e)
         switches += 1
         if switches > _MAX_SWITCHES:
-            raise RuntimeError(f"simulate_axis: more than {_MAX_SWITCHES} mode switches by "
-                               f"t={te:.6g} s (chattering near a reversal?)")
-        z = float(s_e[0]) if (integral and kind == "gap") else (
-            float(s_e[2]) if integral else 0.0)
+            raise RuntimeError(
+                f"simulate_axis: more than {_MAX_SWITCHES} mode switches by "
+                f"t={te:.6g} s (chattering near a reversal?)"
+            )
+        z = float(s_e[0]) if (integral and kind == "gap") else (float(s_e[2]) if integral else 0.0)
         if kind == "engaged":
             # Reversal (or scheduled start): the axis stops where it is, the motor enters the gap.
             hold = float(s_e[0])
@@ -395,10 +418,19 @@ def simulate_axis(
         intervals.append(BacklashInterval(gap_start, None, hold, direction, "open"))
     cols = [np.concatenate([c[i] for c in out_cols]) for i in range(7)]
     return AxisTrajectory(
-        params=params, step_s=step, trigger=trigger, engagement=engagement,
-        intervals=tuple(intervals), time_s=np.concatenate(out_t), position_m=cols[0],
-        velocity_m_s=cols[1], motor_speed_rad_s=cols[2], gap_angle_rad=cols[3],
-        integral_m_s=cols[4], engaged=cols[5].astype(bool), command_position_m=cols[6],
+        params=params,
+        step_s=step,
+        trigger=trigger,
+        engagement=engagement,
+        intervals=tuple(intervals),
+        time_s=np.concatenate(out_t),
+        position_m=cols[0],
+        velocity_m_s=cols[1],
+        motor_speed_rad_s=cols[2],
+        gap_angle_rad=cols[3],
+        integral_m_s=cols[4],
+        engaged=cols[5].astype(bool),
+        command_position_m=cols[6],
     )
 
 

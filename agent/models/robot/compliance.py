@@ -249,8 +249,10 @@ def check_poses(model: ComplianceModel, q: Array, where: str = "pose") -> None:
     limits = model.robot.position_limits_rad()
     outside = (q < limits[:, 0] - 1e-9) | (q > limits[:, 1] + 1e-9)
     ranges = np.array(
-        [j.dh_range_rad if j.dh_range_rad is not None else (-np.inf, np.inf)
-         for j in model.robot.joints]
+        [
+            j.dh_range_rad if j.dh_range_rad is not None else (-np.inf, np.inf)
+            for j in model.robot.joints
+        ]
     )
     coupled = q @ model.chain.coupling.T
     linkage = (coupled < ranges[:, 0] - 1e-9) | (coupled > ranges[:, 1] + 1e-9)
@@ -307,8 +309,12 @@ def with_payload(robot: RobotDescription, payload: Payload) -> RobotDescription:
         mass_kg=m,
         com_m=(float(c[0]), float(c[1]), float(c[2])),
         inertia_com_kg_m2=InertiaTensor(
-            xx=float(inertia[0, 0]), yy=float(inertia[1, 1]), zz=float(inertia[2, 2]),
-            xy=float(inertia[0, 1]), xz=float(inertia[0, 2]), yz=float(inertia[1, 2]),
+            xx=float(inertia[0, 0]),
+            yy=float(inertia[1, 1]),
+            zz=float(inertia[2, 2]),
+            xy=float(inertia[0, 1]),
+            xz=float(inertia[0, 2]),
+            yz=float(inertia[1, 2]),
         ),
     )
     joints = (*robot.joints[:-1], replace(last, link=merged))

@@ -244,5 +244,6 @@ def link_parameters(link: LinkInertial) -> Array:
 def load_robot(path: str | Path) -> RobotDescription:
     """Read and validate one robot file; every mistake raises ConfigError naming file:line."""
     from agent.schema import validate as schema
+
     robot = schema.load(RobotDescription, path)
     return replace(robot, source=str(path))

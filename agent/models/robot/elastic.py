@@ -53,9 +53,21 @@ from agent.models.robot.newton_euler import inverse_dynamics, mass_matrix_and_bi
 from agent.models.robot.regressor import ChainGeometry, chain_geometry
 
 __all__ = [
-    "FRICTION_TOL_NM", "MAX_FRICTION_ITERATIONS", "Array", "ElasticRun", "FrictionNonlinearity",
-    "PdController", "add_noise_snr", "friction_torque", "inverse_dynamics",
-    "mass_matrix_and_bias", "measure", "pd_gains", "perturbed", "quantise", "simulate",
+    "FRICTION_TOL_NM",
+    "MAX_FRICTION_ITERATIONS",
+    "Array",
+    "ElasticRun",
+    "FrictionNonlinearity",
+    "PdController",
+    "add_noise_snr",
+    "friction_torque",
+    "inverse_dynamics",
+    "mass_matrix_and_bias",
+    "measure",
+    "pd_gains",
+    "perturbed",
+    "quantise",
+    "simulate",
 ]
 
 Array = npt.NDArray[np.float64]

@@ -113,4 +113,3 @@ def friction_torque(
     """
     arrays = FrictionArrays.of(robot, nl, linear)
     return arrays(*(np.asarray(x, dtype=np.float64) for x in (speed, theta, transmitted)))
-

@@ -89,9 +89,15 @@ def make_chain(robot: RobotDescription) -> Chain:
             rx = np.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]])
             com_body[i] = rx @ com_body[i] + np.array([j.a_m, 0.0, j.d_m])
     return Chain(
-        robot, geo, coupling, placement, flange @ tool_t, flange,
+        robot,
+        geo,
+        coupling,
+        placement,
+        flange @ tool_t,
+        flange,
         bool(np.array_equal(coupling, np.eye(robot.n_joints))),
-        np.array([j.link.mass_kg for j in robot.joints], dtype=np.float64), com_body,
+        np.array([j.link.mass_kg for j in robot.joints], dtype=np.float64),
+        com_body,
     )
 
 

@@ -248,7 +248,10 @@ class Outbox:
         for message_id, topic, size, why in dropped:
             log.warning(
                 "event=mqtt_outbox_drop message_id=%s topic=%s payload_bytes=%d reason=%s",
-                message_id, topic, size, why,
+                message_id,
+                topic,
+                size,
+                why,
             )
         return PutResult(tuple(d[0] for d in dropped), superseded)
 
@@ -291,9 +294,11 @@ class Outbox:
                     problem = _row_problem(row)
                     if problem is None:
                         seq, mid, kind, topic, payload, retain, sup = row
-                        found.append(QueuedMessage(
-                            seq, OutMessage(mid, kind, topic, payload, bool(retain), sup)
-                        ))
+                        found.append(
+                            QueuedMessage(
+                                seq, OutMessage(mid, kind, topic, payload, bool(retain), sup)
+                            )
+                        )
                     else:
                         bad.append((row[0], problem))
                 if bad:
@@ -314,8 +319,12 @@ class Outbox:
                 self._db.execute("DELETE FROM outbox WHERE seq = ?", (seq,))
             self._bump("discarded_total", len(bad))
         for seq, problem in bad:
-            log.error("event=mqtt_outbox_discard file=%s seq=%d reason=%s", self.path, seq,
-                      _quote(problem))
+            log.error(
+                "event=mqtt_outbox_discard file=%s seq=%d reason=%s",
+                self.path,
+                seq,
+                _quote(problem),
+            )
 
     def ack(self, seqs: Iterable[int]) -> int:
         """Delete acknowledged messages (missing ones, superseded or dropped meanwhile, are
@@ -336,7 +345,10 @@ class Outbox:
             ).fetchone()
             counters = dict(self._db.execute("SELECT name, value FROM counters").fetchall())
         return OutboxStats(
-            count, total, counters.get("dropped_total", 0), counters.get("superseded_total", 0),
+            count,
+            total,
+            counters.get("dropped_total", 0),
+            counters.get("superseded_total", 0),
             counters.get("discarded_total", 0),
         )
 

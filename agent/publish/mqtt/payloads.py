@@ -37,10 +37,23 @@ from agent.health.verdicts import indicator_info
 from agent.publish.mqtt.message import Kind, OutMessage
 from agent.report.model import JointReport, Report, report_to_dict
 
-__all__ = ["HEALTH_SCHEMA", "STATUS_SCHEMA", "Kind", "OutMessage", "derived_id", "encode",
-           "health_document", "health_topic", "identification_health", "indicator_entries",
-           "report_messages",
-           "report_topic", "status_payload", "status_topic", "topic_part"]
+__all__ = [
+    "HEALTH_SCHEMA",
+    "STATUS_SCHEMA",
+    "Kind",
+    "OutMessage",
+    "derived_id",
+    "encode",
+    "health_document",
+    "health_topic",
+    "identification_health",
+    "indicator_entries",
+    "report_messages",
+    "report_topic",
+    "status_payload",
+    "status_topic",
+    "topic_part",
+]
 
 HEALTH_SCHEMA = "jha.health/1"
 STATUS_SCHEMA = "jha.agent_status/1"
@@ -110,8 +123,13 @@ def report_messages(
             document["source_message_id"] = report.message_id
         document["queued_at"] = queued_at_iso
         out.append(
-            OutMessage(report_id, "report", report_topic(prefix, controller), encode(document),
-                       retain=False)
+            OutMessage(
+                report_id,
+                "report",
+                report_topic(prefix, controller),
+                encode(document),
+                retain=False,
+            )
         )
         for joint in (*part.joints, *part.indicator_joints):
             topic = health_topic(prefix, controller, joint.joint)
@@ -155,7 +173,9 @@ def health_document(
         "queued_at": queued_at_iso,
         "indicator": joint.indicator_name,
         "indicators": indicator_entries(joint),
-        "forecast": None if trend is None else {
+        "forecast": None
+        if trend is None
+        else {
             "indicator": trend.indicator,
             "slope_per_day": trend.slope_per_day,
             "slope_low_per_day": trend.slope_low_per_day,
@@ -197,39 +217,61 @@ def indicator_entries(joint: JointReport) -> list[dict[str, Any]]:
     """Every indicator of the joint with its value and SI unit; the judged one comes first."""
     watch, alert = joint.limits
     judged = joint.indicator_name
-    entries = [{
-        "name": judged, "value": joint.value, "unit": indicator_info(judged).unit,
-        "judged": True, "limits": {"watch": watch, "alert": alert}, "time": None,
-    }]
+    entries = [
+        {
+            "name": judged,
+            "value": joint.value,
+            "unit": indicator_info(judged).unit,
+            "judged": True,
+            "limits": {"watch": watch, "alert": alert},
+            "time": None,
+        }
+    ]
     if joint.result is not None:
-        for name, value in (("amplitude_rad_s", joint.result.amplitude_rad_s),
-                            ("backlash_rad", joint.result.backlash_rad)):
+        for name, value in (
+            ("amplitude_rad_s", joint.result.amplitude_rad_s),
+            ("backlash_rad", joint.result.backlash_rad),
+        ):
             if name != judged and value is not None:
-                entries.append({"name": name, "value": value, "unit": indicator_info(name).unit,
-                                "judged": False, "limits": None, "time": None})
+                entries.append(
+                    {
+                        "name": name,
+                        "value": value,
+                        "unit": indicator_info(name).unit,
+                        "judged": False,
+                        "limits": None,
+                        "time": None,
+                    }
+                )
     for summary in joint.indicators:
         last = summary.latest
         v = summary.verdict
-        entries.append({
-            "name": summary.indicator, "value": None if last is None else last.value,
-            "unit": summary.unit, "judged": False,
-            "limits": None if v is None else {"watch": v.watch, "alert": v.alert},
-            "time": None if last is None else last.time_iso,
-            **({} if v is None else {"status": v.status.value}),
-        })
+        entries.append(
+            {
+                "name": summary.indicator,
+                "value": None if last is None else last.value,
+                "unit": summary.unit,
+                "judged": False,
+                "limits": None if v is None else {"watch": v.watch, "alert": v.alert},
+                "time": None if last is None else last.time_iso,
+                **({} if v is None else {"status": v.status.value}),
+            }
+        )
     return entries
 
 
 def status_payload(client_id: str, online: bool, at_iso: str | None, reason: str) -> bytes:
     """The agent's retained status; the last will is built with at_iso None (time unknown)."""
-    return encode({
-        "schema": STATUS_SCHEMA,
-        "client_id": client_id,
-        "state": "online" if online else "offline",
-        "at": at_iso,
-        "reason": reason,
-        "agent_version": __version__,
-    })
+    return encode(
+        {
+            "schema": STATUS_SCHEMA,
+            "client_id": client_id,
+            "state": "online" if online else "offline",
+            "at": at_iso,
+            "reason": reason,
+            "agent_version": __version__,
+        }
+    )
 
 
 def _controllers(report: Report) -> list[str]:

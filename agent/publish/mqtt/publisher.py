@@ -115,8 +115,10 @@ class MqttPublisher(HealthPublisher):
 
     def __repr__(self) -> str:
         s = self.settings
-        return (f"MqttPublisher(host={s.host!r}, port={s.port}, client_id={self.client_id!r}, "
-                f"tls={s.tls}, username={s.username!r})")
+        return (
+            f"MqttPublisher(host={s.host!r}, port={s.port}, client_id={self.client_id!r}, "
+            f"tls={s.tls}, username={s.username!r})"
+        )
 
     # -- the HealthPublisher interface ---------------------------------------------------------
 
@@ -130,11 +132,19 @@ class MqttPublisher(HealthPublisher):
         stats = self._outbox.stats()
         log.info(
             "event=mqtt_start host=%s port=%d client_id=%s tls=%s queued=%d outbox=%s",
-            s.host, s.port, self.client_id, s.tls, stats.messages, self.outbox_path,
+            s.host,
+            s.port,
+            self.client_id,
+            s.tls,
+            stats.messages,
+            self.outbox_path,
         )
         if not s.tls and self._password is not None:
-            log.warning("event=mqtt_plaintext_password host=%s warning=\"tls is off: the "
-                        "password crosses the network in clear text\"", s.host)
+            log.warning(
+                'event=mqtt_plaintext_password host=%s warning="tls is off: the '
+                'password crosses the network in clear text"',
+                s.host,
+            )
         self._wake.set()  # the sender's first look at the outbox is immediate
         for target, name in ((self._network_main, "net"), (self._sender_main, "send")):
             thread = threading.Thread(target=target, name=f"jha-mqtt-{name}", daemon=True)
@@ -159,8 +169,10 @@ class MqttPublisher(HealthPublisher):
         self._wake.set()
         log.info(
             "event=mqtt_queued messages=%d report_message_ids=%s dropped=%d superseded=%d",
-            len(messages), ",".join(m.message_id for m in messages if m.kind == "report"),
-            len(result.dropped), result.superseded,
+            len(messages),
+            ",".join(m.message_id for m in messages if m.kind == "report"),
+            len(result.dropped),
+            result.superseded,
         )
 
     async def close(self) -> None:
@@ -171,8 +183,14 @@ class MqttPublisher(HealthPublisher):
         for m in messages:
             if len(m.payload) > limit:
                 self._too_large += 1
-                log.error("event=mqtt_message_too_large message_id=%s topic=%s payload_bytes=%d "
-                          "max_payload_bytes=%d", m.message_id, m.topic, len(m.payload), limit)
+                log.error(
+                    "event=mqtt_message_too_large message_id=%s topic=%s payload_bytes=%d "
+                    "max_payload_bytes=%d",
+                    m.message_id,
+                    m.topic,
+                    len(m.payload),
+                    limit,
+                )
         return tuple(m for m in messages if len(m.payload) <= limit)
 
     # -- for the daemon's status, tests and benchmarks -----------------------------------------
@@ -222,8 +240,10 @@ class MqttPublisher(HealthPublisher):
         offline_sent = False
         if self._connected.is_set():
             info = self._client.publish(
-                self.status_topic, status_payload(self.client_id, False, _now_iso(), "shutdown"),
-                qos=1, retain=True,
+                self.status_topic,
+                status_payload(self.client_id, False, _now_iso(), "shutdown"),
+                qos=1,
+                retain=True,
             )
             try:
                 info.wait_for_publish(max(0.5, deadline - time.monotonic()))
@@ -237,15 +257,20 @@ class MqttPublisher(HealthPublisher):
         self._final = self._outbox.stats()
         self._outbox.close()
         self._closed = True
-        log.info("event=mqtt_closed offline_published=%s queued_left=%d",
-                 str(offline_sent).lower(), self._final.messages)
+        log.info(
+            "event=mqtt_closed offline_published=%s queued_left=%d",
+            str(offline_sent).lower(),
+            self._final.messages,
+        )
 
     # -- paho ----------------------------------------------------------------------------------
 
     def _make_client(self) -> paho.Client:
         s = self.settings
         client = paho.Client(
-            CallbackAPIVersion.VERSION2, client_id=self.client_id, clean_session=True,
+            CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            clean_session=True,
             protocol=paho.MQTTv311,
         )
         client.max_inflight_messages_set(s.max_inflight)
@@ -256,8 +281,10 @@ class MqttPublisher(HealthPublisher):
         if self._tls is not None:
             client.tls_set_context(self._tls)
         client.will_set(
-            self.status_topic, status_payload(self.client_id, False, None, "connection lost"),
-            qos=1, retain=True,
+            self.status_topic,
+            status_payload(self.client_id, False, None, "connection lost"),
+            qos=1,
+            retain=True,
         )
         client.on_connect = self._on_connect
         client.on_disconnect = self._on_disconnect
@@ -277,26 +304,44 @@ class MqttPublisher(HealthPublisher):
         if reason.is_failure:
             hint = ""
             if str(reason) in ("Not authorized", "Bad user name or password"):
-                hint = (f" (check username {s.username!r} and the password in "
-                        f"{s.password_file})" if s.username else " (the broker wants a login)")
+                hint = (
+                    f" (check username {s.username!r} and the password in {s.password_file})"
+                    if s.username
+                    else " (the broker wants a login)"
+                )
             self._last_error = f"broker refused the connection: {reason}{hint}"
-            log.error("event=mqtt_connect_refused host=%s port=%d username=%s reason=%s",
-                      s.host, s.port, s.username, _quote(f"{reason}{hint}"))
+            log.error(
+                "event=mqtt_connect_refused host=%s port=%d username=%s reason=%s",
+                s.host,
+                s.port,
+                s.username,
+                _quote(f"{reason}{hint}"),
+            )
             return
         self._connects += 1
         self._last_error = None
         self._accepted_since_wait = True
         client.publish(
-            self.status_topic, status_payload(self.client_id, True, _now_iso(), "connected"),
-            qos=1, retain=True,
+            self.status_topic,
+            status_payload(self.client_id, True, _now_iso(), "connected"),
+            qos=1,
+            retain=True,
         )
         self._connected.set()
-        log.info("event=mqtt_connected host=%s port=%d client_id=%s tls=%s",
-                 s.host, s.port, self.client_id, s.tls)
+        log.info(
+            "event=mqtt_connected host=%s port=%d client_id=%s tls=%s",
+            s.host,
+            s.port,
+            self.client_id,
+            s.tls,
+        )
         if s.tls_insecure:
-            log.warning("event=mqtt_tls_insecure host=%s warning=\"server certificate NOT "
-                        "verified (tls_insecure: true): anyone on the path can impersonate "
-                        "the broker\"", s.host)
+            log.warning(
+                'event=mqtt_tls_insecure host=%s warning="server certificate NOT '
+                "verified (tls_insecure: true): anyone on the path can impersonate "
+                'the broker"',
+                s.host,
+            )
         self._wake.set()
 
     def _on_disconnect(
@@ -306,8 +351,13 @@ class MqttPublisher(HealthPublisher):
         self._connected.clear()
         if was_connected:
             level = logging.INFO if self._stop.is_set() else logging.WARNING
-            log.log(level, "event=mqtt_disconnected host=%s reason=%s in_flight=%d",
-                    self.settings.host, _quote(str(reason)), len(self._inflight))
+            log.log(
+                level,
+                "event=mqtt_disconnected host=%s reason=%s in_flight=%d",
+                self.settings.host,
+                _quote(str(reason)),
+                len(self._inflight),
+            )
 
     def _on_publish(
         self, client: paho.Client, userdata: Any, mid: int, reason: Any, properties: Any
@@ -324,8 +374,13 @@ class MqttPublisher(HealthPublisher):
                 self._client.connect(s.host, s.port, s.keepalive_s)
             except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
                 self._last_error = f"connect failed: {exc}"
-                log.warning("event=mqtt_connect_failed host=%s port=%d error=%s retry_in_s=%.3g",
-                            s.host, s.port, _quote(str(exc)), delay)
+                log.warning(
+                    "event=mqtt_connect_failed host=%s port=%d error=%s retry_in_s=%.3g",
+                    s.host,
+                    s.port,
+                    _quote(str(exc)),
+                    delay,
+                )
             else:
                 try:
                     rc = MQTTErrorCode.MQTT_ERR_SUCCESS
@@ -379,8 +434,11 @@ class MqttPublisher(HealthPublisher):
                     continue
                 # NO_CONN: paho keeps the message and sends it after the next CONNACK.
                 if info.rc not in (MQTTErrorCode.MQTT_ERR_SUCCESS, MQTTErrorCode.MQTT_ERR_NO_CONN):
-                    log.warning("event=mqtt_publish_refused message_id=%s rc=%s",
-                                m.message_id, paho.error_string(info.rc))
+                    log.warning(
+                        "event=mqtt_publish_refused message_id=%s rc=%s",
+                        m.message_id,
+                        paho.error_string(info.rc),
+                    )
                     return
                 self._inflight[info.mid] = queued.seq
                 self._handed_seq = queued.seq

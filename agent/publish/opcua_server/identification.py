@@ -30,8 +30,16 @@ from agent.health.verdicts import indicator_info
 from agent.publish.opcua_server.nodes import HealthAddressSpace
 from agent.report.model import Report
 
-_STRINGS = ("Ne107Status", "Ne107Letter", "Status", "StatusReason", "Indicator",
-            "ForecastIndicator", "ForecastLimit", "ForecastText")
+_STRINGS = (
+    "Ne107Status",
+    "Ne107Letter",
+    "Status",
+    "StatusReason",
+    "Indicator",
+    "ForecastIndicator",
+    "ForecastLimit",
+    "ForecastText",
+)
 _DOUBLES = ("ForecastDays", "ForecastDaysLow", "ForecastDaysHigh")
 _PER_STRINGS = ("Status", "Ne107Letter", "StatusReason")
 _PER_LIMITS = ("Baseline", "WatchLimit", "AlertLimit")
@@ -109,7 +117,9 @@ class IdentificationAddressSpace(HealthAddressSpace):
                 await self._variable(ind, (*base, w.indicator, name), "", ua.VariantType.String)
             unit = indicator_info(w.indicator).unit
             for name in _PER_LIMITS:
-                await self._variable(ind, (*base, w.indicator, name), math.nan,
-                                     ua.VariantType.Double, unit=unit)
-            await self._variable(ind, (*base, w.indicator, "Change"), math.nan,
-                                 ua.VariantType.Double, unit="1")
+                await self._variable(
+                    ind, (*base, w.indicator, name), math.nan, ua.VariantType.Double, unit=unit
+                )
+            await self._variable(
+                ind, (*base, w.indicator, "Change"), math.nan, ua.VariantType.Double, unit="1"
+            )

@@ -67,8 +67,16 @@ _SUFFIX_UNITS = (
     ("_s", "s"),
     ("_a", "A"),
 )
-_UNIT_ALIASES = {"Nm": "N·m", "Nm/rad": "N·m/rad", "N*m": "N·m", "N*m/rad": "N·m/rad",
-                 "Nms/rad": "N·m·s/rad", "kg*m^2": "kg·m²", "kgm2": "kg·m²", "": ""}
+_UNIT_ALIASES = {
+    "Nm": "N·m",
+    "Nm/rad": "N·m/rad",
+    "N*m": "N·m",
+    "N*m/rad": "N·m/rad",
+    "Nms/rad": "N·m·s/rad",
+    "kg*m^2": "kg·m²",
+    "kgm2": "kg·m²",
+    "": "",
+}
 
 
 def unit_of(indicator: str, given: str = "") -> str:
@@ -178,19 +186,26 @@ def joint_health(report: Report, j: JointReport) -> JointHealth:
     values: dict[str, IndicatorValue] = {}
     judged_unit = unit_of(j.indicator_name)
     values[j.indicator_name] = IndicatorValue(
-        j.indicator_name, _finite_or_nan(j.value), judged_unit)
+        j.indicator_name, _finite_or_nan(j.value), judged_unit
+    )
     if j.result is not None:  # both forms of the backlash estimate when there is one
-        values.setdefault("amplitude_rad_s", IndicatorValue(
-            "amplitude_rad_s", _finite_or_nan(j.result.amplitude_rad_s), "rad/s"))
+        values.setdefault(
+            "amplitude_rad_s",
+            IndicatorValue("amplitude_rad_s", _finite_or_nan(j.result.amplitude_rad_s), "rad/s"),
+        )
         if j.result.backlash_rad is not None:
-            values.setdefault("backlash_rad", IndicatorValue(
-                "backlash_rad", _finite_or_nan(j.result.backlash_rad), "rad"))
+            values.setdefault(
+                "backlash_rad",
+                IndicatorValue("backlash_rad", _finite_or_nan(j.result.backlash_rad), "rad"),
+            )
     times = [_time(j.history[-1].time_iso)] if j.history else []
     for s in j.indicators:
         latest = s.latest
         values[s.indicator] = IndicatorValue(
-            s.indicator, _finite_or_nan(None if latest is None else latest.value),
-            unit_of(s.indicator, s.unit))
+            s.indicator,
+            _finite_or_nan(None if latest is None else latest.value),
+            unit_of(s.indicator, s.unit),
+        )
         if latest is not None:
             times.append(_time(latest.time_iso))
     known = [t for t in times if t is not None]
@@ -203,11 +218,20 @@ def joint_health(report: Report, j: JointReport) -> JointHealth:
             limit, days, low = fc.limit_name, fc.days, fc.days_low
             high = math.inf if fc.days_high is None else fc.days_high
     return JointHealth(
-        controller=j.controller, joint=j.joint, ne107=signal_of(j), status=j.status,
-        reason=j.verdict_reason, indicator=j.indicator_name, error=j.error or "",
-        indicators=tuple(values.values()), forecast_limit=limit, forecast_days=days,
-        forecast_days_low=low, forecast_days_high=high,
-        last_estimate=max(known) if known else None, message_id=message_id_of(report),
+        controller=j.controller,
+        joint=j.joint,
+        ne107=signal_of(j),
+        status=j.status,
+        reason=j.verdict_reason,
+        indicator=j.indicator_name,
+        error=j.error or "",
+        indicators=tuple(values.values()),
+        forecast_limit=limit,
+        forecast_days=days,
+        forecast_days_low=low,
+        forecast_days_high=high,
+        last_estimate=max(known) if known else None,
+        message_id=message_id_of(report),
     )
 
 
@@ -215,16 +239,29 @@ def health_of(report: Report) -> tuple[JointHealth, ...]:
     return tuple(joint_health(report, j) for j in (*report.joints, *report.indicator_joints))
 
 
-_STRINGS = ("Ne107Status", "Ne107Letter", "Status", "StatusReason", "Indicator", "Error",
-            "ForecastLimit", "ReportMessageId")
+_STRINGS = (
+    "Ne107Status",
+    "Ne107Letter",
+    "Status",
+    "StatusReason",
+    "Indicator",
+    "Error",
+    "ForecastLimit",
+    "ReportMessageId",
+)
 _DOUBLES = ("ForecastDays", "ForecastDaysLow", "ForecastDaysHigh")
 
 
 def _string_values(h: JointHealth) -> dict[str, str]:
     return {
-        "Ne107Status": h.ne107.value, "Ne107Letter": h.ne107.letter, "Status": h.status.value,
-        "StatusReason": h.reason, "Indicator": h.indicator, "Error": h.error,
-        "ForecastLimit": h.forecast_limit, "ReportMessageId": h.message_id,
+        "Ne107Status": h.ne107.value,
+        "Ne107Letter": h.ne107.letter,
+        "Status": h.status.value,
+        "StatusReason": h.reason,
+        "Indicator": h.indicator,
+        "Error": h.error,
+        "ForecastLimit": h.forecast_limit,
+        "ReportMessageId": h.message_id,
     }
 
 
@@ -245,20 +282,24 @@ class HealthAddressSpace:
         objects = self.server.nodes.objects
         self.root = await objects.add_folder(self.node_id("JointHealth"), f"{self.ns}:JointHealth")
         await self._variable(self.root, ("ReportMessageId",), "", ua.VariantType.String)
-        await self._variable(self.root, ("ReportCreatedAt",), NULL_TIME,
-                             ua.VariantType.DateTime)
+        await self._variable(self.root, ("ReportCreatedAt",), NULL_TIME, ua.VariantType.DateTime)
 
     async def _object(self, parent: Node, path: tuple[str, ...]) -> Node:
         key = "/".join(path)
         found = self._objects.get(key)
         if found is None:
             found = await parent.add_object(
-                self.node_id(*path), ua.QualifiedName(path[-1], self.ns))
+                self.node_id(*path), ua.QualifiedName(path[-1], self.ns)
+            )
             self._objects[key] = found
         return found
 
     async def _variable(
-        self, parent: Node, path: tuple[str, ...], value: Any, vtype: ua.VariantType,
+        self,
+        parent: Node,
+        path: tuple[str, ...],
+        value: Any,
+        vtype: ua.VariantType,
         unit: str | None = None,
     ) -> None:
         key = "/".join(path)
@@ -275,7 +316,8 @@ class HealthAddressSpace:
                 datatype=ua.NodeId(ua.Int32(ua.ObjectIds.EUInformation)),
             )
             await var.add_property(
-                self.node_id(*path, "Unit"), ua.QualifiedName("Unit", self.ns),
+                self.node_id(*path, "Unit"),
+                ua.QualifiedName("Unit", self.ns),
                 ua.Variant(unit, ua.VariantType.String),
             )
         self._variables.add(key)
@@ -286,46 +328,72 @@ class HealthAddressSpace:
         stamp = now or datetime.now(UTC)
         health = health_of(report)
         writes: list[tuple[ua.NodeId, ua.Variant]] = [
-            (self.node_id("ReportMessageId"),
-             ua.Variant(message_id_of(report), ua.VariantType.String)),
-            (self.node_id("ReportCreatedAt"),
-             ua.Variant(_time(report.created_at_iso) or NULL_TIME, ua.VariantType.DateTime)),
+            (
+                self.node_id("ReportMessageId"),
+                ua.Variant(message_id_of(report), ua.VariantType.String),
+            ),
+            (
+                self.node_id("ReportCreatedAt"),
+                ua.Variant(_time(report.created_at_iso) or NULL_TIME, ua.VariantType.DateTime),
+            ),
         ]
         for controller in _unique(h.controller for h in health):
             await self._ensure_controller(controller)
             mine = [h for h in health if h.controller == controller]
-            judged = [h for h in mine if h.joint in {j.joint for j in report.joints
-                                                     if j.controller == controller}]
+            judged = [
+                h
+                for h in mine
+                if h.joint in {j.joint for j in report.joints if j.controller == controller}
+            ]
             worst = max((h.status for h in judged), key=lambda s: s.severity, default=Status.OK)
             # A joint's identification verdict counts too (friction or stiffness out of
             # specification is as urgent as backlash), except "baseline being set" (C): that is
             # no fault, and by NE 107 precedence it would hide an S of the backlash.
-            identified = [j.identification.ne107
-                          for j in (*report.joints, *report.indicator_joints)
-                          if j.controller == controller and j.identification is not None
-                          and j.identification.ne107 is not Ne107.CHECK_FUNCTION]
-            worst_ne107 = max((*(h.ne107 for h in mine), *identified), key=_ne107_rank,
-                              default=Ne107.NORMAL)
+            identified = [
+                j.identification.ne107
+                for j in (*report.joints, *report.indicator_joints)
+                if j.controller == controller
+                and j.identification is not None
+                and j.identification.ne107 is not Ne107.CHECK_FUNCTION
+            ]
+            worst_ne107 = max(
+                (*(h.ne107 for h in mine), *identified), key=_ne107_rank, default=Ne107.NORMAL
+            )
             writes += [
-                (self.node_id(controller, "WorstStatus"),
-                 ua.Variant(worst.value, ua.VariantType.String)),
-                (self.node_id(controller, "WorstNe107Status"),
-                 ua.Variant(worst_ne107.value, ua.VariantType.String)),
+                (
+                    self.node_id(controller, "WorstStatus"),
+                    ua.Variant(worst.value, ua.VariantType.String),
+                ),
+                (
+                    self.node_id(controller, "WorstNe107Status"),
+                    ua.Variant(worst_ne107.value, ua.VariantType.String),
+                ),
             ]
         for h in health:
             await self._ensure_joint(h)
             base = (h.controller, h.joint)
-            writes += [(self.node_id(*base, name), ua.Variant(v, ua.VariantType.String))
-                       for name, v in _string_values(h).items()]
+            writes += [
+                (self.node_id(*base, name), ua.Variant(v, ua.VariantType.String))
+                for name, v in _string_values(h).items()
+            ]
             writes += [
                 (self.node_id(*base, name), ua.Variant(v, ua.VariantType.Double))
-                for name, v in zip(_DOUBLES, (h.forecast_days, h.forecast_days_low,
-                                              h.forecast_days_high), strict=True)
+                for name, v in zip(
+                    _DOUBLES,
+                    (h.forecast_days, h.forecast_days_low, h.forecast_days_high),
+                    strict=True,
+                )
             ]
-            writes += [(self.node_id(*base, i.name), ua.Variant(i.value, ua.VariantType.Double))
-                       for i in h.indicators]
-            writes.append((self.node_id(*base, "LastEstimateTime"),
-                           ua.Variant(h.last_estimate or NULL_TIME, ua.VariantType.DateTime)))
+            writes += [
+                (self.node_id(*base, i.name), ua.Variant(i.value, ua.VariantType.Double))
+                for i in h.indicators
+            ]
+            writes.append(
+                (
+                    self.node_id(*base, "LastEstimateTime"),
+                    ua.Variant(h.last_estimate or NULL_TIME, ua.VariantType.DateTime),
+                )
+            )
         for node_id, variant in writes:
             when = cast(ua.DateTime, stamp)  # asyncua's alias of datetime
             dv = ua.DataValue(variant, SourceTimestamp=when, ServerTimestamp=when)
@@ -347,15 +415,20 @@ class HealthAddressSpace:
             await self._variable(node, (*base, name), "", ua.VariantType.String)
         for name in _DOUBLES:
             await self._variable(node, (*base, name), math.nan, ua.VariantType.Double)
-        await self._variable(node, (*base, "LastEstimateTime"), NULL_TIME,
-                             ua.VariantType.DateTime)
+        await self._variable(node, (*base, "LastEstimateTime"), NULL_TIME, ua.VariantType.DateTime)
         for i in h.indicators:
-            await self._variable(node, (*base, i.name), math.nan, ua.VariantType.Double,
-                                 unit=i.unit)
+            await self._variable(
+                node, (*base, i.name), math.nan, ua.VariantType.Double, unit=i.unit
+            )
 
 
-_NE107_ORDER = (Ne107.NORMAL, Ne107.MAINTENANCE_REQUIRED, Ne107.OUT_OF_SPECIFICATION,
-                Ne107.CHECK_FUNCTION, Ne107.FAILURE)
+_NE107_ORDER = (
+    Ne107.NORMAL,
+    Ne107.MAINTENANCE_REQUIRED,
+    Ne107.OUT_OF_SPECIFICATION,
+    Ne107.CHECK_FUNCTION,
+    Ne107.FAILURE,
+)
 
 
 def _ne107_rank(signal: Ne107) -> int:

@@ -105,7 +105,9 @@ class ClientGuard:
             facts = certificate_facts(cert)
             log.warning(
                 "event=opcua_client_refused subject=%r thumbprint=%s reason=%r",
-                facts.subject, facts.thumbprint_sha1, problem,
+                facts.subject,
+                facts.thumbprint_sha1,
+                problem,
             )
             raise ServiceError(ua.StatusCodes.BadCertificateUntrusted)
 
@@ -124,12 +126,16 @@ class _Gate(UserManager):
         self.secure_only = secure_only
 
     def get_user(
-        self, iserver: Any, username: str | None = None, password: str | None = None,
+        self,
+        iserver: Any,
+        username: str | None = None,
+        password: str | None = None,
         certificate: Any = None,
     ) -> User | None:
         if certificate is None and self.secure_only:
-            log.warning("event=opcua_client_refused reason=%r",
-                        "session on a channel without security")
+            log.warning(
+                "event=opcua_client_refused reason=%r", "session on a channel without security"
+            )
             return None
         if certificate is not None and self.guard is not None:
             der = certificate if isinstance(certificate, bytes) else certificate.public_bytes(_DER)
@@ -180,9 +186,11 @@ class OpcUaHealthServer(HealthPublisher):
         log.info(
             "event=opcua_server_started endpoint=%s security=%s users=%s namespace=%s",
             self.endpoint,
-            "+".join(["Basic256Sha256/SignAndEncrypt"] * s.secure
-                     + ["None"] * s.allow_none_security),
-            "file" if s.users_file else "anonymous", s.namespace_uri,
+            "+".join(
+                ["Basic256Sha256/SignAndEncrypt"] * s.secure + ["None"] * s.allow_none_security
+            ),
+            "file" if s.users_file else "anonymous",
+            s.namespace_uri,
         )
 
     async def publish(self, report: Report) -> None:
@@ -230,21 +238,26 @@ class OpcUaHealthServer(HealthPublisher):
                 check_private(path, "publish.opcua_server.private_key_password_file")
                 out["key_password"] = path.read_text(encoding="utf-8").strip()
             if s.trusted_clients is None:
-                raise ConfigError("publish.opcua_server.trusted_clients: required with a "
-                                  "certificate")
+                raise ConfigError(
+                    "publish.opcua_server.trusted_clients: required with a certificate"
+                )
             out["guard"] = ClientGuard(s.trusted_clients, s.revocation_lists)
         elif not s.allow_none_security:
-            raise ConfigError("publish.opcua_server: a certificate and private_key are required "
-                              "unless allow_none_security is true")
+            raise ConfigError(
+                "publish.opcua_server: a certificate and private_key are required "
+                "unless allow_none_security is true"
+            )
         if s.users_file:
             if not s.secure:
-                raise ConfigError("publish.opcua_server.users_file: needs the secure endpoint "
-                                  "(certificate, private_key): passwords are never sent in clear")
+                raise ConfigError(
+                    "publish.opcua_server.users_file: needs the secure endpoint "
+                    "(certificate, private_key): passwords are never sent in clear"
+                )
             out["users"] = load_users(s.users_file)
         if s.allow_none_security:
             log.warning(
-                "event=opcua_server_insecure_endpoint endpoint=%s why=allow_none_security "
-                "note=%r", s.endpoint,
+                "event=opcua_server_insecure_endpoint endpoint=%s why=allow_none_security note=%r",
+                s.endpoint,
                 "any client on the network can read joint health without a certificate",
             )
         return out
@@ -334,8 +347,7 @@ class OpcUaHealthServer(HealthPublisher):
             await server.load_private_key(str(s.private_key), prepared["key_password"])
             policies.append(ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt)
             validator = CertificateValidator(
-                CertificateValidatorOptions.EXT_VALIDATION
-                | CertificateValidatorOptions.PEER_CLIENT
+                CertificateValidatorOptions.EXT_VALIDATION | CertificateValidatorOptions.PEER_CLIENT
             )
             guard: ClientGuard = prepared["guard"]
 
@@ -347,7 +359,8 @@ class OpcUaHealthServer(HealthPublisher):
                     facts = certificate_facts(cert)
                     log.warning(
                         "event=opcua_client_refused subject=%r thumbprint=%s reason=%r",
-                        facts.subject, facts.thumbprint_sha1,
+                        facts.subject,
+                        facts.thumbprint_sha1,
                         ua.StatusCode(ua.UInt32(exc.code)).name,
                     )
                     raise
@@ -376,4 +389,3 @@ class OpcUaHealthServer(HealthPublisher):
         assert self._space is not None and self._lock is not None
         async with self._lock:  # one report at a time: node creation must not interleave
             return await self._space.apply(report)
-

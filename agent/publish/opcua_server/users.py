@@ -80,11 +80,15 @@ def load_users(path: str | Path) -> dict[str, UserEntry]:
             salt = base64.b64decode(parts[2], validate=True)
             digest = base64.b64decode(parts[3], validate=True)
         except ValueError:
-            raise ConfigError(f"{where}: the iterations, salt or hash of user {name!r} do not "
-                              "parse (expected an integer and two base64 strings)") from None
+            raise ConfigError(
+                f"{where}: the iterations, salt or hash of user {name!r} do not "
+                "parse (expected an integer and two base64 strings)"
+            ) from None
         if iterations < 10_000 or not salt or len(digest) != 32:
-            raise ConfigError(f"{where}: user {name!r}: expected >= 10000 iterations, a salt and "
-                              "a 32-byte SHA-256 hash")
+            raise ConfigError(
+                f"{where}: user {name!r}: expected >= 10000 iterations, a salt and "
+                "a 32-byte SHA-256 hash"
+            )
         if name in users:
             raise ConfigError(f"{where}: user {name!r} is listed twice")
         users[name] = UserEntry(name, iterations, salt, digest)

@@ -45,12 +45,12 @@ WATCHDOG = {"interval_s": 0.1, "timeout_s": 1.0}
 
 METHOD_TRIGGER = f"""\
         trigger:
-          object: "{NODES['controller']}"
-          method: "{NODES['start']}"
+          object: "{NODES["controller"]}"
+          method: "{NODES["start"]}"
           arguments: [joint_index, motor_speed_rad_s, settle_s, duration_s, sample_rate_hz]
         stop:
-          object: "{NODES['controller']}"
-          method: "{NODES['stop']}"
+          object: "{NODES["controller"]}"
+          method: "{NODES["stop"]}"
 """
 VARIABLE_TRIGGER = """\
         trigger:
@@ -127,30 +127,30 @@ controllers:
       endpoint: {endpoint}
       security: {security}
 {timing_yaml}      status:
-        state: "{NODES['state']}"
-        permission: "{NODES['permission']}"
-        joint_positions: "{NODES['joint_positions']}"
-        alarms: "{NODES['alarms']}"
-        speed_override: "{NODES['speed_override']}"
+        state: "{NODES["state"]}"
+        permission: "{NODES["permission"]}"
+        joint_positions: "{NODES["joint_positions"]}"
+        alarms: "{NODES["alarms"]}"
+        speed_override: "{NODES["speed_override"]}"
         speed_override_scale: 0.01
       cycle:
-{trigger}        status: "{NODES['cycle_status']}"
+{trigger}        status: "{NODES["cycle_status"]}"
       buffers:
-        sequence: "{NODES['sequence']}"
-        time: "{NODES['time']}"
-        motor_counts: "{NODES['motor_counts']}"
-        link_counts: "{NODES['link_counts']}"
-        current: "{NODES['current']}"
+        sequence: "{NODES["sequence"]}"
+        time: "{NODES["time"]}"
+        motor_counts: "{NODES["motor_counts"]}"
+        link_counts: "{NODES["link_counts"]}"
+        current: "{NODES["current"]}"
     joints:
 {joint_yaml}"""
-
 
 
 class PeerProcess:
     """`python -m tests.peers.opcua_controller ...` with its endpoint read from `READY <url>`."""
 
-    def __init__(self, config: Path, args: Sequence[str] = (), *, port: int = 0,
-                 log: Path | None = None) -> None:
+    def __init__(
+        self, config: Path, args: Sequence[str] = (), *, port: int = 0, log: Path | None = None
+    ) -> None:
         self.config = config
         self.args = list(args)
         self.port = port
@@ -161,11 +161,24 @@ class PeerProcess:
 
     def start(self, timeout_s: float = 30.0) -> str:
         env = dict(os.environ, PYTHONPATH=str(REPO))
-        cmd = [sys.executable, "-m", "tests.peers.opcua_controller", "--config", str(self.config),
-               "--port", str(self.port), *self.args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "tests.peers.opcua_controller",
+            "--config",
+            str(self.config),
+            "--port",
+            str(self.port),
+            *self.args,
+        ]
         self._log_file = open(self.log, "a") if self.log else None  # noqa: SIM115
         self.proc = subprocess.Popen(
-            cmd, cwd=REPO, env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            cmd,
+            cwd=REPO,
+            env=env,
+            text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
             stderr=self._log_file if self._log_file else subprocess.DEVNULL,
         )
         lines: queue.Queue[str] = queue.Queue()

@@ -32,8 +32,13 @@ class Users:
     def __init__(self, pairs: dict[str, str]) -> None:
         self.pairs = pairs
 
-    def get_user(self, iserver: Any, username: str | None = None, password: str | None = None,
-                 certificate: Any = None) -> User | None:
+    def get_user(
+        self,
+        iserver: Any,
+        username: str | None = None,
+        password: str | None = None,
+        certificate: Any = None,
+    ) -> User | None:
         if username is not None and self.pairs.get(username) == password:
             return User(role=UserRole.User, name=username)
         return None
@@ -58,8 +63,10 @@ async def new_server(a: argparse.Namespace, server: Server) -> Server:
         policies = {
             "sign": [ua.SecurityPolicyType.Basic256Sha256_Sign],
             "encrypt": [ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt],
-            "both": [ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt,
-                     ua.SecurityPolicyType.Basic256Sha256_Sign],
+            "both": [
+                ua.SecurityPolicyType.Basic256Sha256_SignAndEncrypt,
+                ua.SecurityPolicyType.Basic256Sha256_Sign,
+            ],
         }
         s.set_security_policy(policies[a.security])
         if a.trust:
@@ -135,8 +142,7 @@ async def add_variables(
     ]
     nodes: dict[str, Any] = {}
     for parent, name, value, vtype, writable in specs:
-        node = await parent.add_variable(nid(name), name.split(".")[-1],
-                                         ua.Variant(value, vtype))
+        node = await parent.add_variable(nid(name), name.split(".")[-1], ua.Variant(value, vtype))
         if writable:
             await node.set_writable()
         nodes[name] = node
