@@ -27,6 +27,13 @@ ENTRY_POINT_GROUP = "joint_health_agent.drivers"
 T = TypeVar("T")
 
 
+class CycleKind(enum.StrEnum):
+    """What a test cycle measures; the name its captures, history rows and reports carry."""
+
+    BACKLASH = "backlash"  # one joint at constant speed (BacklashCycle)
+    IDENTIFICATION = "identification"  # every joint on an excitation trajectory (ExcitationCycle)
+
+
 class Capability(enum.Flag):
     NONE = 0
     CYCLES = enum.auto()  # can run test cycles (motion)
@@ -76,8 +83,8 @@ class BacklashCycle:
     test_pose_rad: float
 
     @property
-    def kind(self) -> str:
-        return "backlash"
+    def kind(self) -> CycleKind:
+        return CycleKind.BACKLASH
 
     @property
     def start_pose_rad(self) -> Mapping[str, float]:
@@ -151,8 +158,8 @@ class ExcitationCycle:
         return "all"
 
     @property
-    def kind(self) -> str:
-        return "identification"
+    def kind(self) -> CycleKind:
+        return CycleKind.IDENTIFICATION
 
     @property
     def duration_s(self) -> float:

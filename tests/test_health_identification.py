@@ -33,7 +33,8 @@ from agent.errors import ConfigError
 from agent.health.identification import assess_indicator, joint_verdict, limits_from_detail
 from agent.health.status import Ne107, Status, TrendPoint
 from agent.history.identification import assess_history
-from agent.history.store import Estimate, HistoryStore
+from agent.history.records import Estimate
+from agent.history.store import HistoryStore
 from agent.kinds.identification.analysis import analyze_identification, excitation_cycle
 from agent.publish.mqtt.payloads import report_messages
 from agent.publish.opcua_server.identification import IdentificationAddressSpace

@@ -16,7 +16,8 @@ from agent.cli import report as cli_report
 from agent.cli import stiffness as cli_stiffness
 from agent.errors import EX_CONFIG, EX_OK, EX_USAGE, AgentError
 from agent.estimation.identification.fit import IndicatorRow
-from agent.history.store import Estimate, HistoryStore
+from agent.history.records import Estimate
+from agent.history.store import HistoryStore
 from agent.report.html import render_html
 from agent.report.model import report_to_dict
 from agent.report.table import summary_table

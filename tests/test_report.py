@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 from agent.config.model import ThresholdSettings
 from agent.estimation.backlash.result import BacklashResult
 from agent.health.status import Ne107, Status, TrendPoint
-from agent.history.store import HistoryStore, estimates_for
+from agent.history.records import estimates_for
+from agent.history.store import HistoryStore
 from agent.report.evidence import EvidencePlot, EvidenceSeries
 from agent.report.html import render_html, trend_svg
 from agent.report.model import (

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from agent.estimation.backlash.result import BacklashResult
 from agent.health.status import TrendPoint
+from agent.history.records import Estimate, estimates_for
 from agent.history.schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -22,7 +23,7 @@ from agent.history.schema import (
     migrate,
     schema_version,
 )
-from agent.history.store import Estimate, HistoryStore, estimates_for
+from agent.history.store import HistoryStore
 
 T0 = datetime(2024, 5, 1, 8, 0, tzinfo=UTC)
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from agent.health.status import Ne107, Status, TrendPoint, ne107_of
+from agent.history.records import TRIGGERS, Estimate
 from agent.history.schema import MIGRATIONS, SCHEMA_VERSION, StoreError, migrate, schema_version
-from agent.history.store import TRIGGERS, Estimate, HistoryStore
+from agent.history.store import HistoryStore
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
 

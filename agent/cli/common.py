@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from agent.config.load import load_config
 from agent.config.model import Config, ControllerSettings
 from agent.errors import EX_USAGE, AgentError, ConfigError
-from agent.history.store import Estimate, HistoryStore
+from agent.history.records import Estimate
+from agent.history.store import HistoryStore
 
 if TYPE_CHECKING:  # the report loads scipy: imported when used, so `jha --help` stays quick
     pass

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.errors import EX_OK, CaptureError, ConfigError
-from agent.history.store import Estimate
+from agent.history.records import Estimate
 
 if TYPE_CHECKING:  # the estimator loads scipy: imported by the command, not by `jha --help`
     from agent.capture.model import Capture

@@ -34,7 +34,7 @@ from agent.cli.common import (
     run_standalone,
 )
 from agent.errors import EX_OK, CaptureError, EstimationError
-from agent.history.store import Estimate
+from agent.history.records import Estimate
 from agent.models.robot.compliance import (
     ComplianceModel,
     DualEncoderMeasurements,

@@ -37,6 +37,7 @@ from agent.health.trend import (
     trend,
 )
 from agent.health.verdicts import indicator_info
+from drivers.base import CycleKind
 
 # The indicators judged here (agent.kinds.identification.analysis.INDICATORS; stiffness also from
 # `jha stiffness estimate --record`). Rotor inertia is a model parameter, not a wear sign.
@@ -46,7 +47,7 @@ IDENTIFICATION_INDICATORS = (
     "stiffness_nm_rad",
     "torque_nmse_nm",
 )
-IDENTIFICATION_KIND = "identification"  # agent.kinds.identification.kind.KIND (kept light here)
+IDENTIFICATION_KIND = CycleKind.IDENTIFICATION
 DEFAULT_LIMITS = IdentificationLimitSettings()
 
 

@@ -1,6 +1,7 @@
 """History of test cycles, their estimates, verdicts and reports in SQLite.
 
-The schema, its pragmas and its migrations are in agent.history.schema (re-exported here).
+The schema, its pragmas and its migrations are in agent.history.schema; what a row holds
+(cycles, estimates, reports, outcomes and triggers) in agent.history.records.
 """
 
 from __future__ import annotations
@@ -10,14 +11,22 @@ import math
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from agent.estimation.backlash.result import BacklashResult
 from agent.health.status import Ne107, Status, TrendPoint, ne107_of
+from agent.history.records import (
+    BACKLASH_INDICATORS,
+    CLOCK_STEP_S,
+    CLOCKED_TRIGGERS,
+    OUTCOMES,
+    TRIGGERS,
+    CycleRecord,
+    Estimate,
+    ReportRecord,
+)
 from agent.history.schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
@@ -26,114 +35,6 @@ from agent.history.schema import (
     iso_utc,
     migrate,
 )
-
-OUTCOMES = ("ok", "aborted", "rejected", "error")
-
-# What started a cycle. Checked here rather than by a CHECK constraint, which SQLite cannot
-# alter without rebuilding the table; "manual" is an estimate recorded from the command line.
-TRIGGERS = ("production_stop", "schedule", "on_demand", "once", "manual", "recovered")
-
-# Cycles timed by the daemon's clock as they run. The wall clock may be stepped back under a
-# running daemon (NTP, a clock set by hand): such a cycle then carries an earlier time than the
-# ones before it, yet it is the newer. A cycle recorded more than CLOCK_STEP_S before the latest
-# time the daemon recorded so far is taken as such, and sorts (seq_at) at that latest time, so
-# trends and latest() keep it after the cycles recorded before the step. Cycles a little out of
-# order (a stop's fit finishing after the next stop's) still sort by their own time, as do
-# cycles given their time ("manual": recorded from the command line; "recovered": a capture
-# from before a crash, recorded at the next start).
-CLOCK_STEP_S = 600.0
-CLOCKED_TRIGGERS = ("production_stop", "schedule", "on_demand", "once")
-
-# What a backlash cycle records (estimates_for); every other indicator is "other" to the report.
-BACKLASH_INDICATORS = ("amplitude_rad_s", "backlash_rad")
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """One indicator value to record with a cycle; `detail` must be JSON-serialisable."""
-
-    indicator: str
-    value: float
-    unit: str
-    detail: Mapping[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "indicator": self.indicator,
-            "value": self.value,
-            "unit": self.unit,
-            "detail": dict(self.detail),
-        }
-
-
-@dataclass(frozen=True)
-class CycleRecord:
-    id: int
-    controller: str
-    joint: str
-    kind: str
-    started_at: str
-    finished_at: str | None
-    outcome: str
-    reason: str
-    capture_path: str | None
-    estimates: tuple[Estimate, ...] = ()
-    status: str | None = None
-    status_reason: str | None = None
-    ne107: str | None = None
-    trigger: str | None = None
-    report_message_id: str | None = None
-    report_path: str | None = None
-
-    def estimate(self, indicator: str) -> Estimate | None:
-        return next((e for e in self.estimates if e.indicator == indicator), None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "controller": self.controller,
-            "joint": self.joint,
-            "kind": self.kind,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "outcome": self.outcome,
-            "reason": self.reason,
-            "capture_path": self.capture_path,
-            "estimates": [e.to_dict() for e in self.estimates],
-            "status": self.status,
-            "status_reason": self.status_reason,
-            "ne107": self.ne107,
-            "trigger": self.trigger,
-            "report_message_id": self.report_message_id,
-            "report_path": self.report_path,
-        }
-
-
-@dataclass(frozen=True)
-class ReportRecord:
-    """A report written from the history: its message id (MQTT accounting) and where it is."""
-
-    message_id: str
-    created_at: str
-    path: str | None
-    cycle_ids: tuple[int, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "message_id": self.message_id,
-            "created_at": self.created_at,
-            "path": self.path,
-            "cycle_ids": list(self.cycle_ids),
-        }
-
-
-def estimates_for(result: BacklashResult) -> tuple[Estimate, ...]:
-    """The indicators a backlash fit contributes to the history (fit details on the amplitude)."""
-    detail = result.to_dict(evidence=False)
-    found = [Estimate("amplitude_rad_s", result.amplitude_rad_s, "rad/s", detail)]
-    if result.backlash_rad is not None:
-        found.append(Estimate("backlash_rad", result.backlash_rad, "rad"))
-    return tuple(found)
 
 
 class HistoryStore:

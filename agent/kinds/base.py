@@ -84,8 +84,11 @@ class AnalysisContext:
     cache: dict[str, Any] = field(default_factory=dict)
 
 
-class CycleKind(Protocol):
-    name: str
+class KindHandler(Protocol):
+    """How the daemon runs one kind of cycle (drivers.base.CycleKind names the kinds)."""
+
+    @property
+    def name(self) -> str: ...
 
     def make_cycle(
         self, ctx: AnalysisContext, ctrl: ControllerSettings, joint: JointSettings | None

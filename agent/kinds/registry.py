@@ -9,15 +9,15 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from agent.kinds.backlash.kind import BacklashKind
-from agent.kinds.base import CycleKind
+from agent.kinds.base import KindHandler
 from agent.kinds.identification.kind import IdentificationKind
 
-KINDS: dict[str, Callable[[], CycleKind]] = {
+KINDS: dict[str, Callable[[], KindHandler]] = {
     BacklashKind.name: BacklashKind,
     IdentificationKind.name: IdentificationKind,
 }
 
 
-def all_kinds() -> dict[str, CycleKind]:
+def all_kinds() -> dict[str, KindHandler]:
     """One instance of every kind, by name."""
     return {name: make() for name, make in KINDS.items()}

@@ -14,14 +14,16 @@ from typing import TYPE_CHECKING
 
 from agent.config.model import ThresholdSettings
 from agent.health.status import TrendPoint
-from agent.history.store import CycleRecord, HistoryStore
+from agent.history.records import CycleRecord
+from agent.history.store import HistoryStore
+from drivers.base import CycleKind
 
 if TYPE_CHECKING:
     from agent.config.identification_limits import IdentificationLimitSettings
     from agent.report.model import Report
 
 # The kind of the daemon's backlash cycles (drivers.base.BacklashCycle.kind).
-BACKLASH_KIND = "backlash"
+BACKLASH_KIND = CycleKind.BACKLASH
 
 
 def _backlash_history(

@@ -56,7 +56,8 @@ from agent.health.status import Ne107, Status, TrendPoint, ne107_of, worst
 from agent.health.trend import Trend, forecast_sentence, passed_limit, trend
 from agent.health.verdicts import assess_backlash, indicator_info
 from agent.history.identification import assess_history
-from agent.history.store import BACKLASH_INDICATORS, HistoryStore
+from agent.history.records import BACKLASH_INDICATORS
+from agent.history.store import HistoryStore
 from agent.report.evidence import EvidencePlot
 
 REPORT_SCHEMA = "jha.report/1"

@@ -22,7 +22,7 @@ from agent.config.load import load_config
 from agent.config.model import Config, ControllerSettings
 from agent.errors import ConfigError
 from agent.kinds.backlash.kind import analyze_backlash_capture
-from agent.kinds.base import AnalysisContext, CycleKind, JointJob
+from agent.kinds.base import AnalysisContext, JointJob, KindHandler
 from agent.kinds.identification.kind import ALL_JOINTS
 from agent.kinds.registry import KINDS
 from agent.logfmt import kv
@@ -37,7 +37,7 @@ from agent.service.runner import (
     RunnerEnv,
 )
 from agent.service.sd_notify import Notifier
-from drivers.base import Driver, load_driver_class
+from drivers.base import CycleKind, Driver, load_driver_class
 
 if TYPE_CHECKING:
     from agent.publish.base import HealthPublisher
@@ -101,7 +101,7 @@ class Agent:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._executor = LazyPool(self.pool_workers, self.pool_idle_s)
         self._background: set[asyncio.Task[Any]] = set()
-        self._kinds: dict[str, CycleKind] = {name: make() for name, make in KINDS.items()}
+        self._kinds: dict[str, KindHandler] = {name: make() for name, make in KINDS.items()}
         self._analysis = AnalysisContext(self.state_dir, self._pool)
         self._control: ControlServer | None = None
         self._publishers: list[HealthPublisher] = []
@@ -224,7 +224,7 @@ class Agent:
             await recover(
                 self.config,
                 orphans,
-                self._kinds["backlash"],
+                self._kinds[CycleKind.BACKLASH],
                 self._analysis,
                 self._report_jobs,
                 asyncio.to_thread,
@@ -366,7 +366,7 @@ class Agent:
             return {
                 "ok": True,
                 "queued": queued,
-                "kind": "identification" if ident else "backlash",
+                "kind": CycleKind.IDENTIFICATION if ident else CycleKind.BACKLASH,
                 "controller": name,
                 "message": "queued: the cycle waits for a production stop it fits in and for "
                 "every interlock",

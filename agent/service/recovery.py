@@ -26,7 +26,7 @@ from agent.capture.model import Capture
 from agent.config.model import Config, ControllerSettings, JointSettings
 from agent.errors import AgentError
 from agent.kinds.backlash.kind import backlash_cycle
-from agent.kinds.base import AnalysisContext, CycleKind, JointJob
+from agent.kinds.base import AnalysisContext, JointJob, KindHandler
 from agent.logfmt import kv
 
 log = logging.getLogger("jha.recovery")
@@ -137,7 +137,7 @@ def _joint_of(config: Config, orphan: Orphan) -> tuple[ControllerSettings, Joint
 async def recover(
     config: Config,
     orphans: list[Orphan],
-    kind: CycleKind,
+    kind: KindHandler,
     analysis: AnalysisContext,
     report: Callable[[ControllerSettings, list[JointJob]], Awaitable[None]],
     run_blocking: Callable[..., Awaitable[object]],

@@ -23,8 +23,8 @@ from agent.errors import AgentError, CycleAborted, InterlockError
 from agent.kinds.base import (
     AnalysisContext,
     AnalysisRefused,
-    CycleKind,
     JointJob,
+    KindHandler,
     stamp,
     utcnow,
 )
@@ -34,7 +34,7 @@ from agent.service.identification import RunnerIdentification
 from agent.service.interlocks import check_interlocks, run_guarded_cycle
 from agent.service.queue import CycleQueue, PendingCycle
 from agent.service.triggers import ScheduleState, schedule_due, stop_begins, stopped
-from drivers.base import Capability, ControllerMode, ControllerStatus, Cycle, Driver
+from drivers.base import Capability, ControllerMode, ControllerStatus, Cycle, CycleKind, Driver
 
 log = logging.getLogger("jha.daemon")
 
@@ -48,7 +48,7 @@ class RunnerEnv:
     """What a controller task gets from the daemon."""
 
     state_dir: Path
-    kinds: dict[str, CycleKind]
+    kinds: dict[str, KindHandler]
     analysis: AnalysisContext
     make_driver: Callable[[ControllerSettings], Driver]
     on_driver: Callable[[str, Driver], None]
@@ -113,7 +113,7 @@ class ControllerRunner:
             )
         chosen = [j for j in self.ctrl.joints if joint is None or j.name == joint]
         now_s = time.monotonic()
-        kind = self.env.kinds["backlash"]
+        kind = self.env.kinds[CycleKind.BACKLASH]
         for order, j in enumerate(self.ctrl.joints):
             if j in chosen:
                 needs_s = kind.needs_s(self.ctrl, j)

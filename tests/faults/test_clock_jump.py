@@ -6,7 +6,7 @@ pool workers read the new wall time at once; the monotonic clock is left alone, 
 or a clock set by hand leaves it. The clock goes back a day, forward a day and three hours, then
 back five seconds (report directories are named by the second: those names come round
 again). Afterwards: nothing recorded is lost, the trend and latest() keep the order the cycles
-ran (agent.history.store.CLOCKED_TRIGGERS), and no report overwrote another.
+ran (agent.history.records.CLOCKED_TRIGGERS), and no report overwrote another.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from agent.history.store import CLOCK_STEP_S, Estimate, HistoryStore
+from agent.history.records import CLOCK_STEP_S, Estimate
+from agent.history.store import HistoryStore
 from tests.faults import audit, config, cycle_count, lost, start, terminate, wait_for
 from tests.summary import fault, record
 

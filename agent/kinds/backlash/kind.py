@@ -20,7 +20,7 @@ from agent.errors import EstimationError
 from agent.estimation.backlash.result import BacklashResult
 from agent.kinds.base import AnalysisContext, JointJob, estimate_s, utcnow
 from agent.logfmt import kv
-from drivers.base import BacklashCycle, Cycle
+from drivers.base import BacklashCycle, Cycle, CycleKind
 
 if TYPE_CHECKING:
     from agent.history.store import HistoryStore
@@ -99,7 +99,7 @@ def calibration_from_sweep(points: list[tuple[float, float]], path: Path) -> dic
 class BacklashKind:
     """Paper 000's constant-speed cycle, its signature fit and delta = f(A) calibration."""
 
-    name = "backlash"
+    name = CycleKind.BACKLASH
 
     def make_cycle(
         self, ctx: AnalysisContext, ctrl: ControllerSettings, joint: JointSettings | None
@@ -173,7 +173,7 @@ class BacklashKind:
 
     def record(self, store: HistoryStore, job: JointJob) -> list[int]:
         from agent.health.verdicts import assess_backlash
-        from agent.history.store import estimates_for
+        from agent.history.records import estimates_for
 
         joint = _joint(job.joint)
         if job.outcome == "dry_run":

@@ -44,7 +44,7 @@ from agent.estimation.identification.fit import (
     identify,
 )
 from agent.estimation.identification.signal_chain import FilterSettings
-from agent.history.store import Estimate
+from agent.history.records import Estimate
 from agent.models.robot.description import RobotDescription, load_robot
 from agent.report.evidence import EvidencePlot, EvidenceSeries
 from drivers.base import ExcitationCycle
@@ -227,7 +227,7 @@ def _load_design(path: Path) -> tuple[FourierTrajectory, float] | None:
 
 @dataclass(frozen=True)
 class IdentificationOutcome:
-    """Per joint: indicators (agent.history.store.Estimate) and evidence plots; the fit's summary."""
+    """Per joint: indicators (agent.history.records.Estimate) and evidence plots; the fit's summary."""
 
     controller: str
     robot: str

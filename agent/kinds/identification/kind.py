@@ -36,11 +36,11 @@ from agent.config.identification import IdentificationCycleSettings
 from agent.config.identification_limits import LIMITS_KEY, limits_detail
 from agent.config.model import ControllerSettings, JointSettings
 from agent.errors import ConfigError, EstimationError
-from agent.history.store import Estimate
+from agent.history.records import Estimate
 from agent.kinds.base import AnalysisContext, AnalysisRefused, JointJob, utcnow
 from agent.logfmt import kv
 from agent.report.evidence import EvidencePlot
-from drivers.base import Cycle, ExcitationCycle
+from drivers.base import Cycle, CycleKind, ExcitationCycle
 
 if TYPE_CHECKING:
     from agent.history.store import HistoryStore
@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-KIND = "identification"
+KIND = CycleKind.IDENTIFICATION
 ALL_JOINTS = "all"  # the PendingCycle.joint of a whole-robot cycle (ExcitationCycle.joint)
 DESIGN_DIR = "identification"  # under the state dir: the cached trajectory designs
 

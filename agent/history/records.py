@@ -1,0 +1,147 @@
+"""What the history holds: the records of cycles, estimates and reports, and the vocabularies
+of their fields (how a cycle ended, what started it). Plain frozen values; the SQLite side is
+agent.history.store's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from agent.estimation.backlash.result import BacklashResult
+
+
+class Outcome(StrEnum):
+    """How a cycle ended, as the history records it."""
+
+    OK = "ok"  # measured and analysed: its estimates are data
+    ABORTED = "aborted"  # motion stopped before the capture was complete
+    REJECTED = "rejected"  # refused before motion, or a capture the estimator cannot trust
+    ERROR = "error"  # the cycle or its analysis failed: the joint's health is unknown now
+    DRY_RUN = "dry_run"  # `jha run --dry-run`: interlocks checked, nothing moved (never recorded)
+
+
+# What the history accepts (a dry run is reported, never recorded).
+OUTCOMES = tuple(o.value for o in Outcome if o is not Outcome.DRY_RUN)
+
+
+class Trigger(StrEnum):
+    """What started a cycle."""
+
+    PRODUCTION_STOP = "production_stop"
+    SCHEDULE = "schedule"
+    ON_DEMAND = "on_demand"  # `jha cycle now`
+    ONCE = "once"  # `jha run --once`
+    MANUAL = "manual"  # an estimate recorded from the command line (--record)
+    RECOVERED = "recovered"  # a capture a crash left unrecorded, analysed at the next start
+
+
+# What started a cycle. Checked here rather than by a CHECK constraint, which SQLite cannot
+# alter without rebuilding the table; "manual" is an estimate recorded from the command line.
+TRIGGERS = tuple(t.value for t in Trigger)
+
+# Cycles timed by the daemon's clock as they run. The wall clock may be stepped back under a
+# running daemon (NTP, a clock set by hand): such a cycle then carries an earlier time than the
+# ones before it, yet it is the newer. A cycle recorded more than CLOCK_STEP_S before the latest
+# time the daemon recorded so far is taken as such, and sorts (seq_at) at that latest time, so
+# trends and latest() keep it after the cycles recorded before the step. Cycles a little out of
+# order (a stop's fit finishing after the next stop's) still sort by their own time, as do
+# cycles given their time ("manual": recorded from the command line; "recovered": a capture
+# from before a crash, recorded at the next start).
+CLOCK_STEP_S = 600.0
+CLOCKED_TRIGGERS = tuple(
+    t.value for t in (Trigger.PRODUCTION_STOP, Trigger.SCHEDULE, Trigger.ON_DEMAND, Trigger.ONCE)
+)
+
+# What a backlash cycle records (estimates_for); every other indicator is "other" to the report.
+BACKLASH_INDICATORS = ("amplitude_rad_s", "backlash_rad")
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """One indicator value to record with a cycle; `detail` must be JSON-serialisable."""
+
+    indicator: str
+    value: float
+    unit: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "indicator": self.indicator,
+            "value": self.value,
+            "unit": self.unit,
+            "detail": dict(self.detail),
+        }
+
+
+@dataclass(frozen=True)
+class CycleRecord:
+    id: int
+    controller: str
+    joint: str
+    kind: str
+    started_at: str
+    finished_at: str | None
+    outcome: str
+    reason: str
+    capture_path: str | None
+    estimates: tuple[Estimate, ...] = ()
+    status: str | None = None
+    status_reason: str | None = None
+    ne107: str | None = None
+    trigger: str | None = None
+    report_message_id: str | None = None
+    report_path: str | None = None
+
+    def estimate(self, indicator: str) -> Estimate | None:
+        return next((e for e in self.estimates if e.indicator == indicator), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "controller": self.controller,
+            "joint": self.joint,
+            "kind": self.kind,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "capture_path": self.capture_path,
+            "estimates": [e.to_dict() for e in self.estimates],
+            "status": self.status,
+            "status_reason": self.status_reason,
+            "ne107": self.ne107,
+            "trigger": self.trigger,
+            "report_message_id": self.report_message_id,
+            "report_path": self.report_path,
+        }
+
+
+@dataclass(frozen=True)
+class ReportRecord:
+    """A report written from the history: its message id (MQTT accounting) and where it is."""
+
+    message_id: str
+    created_at: str
+    path: str | None
+    cycle_ids: tuple[int, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "message_id": self.message_id,
+            "created_at": self.created_at,
+            "path": self.path,
+            "cycle_ids": list(self.cycle_ids),
+        }
+
+
+def estimates_for(result: BacklashResult) -> tuple[Estimate, ...]:
+    """The indicators a backlash fit contributes to the history (fit details on the amplitude)."""
+    detail = result.to_dict(evidence=False)
+    found = [Estimate("amplitude_rad_s", result.amplitude_rad_s, "rad/s", detail)]
+    if result.backlash_rad is not None:
+        found.append(Estimate("backlash_rad", result.backlash_rad, "rad"))
+    return tuple(found)
