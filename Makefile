@@ -21,9 +21,7 @@ demo: $(STAMP)
 sysdeps:
 	scripts/system-deps.sh
 
-test: $(STAMP) sysdeps
-	$(VENV)/bin/ruff check .
-	$(VENV)/bin/mypy agent drivers
+test: $(STAMP) sysdeps lint
 	$(PY) -m pytest -q
 
 bench: $(STAMP) sysdeps
@@ -36,9 +34,13 @@ ATHERIS_RUNS ?= $(FUZZ_CASES)
 fuzz: $(STAMP)
 	$(PY) -m tests.fuzz --cases $(FUZZ_CASES) --atheris-runs $(ATHERIS_RUNS)
 
+# Style, types, and the architecture: import-linter checks the layers and that nothing imports in
+# a cycle (contracts in pyproject.toml, [tool.importlinter]).
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy agent drivers
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) var build *.egg-info

@@ -6,6 +6,7 @@ from __future__ import annotations
 EX_OK = 0
 EX_USAGE = 64
 EX_DATAERR = 65
+EX_UNAVAILABLE = 69  # the daemon or the stream asked for cannot be reached
 EX_SOFTWARE = 70
 EX_IOERR = 74
 EX_CONFIG = 78

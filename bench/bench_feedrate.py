@@ -34,7 +34,8 @@ from typing import Any
 from agent.feedrate.circular_test import circle_program, circular_test, lead_mm
 from agent.feedrate.executor import execute_program
 from agent.feedrate.filter.fast import FastModalState
-from agent.feedrate.filter.toolpath_filter import FeedrateFilter, filter_lines
+from agent.feedrate.filter.program import filter_lines
+from agent.feedrate.filter.toolpath_filter import FeedrateFilter
 from agent.feedrate.gcode.emit import GcodeEmitter
 from agent.feedrate.gcode.parser import ModalState
 from agent.feedrate.machine import (

@@ -20,14 +20,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agent.feedrate.streaming.grbl import (
-    DncOptions,
-    GrblOptions,
-    StreamResult,
-    stream_dnc,
-    stream_grbl,
-)
+from agent.feedrate.streaming.dnc import DncOptions, stream_dnc
+from agent.feedrate.streaming.grbl import GrblOptions, stream_grbl
 from agent.feedrate.streaming.serial_channel import open_serial
+from agent.feedrate.streaming.session import StreamResult
 
 PEER = Path(__file__).resolve().parent.parent / "tests" / "peers" / "grbl_controller.py"
 

@@ -33,20 +33,24 @@ from agent.estimation.identification.excitation import (
     design_excitation,
     random_excitation,
 )
-from agent.estimation.identification.fit import (
+from agent.estimation.identification.filters import FilterSettings
+from agent.estimation.identification.fit import identify, identify_kinematics
+from agent.estimation.identification.model import (
     IdentificationSettings,
     elastic_base,
-    identify,
-    identify_kinematics,
     kinematics,
     nominal_model,
+)
+from agent.estimation.identification.robot_signals import robot_signals
+from agent.estimation.identification.validation import (
     normalised_mean_error,
     true_parameters,
     validate,
 )
-from agent.estimation.identification.signal_chain import FilterSettings, robot_signals
 from agent.models.robot import elastic as er
 from agent.models.robot.description import RobotDescription, load_robot
+from agent.models.robot.elastic_measure import ElasticRun, add_noise_snr, measure
+from agent.models.robot.friction import FrictionNonlinearity
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 SNR_DB = (None, 200.0, 100.0, 80.0, 70.0, 20.0)
@@ -68,9 +72,9 @@ def simulate(
     periods: int,
     *,
     model: RobotDescription | None = None,
-    friction: er.FrictionNonlinearity | None = None,
+    friction: FrictionNonlinearity | None = None,
     hold_s: float = 0.5,
-) -> er.ElasticRun:
+) -> ElasticRun:
     t, q, qd, qdd = traj.sample(1000.0, periods, hold_s)
     started = time.perf_counter()
     run = er.simulate(truth, t, q, qd, qdd, friction=friction, model=model)
@@ -114,7 +118,7 @@ def identifiability() -> None:
 # ------------------------------------------------------------------------------- 2, 3
 
 
-def paper002_planar(quick: bool) -> tuple[RobotDescription, er.ElasticRun]:
+def paper002_planar(quick: bool) -> tuple[RobotDescription, ElasticRun]:
     print("\n-- paper 002, 2-DoF planar arm (a = 0.5 m, l = 0.25 m, m = 20 / 10 kg)")
     r = robot("planar2")
     period = 4.0 if quick else 8.0
@@ -123,9 +127,9 @@ def paper002_planar(quick: bool) -> tuple[RobotDescription, er.ElasticRun]:
         f"  excitation: cond {ex.initial_condition_number:.1f} -> {ex.condition_number:.1f} "
         f"in {ex.seconds:.1f} s"
     )
-    nl = er.FrictionNonlinearity.typical(r, stribeck=0.5, ripple=0.0)  # paper 002, Fig. 3
+    nl = FrictionNonlinearity.typical(r, stribeck=0.5, ripple=0.0)  # paper 002, Fig. 3
     run = simulate(r, ex.trajectory, 1, friction=nl, hold_s=0.45)
-    caps = er.measure(run, r)  # 1,250,000 counts per turn, as in the paper
+    caps = measure(run, r)  # 1,250,000 counts per turn, as in the paper
     print(f"  {len(run.time_s)} samples (paper: 8900)")
     print(f"  {'':34s} {'all params':>10s} {'w/o static fr.':>14s}")
     print(errors_line("paper 002 (its Table 1)", 0.103, 0.00862))
@@ -151,17 +155,17 @@ def paper002_planar(quick: bool) -> tuple[RobotDescription, er.ElasticRun]:
     return r, run
 
 
-def snr_sweep(r: RobotDescription, run: er.ElasticRun) -> None:
+def snr_sweep(r: RobotDescription, run: ElasticRun) -> None:
     print("\n-- paper 002, noise (SN in dB: noise std = std(signal) * 10^(-SN/20))")
     print("  SN      paper protocol: noise on q,q',q'',th,th',th''   noise on the raw encoders")
     print("          all params   w/o static fr.                     all params   w/o static fr.")
-    clean = kinematics(robot_signals(er.measure(run, r), r), OURS.filter)
+    clean = kinematics(robot_signals(measure(run, r), r), OURS.filter)
     for snr in SNR_DB:
         rng = np.random.default_rng(2)
         kin = clean
         if snr is not None:
             noisy = {
-                f: er.add_noise_snr(getattr(clean, f), snr, rng)
+                f: add_noise_snr(getattr(clean, f), snr, rng)
                 for f in ("q", "qd", "qdd", "th", "thd", "thdd")
             }
             kin = replace(clean, **noisy)
@@ -171,7 +175,7 @@ def snr_sweep(r: RobotDescription, run: er.ElasticRun) -> None:
                 if source == "kinematics":
                     res = identify_kinematics(kin, r, OURS)
                 else:
-                    res = identify(er.measure(run, r, snr_db=snr, seed=3), r, OURS)
+                    res = identify(measure(run, r, snr_db=snr, seed=3), r, OURS)
                 cells.append(
                     f"{normalised_mean_error(res, r)[0]:10.4g} "
                     f"{normalised_mean_error(res, r, skip=('fc',))[0]:14.4g}"
@@ -199,9 +203,9 @@ def paper002_puma(quick: bool) -> None:
         f"  excitation: cond {ex.initial_condition_number:.1f} -> {ex.condition_number:.1f} "
         f"in {ex.seconds:.1f} s"
     )
-    nl = er.FrictionNonlinearity.typical(r, stribeck=0.5, ripple=0.0)  # paper 002, Fig. 3
+    nl = FrictionNonlinearity.typical(r, stribeck=0.5, ripple=0.0)  # paper 002, Fig. 3
     run = simulate(r, ex.trajectory, 1, friction=nl)
-    caps = er.measure(run, r)
+    caps = measure(run, r)
     print(f"  {'':34s} {'all params':>10s} {'w/o static fr.':>14s}")
     print(errors_line("paper 002", 0.123, float("nan")))
     for label, st in (("paper's settings (every row)", PAPER_002), ("ours", OURS)):
@@ -220,7 +224,7 @@ def paper002_puma(quick: bool) -> None:
         if "stiffness not seen" in w:
             print(f"  {w}")
     rippled = replace(nl, ripple_nm=tuple(0.05 * j.coulomb_nm for j in r.joints))
-    res = identify(er.measure(simulate(r, ex.trajectory, 1, friction=rippled), r), r, OURS)
+    res = identify(measure(simulate(r, ex.trajectory, 1, friction=rippled), r), r, OURS)
     print(
         errors_line(
             "ours, + strain-wave ripple 5 % Fc",
@@ -239,7 +243,7 @@ def paper004_ur5e(quick: bool) -> None:
     print("\n-- paper 004, UR5e: calibrated vs CAD model on three validation trajectories")
     cad = robot("ur5e")
     truth = er.perturbed(cad, seed=7)  # the robot as built: masses, CoM, inertias, friction off
-    nl = er.FrictionNonlinearity.typical(truth, stribeck=0.5, ripple=0.05, load_fraction=0.02)
+    nl = FrictionNonlinearity.typical(truth, stribeck=0.5, ripple=0.05, load_fraction=0.02)
     period = 4.0 if quick else 10.0
     ex = design_excitation(cad, ExcitationSettings(period_s=period, maxiter=5 if quick else 40))
     print(
@@ -248,14 +252,14 @@ def paper004_ur5e(quick: bool) -> None:
     )
     run = simulate(truth, ex.trajectory, 1 if quick else 3, model=cad, friction=nl)
     noise = np.array([1.0, 1.0, 0.5, 0.1, 0.1, 0.1])  # drive torque noise, N·m (link side)
-    caps = er.measure(run, truth, torque_noise_nm=noise, seed=1)
+    caps = measure(run, truth, torque_noise_nm=noise, seed=1)
     vals = []
     for k in range(3):
         tr = random_excitation(
             cad, ExcitationSettings(period_s=(3.0 if quick else 6.0) + 2 * k), seed=100 + k
         )
         vals.append(
-            er.measure(
+            measure(
                 simulate(truth, tr, 1, model=cad, friction=nl),
                 truth,
                 torque_noise_nm=noise,
@@ -295,9 +299,7 @@ def paper004_ur5e(quick: bool) -> None:
     timing(cad, caps)
 
 
-def wls_vs_ols(
-    cad: RobotDescription, truth: RobotDescription, run: er.ElasticRun, vals: list
-) -> None:
+def wls_vs_ols(cad: RobotDescription, truth: RobotDescription, run: ElasticRun, vals: list) -> None:
     print(
         "\n-- WLS against OLS with torque noise that differs across joints (N·m: 4 on joints "
         "1-3, 0.02 on 4-6)"
@@ -311,7 +313,7 @@ def wls_vs_ols(
         "  seed  model    |base error| OLS   WLS   model NMSE OLS    WLS   measured NMSE OLS   WLS"
     )
     for seed in range(3):
-        caps = er.measure(run, truth, torque_noise_nm=[4.0, 4.0, 4.0, 0.02, 0.02, 0.02], seed=seed)
+        caps = measure(run, truth, torque_noise_nm=[4.0, 4.0, 4.0, 0.02, 0.02, 0.02], seed=seed)
         for model in ("rigid", "elastic"):
             err, nm, mm = [], [], []
             for method in ("ols", "wls"):

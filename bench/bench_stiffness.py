@@ -10,13 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
-from agent.estimation.stiffness.design import (
-    CRITERIA,
-    TcpDesignSettings,
-    design_dual_encoder,
-    design_tcp,
-    random_feasible_tcp,
-)
+from agent.estimation.stiffness.design import TcpDesignSettings, design_tcp, random_feasible_tcp
+from agent.estimation.stiffness.design_dual import design_dual_encoder
+from agent.estimation.stiffness.design_solver import CRITERIA
 from agent.estimation.stiffness.inference import (
     estimate_dual_encoder,
     estimate_stiffness,
@@ -27,9 +23,11 @@ from agent.models.robot.compliance import (
     InfeasibleRequestError,
     Payload,
     compliance_model,
+    with_payload,
+)
+from agent.models.robot.compliance_measurements import (
     simulate_dual_encoder,
     simulate_tcp_measurements,
-    with_payload,
 )
 from agent.models.robot.description import load_robot
 

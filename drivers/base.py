@@ -69,7 +69,8 @@ class ControllerStatus:
 
 @dataclass(frozen=True)
 class BacklashCycle:
-    """Constant-speed test of paper 000: the joint axis horizontal, the motor at constant speed."""
+    """Constant-speed test of Giovannitti et al. 2022: the joint axis horizontal, the motor at
+    constant speed."""
 
     controller: str
     joint: str
@@ -101,7 +102,7 @@ class BacklashCycle:
         return CaptureMeta(
             machine=machine,
             joint=self.joint,
-            cycle=self.kind,
+            cycle=self.kind.value,  # plain str: the meta goes into YAML sidecars and JSON
             commanded_speed_rad_s=self.motor_speed_rad_s,
             gear_ratio=self.gear_ratio,
             encoder_bits=self.encoder_bits if encoder_bits is None else encoder_bits,
@@ -113,14 +114,16 @@ class BacklashCycle:
 
 @dataclass(frozen=True)
 class ExcitationCycle:
-    """Identification test of papers 002/004: every joint follows one finite Fourier series.
+    """Identification test (Zollo, Lopez et al. 2014; Madsen et al. 2020): every joint follows
+    one finite Fourier series.
 
     Joint j (in the order of `joints`) follows, with w = 2 pi / period_s and l = 1..L,
         q_j(t) = q0_j + sum_l a_jl / (w l) sin(w l t) - b_jl / (w l) cos(w l t)
-    (agent.estimation.identification.excitation.FourierTrajectory), starting and ending each period at rest in
-    the start pose q(0). The cycle is: settle_s standing still at the start pose (discarded),
-    then the captured part: hold_s at rest, `periods` periods of motion, hold_s at rest. Moving
-    to the start pose is not part of it: the interlocks require the robot to stand there.
+    (agent.estimation.identification.excitation.FourierTrajectory), starting and ending each
+    period at rest in the start pose q(0). The cycle is: settle_s standing still at the start
+    pose (discarded), then the captured part: hold_s at rest, `periods` periods of motion,
+    hold_s at rest. Moving to the start pose is not part of it: the interlocks require the
+    robot to stand there.
     The capture holds every joint's link position, motor position and motor torque
     (agent.capture.multi.MultiCapture).
     """
@@ -184,7 +187,7 @@ class ExcitationCycle:
         return CaptureMeta(
             machine=machine,
             joint=self.joint,
-            cycle=self.kind,
+            cycle=self.kind.value,  # plain str: the meta goes into YAML sidecars and JSON
             encoder_bits=self.encoder_bits if encoder_bits is None else encoder_bits,
             sample_rate_hz=self.sample_rate_hz,
             started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -216,11 +219,16 @@ class Driver(abc.ABC):
 
     Every coroutine may raise DriverError. `run_cycle` must leave the machine stopped when it
     returns or raises, including on cancellation (the daemon cancels it when an interlock drops).
+
+    Where a driver stops motion: its `stop_motion`, in drivers/<name>/driver.py. The package's
+    docstring (drivers/<name>/__init__.py) says what else stops it: the controller's own
+    watchdog, the UR worker process.
     """
 
     name: ClassVar[str] = "abstract"
     capabilities: ClassVar[Capability] = Capability.NONE
-    # The frozen dataclass the driver's `settings:` section is validated into (agent.schema.validate).
+    # The frozen dataclass the driver's `settings:` section is validated into
+    # (agent.schema.validate).
     settings_type: ClassVar[type[Any] | None] = None
 
     def __init__(self, controller: str, settings: Any, joints: tuple[Any, ...]) -> None:

@@ -9,7 +9,8 @@ import pytest
 
 from agent.config.model import BacklashCycleSettings, JointSettings
 
-# Paper 000's test: 100 motor rev/s through a 40:1 gear, so one load turn lasts T_f = 0.4 s.
+# The test of Giovannitti et al. 2022: 100 motor rev/s through a 40:1 gear, so one load turn
+# lasts T_f = 0.4 s.
 MOTOR_SPEED_RPS = 100.0
 GEAR_RATIO = 40.0
 
@@ -46,8 +47,8 @@ def make_joint() -> Callable[..., JointSettings]:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
-    """Print the figures tests recorded in tests.summary (fuzzing, faults, security)."""
-    from tests.summary import render
+    """Print the figures tests recorded in tests.support.summary (fuzzing, faults, security)."""
+    from tests.support.summary import render
 
     lines = render()
     if not lines:
@@ -66,7 +67,7 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Any:
     marker = item.get_closest_marker("security")
     if marker is None or report.when != "call":
         return
-    from tests.summary import security
+    from tests.support.summary import security
 
     check = str(marker.args[0]) if marker.args else item.name
     # A parametrized check passes only if every case does: a later pass never hides a failure.

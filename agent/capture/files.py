@@ -8,8 +8,7 @@ string {"format_version": 1, "meta": {...}}; read without pickle.
 Every problem with a file raises CaptureError naming the file, the line (CSV) and the column.
 What is written is checked by the same rules as what is read, so every saved capture loads back.
 All writes are atomic (agent.atomic).
-The metadata rules are agent.capture.metadata's, the sample rules agent.capture.checks'; every name
-stays importable from here.
+The metadata rules are agent.capture.metadata's, the sample rules agent.capture.checks'.
 """
 
 from __future__ import annotations
@@ -26,34 +25,13 @@ import yaml
 from agent.atomic import atomic_write_bytes, atomic_write_text, atomic_writer
 from agent.capture.checks import (
     COUNT_CHANNELS,
-    MOTOR_CHANNELS,
-    Locate,
     at_line,
     at_sample,
-    capture_with_positions,
     check_content,
 )
 from agent.capture.metadata import check_meta, merge_meta, meta_from_mapping, read_sidecar
 from agent.capture.model import CHANNEL_UNITS, Array, Capture, CaptureMeta
 from agent.errors import CaptureError
-
-__all__ = [
-    "ACCEPTED_COLUMNS",
-    "COUNT_CHANNELS",
-    "MOTOR_CHANNELS",
-    "NPZ_FORMAT_VERSION",
-    "SIDECAR_SUFFIX",
-    "Locate",
-    "StrPath",
-    "capture_with_positions",
-    "load_capture",
-    "read_csv",
-    "read_npz",
-    "save_capture",
-    "sidecar_path",
-    "write_csv",
-    "write_npz",
-]
 
 StrPath = str | os.PathLike[str]
 
@@ -269,7 +247,7 @@ def _npz_entries(path: StrPath, source: str) -> dict[str, np.ndarray]:
             with loaded:
                 entries = {name: loaded[name] for name in loaded.files}
             # numpy hands out an entry without the .npy magic as raw bytes, not an array
-            # (found by tests/fuzz/atheris_capture.py).
+            # (found by tests/fuzz/atheris/capture.py).
             raw = sorted(n for n, value in entries.items() if not isinstance(value, np.ndarray))
             if raw:
                 raise CaptureError(source, f"archive entry {raw[0]!r} is not a .npy array")

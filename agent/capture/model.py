@@ -52,7 +52,7 @@ class CaptureMeta:
 
     @property
     def load_turn_period_s(self) -> float | None:
-        """T_f of paper 000: time for one load turn at the commanded motor speed."""
+        """T_f of Giovannitti et al. 2022: time for one load turn at the commanded motor speed."""
         if not self.commanded_speed_rad_s or not self.gear_ratio:
             return None
         return 2.0 * math.pi * self.gear_ratio / abs(self.commanded_speed_rad_s)

@@ -11,19 +11,15 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from agent.config.load import load_config
 from agent.config.model import Config, ControllerSettings
 from agent.errors import EX_USAGE, AgentError, ConfigError
-from agent.history.records import Estimate
+from agent.history.records import Estimate, Trigger
 from agent.history.store import HistoryStore
 
-if TYPE_CHECKING:  # the report loads scipy: imported when used, so `jha --help` stays quick
-    pass
-
-
-# The installed service's config (systemd/joint-health-agent.service, agent.cli.service).
+# The installed service's config (systemd/joint-health-agent.service).
 DEFAULT_CONFIG = Path("/etc/joint-health-agent/config.yaml")
 
 
@@ -99,7 +95,7 @@ def record_joint_estimates(
                     started_at=started_at,
                     finished_at=finished,
                     estimates=estimates,
-                    trigger="manual",
+                    trigger=Trigger.MANUAL,
                 )
             )
         for joint, reason in (skipped or {}).items():
@@ -111,7 +107,7 @@ def record_joint_estimates(
                     started_at=started_at,
                     finished_at=finished,
                     reason=reason,
-                    trigger="manual",
+                    trigger=Trigger.MANUAL,
                 )
             )
     return ids
@@ -126,7 +122,8 @@ def print_json(data: Any, allow_nan: bool = False) -> None:
 
 
 def run_standalone(register: Callable[[Any], None]) -> NoReturn:
-    """`python -m agent.cli_X ...`: one command group without agent.cli.main, errors as exit codes."""
+    """`python -m agent.cli.<group> ...`: one command group without agent.cli.main, errors as
+    exit codes."""
     parser = argparse.ArgumentParser(prog="jha")
     register(parser.add_subparsers(dest="command", required=True))
     ns = parser.parse_args()

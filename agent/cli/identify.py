@@ -1,7 +1,6 @@
 """`jha identify CAPTURE --robot FILE [--method ols|wls] [--json]`: dynamic identification of a
-robot with two encoders per joint (papers 002 and 004) from an excitation capture, and
-`jha simulate identification --robot FILE -o CAPTURE.npz`: such a capture from the simulated
-robot (the sim driver's excitation cycle), to try it.
+robot with two encoders per joint (Zollo, Lopez et al. 2014; Madsen et al. 2020) from an
+excitation capture (`jha simulate identification` makes one from the simulated robot).
 
 CAPTURE is a multi-joint capture (.npz of the excitation cycle), a directory holding one
 capture file per joint (.npz, or .csv with its .meta.yaml sidecar), or the files themselves.
@@ -24,12 +23,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.errors import EX_OK, CaptureError, ConfigError
-from agent.history.records import Estimate
+from agent.errors import EX_OK, CaptureError
+from agent.history.records import Estimate, Outcome
 
 if TYPE_CHECKING:  # the estimator loads scipy: imported by the command, not by `jha --help`
     from agent.capture.model import Capture
-    from agent.estimation.identification.fit import IdentificationResult, IndicatorRow
+    from agent.estimation.identification.result import IdentificationResult, IndicatorRow
 
 CAPTURE_SUFFIXES = (".npz", ".csv")
 
@@ -38,7 +37,8 @@ def register(subparsers: Any) -> None:
     """Add the `identify` sub-command to the `jha` parser's sub-parsers."""
     p = subparsers.add_parser(
         "identify",
-        help="dynamic identification from a dual-encoder excitation capture (papers 002, 004)",
+        help="dynamic identification from a dual-encoder excitation capture "
+        "(Zollo, Lopez et al. 2014; Madsen et al. 2020)",
         description=__doc__.split("\n\n")[1] if __doc__ else None,
     )
     p.add_argument(
@@ -54,8 +54,9 @@ def register(subparsers: Any) -> None:
         "--model",
         choices=["elastic", "rigid"],
         default="elastic",
-        help="elastic: paper 002 (identifies rotor inertia and stiffness); rigid: "
-        "paper 004 IDIM with rotor-side compensation (rotor inertia from the file)",
+        help="elastic: Zollo, Lopez et al. 2014 (identifies rotor inertia and stiffness); "
+        "rigid: Madsen et al. 2020 IDIM with rotor-side compensation (rotor inertia from the "
+        "file)",
     )
     p.add_argument(
         "--max-condition",
@@ -82,99 +83,6 @@ def register(subparsers: Any) -> None:
 
     add_record_options(p)
     p.set_defaults(func=_cmd_identify)
-    simulate = _subcommands(subparsers, "simulate")
-    if simulate is not None and "identification" not in simulate.choices:
-        register_simulate(simulate)
-
-
-def _subcommands(subparsers: Any, name: str) -> Any:
-    """The sub-parsers of the existing command `name` (argparse has no public way to them)."""
-    parser = subparsers.choices.get(name)
-    if parser is None:
-        return None
-    return next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
-
-
-def register_simulate(simulate_subparsers: Any) -> None:
-    """Add `identification` to `jha simulate`'s sub-parsers."""
-    p = simulate_subparsers.add_parser(
-        "identification",
-        help="excitation capture of a simulated robot with elastic joints (papers 002, 004)",
-    )
-    p.add_argument("--robot", required=True, type=Path, help="robot description (YAML)")
-    p.add_argument("-o", "--output", type=Path, required=True, metavar="CAPTURE.npz")
-    p.add_argument("--period-s", type=float, default=4.0, help="excitation period")
-    p.add_argument("--harmonics", type=int, default=4)
-    p.add_argument("--periods", type=int, default=2, help="periods captured")
-    p.add_argument("--sample-rate", type=float, default=1000.0)
-    p.add_argument("--maxiter", type=int, default=40, help="excitation design iterations")
-    p.add_argument(
-        "--friction-scale",
-        action="append",
-        default=[],
-        metavar="JOINT=X",
-        help="wear: that joint's friction times X (repeatable)",
-    )
-    p.add_argument(
-        "--stiffness-scale", action="append", default=[], metavar="JOINT=X",
-        help="wear: that joint's stiffness times X (repeatable)",
-    )  # fmt: skip
-    p.add_argument("--torque-noise-nm", type=float, default=0.0, help="drive torque noise std")
-    p.add_argument("--seed", type=int, default=0)
-    p.set_defaults(func=_cmd_simulate_identification)
-
-
-def _scales(items: Sequence[str], option: str) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for item in items:
-        joint, _, value = item.partition("=")
-        try:
-            out[joint.strip()] = float(value)
-        except ValueError:
-            raise ConfigError(f"{option}: expected JOINT=NUMBER, found {item!r}") from None
-        if not (joint.strip() and out[joint.strip()] > 0):
-            raise ConfigError(f"{option}: expected JOINT=NUMBER > 0, found {item!r}")
-    return out
-
-
-def _cmd_simulate_identification(args: argparse.Namespace) -> int:
-    from agent.capture.multi import save_multi_capture
-    from agent.config.identification import (
-        ExcitationDesignSettings,
-        IdentificationCycleSettings,
-    )
-    from agent.config.model import ControllerSettings
-    from agent.kinds.identification.analysis import excitation_cycle
-    from drivers.sim.excitation import simulate_excitation
-    from drivers.sim.settings import SimJointWear, SimRobotSettings
-
-    friction = _scales(args.friction_scale, "--friction-scale")
-    stiffness = _scales(args.stiffness_scale, "--stiffness-scale")
-    wear = {
-        j: SimJointWear(friction_scale=friction.get(j, 1.0), stiffness_scale=stiffness.get(j, 1.0))
-        for j in {*friction, *stiffness}
-    }
-    settings = IdentificationCycleSettings(
-        robot=str(args.robot),
-        sample_rate_hz=args.sample_rate,
-        settle_s=0.0,
-        trajectory=ExcitationDesignSettings(
-            period_s=args.period_s,
-            harmonics=args.harmonics,
-            periods=args.periods,
-            maxiter=args.maxiter,
-            seed=args.seed,
-        ),
-    )
-    cycle = excitation_cycle(ControllerSettings(name="sim", driver="sim", identification=settings))
-    truth = SimRobotSettings(robot=str(args.robot), wear=wear, torque_noise_nm=args.torque_noise_nm)
-    capture = simulate_excitation(cycle, truth, args.seed, "sim")
-    save_multi_capture(capture, args.output)
-    print(
-        f"{args.output}: {len(capture)} samples of {len(capture.joints)} joints at "
-        f"{capture.sample_rate_hz:g} Hz ({cycle.robot}, {cycle.periods} x {cycle.period_s:g} s)"
-    )
-    return EX_OK
 
 
 def load_captures(files: Sequence[Path]) -> list[Capture]:
@@ -226,8 +134,9 @@ def identification_estimates(
 
 def _cmd_identify(args: argparse.Namespace) -> int:
     from agent.cli.common import record_joint_estimates, recording_target
-    from agent.estimation.identification.fit import IdentificationSettings, identify
-    from agent.estimation.identification.signal_chain import FilterSettings
+    from agent.estimation.identification.filters import FilterSettings
+    from agent.estimation.identification.fit import identify
+    from agent.estimation.identification.model import IdentificationSettings
     from agent.models.robot.description import load_robot
 
     target = recording_target(args)  # a bad config or controller fails before the fit
@@ -288,7 +197,8 @@ def _cmd_identify(args: argparse.Namespace) -> int:
             file=out,
         )
     print(
-        f"torque NMSE {result.nmse_nm:.4g} N·m (sum over joints, paper 004 section 4.5)", file=out
+        f"torque NMSE {result.nmse_nm:.4g} N·m (sum over joints, Madsen et al. 2020 section 4.5)",
+        file=out,
     )
     for w in result.warnings:
         print(f"warning    {w}", file=out)
@@ -305,7 +215,7 @@ def identification_report(
     from agent.health.status import TrendPoint
     from agent.history.schema import iso_utc
     from agent.kinds.identification.analysis import torque_evidence
-    from agent.report.html import render_html
+    from agent.report.html.page import render_html
     from agent.report.model import IndicatorSummary, Report, joint_report
 
     evidence = torque_evidence(result)
@@ -325,7 +235,7 @@ def identification_report(
                 ThresholdSettings(),
                 indicators=summaries,
                 evidence=evidence.get(health.joint, ()),
-                outcome="ok",
+                outcome=Outcome.OK,
             )
         )
     report = Report(created_at_iso=started.isoformat(), machines=(machine,), joints=tuple(joints))

@@ -14,7 +14,7 @@ import argparse
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agent.atomic import atomic_write_text
 from agent.cli.common import (
@@ -30,12 +30,9 @@ from agent.errors import EX_OK
 from agent.history.store import HistoryStore
 from agent.report.history import merge_reports, report_from_history
 
-if TYPE_CHECKING:  # the report loads scipy: imported when used, so `jha --help` stays quick
-    pass
-
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from agent.report.html import render_html
+    from agent.report.html.page import render_html
     from agent.report.model import report_to_dict
     from agent.report.table import summary_table
 

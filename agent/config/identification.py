@@ -1,9 +1,11 @@
-"""Settings of the identification test cycle (`controllers[].identification:`), papers 002/004.
+"""Settings of the identification test cycle (`controllers[].identification:`), after Zollo,
+Lopez et al. 2014 and Madsen et al. 2020.
 
-The cycle runs an optimised finite Fourier excitation (agent.estimation.identification.excitation) on every
-joint at once; the job (agent.kinds.identification.analysis) identifies friction, stiffness and the
-dynamic model from its capture and refuses one it cannot trust. Constraints in the field
-metadata are enforced by agent.schema.validate; check() adds the ones that tie fields together.
+The cycle runs an optimised finite Fourier excitation
+(agent.estimation.identification.excitation) on every joint at once; the job
+(agent.kinds.identification.analysis) identifies friction, stiffness and the dynamic model from
+its capture and refuses one it cannot trust. Constraints in the field metadata are enforced by
+agent.schema.validate; check() adds the ones that tie fields together.
 
 When the daemon queues it (agent.kinds.identification.kind): on its own cadence, not on every
 production stop, because it moves every joint at once for the whole trajectory (tens of seconds)
@@ -66,7 +68,10 @@ class IdentificationCycleSettings:
     method: Literal["ols", "wls"] = "wls"
     model: Literal["elastic", "rigid"] = field(
         default="elastic",
-        metadata={"doc": "elastic: paper 002 (needs both encoders); rigid: paper 004 IDIM"},
+        metadata={
+            "doc": "elastic: Zollo, Lopez et al. 2014 (needs both encoders); "
+            "rigid: Madsen et al. 2020 IDIM"
+        },
     )
     # Refusals: a capture beyond these is not analysed (the reason is recorded instead).
     max_condition_number: float = field(
@@ -80,7 +85,8 @@ class IdentificationCycleSettings:
     min_friction_speed_rad_s: float = field(
         default=0.05, metadata={"ge": 0.0, "doc": "rows slower than this leave the fit"}
     )
-    # Signal chain of paper 004 (None: derived, see agent.estimation.identification.signal_chain).
+    # Signal chain of Madsen et al. 2020 (None: derived, see
+    # agent.estimation.identification.filters).
     bandwidth_hz: float | None = field(default=None, metadata={"gt": 0.0})
     cutoff_hz: float | None = field(default=None, metadata={"gt": 0.0})
     decimation: int = field(default=20, metadata={"ge": 1, "le": 1000})

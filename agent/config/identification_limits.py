@@ -1,4 +1,4 @@
-"""Limits of the identification indicators (`controllers[].identification.limits:`), issue 4.
+"""Limits of the identification indicators (`controllers[].identification.limits:`).
 
 Friction and stiffness differ several-fold between robots, joints and gearbox sizes, so no
 absolute number can judge them; each joint is judged against its own baseline instead: the
@@ -8,23 +8,22 @@ bad early identification does not set the baseline), or the value measured at co
 
 Why the defaults (fractions of the baseline; where a number is a judgement, it says so):
 - Friction rise, watch +30 % / alert +60 %. Wear of a strain-wave or cycloid gear raises its
-  friction (lubricant degradation, pitting): Bittencourt & Axelsson (LiTH-ISY-R-3058, 2013)
-  saw the friction of an industrial robot joint rise under accelerated wear, and found that
-  temperature and load change friction as much as or more than moderate wear does. Limits
-  tighter than that spread would alert on a cold morning; +30 % sits well above the spread of a
-  repeated identification (paper 002: 0.86 % mean parameter error without static friction;
-  paper 004: small relative standard deviations on the UR5e friction terms) and below the
-  doubling of a dry or contaminated gear. The exact +30/+60 is a judgement, not a published
-  limit.
-- Stiffness drop, watch -15 % / alert -30 %. Flexspline or flank wear and a loosened bearing
-  preload soften the joint, and the gears are what makes a robot compliant (paper 003); the
-  identification finds stiffness to ~1-2 % (paper 002, and the daemon's own test), so a 15 %
-  drop is clear of the noise while still early. A judgement, half the friction limits because
+  friction (lubricant degradation, pitting): Bittencourt & Axelsson (LiTH-ISY-R-3058, 2013) saw the
+  friction of an industrial robot joint rise under accelerated wear, and found that temperature and
+  load change friction as much as or more than moderate wear does. Limits tighter than that spread
+  would alert on a cold morning; +30 % sits well above the spread of a repeated identification
+  (Zollo, Lopez et al. 2014: 0.86 % mean parameter error without static friction; Madsen et al.
+  2020: small relative standard deviations on the UR5e friction terms) and below the doubling of a
+  dry or contaminated gear. The exact +30/+60 is a judgement, not a published limit.
+- Stiffness drop, watch -15 % / alert -30 %. Flexspline or flank wear and a loosened bearing preload
+  soften the joint, and the gears are what makes a robot compliant (Prod. Eng. 2023); the
+  identification finds stiffness to ~1-2 % (Zollo, Lopez et al. 2014, and the daemon's own test), so
+  a 15 % drop is clear of the noise while still early. A judgement, half the friction limits because
   stiffness scatters less and its loss costs path accuracy under process forces directly.
-- Torque-prediction NMSE rise, watch 2x / alert 4x. The NMSE rises when the model stops
-  describing the joint (a new friction shape, backlash, a bent link); paper 004's calibration
-  gains 16-28 % of NMSE over a CAD model, so a doubling means the identified model is clearly
-  no longer this joint's. 2x/4x is a judgement.
+- Torque-prediction NMSE rise, watch 2x / alert 4x. The NMSE rises when the model stops describing
+  the joint (a new friction shape, backlash, a bent link); Madsen et al. 2020's calibration gains
+  16-28 % of NMSE over a CAD model, so a doubling means the identified model is clearly no longer
+  this joint's. 2x/4x is a judgement.
 - noise_sigmas 2: a change smaller than twice its standard deviation (from the WLS relative
   standard deviations and the scatter of the baseline identifications) is within the noise and
   never raises a status, whatever limit it crosses (about 2.3 % false warnings on one side).
@@ -132,9 +131,9 @@ _BASELINE_FIELDS = (
 
 
 def limits_detail(settings: IdentificationLimitSettings, joint: str) -> dict[str, Any]:
-    """The limits in force for one joint, recorded with its identification's estimates, so
-    that a report made from the history alone (`jha report`, a backlash cycle's report)
-    judges it as the daemon's config says (agent.health.identification.limits_from_detail)."""
+    """The limits in force for one joint, recorded with its identification's estimates, so that
+    a report made from the history alone (`jha report`, a backlash cycle's report) judges it as
+    the daemon's config says (agent.health.identification.baseline.limits_from_detail)."""
     found: dict[str, Any] = {name: getattr(settings, name) for name in LIMIT_FIELDS}
     given = settings.baseline.get(joint)
     if given is not None:

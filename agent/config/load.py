@@ -22,8 +22,8 @@ from agent.config.model import (
     ThresholdSettings,
 )
 from agent.errors import AgentError, ConfigError
-from agent.schema.validate import Check, ConfigIssue, validate
-from agent.schema.yaml_lines import Node, config_error, issues_of, join_path, load_yaml
+from agent.schema.validate import Check, validate
+from agent.schema.yaml_lines import ConfigIssue, Node, config_error, issues_of, join_path, load_yaml
 
 # Settings types to use while a registered driver's module is not written yet (entry point first).
 _SETTINGS_FALLBACK = {"sim": "drivers.sim.settings:SimSettings"}

@@ -33,7 +33,7 @@ class AgentSettings:
 
 @dataclass(frozen=True)
 class BacklashCycleSettings:
-    """Constant-speed cycle of paper 000 (axis horizontal, no reversal)."""
+    """Constant-speed cycle of Giovannitti et al. 2022 (axis horizontal, no reversal)."""
 
     motor_speed_rps: float = field(metadata={"gt": 0.0, "le": 500.0, "doc": "motor rev/s"})
     load_turns: float = field(default=12.0, metadata={"ge": 2.0, "le": 100.0})
@@ -59,7 +59,8 @@ class CalibrationPoint:
 
 @dataclass(frozen=True)
 class CalibrationSettings:
-    """delta = f(A) of paper 000 eq. 10: from a simulation sweep or from bench measurements."""
+    """delta = f(A) of Giovannitti et al. 2022, eq. 10: from a simulation sweep or from bench
+    measurements."""
 
     source: Literal["none", "simulation", "points"] = "none"
     points: tuple[CalibrationPoint, ...] = ()

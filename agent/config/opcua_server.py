@@ -59,9 +59,9 @@ class OpcUaServerSettings:
             out.append(
                 (
                     "certificate",
-                    "required: the server offers only Basic256Sha256 SignAndEncrypt endpoints, which "
-                    "need its certificate and private_key (or set allow_none_security: true to serve "
-                    "joint health without security)",
+                    "required: the server offers only Basic256Sha256 SignAndEncrypt endpoints, "
+                    "which need its certificate and private_key (or set allow_none_security: "
+                    "true to serve joint health without security)",
                 )
             )
         if self.secure and self.trusted_clients is None:
@@ -75,8 +75,8 @@ class OpcUaServerSettings:
             out.append(
                 (
                     "users_file",
-                    "needs the secure endpoint (certificate, private_key): passwords are never sent "
-                    "in clear",
+                    "needs the secure endpoint (certificate, private_key): passwords are never "
+                    "sent in clear",
                 )
             )
         if self.revocation_lists is not None and self.trusted_clients is None:

@@ -1,1 +1,2 @@
-"""Feedrate modulation at axis reversals (paper 001): geometry, profiles, G-code filter."""
+"""Feedrate modulation at axis reversals (Farouki & Swett 2022): geometry, profiles, G-code
+filter."""

@@ -32,7 +32,7 @@ class RadialError:
 
     @property
     def max_fraction(self) -> float:
-        """Paper 001's max |e|, e = (r - rho_0) / rho_0 (figure 11)."""
+        """Farouki & Swett 2022's max |e|, e = (r - rho_0) / rho_0 (figure 11)."""
         return self.max_abs_m / self.radius_m
 
     @property

@@ -1,11 +1,11 @@
-"""The simulated fake CNC: a G-code program executed on two axes with backlash (issue 3, part 6).
+"""The simulated fake CNC: a G-code program executed on two axes with backlash.
 
-The parsed program (agent.feedrate.gcode.parser Blocks, mm) is turned into a commanded path X(t), Y(t)
-and each axis's command is fed to the dead-zone axis model of paper 001 (agent.models.axis.pid,
-trigger "reversal": a gap phase at every motor reversal, sections 3.3-3.4), P control unless the
-AxisParams say otherwise, both axes with the section 4.2 parameters by default (section 5.3:
-"the x and y axes are assumed to be characterized by the same values"). Out: commanded and
-realised XY paths (m) on one time grid; agent.feedrate.circular_test measures a circle on them.
+The parsed program (agent.feedrate.gcode.parser Blocks, mm) is turned into a commanded path X(t),
+Y(t) and each axis's command is fed to the dead-zone axis model of Farouki & Swett 2022
+(agent.models.axis.pid, trigger "reversal": a gap phase at every motor reversal, sections 3.3-3.4),
+P control unless the AxisParams say otherwise, both axes with the section 4.2 parameters by default
+(section 5.3: "the x and y axes are assumed to be characterized by the same values"). Out: commanded
+and realised XY paths (m) on one time grid; agent.feedrate.circular_test measures a circle on them.
 
 Interpolation (what the paper assumes and what we add):
   * acceleration_mm_s2=None (default, the paper's assumption): the interpolator is ideal - each
@@ -36,123 +36,26 @@ model predicts, with many short gap phases (and slow simulation).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from agent.feedrate.example import PAPER_AXIS
-from agent.feedrate.gcode.parser import Block, ModalState, Motion, parse_lines
-from agent.feedrate.geometry.primitives import ArcSegment, Plane
-from agent.models.axis.model import AxisParams
-from agent.models.axis.pid import AxisTrajectory, simulate_axis
+from agent.feedrate.gcode.blocks import Block, Motion
+from agent.feedrate.gcode.parser import ModalState, parse_lines
+from agent.feedrate.geometry.arcs import ArcSegment
+from agent.feedrate.geometry.primitives import Plane
+from agent.feedrate.speed_planning import plan_speeds
+from agent.models.axis.params import AxisParams
+from agent.models.axis.pid import simulate_axis
+from agent.models.axis.trajectory import AxisTrajectory
 
 Array = npt.NDArray[np.float64]
 Vec3 = tuple[float, float, float]
 MM = 1e-3  # m per mm
-
-# --------------------------------------------------------------------------- speed planning
-
-
-class SpeedProfile(NamedTuple):
-    """Trapezoidal (or triangular, or constant) path speed over one block of `length` (mm)."""
-
-    length: float
-    v_entry: float
-    v_peak: float
-    v_exit: float
-    accel: float  # inf: constant speed v_peak
-    t_acc: float
-    t_cruise: float
-    t_dec: float
-
-    @property
-    def duration(self) -> float:
-        return self.t_acc + self.t_cruise + self.t_dec
-
-    def distance_at(self, t: float) -> float:
-        """Path length covered t seconds into the block (clamped to [0, length])."""
-        if t <= 0.0:
-            return 0.0
-        if t >= self.duration:
-            return self.length
-        v0, vp, a = self.v_entry, self.v_peak, self.accel
-        if t < self.t_acc:
-            return v0 * t + 0.5 * a * t * t
-        d_acc = 0.5 * (v0 + vp) * self.t_acc
-        if t < self.t_acc + self.t_cruise:
-            return d_acc + vp * (t - self.t_acc)
-        u = t - self.t_acc - self.t_cruise
-        return min(d_acc + vp * self.t_cruise + vp * u - 0.5 * a * u * u, self.length)
-
-
-def trapezoid(
-    length: float, v_entry: float, v_nominal: float, v_exit: float, accel: float | None
-) -> SpeedProfile:
-    """The fastest profile from v_entry to v_exit under v_nominal and |a| <= accel (mm, s).
-
-    Entry/exit speeds that cannot be joined over the length are lowered to what can.
-    """
-    if length <= 0.0 or v_nominal <= 0.0:
-        raise ValueError(f"trapezoid: need length > 0 and v_nominal > 0, got {length}, {v_nominal}")
-    if accel is None or math.isinf(accel):
-        return SpeedProfile(
-            length, v_nominal, v_nominal, v_nominal, math.inf, 0.0, length / v_nominal, 0.0
-        )
-    v0, v1 = min(v_entry, v_nominal), min(v_exit, v_nominal)
-    v1 = min(v1, math.sqrt(v0 * v0 + 2.0 * accel * length))
-    v0 = min(v0, math.sqrt(v1 * v1 + 2.0 * accel * length))
-    peak2 = accel * length + 0.5 * (v0 * v0 + v1 * v1)
-    vp = min(v_nominal, math.sqrt(peak2))
-    vp = max(vp, v0, v1)
-    d_acc = (vp * vp - v0 * v0) / (2.0 * accel)
-    d_dec = (vp * vp - v1 * v1) / (2.0 * accel)
-    cruise = max(length - d_acc - d_dec, 0.0)
-    return SpeedProfile(
-        length,
-        v0,
-        vp,
-        v1,
-        accel,
-        (vp - v0) / accel,
-        cruise / vp if vp > 0 else 0.0,
-        (vp - v1) / accel,
-    )
-
-
-def junction_speed(u_in: Vec3, u_out: Vec3, accel: float, deviation_mm: float) -> float:
-    """GRBL's junction-deviation limit (planner.c) for the corner between unit directions."""
-    cos_theta = -(u_in[0] * u_out[0] + u_in[1] * u_out[1] + u_in[2] * u_out[2])
-    if cos_theta > 0.999999:
-        return 0.0  # full reversal
-    if cos_theta < -0.999999:
-        return math.inf  # straight on
-    sin_half = math.sqrt(0.5 * (1.0 - cos_theta))
-    return math.sqrt(accel * deviation_mm * sin_half / (1.0 - sin_half))
-
-
-def plan_entry_speeds(
-    lengths: Sequence[float],
-    accels: Sequence[float],
-    limits: Sequence[float],
-    v_start: float = 0.0,
-    v_end: float = 0.0,
-) -> list[float]:
-    """Entry speed of each block: at most `limits[i]` (junction and nominal), reachable from
-    v_start forwards and down to v_end backwards at each block's acceleration (GRBL's two
-    planner passes). The returned list has one more entry: the exit speed of the last block."""
-    n = len(lengths)
-    v = [min(limits[i], math.inf) for i in range(n)] + [v_end]
-    if n:
-        v[0] = min(v[0], v_start)
-    for i in range(n - 1, -1, -1):
-        v[i] = min(v[i], math.sqrt(v[i + 1] ** 2 + 2.0 * accels[i] * lengths[i]))
-    for i in range(n):
-        v[i + 1] = min(v[i + 1], math.sqrt(v[i] ** 2 + 2.0 * accels[i] * lengths[i]))
-    return v
-
 
 # --------------------------------------------------------------------------- machine model
 
@@ -228,7 +131,9 @@ class CommandedPath:
                 moves.append((b, 0.0, 0.0, 0.0))
         if not moves:
             raise ValueError("CommandedPath: the program makes no move")
-        self.profiles = _profiles(moves, machine)
+        self.profiles = plan_speeds(
+            moves, machine.acceleration_mm_s2, machine.junction_deviation_mm
+        )
         n = len(moves)
         self.kind = np.zeros(n, dtype=np.int8)
         geo = np.zeros((n, 8))  # line: x0 y0 ux uy; arc: cx cy r th0 d lpr
@@ -350,59 +255,6 @@ def _nominal(b: Block, machine: MachineModel) -> tuple[float, float]:
         return min(speed, math.sqrt(a * b.arc.radius)), a
     d = [abs(e - s) / b.length_mm for e, s in zip(b.end_mm, b.start_mm, strict=True)]
     return speed, a / max(d)
-
-
-def _tangents(b: Block) -> tuple[Vec3, Vec3]:
-    prim = b.primitive()
-    assert prim is not None
-    return prim.tangent(0.0), prim.tangent(prim.length)
-
-
-def _profiles(
-    moves: list[tuple[Block, float, float, float]], machine: MachineModel
-) -> list[SpeedProfile | None]:
-    """Plan the program in stretches between dwells (the machine stops for each dwell)."""
-    out: list[SpeedProfile | None] = []
-    stretch: list[tuple[Block, float, float, float]] = []
-
-    def flush() -> None:
-        if not stretch:
-            return
-        a_max = machine.acceleration_mm_s2
-        if a_max is None:
-            out.extend(trapezoid(length, v, v, v, None) for _, length, v, _ in stretch)
-        else:
-            limits, prev = [], None
-            for b, _, v, _ in stretch:
-                t_in, t_out = _tangents(b)
-                lim = (
-                    0.0
-                    if prev is None
-                    else min(
-                        v,
-                        prev[1],
-                        junction_speed(prev[0], t_in, a_max, machine.junction_deviation_mm),
-                    )
-                )
-                limits.append(lim)
-                prev = (t_out, v)
-            lengths = [m[1] for m in stretch]
-            accels = [m[3] for m in stretch]
-            entry = plan_entry_speeds(lengths, accels, limits)
-            out.extend(
-                trapezoid(length, entry[i], v, entry[i + 1], acc)
-                for i, (_, length, v, acc) in enumerate(stretch)
-            )
-        stretch.clear()
-
-    for move in moves:
-        if move[1] == 0.0:
-            flush()
-            out.append(None)
-        else:
-            stretch.append(move)
-    flush()
-    return out
 
 
 # --------------------------------------------------------------------------- execution

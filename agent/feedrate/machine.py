@@ -3,12 +3,13 @@
 One YAML file per machine (`config/machines/*.yaml`), validated by agent.schema.validate into these
 frozen dataclasses; every mistake is reported with file:line. SI units throughout (m, s, rad).
 
-Each axis drive is the model of paper 001 section 3 (agent.models.axis.model.AxisParams), given either
-as the identified coefficients of eq. 8/9 (b = N J / (k_p k_a k_t r), c = N B / (k_p k_a k_t r):
-the position-loop gain k_p sits inside both) with the motor's share of the inertia eta and its
-coast-down time constant tau = 1/beta (section 3.4), or as the physical parts of figure 3
-(`physical:`, turned into the same coefficients by AxisParams.from_physical). Gear ratio N,
-screw transmission r and the backlash angle at the motor dtheta_m are always given.
+Each axis drive is the model of Farouki & Swett 2022, section 3
+(agent.models.axis.params.AxisParams), given either as the identified coefficients of eq. 8/9
+(b = N J / (k_p k_a k_t r), c = N B / (k_p k_a k_t r): the position-loop gain k_p sits inside both)
+with the motor's share of the inertia eta and its coast-down time constant tau = 1/beta
+(section 3.4), or as the physical parts of figure 3 (`physical:`, turned into the same
+coefficients by AxisParams.from_physical). Gear ratio N, screw transmission r and the backlash
+angle at the motor dtheta_m are always given.
 
 Only axes named under `axes:` are modulated: a reversal of an unnamed axis is left alone.
 """
@@ -20,8 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from agent.feedrate.gcode.emit import DIALECTS, Dialect
-from agent.models.axis.model import AxisParams
+from agent.errors import ConfigError
+from agent.feedrate.gcode.dialect import DIALECTS, Dialect
+from agent.models.axis.params import AxisParams
 from agent.schema import validate as schema
 
 AxisName = Literal["X", "Y", "Z"]
@@ -60,7 +62,7 @@ class PhysicalDrive:
 
 @dataclass(frozen=True)
 class AxisSettings:
-    """One axis drive with backlash (paper 001 sections 3-4)."""
+    """One axis drive with backlash (Farouki & Swett 2022, sections 3-4)."""
 
     gear_ratio: float = field(metadata={"gt": 0.0, "doc": "N, motor turns per screw turn"})
     screw_lead_m_per_rad: float = field(
@@ -129,8 +131,15 @@ class AxisSettings:
                 integral_gain_v_m_s=p.integral_gain_v_m_s,
                 derivative_gain_v_s_m=p.derivative_gain_v_s_m,
             )
-        assert self.b_s2 is not None and self.c_s is not None
-        assert self.motor_inertia_fraction is not None and self.motor_time_constant_s is not None
+        if (
+            self.b_s2 is None
+            or self.c_s is None
+            or self.motor_inertia_fraction is None
+            or self.motor_time_constant_s is None
+        ):  # check() reports this with its file:line; a drive built in code gets this message
+            raise ConfigError(
+                f"axis drive: give all of {', '.join(self._IDENTIFIED)}, or a `physical:` section"
+            )
         return AxisParams(
             b_s2=self.b_s2,
             c_s=self.c_s,
@@ -146,7 +155,7 @@ class AxisSettings:
 
 @dataclass(frozen=True)
 class ModulationSettings:
-    """The feedrate profile about each turning point (paper 001 section 5, eq. 26)."""
+    """The feedrate profile about each turning point (Farouki & Swett 2022, section 5, eq. 26)."""
 
     ratio: float = field(
         default=0.25,

@@ -1,4 +1,5 @@
-"""Feedrate profiles about a turning point (paper 001, section 5; the composite of section 7).
+"""Feedrate profiles about a turning point (Farouki & Swett 2022, section 5; the composite of
+section 7).
 
 BernsteinFeedrate: V(tau) = sum V_k B_k^n(tau) on t in [-t*, t*], tau = (t + t*) / 2t* (eqs.
 24-26), the nominal feed V_c outside. Its arc length is the Bernstein integral S(tau) of eq. 28
@@ -23,66 +24,17 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
+from agent.feedrate.bernstein import bernstein_derivative, bernstein_eval, bernstein_integral
+
 Array = npt.NDArray[np.float64]
 BoolArray = npt.NDArray[np.bool_]
 ArrayLike = float | Array | list[float]
-
-
-# ------------------------------------------------------------------------ Bernstein helpers
-
-
-@lru_cache(maxsize=64)
-def _binomials(n: int) -> Array:
-    return np.array([math.comb(n, k) for k in range(n + 1)], dtype=float)
-
-
-def bernstein_eval(coefficients: npt.ArrayLike, tau: ArrayLike) -> Array:
-    """sum c_k B_k^n(tau), vectorised over tau.
-
-    Horner in r = tau / (1 - tau) <= 1 times (1 - tau)^n for tau <= 1/2, and the mirrored form
-    in (1 - tau) / tau above: n + 2 array operations instead of de Casteljau's n^2 / 2, with
-    the same stability on [0, 1] (no power of a ratio above 1 is ever formed).
-    """
-    c = np.asarray(coefficients, dtype=float)
-    t = np.asarray(tau, dtype=float)
-    if c.size == 0:
-        return np.zeros_like(t)
-    n = c.size - 1
-    w = c * _binomials(n)
-    out = np.empty(t.shape)
-    lo = t <= 0.5
-    for mask, weights, near, far in ((lo, w, t, 1.0 - t), (~lo, w[::-1], 1.0 - t, t)):
-        if not mask.any():
-            continue
-        r = near[mask] / far[mask]
-        acc = np.full(r.shape, weights[n])
-        for k in range(n - 1, -1, -1):
-            acc = acc * r + weights[k]
-        out[mask] = acc * far[mask] ** n
-    return out
-
-
-def bernstein_derivative(coefficients: npt.ArrayLike, order: int = 1) -> Array:
-    """Bernstein coefficients of d^order/dtau^order (degree n - order): n Delta c_k, repeated."""
-    c = np.asarray(coefficients, dtype=float)
-    for _ in range(order):
-        n = c.size - 1
-        if n <= 0:
-            return np.zeros(1)
-        c = n * np.diff(c)
-    return c
-
-
-def bernstein_integral(coefficients: npt.ArrayLike) -> Array:
-    """Coefficients of S(tau) = int_0^tau, degree n+1: S_0 = 0, S_k = sum_{j<k} c_j / (n+1)."""
-    c = np.asarray(coefficients, dtype=float)
-    return np.concatenate([[0.0], np.cumsum(c) / c.size])
 
 
 def middle_factor(ratio: float, degree: int = 10) -> float:

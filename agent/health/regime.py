@@ -25,8 +25,9 @@ than MIN_POINTS points there is no test at all: one line is all the data can sup
 continuous model is used because wear changes its rate, not its level, when it sets in.
 
 Least squares is not robust to the odd bad fit, so a single outlier can look like a break at the
-very end; health.trend therefore only re-fits its Theil-Sen line after a break with at least
-MIN_AFTER points after it, and with fewer only widens the early end of the forecast interval.
+very end; agent.health.trend therefore only re-fits its Theil-Sen line after a break with at
+least MIN_AFTER points after it, and with fewer only widens the early end of the forecast
+interval.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 import numpy as np
 from scipy import stats
@@ -25,6 +26,21 @@ from agent.health.verdicts import indicator_info
 SECONDS_PER_DAY = 86_400.0
 
 
+class LimitName(StrEnum):
+    """The two limits of an indicator, in the order a wearing joint reaches them."""
+
+    WATCH = "watch"
+    ALERT = "alert"
+
+
+class TrendBasis(StrEnum):
+    """Which points a trend line is fitted to (see Trend)."""
+
+    HISTORY = "history"  # no change of slope found: all of them
+    SINCE_BREAK = "since_break"  # the points from the break on
+    RECENT_BREAK = "recent_break"  # a break too recent for a line of its own: all of them
+
+
 @dataclass(frozen=True)
 class Forecast:
     """Days from the last point until the trend line reaches `limit` (0 when already there).
@@ -33,7 +49,7 @@ class Forecast:
     reaches zero or below (the limit may never be reached).
     """
 
-    limit_name: str
+    limit_name: LimitName
     limit: float
     days: float
     days_low: float
@@ -63,19 +79,16 @@ class Forecast:
         )
 
 
-TrendBasis = Literal["history", "since_break", "recent_break"]
-
-
 @dataclass(frozen=True)
 class Trend:
     """The Theil-Sen line of the points it was fitted to: n_points, first_time_iso, span_days
     and intercept are those of the fit; history_* of the whole finite history.
 
-    basis says which points: "history" (no change of slope found: all of them),
-    "since_break" (the points from the break at break_time_iso on) or "recent_break" (a break
-    with fewer than health_trend.MIN_AFTER points after it: the whole history's line, with the
-    slope interval's high end raised to the slope after the break, so the forecast's early end
-    allows for the new regime).
+    basis says which points: HISTORY (no change of slope found: all of them), SINCE_BREAK (the
+    points from the break at break_time_iso on) or RECENT_BREAK (a break with fewer than
+    agent.health.regime.MIN_AFTER points after it: the whole history's line, with the slope
+    interval's high end raised to the slope after the break, so the forecast's early end allows
+    for the new regime).
     """
 
     indicator: str
@@ -91,7 +104,7 @@ class Trend:
     level_now: float  # line value at the last point's time
     forecast_watch: Forecast | None
     forecast_alert: Forecast | None
-    basis: TrendBasis = "history"
+    basis: TrendBasis = TrendBasis.HISTORY
     history_points: int = 0
     history_first_time_iso: str = ""
     break_time_iso: str | None = None
@@ -108,7 +121,7 @@ class Trend:
 
     def over_text(self, noun: str = "cycles") -> str:
         """The opening of a forecast sentence: which points the rate is taken over."""
-        if self.basis == "since_break":
+        if self.basis == TrendBasis.SINCE_BREAK:
             return (
                 f"Since {self.since_text()}, when a change of slope was detected "
                 f"({self.n_points} {noun}, {self.span_days:.3g} days),"
@@ -117,13 +130,13 @@ class Trend:
 
     def basis_text(self) -> str:
         """Why these points, for people."""
-        if self.basis == "since_break":
+        if self.basis == TrendBasis.SINCE_BREAK:
             return (
                 f"fitted since {self.since_text()}: the slope changed there (Davies "
                 f"p = {self.break_p_value:.2g}); {self.history_points - self.n_points} "
                 "older point(s) left out"
             )
-        if self.basis == "recent_break":
+        if self.basis == TrendBasis.RECENT_BREAK:
             return (
                 f"fitted to the whole history: the slope changed at {self.since_text()} "
                 f"(Davies p = {self.break_p_value:.2g}), too recently for a line of its "
@@ -159,7 +172,7 @@ class Trend:
     def describe(self) -> str:
         info = indicator_info(self.indicator)
         per_day = self.slope_per_day * info.scale
-        since = f" since {self.since_text()}" if self.basis == "since_break" else ""
+        since = f" since {self.since_text()}" if self.basis == TrendBasis.SINCE_BREAK else ""
         parts = [
             f"trend {per_day:+.3g} {info.display_unit}/day over {self.n_points} points"
             f"{since} ({self.span_days:.3g} days)"
@@ -213,16 +226,16 @@ def trend(
     if np.ptp(x_all) <= 0.0:
         return None
     brk = find_break(x_all, y_all)
-    basis: TrendBasis = "history"
+    basis: TrendBasis = TrendBasis.HISTORY
     used, x, y = finite, x_all, y_all
     if brk is not None:
         after = len(finite) - 1 - brk.index
-        basis = "since_break" if after >= MIN_AFTER else "recent_break"
-        if basis == "since_break":
+        basis = TrendBasis.SINCE_BREAK if after >= MIN_AFTER else TrendBasis.RECENT_BREAK
+        if basis == TrendBasis.SINCE_BREAK:
             used = finite[brk.index :]
             x, y = x_all[brk.index :] - x_all[brk.index], y_all[brk.index :]
     slope, intercept, low, high = (float(v) for v in stats.theilslopes(y, x, alpha=confidence))
-    if brk is not None and basis == "recent_break":
+    if brk is not None and basis == TrendBasis.RECENT_BREAK:
         high = max(high, brk.slope_after)
     # scipy's intercept is at x = 0, which is the first used point's time here.
     level_now = intercept + slope * float(x[-1])
@@ -238,8 +251,8 @@ def trend(
         confidence=confidence,
         intercept=intercept,
         level_now=level_now,
-        forecast_watch=_forecast("watch", watch, level_now, slope, low, high),
-        forecast_alert=_forecast("alert", alert, level_now, slope, low, high),
+        forecast_watch=_forecast(LimitName.WATCH, watch, level_now, slope, low, high),
+        forecast_alert=_forecast(LimitName.ALERT, alert, level_now, slope, low, high),
         basis=basis,
         history_points=len(finite),
         history_first_time_iso=finite[0].time_iso,
@@ -250,7 +263,7 @@ def trend(
 
 
 def _forecast(
-    name: str, limit: float | None, level: float, slope: float, low: float, high: float
+    name: LimitName, limit: float | None, level: float, slope: float, low: float, high: float
 ) -> Forecast | None:
     if limit is None:
         return None
@@ -267,21 +280,25 @@ def _forecast(
     return Forecast(name, limit, gap / slope, days_low, days_high)
 
 
-def next_forecast(tr: Trend | None, passed: str | None = None) -> Forecast | None:
+def next_forecast(tr: Trend | None, passed: LimitName | None = None) -> Forecast | None:
     """The first limit the trend line has yet to reach, above the one the last value already
-    passed (`passed`: None, "watch" or "alert")."""
-    if tr is None or passed == "alert":
+    passed (`passed`: None, watch or alert)."""
+    if tr is None or passed == LimitName.ALERT:
         return None
-    ahead = (tr.forecast_alert,) if passed == "watch" else (tr.forecast_watch, tr.forecast_alert)
+    ahead = (
+        (tr.forecast_alert,)
+        if passed == LimitName.WATCH
+        else (tr.forecast_watch, tr.forecast_alert)
+    )
     return next((fc for fc in ahead if fc is not None and not fc.reached), None)
 
 
-def passed_limit(status: Status) -> str | None:
+def passed_limit(status: Status) -> LimitName | None:
     """The limit a status says the last value is at or past."""
-    return {Status.WATCH: "watch", Status.ALERT: "alert"}.get(status)
+    return {Status.WATCH: LimitName.WATCH, Status.ALERT: LimitName.ALERT}.get(status)
 
 
-def forecast_sentence(tr: Trend | None, n_points: int = 0, passed: str | None = None) -> str:
+def forecast_sentence(tr: Trend | None, n_points: int = 0, passed: LimitName | None = None) -> str:
     """For people: how the trend goes and when it reaches the next limit, with the interval.
     `passed` is the limit the last value is already at or past (see passed_limit)."""
     if tr is None:
@@ -289,7 +306,7 @@ def forecast_sentence(tr: Trend | None, n_points: int = 0, passed: str | None = 
     info = indicator_info(tr.indicator)
     rate = f"{tr.slope_per_day * info.scale:+.3g} {info.display_unit}/day".replace(" /", "/")
     parts = [f"{tr.over_text('cycles')} {info.label} changes by {rate}."]
-    if tr.basis == "recent_break":
+    if tr.basis == TrendBasis.RECENT_BREAK:
         parts.append(recent_break_sentence(tr))
     fc = next_forecast(tr, passed)
     if fc is not None:
@@ -304,7 +321,7 @@ def forecast_sentence(tr: Trend | None, n_points: int = 0, passed: str | None = 
             f"({100 * tr.confidence:.0f} % interval: {fc.days_low:.3g} days to "
             f"{high})."
         )
-    elif passed == "alert" or (tr.forecast_alert is not None and tr.forecast_alert.reached):
+    elif passed == LimitName.ALERT or (tr.forecast_alert is not None and tr.forecast_alert.reached):
         parts.append("It is at or past the alert limit: no further limit to forecast.")
     elif not tr.slope_per_day > 0:
         parts.append("No limit crossing is forecast: it is not rising.")

@@ -3,17 +3,20 @@ judged against its baseline with the limits in force (agent.health.identificatio
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from typing import Any
+
 from agent.config.identification_limits import LIMITS_KEY, IdentificationLimitSettings
-from agent.health.identification import (
+from agent.health.identification.baseline import (
     DEFAULT_LIMITS,
     IDENTIFICATION_INDICATORS,
-    IDENTIFICATION_KIND,
-    IndicatorVerdict,
-    _rel_std,
-    assess_indicator,
     limits_from_detail,
 )
+from agent.health.identification.indicator import IndicatorVerdict, assess_indicator
+from agent.history.records import Outcome
 from agent.history.store import HistoryStore
+from drivers.base import CycleKind
 
 
 def assess_history(
@@ -25,8 +28,8 @@ def assess_history(
     """A verdict on every identification indicator the joint has in the history. Without
     `settings`, the limits recorded with the joint's latest identification (the daemon records
     the config's with each: see limits_detail), else the defaults."""
-    last = store.latest(controller, joint, kind=IDENTIFICATION_KIND)
-    failure = last.reason if last is not None and last.outcome == "error" else None
+    last = store.latest(controller, joint, kind=CycleKind.IDENTIFICATION)
+    failure = last.reason if last is not None and last.outcome == Outcome.ERROR else None
     histories = {
         name: store.history_with_detail(controller, joint, name)
         for name in IDENTIFICATION_INDICATORS
@@ -60,3 +63,11 @@ def assess_history(
             name, [(p, _rel_std(d)) for p, d in points], s, given, failure
         )
     return found
+
+
+def _rel_std(detail: Mapping[str, Any]) -> float | None:
+    """The relative standard deviation (%) an identification gave a value, when it recorded one."""
+    rel = detail.get("rel_std_pct")
+    if isinstance(rel, int | float) and not isinstance(rel, bool) and math.isfinite(rel):
+        return abs(float(rel))
+    return None

@@ -1,16 +1,20 @@
-"""What the history holds: the records of cycles, estimates and reports, and the vocabularies
-of their fields (how a cycle ended, what started it). Plain frozen values; the SQLite side is
-agent.history.store's.
+"""What the history holds: the records of cycles, estimates and reports, the vocabularies of
+their fields (how a cycle ended, what started it), and the form a value takes in its column.
+Plain frozen values; the SQLite side is agent.history.store's.
 """
 
 from __future__ import annotations
 
+import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from agent.estimation.backlash.result import BacklashResult
+from agent.health.status import Ne107, Status, ne107_of
+from agent.history.schema import StoreError
 
 
 class Outcome(StrEnum):
@@ -145,3 +149,36 @@ def estimates_for(result: BacklashResult) -> tuple[Estimate, ...]:
     if result.backlash_rad is not None:
         found.append(Estimate("backlash_rad", result.backlash_rad, "rad"))
     return tuple(found)
+
+
+def verdict_ne107(status: str, outcome: str, given: str | None) -> str:
+    """The NE 107 signal recorded with a verdict: the caller's, else mapped from the status."""
+    if given is not None:
+        try:
+            return Ne107(given).value
+        except ValueError:
+            raise StoreError(
+                f"ne107 {given!r}: expected one of {', '.join(n.value for n in Ne107)}"
+            ) from None
+    failed = outcome == Outcome.ERROR
+    try:
+        ours = Status(status)
+    except ValueError:
+        return Ne107.FAILURE.value if failed else Ne107.CHECK_FUNCTION.value
+    return ne107_of(ours, failed=failed).value
+
+
+def detail_json(detail: Mapping[str, Any]) -> str:
+    """An estimate's detail as its column holds it: strict JSON with sorted keys, NaN/inf as
+    null; anything json cannot encode raises TypeError."""
+    return json.dumps(_json_safe(dict(detail)), allow_nan=False, sort_keys=True)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    return value

@@ -92,8 +92,8 @@ MIGRATIONS: tuple[Migration, ...] = (
         "NE 107 status per verdict, cycle trigger, the report each cycle went into",
         (
             "ALTER TABLE verdicts ADD COLUMN ne107 TEXT",
-            # Old verdicts: NE 107 from our status as agent.health.status.ne107_of maps it (a verdict
-            # row always belongs to a finished cycle, so never 'running').
+            # Old verdicts: NE 107 from our status as agent.health.status.ne107_of maps it (a
+            # verdict row always belongs to a finished cycle, so never 'running').
             """UPDATE verdicts SET ne107 = CASE
                  WHEN status = 'ok' THEN 'normal'
                  WHEN status = 'watch' THEN 'maintenance_required'

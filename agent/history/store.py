@@ -9,14 +9,14 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from agent.health.status import Ne107, Status, TrendPoint, ne107_of
+from agent.health.status import TrendPoint
 from agent.history.records import (
     BACKLASH_INDICATORS,
     CLOCK_STEP_S,
@@ -25,7 +25,10 @@ from agent.history.records import (
     TRIGGERS,
     CycleRecord,
     Estimate,
+    Outcome,
     ReportRecord,
+    detail_json,
+    verdict_ne107,
 )
 from agent.history.schema import (
     MIGRATIONS,
@@ -122,7 +125,7 @@ class HistoryStore:
         estimates: Sequence[Estimate] = (),
         status: str | None = None,
         status_reason: str = "",
-        outcome: str = "ok",
+        outcome: str = Outcome.OK,
         reason: str = "",
         capture_path: str | Path | None = None,
         trigger: str | None = None,
@@ -130,7 +133,7 @@ class HistoryStore:
     ) -> int:
         """Write one cycle with its estimates and verdict in one transaction; returns its id.
 
-        `ne107` defaults to agent.health.status.ne107_of(status) (failure for an 'error' outcome).
+        `ne107` defaults to agent.health.status.ne107_of(status) (failure for an error outcome).
         """
         if outcome not in OUTCOMES:
             raise StoreError(f"cycle outcome {outcome!r}: expected one of {', '.join(OUTCOMES)}")
@@ -139,7 +142,7 @@ class HistoryStore:
         started = iso_utc(started_at)
         finished = None if finished_at is None else iso_utc(finished_at)
         if status is not None:
-            ne107 = _ne107(str(status), outcome, ne107)
+            ne107 = verdict_ne107(str(status), outcome, ne107)
         with self.transaction() as conn:
             seq_at = started
             if trigger in CLOCKED_TRIGGERS:
@@ -167,7 +170,8 @@ class HistoryStore:
                 ),
             )
             cycle_id = cursor.lastrowid
-            assert cycle_id is not None
+            if cycle_id is None:
+                raise StoreError(f"{controller}/{joint}: SQLite gave the new cycle no row id")
             for est in estimates:
                 if not math.isfinite(est.value):
                     raise StoreError(
@@ -182,7 +186,7 @@ class HistoryStore:
                         est.indicator,
                         float(est.value),
                         est.unit,
-                        json.dumps(_json_safe(dict(est.detail)), allow_nan=False, sort_keys=True),
+                        detail_json(est.detail),
                     ),
                 )
             if status is not None:
@@ -202,12 +206,12 @@ class HistoryStore:
         started_at: datetime | str,
         finished_at: datetime | str | None,
         reason: str,
-        outcome: str = "rejected",
+        outcome: str = Outcome.REJECTED,
         capture_path: str | Path | None = None,
         trigger: str | None = None,
     ) -> int:
         """A cycle that produced no estimate (rejected capture, aborted motion, error)."""
-        if outcome == "ok":
+        if outcome == Outcome.OK:
             raise StoreError("record_rejected: outcome must be 'aborted', 'rejected' or 'error'")
         return self.record_cycle(
             controller=controller,
@@ -242,7 +246,8 @@ class HistoryStore:
             except sqlite3.IntegrityError as exc:
                 raise StoreError(f"report {message_id}: already recorded ({exc})") from exc
             report_id = cursor.lastrowid
-            assert report_id is not None
+            if report_id is None:
+                raise StoreError(f"report {message_id}: SQLite gave it no row id")
             for cycle_id in cycle_ids:
                 changed = conn.execute(
                     "UPDATE cycles SET report_id = ? WHERE id = ?", (report_id, int(cycle_id))
@@ -261,9 +266,9 @@ class HistoryStore:
         (CLOCKED_TRIGGERS)."""
         rows = self._conn.execute(
             "SELECT c.started_at, e.value FROM estimates e JOIN cycles c ON c.id = e.cycle_id"
-            " WHERE c.controller = ? AND c.joint = ? AND e.indicator = ? AND c.outcome = 'ok'"
+            " WHERE c.controller = ? AND c.joint = ? AND e.indicator = ? AND c.outcome = ?"
             " ORDER BY c.seq_at DESC, c.id DESC LIMIT ?",
-            (controller, joint, indicator, -1 if limit is None else int(limit)),
+            (controller, joint, indicator, Outcome.OK, -1 if limit is None else int(limit)),
         ).fetchall()
         return [TrendPoint(t, float(v)) for t, v in reversed(rows)]
 
@@ -275,9 +280,9 @@ class HistoryStore:
         rows = self._conn.execute(
             "SELECT c.started_at, e.value, e.detail_json FROM estimates e"
             " JOIN cycles c ON c.id = e.cycle_id"
-            " WHERE c.controller = ? AND c.joint = ? AND e.indicator = ? AND c.outcome = 'ok'"
+            " WHERE c.controller = ? AND c.joint = ? AND e.indicator = ? AND c.outcome = ?"
             " ORDER BY c.seq_at, c.id",
-            (controller, joint, indicator),
+            (controller, joint, indicator, Outcome.OK),
         ).fetchall()
         found: list[tuple[TrendPoint, dict[str, Any]]] = []
         for t, v, text in rows:
@@ -295,9 +300,9 @@ class HistoryStore:
         ones left out. The unit is the latest cycle's (a unit should never change anyway)."""
         rows = self._conn.execute(
             "SELECT e.indicator, e.unit FROM estimates e JOIN cycles c ON c.id = e.cycle_id"
-            " WHERE c.controller = ? AND c.joint = ? AND c.outcome = 'ok'"
+            " WHERE c.controller = ? AND c.joint = ? AND c.outcome = ?"
             " ORDER BY c.seq_at, c.id",
-            (controller, joint),
+            (controller, joint, Outcome.OK),
         ).fetchall()
         found = {str(i): str(u) for i, u in rows if i not in exclude}
         return sorted(found.items())
@@ -395,30 +400,3 @@ _CYCLE_SELECT = (
 
 def _seconds(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
-
-
-def _ne107(status: str, outcome: str, given: str | None) -> str:
-    """The NE 107 signal recorded with a verdict: the caller's, else mapped from the status."""
-    if given is not None:
-        try:
-            return Ne107(given).value
-        except ValueError:
-            raise StoreError(
-                f"ne107 {given!r}: expected one of {', '.join(n.value for n in Ne107)}"
-            ) from None
-    try:
-        ours = Status(status)
-    except ValueError:
-        return Ne107.FAILURE.value if outcome == "error" else Ne107.CHECK_FUNCTION.value
-    return ne107_of(ours, failed=outcome == "error").value
-
-
-def _json_safe(value: Any) -> Any:
-    """NaN/inf become null (strict JSON); anything json cannot encode raises TypeError."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, Mapping):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_safe(v) for v in value]
-    return value

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agent.config.model import ControllerSettings, JointSettings
 from agent.errors import EstimationError
+from agent.history.records import Outcome, Trigger
 from drivers.base import Cycle
 
 if TYPE_CHECKING:
@@ -59,9 +60,9 @@ class JointJob:
     started_at: dt.datetime
     capture_path: Path | None = None
     error: str | None = None
-    outcome: str = "ok"  # ok, rejected, aborted, error, dry_run
+    outcome: Outcome = Outcome.OK
     result: object = None  # the kind's own result (BacklashResult, IdentificationAnalysis)
-    trigger: str | None = None  # production_stop, schedule, on_demand, once
+    trigger: Trigger | None = None
     cycle_id: int | None = None  # its row in the history, once recorded
     # Not sent to the pool with the job (a future does not pickle): see for_pool().
     analysis: asyncio.Future[Any] | None = field(default=None, compare=False)

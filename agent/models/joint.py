@@ -1,4 +1,5 @@
-"""Two-inertia robot joint with backlash (paper 000, fig. 8, eqs. 8-9), under servo control.
+"""Two-inertia robot joint with backlash (Giovannitti et al. 2022, fig. 8, eqs. 8-9), under servo
+control.
 
 Motor inertia J_m and load inertia J_l coupled through a gear of ratio N and an elastic shaft
 (K_s, D_s, load side) with a dead zone of total backlash delta (gap 2*delta, paper's convention),
@@ -32,8 +33,9 @@ GRAVITY_M_S2 = 9.80665
 
 @dataclass(frozen=True)
 class JointModelSettings:
-    """The `model:` section of a configured joint: the two-inertia joint of paper 000 (fig. 8),
-    load-side quantities unless named motor_. JointPhysics adds the gear ratio and backlash."""
+    """The `model:` section of a configured joint: the two-inertia joint of Giovannitti et al. 2022
+    (fig. 8), load-side quantities unless named motor_. JointPhysics adds the gear ratio and
+    backlash."""
 
     motor_inertia_kg_m2: float = field(default=1.2e-4, metadata={"gt": 0.0})
     load_inertia_kg_m2: float = field(default=0.06, metadata={"gt": 0.0})
@@ -100,7 +102,8 @@ class JointPhysics:
 
 @dataclass(frozen=True)
 class ConstantSpeedTest:
-    """The test cycle of paper 000: ramp up, settle, capture at constant motor speed."""
+    """The test cycle of Giovannitti et al. 2022: ramp up, settle, capture at constant motor
+    speed."""
 
     motor_speed_rad_s: float
     duration_s: float

@@ -14,16 +14,13 @@ from typing import TYPE_CHECKING
 
 from agent.config.model import ThresholdSettings
 from agent.health.status import TrendPoint
-from agent.history.records import CycleRecord
+from agent.history.records import CycleRecord, Outcome
 from agent.history.store import HistoryStore
 from drivers.base import CycleKind
 
 if TYPE_CHECKING:
     from agent.config.identification_limits import IdentificationLimitSettings
     from agent.report.model import Report
-
-# The kind of the daemon's backlash cycles (drivers.base.BacklashCycle.kind).
-BACKLASH_KIND = CycleKind.BACKLASH
 
 
 def _backlash_history(
@@ -57,7 +54,8 @@ def report_from_history(
     from agent.health.status import Status
     from agent.health.trend import trend
     from agent.health.verdicts import assess
-    from agent.report.model import JointReport, indicator_summaries, limits_for
+    from agent.report.indicators import indicator_summaries
+    from agent.report.model import JointReport, limits_for
 
     thresholds = thresholds or {}
     joints: list[JointReport] = []
@@ -116,10 +114,10 @@ def report_from_history(
         status, reason = verdict.status, verdict.reason
         error: str | None = None
         last = _last_backlash_cycle(store, controller, joint)
-        if last is not None and last.outcome == "error":
+        if last is not None and last.outcome == Outcome.ERROR:
             status, error = Status.UNKNOWN, last.reason
             reason = f"cycle failed: {last.reason}; the last valid {reason}"
-        elif last is not None and last.outcome != "ok":
+        elif last is not None and last.outcome != Outcome.OK:
             reason += f" (last cycle {last.outcome}: {last.reason})"
         joints.append(
             JointReport(
@@ -152,7 +150,7 @@ def report_from_history(
 
 def _last_backlash_cycle(store: HistoryStore, controller: str, joint: str) -> CycleRecord | None:
     """The joint's last cycle that measured (or tried to measure) backlash."""
-    return store.latest(controller, joint, kind=BACKLASH_KIND)
+    return store.latest(controller, joint, kind=CycleKind.BACKLASH)
 
 
 def merge_reports(reports: Sequence[Report]) -> Report:

@@ -35,19 +35,17 @@ from __future__ import annotations
 import math
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from agent import __version__
-from agent.config.identification_limits import IdentificationLimitSettings
 from agent.config.model import ThresholdSettings
+from agent.errors import AgentError
 from agent.estimation.backlash.result import BacklashResult
-from agent.health.identification import (
-    IndicatorVerdict,
+from agent.health.identification.indicator import IndicatorVerdict
+from agent.health.identification.joint import (
     JointIdentificationVerdict,
     joint_verdict,
     verdict_counts,
@@ -55,9 +53,7 @@ from agent.health.identification import (
 from agent.health.status import Ne107, Status, TrendPoint, ne107_of, worst
 from agent.health.trend import Trend, forecast_sentence, passed_limit, trend
 from agent.health.verdicts import assess_backlash, indicator_info
-from agent.history.identification import assess_history
-from agent.history.records import BACKLASH_INDICATORS
-from agent.history.store import HistoryStore
+from agent.history.records import Outcome
 from agent.report.evidence import EvidencePlot
 
 REPORT_SCHEMA = "jha.report/1"
@@ -96,49 +92,6 @@ class IndicatorSummary:
         }
 
 
-def indicator_summaries(
-    store: HistoryStore,
-    controller: str,
-    joint: str,
-    judged: str | None = None,
-    limits: IdentificationLimitSettings | None = None,
-) -> tuple[IndicatorSummary, ...]:
-    """Every indicator of the joint in the history but the judged one, with a trend, and for
-    the identification indicators their verdict against the joint's baseline (`limits`: the
-    controller's identification.limits; None: those recorded with its last identification).
-    Without `judged` both backlash indicators are left out (the older behaviour)."""
-    exclude = BACKLASH_INDICATORS if judged is None else (judged,)
-    verdicts = assess_history(store, controller, joint, limits)
-    found = []
-    for name, unit in store.indicators(controller, joint, exclude=exclude):
-        points = store.history(controller, joint, name)
-        # The trend without limits, as ever; the verdict's own carries the forecast to them.
-        found.append(
-            IndicatorSummary(name, unit, points, trend(points, indicator=name), verdicts.get(name))
-        )
-    return tuple(found)
-
-
-def rejudged(
-    j: JointReport, store: HistoryStore, limits: IdentificationLimitSettings | None
-) -> JointReport:
-    """The joint with its identification indicators judged again against `limits` (the
-    controller's config, when a caller built the report without them)."""
-    verdicts = assess_history(store, j.controller, j.joint, limits)
-    indicators = tuple(replace(s, verdict=verdicts.get(s.indicator)) for s in j.indicators)
-    ident = joint_verdict([s.verdict for s in indicators if s.verdict is not None])
-    if j.indicator_only and ident is not None:
-        return replace(
-            j,
-            indicators=indicators,
-            identification=ident,
-            status=ident.status,
-            verdict_reason=ident.reason,
-            ne107=ident.ne107,
-        )
-    return replace(j, indicators=indicators, identification=ident)
-
-
 @dataclass(frozen=True)
 class JointReport:
     controller: str
@@ -158,7 +111,7 @@ class JointReport:
     indicators: Sequence[IndicatorSummary] = ()
     # Plots of what the estimates were made from (e.g. measured vs predicted torque).
     evidence: Sequence[EvidencePlot] = ()
-    # How the joint's last cycle ended (store.OUTCOMES), when known.
+    # How the joint's last cycle ended (agent.history.records.Outcome), when known.
     outcome: str | None = None
     # NE 107 signal; None -> ne107_of(status, failed=the last cycle ended in an error).
     ne107: Ne107 | None = None
@@ -195,13 +148,14 @@ class JointReport:
         """The last cycle or its analysis ended in an error; a refused or aborted cycle did not
         fail (it measured nothing). Without an outcome, any error counts."""
         if self.outcome is not None:
-            return self.outcome == "error"
+            return self.outcome == Outcome.ERROR
         return self.error is not None
 
     @property
     def signal(self) -> Ne107:
         """The NE 107 signal (never None after construction)."""
-        assert self.ne107 is not None
+        if self.ne107 is None:
+            raise AgentError(f"{self.controller}/{self.joint}: a joint report without NE 107")
         return self.ne107
 
     @property
@@ -315,14 +269,14 @@ def joint_report(
     running: bool = False,
 ) -> JointReport:
     """Verdict and trend of one joint. `history` is the judged indicator's, this cycle included;
-    `outcome` the cycle's (an 'error' makes NE 107 'failure'); `running` while it moves."""
+    `outcome` the cycle's (an error makes NE 107 'failure'); `running` while it moves."""
     verdict = assess_backlash(result, thresholds)
     name = indicator or verdict.indicator
     status, reason = verdict.status, verdict.reason
     if error is not None:
         status, reason = Status.UNKNOWN, f"cycle failed: {error}"
     watch, alert = limits_for(name, thresholds)
-    failed = outcome == "error" if outcome is not None else error is not None
+    failed = outcome == Outcome.ERROR if outcome is not None else error is not None
     return JointReport(
         controller=controller,
         joint=joint,
@@ -340,35 +294,6 @@ def joint_report(
         outcome=outcome,
         ne107=ne107_of(status, running=running, failed=failed),
     )
-
-
-def report_dir(state_dir: str | Path, created_at: datetime) -> Path:
-    """`<state_dir>/reports/<UTC time>`, with a -N suffix if that directory already exists."""
-    stamp = created_at.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
-    base = Path(state_dir) / "reports"
-    candidate = base / stamp
-    n = 1
-    while candidate.exists():
-        candidate = base / f"{stamp}-{n}"
-        n += 1
-    return candidate
-
-
-def new_report_dir(state_dir: str | Path, created_at: datetime) -> Path:
-    """Like report_dir, but the directory is made here, exclusively: two writers (two
-    controllers' stops finishing in two pool workers in the same second, or one second lived
-    twice after the wall clock was stepped back) never share it."""
-    base = Path(state_dir) / "reports"
-    base.mkdir(parents=True, exist_ok=True)
-    stamp = created_at.astimezone(UTC).strftime("%Y%m%dT%H%M%SZ")
-    candidate, n = base / stamp, 1
-    while True:
-        try:
-            candidate.mkdir()
-            return candidate
-        except FileExistsError:
-            candidate = base / f"{stamp}-{n}"
-            n += 1
 
 
 # -- JSON --------------------------------------------------------------------------------------

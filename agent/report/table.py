@@ -9,13 +9,14 @@ from __future__ import annotations
 import math
 import unicodedata
 
-from agent.health.identification import JointIdentificationVerdict
+from agent.health.identification.joint import JointIdentificationVerdict
 from agent.health.status import Status
 from agent.health.verdicts import indicator_info
 from agent.report.model import JointReport, Report
 
 TABLE_WIDTH = 100
-# Identification indicators in the table's few columns (the symbols of papers 002/004).
+# Identification indicators in the table's few columns (the symbols of Zollo, Lopez et al. 2014
+# and Madsen et al. 2020).
 _SHORT = {
     "coulomb_friction_nm": "fc",
     "viscous_friction_nm_s_rad": "fv",

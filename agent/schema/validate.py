@@ -9,57 +9,45 @@ Supported types: str, int, float, bool, Literal[...], Enum, X | None (and other 
 tuple[X, ...], tuple[X, Y], list[X], dict[K, V], nested dataclasses, Any (plain value passes).
 
 Every mistake in the tree is collected in one pass (a wrong key does not hide the next one) as a
-ConfigIssue naming file, line, dotted path, what was expected and what was found. Unknown keys are
-errors, with a "did you mean" when one is close. Cross-field rules: a dataclass may define
-`check(self) -> list[tuple[str, str]]`, and callers may pass more per-class checks; each returns
-(relative path, message) pairs reported at that path's line. They run on every object that built.
+ConfigIssue naming file, line, dotted path, what was expected and what was found (the words:
+agent.schema.messages). Unknown keys are errors, with a "did you mean" when one is close.
+Cross-field rules: a dataclass may define `check(self) -> list[tuple[str, str]]`, and callers may
+pass more per-class checks; each returns (relative path, message) pairs reported at that path's
+line. They run on every object that built.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import enum
 import functools
-import math
 import types
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
+from agent.schema.messages import (
+    NO_META,
+    SchemaDefinitionError,
+    describe,
+    finite,
+    found,
+    is_dataclass_type,
+    suggest,
+)
 from agent.schema.yaml_lines import (
     ConfigIssue,
     Node,
     config_error,
-    issues_of,
     join_path,
     load_yaml,
     split_path,
 )
 
-__all__ = [
-    "Check",
-    "ConfigIssue",
-    "SchemaDefinitionError",
-    "build",
-    "config_error",
-    "describe",
-    "issues_of",
-    "load",
-    "validate",
-]
-
 T = TypeVar("T")
 Check = Callable[[Any], Iterable[tuple[str, str]]]
 
-_NO_META: Mapping[str, Any] = types.MappingProxyType({})
-_BOUNDS = (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<="))
 _INVALID: Any = object()  # a value that could not be converted; its issue is already recorded
-_FOUND_MAX = 60
-
-
-class SchemaDefinitionError(TypeError):
-    """The schema uses a type this module cannot validate: a programming error, not a config one."""
 
 
 def validate(
@@ -72,7 +60,7 @@ def validate(
 ) -> tuple[T | None, list[ConfigIssue]]:
     """Convert `node` to `tp`: (the value, []) or (None, every issue sorted by line)."""
     run = _Run(file, checks or {})
-    value = run.convert(tp, node, path, _NO_META)
+    value = run.convert(tp, node, path, NO_META)
     if run.issues or value is _INVALID:
         return None, sorted(run.issues, key=lambda i: i.line)
     return value, []
@@ -98,41 +86,6 @@ def load(tp: type[T], path: str | Path, *, checks: Mapping[type, Check] | None =
     return build(tp, load_yaml(path), str(path), checks=checks)
 
 
-def describe(tp: Any, meta: Mapping[str, Any] = _NO_META) -> str:
-    """What a value of `tp` with `meta` constraints looks like, for messages: 'a number > 0'."""
-    origin, args = get_origin(tp), get_args(tp)
-    if origin in (Union, types.UnionType):
-        others = [a for a in args if a is not type(None)]
-        text = " or ".join(describe(a, meta) for a in others)
-        return text + " or null" if len(others) < len(args) else text
-    if origin is Literal:
-        return "one of " + ", ".join(_show(a) for a in args)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return "one of " + ", ".join(_show(m.value) for m in tp)
-    bounds = _bounds_text(meta)
-    min_len = meta.get("min_len")
-    if tp in (str, int, float, bool):
-        base = {str: "a string", int: "an integer", float: "a number", bool: "true or false"}[tp]
-        if tp is str and min_len:
-            return base + f" of at least {_count(min_len, 'character')}"
-        return f"{base} {bounds}" if bounds and tp is not bool else base
-    if tp is type(None):
-        return "null"
-    if tp is Any or tp is object:
-        return "any value"
-    if origin is tuple or tp is tuple:
-        if args and (len(args) != 2 or args[1] is not Ellipsis):
-            return f"a list of {len(args)} " + _plural(args, meta)
-        text = "a list of " + _plural(args[:1], meta)
-    elif origin is list or tp is list:
-        text = "a list of " + _plural(args[:1], meta)
-    elif origin is dict or tp is dict or _is_dataclass(tp):
-        text = "a mapping"
-    else:
-        raise SchemaDefinitionError(f"agent.schema.validate cannot validate values of type {tp!r}")
-    return text + (f" with at least {_count(min_len, 'item')}" if min_len else "")
-
-
 class _Run:
     """One validation pass: the conversion functions, and the issues found so far."""
 
@@ -145,7 +98,7 @@ class _Run:
         self.issues.append(ConfigIssue(self.file, line, path, message))
 
     def expected(self, tp: Any, meta: Mapping[str, Any], node: Node, path: str) -> Any:
-        self.add(node.line, path, f"expected {describe(tp, meta)}, found {_found(node)}")
+        self.add(node.line, path, f"expected {describe(tp, meta)}, found {found(node)}")
         return _INVALID
 
     def convert(self, tp: Any, node: Node, path: str, meta: Mapping[str, Any]) -> Any:
@@ -160,7 +113,7 @@ class _Run:
             members = list(tp)
             value = self.choice(tp, [m.value for m in members], node, path, lambda a: a)
             return value if value is _INVALID else tp(value)
-        if _is_dataclass(tp):
+        if is_dataclass_type(tp):
             return self.dataclass(tp, node, path)
         if tp in (bool, int, float, str):
             return self.scalar(tp, node, path, meta)
@@ -199,10 +152,10 @@ class _Run:
             for opt in opts:
                 if type(opt) is type(node.value) and opt == node.value:
                     return pick(opt)
-        msg = f"expected {describe(tp)}, found {_found(node)}"
+        msg = f"expected {describe(tp)}, found {found(node)}"
         if node.kind == "scalar" and isinstance(node.value, str):
             names = [o for o in opts if isinstance(o, str)]
-            msg += _suggest(node.value, names)
+            msg += suggest(node.value, names)
         self.add(node.line, path, msg)
         return _INVALID
 
@@ -219,7 +172,7 @@ class _Run:
                 return self.expected(tp, meta, node, path)
             return v
         # numbers: YAML booleans are not numbers, whatever Python thinks
-        if isinstance(v, bool) or not isinstance(v, int | float) or not _finite(v):
+        if isinstance(v, bool) or not isinstance(v, int | float) or not finite(v):
             return self.expected(tp, meta, node, path)
         if tp is int:
             if isinstance(v, float):
@@ -266,7 +219,7 @@ class _Run:
         ok = True
         for k, v in node.entries:
             kpath = join_path(path, k.name)
-            key = self.convert(key_tp, k, kpath, _NO_META)
+            key = self.convert(key_tp, k, kpath, NO_META)
             value = self.convert(value_tp, v, kpath, inner)
             if key is _INVALID or value is _INVALID:
                 ok = False
@@ -276,7 +229,7 @@ class _Run:
 
     def dataclass(self, cls: type, node: Node, path: str) -> Any:
         if node.kind != "mapping":
-            return self.expected(cls, _NO_META, node, path)
+            return self.expected(cls, NO_META, node, path)
         fields = _settable_fields(cls)
         hints = _hints(cls)
         kwargs: dict[str, Any] = {}
@@ -286,7 +239,7 @@ class _Run:
             fpath = join_path(path, name)
             f = fields.get(name)
             if f is None:
-                self.add(k.line, fpath, "unknown key" + _suggest(name, list(fields), list_all=True))
+                self.add(k.line, fpath, "unknown key" + suggest(name, list(fields), list_all=True))
                 ok = False
                 continue
             value = self.convert(hints[name], v, fpath, f.metadata)
@@ -328,10 +281,6 @@ class _Run:
             self.add(node.line_of(parts), target, message)
 
 
-def _is_dataclass(tp: Any) -> bool:
-    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
-
-
 @functools.cache
 def _hints(cls: type) -> dict[str, Any]:
     try:
@@ -355,14 +304,7 @@ def _required(f: dataclasses.Field[Any]) -> bool:
 
 def _element_meta(meta: Mapping[str, Any]) -> Mapping[str, Any]:
     """Bounds apply to each item of a list or mapping; min_len to the container itself."""
-    return {k: v for k, v in meta.items() if k in ("gt", "ge", "lt", "le")} or _NO_META
-
-
-def _finite(v: int | float) -> bool:
-    try:
-        return math.isfinite(v)
-    except OverflowError:  # an int too large for a float
-        return False
+    return {k: v for k, v in meta.items() if k in ("gt", "ge", "lt", "le")} or NO_META
 
 
 def _within(v: int | float, meta: Mapping[str, Any]) -> bool:
@@ -372,78 +314,3 @@ def _within(v: int | float, meta: Mapping[str, Any]) -> bool:
         and ("lt" not in meta or v < meta["lt"])
         and ("le" not in meta or v <= meta["le"])
     )
-
-
-def _bounds_text(meta: Mapping[str, Any]) -> str:
-    return " and ".join(f"{op} {_num(meta[key])}" for key, op in _BOUNDS if key in meta)
-
-
-def _num(x: Any) -> str:
-    if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
-        return str(int(x))
-    return repr(x) if isinstance(x, float) else str(x)
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
-def _plural(args: tuple[Any, ...], meta: Mapping[str, Any]) -> str:
-    names = {str: "strings", int: "integers", float: "numbers", bool: "booleans"}
-    if len(set(args)) != 1:
-        return "items"
-    tp = args[0]
-    if tp in names:
-        bounds = _bounds_text(meta)
-        return f"{names[tp]} {bounds}" if bounds and tp is not bool else names[tp]
-    if _is_dataclass(tp) or get_origin(tp) is dict:
-        return "mappings"
-    return "items"
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, str):
-        return repr(value)
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    return str(value)
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= _FOUND_MAX else text[: _FOUND_MAX - 3] + "..."
-
-
-def _found(node: Node) -> str:
-    """How a value was written, for 'found ...': numbers as typed, strings quoted."""
-    if node.kind == "mapping":
-        return f"a mapping of {_count(len(node.entries), 'key')}" if node.entries else "{}"
-    if node.kind == "sequence":
-        return f"a list of {_count(len(node.items), 'item')}" if node.items else "an empty list"
-    v = node.value
-    if v is None:
-        return "an empty value" if node.text == "" else f"{node.text} (null)"
-    if isinstance(v, bool):
-        if node.text.lower() in ("true", "false"):
-            return node.text
-        return f"{node.text} (YAML reads it as {'true' if v else 'false'})"
-    if isinstance(v, str):
-        return _clip(repr(v))
-    if isinstance(v, int | float):
-        text = _clip(node.text)
-        if _finite(v):
-            return text
-        return f"{text} (too large)" if isinstance(v, int) else f"{text} (not a finite number)"
-    if isinstance(v, bytes):
-        return "binary data"
-    return f"{_clip(node.text)} (a {type(v).__name__})"
-
-
-def _suggest(word: str, names: list[str], *, list_all: bool = False) -> str:
-    close = difflib.get_close_matches(word, names, n=1, cutoff=0.6)
-    if close:
-        return f" (did you mean {close[0]!r}?)"
-    if list_all and names:
-        return "; expected one of: " + ", ".join(names)
-    return ""

@@ -8,7 +8,8 @@ name file:line. On top of plain PyYAML:
   * merge keys (`<<: *defaults`) are applied, explicit keys winning;
   * aliases that contain themselves or expand to a huge tree are errors, not hangs.
 
-Lines and columns are 1-based. `ConfigIssue` is the one error record shared with agent.schema.validate.
+Lines and columns are 1-based. `ConfigIssue` is the one error record shared with
+agent.schema.validate.
 """
 
 from __future__ import annotations

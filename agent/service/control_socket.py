@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import grp
 import json
 import logging
@@ -22,10 +23,10 @@ from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from agent.errors import AgentError
+from agent.errors import EX_UNAVAILABLE, AgentError
 from agent.logfmt import kv
 
-log = logging.getLogger("jha.control")
+log = logging.getLogger(__name__)
 
 SOCKET_NAME = "control.sock"
 MAX_REQUEST_BYTES = 64 * 1024
@@ -35,10 +36,17 @@ _UCRED = struct.Struct("3i")  # pid, uid, gid
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 
+class ControlCommand(enum.StrEnum):
+    """The requests the daemon answers: the `cmd` of a request object."""
+
+    STATUS = "status"  # `jha status`
+    CYCLE_NOW = "cycle_now"  # `jha cycle now`
+
+
 class ControlError(AgentError):
     """The daemon could not be reached, refused us, or answered nonsense."""
 
-    exit_code = 69  # EX_UNAVAILABLE
+    exit_code = EX_UNAVAILABLE
 
 
 def socket_path(

@@ -4,13 +4,15 @@ asyncio, one task per configured controller (agent.service.runner). Motion runs 
 loop (the interlock watcher must never be late); estimation runs in a process pool made on first
 use, and every file or database write in a thread, so the systemd watchdog is pinged on time.
 This module holds the supervisor: systemd notifications, signals (SIGTERM/SIGINT stop, SIGHUP
-reload), the control socket, publishers and the report of each stop.
+reload), the controllers' runners and the report of each stop; the answers on the control
+socket are agent.service.control_requests, the publishers agent.service.publishers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import enum
 import logging
 import signal
 from collections.abc import Callable
@@ -21,18 +23,17 @@ from typing import TYPE_CHECKING, Any, TextIO
 from agent.config.load import load_config
 from agent.config.model import Config, ControllerSettings
 from agent.errors import ConfigError
-from agent.kinds.backlash.kind import analyze_backlash_capture
 from agent.kinds.base import AnalysisContext, JointJob, KindHandler
 from agent.kinds.identification.kind import ALL_JOINTS
 from agent.kinds.registry import KINDS
 from agent.logfmt import kv
+from agent.service.control_requests import answer_request
 from agent.service.control_socket import ControlServer, socket_path
 from agent.service.pool import LazyPool
+from agent.service.publishers import Publishers, publishers_to_start
 from agent.service.recording import record_and_report
 from agent.service.recovery import Orphan, find_orphans, recover
 from agent.service.runner import (
-    EX_NO_CONTROLLER,
-    EX_NO_STOP,
     ControllerRunner,
     RunnerEnv,
 )
@@ -43,11 +44,17 @@ if TYPE_CHECKING:
     from agent.publish.base import HealthPublisher
     from agent.report.model import Report
 
-__all__ = ["EX_NO_CONTROLLER", "EX_NO_STOP", "Agent", "analyze_backlash_capture"]
-
-log = logging.getLogger("jha.daemon")
+log = logging.getLogger(__name__)
 
 POOL_WORKERS = 2
+
+
+class AgentState(enum.StrEnum):
+    """The daemon's own state (`jha status`, systemd's STATUS= outside `running`)."""
+
+    STARTING = "starting"
+    RUNNING = "running"
+    STOPPING = "stopping"
 
 
 @dataclass
@@ -67,7 +74,7 @@ class Agent:
     drivers: dict[str, Driver] = field(default_factory=dict)
     reports: list[Path] = field(default_factory=list)
     runners: dict[str, ControllerRunner] = field(default_factory=dict)
-    state: str = "starting"
+    state: AgentState = AgentState.STARTING
     pool_idle_s: float = 60.0  # analysis workers are shut down after this long unused
     pool_workers: int = POOL_WORKERS
     _executor: LazyPool = field(init=False, repr=False)
@@ -104,7 +111,7 @@ class Agent:
         self._kinds: dict[str, KindHandler] = {name: make() for name, make in KINDS.items()}
         self._analysis = AnalysisContext(self.state_dir, self._pool)
         self._control: ControlServer | None = None
-        self._publishers: list[HealthPublisher] = []
+        self._publishers = Publishers()
         loop = asyncio.get_running_loop()
         clean = False
         try:
@@ -124,7 +131,7 @@ class Agent:
                 self._spawn(self._recover(orphans), "recovery")
             self._spawn(self.notifier.watchdog_loop(), "watchdog")
             self._spawn(self._reap_pool(), "pool reaper")
-            self.state = "running"
+            self.state = AgentState.RUNNING
             self.notifier.ready()
             self._update_status()
             log.info(
@@ -146,9 +153,9 @@ class Agent:
             clean = True
             return 0
         finally:
-            self.state = "stopping"
+            self.state = AgentState.STOPPING
             self.notifier.stopping()
-            self.notifier.status("stopping")
+            self.notifier.status(AgentState.STOPPING)
             await self._shutdown(clean)
             if self.handle_signals:
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
@@ -165,12 +172,7 @@ class Agent:
                 future.cancel()
         if self._control is not None:
             await self._control.close()
-        for pub in self._publishers:
-            try:
-                async with asyncio.timeout(3.0):
-                    await pub.close()
-            except Exception as exc:  # a publisher failing to close must not block the exit
-                log.warning(kv("publisher_close_failed", publisher=pub.name, error=str(exc)))
+        await self._publishers.close()
         # Only --once waits (its work is done by now); a stopping service must exit within
         # 5 s, so a fit still running is terminated (its capture is on disk already).
         self._executor.shutdown(wait=clean and self.once, cancel_futures=True)
@@ -185,7 +187,7 @@ class Agent:
     def request_stop(self, why: str = "request") -> None:
         if not self._stop.is_set():
             log.info(kv("stopping", signal=why))
-            self.state = "stopping"
+            self.state = AgentState.STOPPING
             self.notifier.stopping()
             self._stop.set()
             if self.once:  # --once has no stop event to wait on: end the runners directly
@@ -254,13 +256,13 @@ class Agent:
         return runner
 
     def status_text(self) -> str:
-        if self.state != "running":
+        if self.state != AgentState.RUNNING:
             return self.state
         parts = [f"{name}: {r.state}" for name, r in self.runners.items()]
         return "; ".join(parts) or "no controllers"
 
     def _update_status(self) -> None:
-        if self.state == "running":
+        if self.state == AgentState.RUNNING:
             self.notifier.status(self.status_text())
 
     # -- reports and publishing --------------------------------------------------------------
@@ -287,33 +289,11 @@ class Agent:
             await self._publish(written.report)
 
     async def _start_publishers(self) -> None:
-        wanted = self.config.publish.mqtt is not None or self.config.publish.opcua_server
-        if self.publishers is None and not wanted:
-            self.publishers = []  # nothing imported: the publishers pull in the report model
-        if self.publishers is None:
-            from agent.publish.factory import publishers_for
-
-            try:
-                self.publishers = publishers_for(self.config.publish, self.state_dir)
-            except Exception as exc:  # a missing publisher module must not stop the cycles
-                log.error(kv("publishers_unavailable", error=f"{type(exc).__name__}: {exc}"))
-                self.publishers = []
-        for pub in self.publishers:
-            try:
-                await pub.start()
-            except Exception as exc:  # logged; the agent runs on without this publisher
-                log.error(kv("publisher_start_failed", publisher=pub.name, error=str(exc)))
-                continue
-            self._publishers.append(pub)
+        self.publishers = publishers_to_start(self.publishers, self.config.publish, self.state_dir)
+        await self._publishers.start(self.publishers)
 
     async def _publish(self, report: Report) -> None:
-        for pub in self._publishers:
-            try:
-                await pub.publish(report)
-            except Exception as exc:  # never let a publisher's trouble reach the controller
-                log.error(
-                    kv("publish_failed", publisher=pub.name, error=f"{type(exc).__name__}: {exc}")
-                )
+        await self._publishers.publish(report)
 
     # -- the control socket ------------------------------------------------------------------
 
@@ -328,50 +308,16 @@ class Agent:
         self._control = server
 
     async def handle_request(self, request: dict[str, Any]) -> dict[str, Any]:
-        cmd = request.get("cmd")
-        if cmd == "status":
-            return {
-                "ok": True,
-                "state": self.state,
-                "status": self.status_text(),
-                "dry_run": self.dry_run,
-                "config": self.config.source,
-                "controllers": {name: r.to_dict() for name, r in self.runners.items()},
-            }
-        if cmd == "cycle_now":
-            name, joint = request.get("controller"), request.get("joint")
-            ident = request.get("identification", False)
-            if not isinstance(name, str) or not (joint is None or isinstance(joint, str)):
-                return {
-                    "ok": False,
-                    "error": "expected a string 'controller' and optional string 'joint'",
-                }
-            if not isinstance(ident, bool) or (ident and joint is not None):
-                return {
-                    "ok": False,
-                    "error": "expected 'identification' true or false, and no 'joint' with it "
-                    "(the identification moves every joint)",
-                }
-            runner = self.runners.get(name)
-            if runner is None:
-                known = ", ".join(self.runners) or "none"
-                return {"ok": False, "error": f"unknown controller {name!r} (known: {known})"}
-            try:
-                if ident:
-                    queued = runner.enqueue_identification("on_demand")
-                else:
-                    queued = runner.enqueue(joint, "on_demand")
-            except ValueError as exc:
-                return {"ok": False, "error": str(exc)}
-            return {
-                "ok": True,
-                "queued": queued,
-                "kind": CycleKind.IDENTIFICATION if ident else CycleKind.BACKLASH,
-                "controller": name,
-                "message": "queued: the cycle waits for a production stop it fits in and for "
-                "every interlock",
-            }
-        return {"ok": False, "error": f"unknown cmd {cmd!r}: expected 'status' or 'cycle_now'"}
+        """The reply to one control-socket request (agent.service.control_requests)."""
+        return answer_request(request, self._status_reply, self.runners)
+
+    def _status_reply(self) -> dict[str, Any]:
+        return {
+            "state": self.state,
+            "status": self.status_text(),
+            "dry_run": self.dry_run,
+            "config": self.config.source,
+        }
 
     # -- reload (SIGHUP) ---------------------------------------------------------------------
 

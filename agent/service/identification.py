@@ -16,6 +16,7 @@ from pathlib import Path
 from agent.config.identification import IdentificationCycleSettings
 from agent.config.model import ControllerSettings
 from agent.config.schedule import Schedule, schedule_of
+from agent.history.records import Outcome, Trigger
 from agent.kinds.base import AnalysisContext, utcnow
 from agent.kinds.identification.kind import ALL_JOINTS, KIND, IdentificationKind
 from agent.logfmt import kv
@@ -38,7 +39,7 @@ def last_identification_age_s(state_dir: Path, ctrl: ControllerSettings) -> floa
         found = [
             rec.started_at
             for j in ctrl.joints
-            if (rec := store.latest(ctrl.name, j.name, outcome="ok", kind=KIND)) is not None
+            if (rec := store.latest(ctrl.name, j.name, outcome=Outcome.OK, kind=KIND)) is not None
         ]
     if not found:
         return None
@@ -96,7 +97,7 @@ class RunnerIdentification:
         self.cadence = None if ident is None else IdentificationCadence(ident)
         self.capabilities: Capability | None = None  # the driver's, once it is made
 
-    def request(self, reason: str, streaming_only: bool) -> PendingCycle:
+    def request(self, reason: Trigger, streaming_only: bool) -> PendingCycle:
         """The queue entry of an identification (its design starts in the pool now); ValueError
         when this controller cannot run one."""
         ctrl, kind = self.ctrl, self.kind

@@ -10,13 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from agent.history.records import Trigger
+
 
 @dataclass(frozen=True)
 class PendingCycle:
     joint: str
     kind: str
     queued_at_s: float  # monotonic clock of the agent
-    reason: str  # production_stop, schedule, on_demand
+    reason: Trigger  # why it was queued
     estimate_s: float  # settle + duration: what the stop must hold (plus the margin)
     order: int = 0  # the joint's place in the config: breaks ties between equal waits
 

@@ -8,10 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agent.kinds.base import JointJob, utcnow
 from agent.kinds.registry import all_kinds
-from agent.report.model import JointReport, Report
+
+if TYPE_CHECKING:  # the report model loads scipy (trends): only the pool imports it
+    from agent.report.model import JointReport, Report
 
 
 def record_jobs(state_dir: Path, jobs: list[JointJob]) -> list[int]:
@@ -56,9 +59,9 @@ def record_and_report(
 ) -> WrittenReport:
     """Pool entry point: record a stop's jobs, then write its report."""
     from agent.history.store import HistoryStore
-    from agent.report.model import Report, new_report_dir
+    from agent.report.model import Report
     from agent.report.table import summary_table
-    from agent.report.write import write_report
+    from agent.report.write import new_report_dir, write_report
 
     cycle_ids = record_jobs(state_dir, jobs)
     kinds = all_kinds()

@@ -21,18 +21,20 @@ import sqlite3
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from agent.capture.model import Capture
 from agent.config.model import Config, ControllerSettings, JointSettings
 from agent.errors import AgentError
+from agent.history.records import Outcome, Trigger
 from agent.kinds.backlash.kind import backlash_cycle
 from agent.kinds.base import AnalysisContext, JointJob, KindHandler
 from agent.logfmt import kv
 
-log = logging.getLogger("jha.recovery")
+log = logging.getLogger(__name__)
 
 QUARANTINE_DIR = "quarantine"
-TRIGGER = "recovered"
+TRIGGER = Trigger.RECOVERED
 _STAMP = "%Y%m%dT%H%M%S_%fZ"  # agent.kinds.base.stamp: how the daemon names a capture
 
 
@@ -140,7 +142,7 @@ async def recover(
     kind: KindHandler,
     analysis: AnalysisContext,
     report: Callable[[ControllerSettings, list[JointJob]], Awaitable[None]],
-    run_blocking: Callable[..., Awaitable[object]],
+    run_blocking: Callable[..., Awaitable[Any]],
 ) -> int:
     """Analyse, record and report every orphan (one report per capture, as its stop would
     have had); returns how many were recorded. `run_blocking(f, *args)` runs f in a thread."""
@@ -148,7 +150,7 @@ async def recover(
     recorded = 0
     for orphan in orphans:
         try:
-            loaded = await run_blocking(_load, orphan)
+            loaded: Capture | str = await run_blocking(_load, orphan)
         except Exception as exc:  # any failure to load: the file is unusable evidence
             await run_blocking(quarantine, state_dir, orphan.path, f"{type(exc).__name__}: {exc}")
             continue
@@ -162,7 +164,6 @@ async def recover(
                 )
             )
             continue
-        assert isinstance(loaded, Capture)
         found = _joint_of(config, orphan)
         if isinstance(found, str):
             log.warning(kv("orphan_capture_skipped", path=orphan.path, reason=found))
@@ -187,10 +188,10 @@ async def recover(
         try:
             job.result = await kind.analyse(analysis, job, loaded)
         except AgentError as exc:
-            job.outcome, job.error = "error", str(exc)
+            job.outcome, job.error = Outcome.ERROR, str(exc)
         except Exception as exc:  # a bug or a dead worker: recorded as such, not retried
             log.exception(kv("analysis_failed", controller=ctrl.name, joint=joint.name))
-            job.outcome, job.error = "error", f"analysis failed: {type(exc).__name__}: {exc}"
+            job.outcome, job.error = Outcome.ERROR, f"analysis failed: {type(exc).__name__}: {exc}"
         try:
             await report(ctrl, [job.for_pool()])
         except Exception as exc:  # a full disk: it stays an orphan, taken up at the next start

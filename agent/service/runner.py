@@ -1,5 +1,7 @@
 """One controller's task: connect, watch the status, queue cycles on triggers, run the ones that
 fit in a production stop (guarded by the interlocks), hand captures to analysis, record, report.
+How one cycle runs and how a stop's jobs are finished is agent.service.jobs; this module decides
+which cycles run and when, and keeps their queue.
 
 Every blocking step (saving captures, SQLite, report rendering) runs in a thread and every fit in
 the process pool, so the event loop stays free for the interlock watcher and the watchdog.
@@ -19,28 +21,25 @@ from typing import Any
 
 from agent.config.model import ControllerSettings, JointSettings
 from agent.config.schedule import schedule_of
-from agent.errors import AgentError, CycleAborted, InterlockError
+from agent.history.records import Trigger
 from agent.kinds.base import (
     AnalysisContext,
-    AnalysisRefused,
     JointJob,
     KindHandler,
-    stamp,
     utcnow,
 )
 from agent.kinds.identification.kind import KIND as IDENTIFICATION
 from agent.logfmt import kv
 from agent.service.identification import RunnerIdentification
-from agent.service.interlocks import check_interlocks, run_guarded_cycle
+from agent.service.jobs import Finishing, run_job
 from agent.service.queue import CycleQueue, PendingCycle
 from agent.service.triggers import ScheduleState, schedule_due, stop_begins, stopped
 from drivers.base import Capability, ControllerMode, ControllerStatus, Cycle, CycleKind, Driver
 
-log = logging.getLogger("jha.daemon")
+log = logging.getLogger(__name__)
 
 EX_NO_STOP = 75  # EX_TEMPFAIL: --once saw no production stop in time
 EX_NO_CONTROLLER = 74  # EX_IOERR: --once could not connect to the controller in time
-MAX_FINISHING = 4  # stops whose analyses may be under way at once, per controller
 
 
 @dataclass
@@ -70,18 +69,13 @@ class ControllerRunner:
         self.busy = False  # inside a stop's cycles: not an idle point
         self.task: asyncio.Task[int] | None = None
         # Analyses, records and reports of past stops, finishing while the next stop may start.
-        self._finishing: set[asyncio.Task[None]] = set()
+        self._finishing = Finishing(ctrl, env.on_jobs, env.on_state)
         self._retire = False
         self._wake = asyncio.Event()
         self._ran_this_stop = False
+        sched = ctrl.triggers.schedule
         self._schedule = (
-            None
-            if ctrl.triggers.schedule is None
-            else schedule_of(
-                ctrl.triggers.schedule.every_s,
-                ctrl.triggers.schedule.cron,
-                ctrl.triggers.schedule.window,
-            )
+            None if sched is None else schedule_of(sched.every_s, sched.cron, sched.window)
         )
         self._schedule_state = ScheduleState()
         self.last_status: ControllerStatus | None = None
@@ -102,7 +96,7 @@ class ControllerRunner:
         self._retire = True
         self._wake.set()
 
-    def enqueue(self, joint: str | None, reason: str) -> list[str]:
+    def enqueue(self, joint: str | None, reason: Trigger) -> list[str]:
         """Queue the cycles of one joint (or all); raises ValueError for an unknown joint."""
         if self.streaming_only:
             raise ValueError(f"controller {self.ctrl.name} runs no test cycles (streaming only)")
@@ -120,21 +114,14 @@ class ControllerRunner:
                 self.queue = self.queue.add(
                     PendingCycle(j.name, kind.name, now_s, reason, needs_s, order)
                 )
-        log.info(
-            kv(
-                "queued",
-                controller=self.ctrl.name,
-                joints=",".join(j.name for j in chosen),
-                reason=reason,
-                pending=len(self.queue),
-            )
-        )
+        log.info(kv("queued", controller=self.ctrl.name, joints=",".join(j.name for j in chosen),
+                    reason=reason, pending=len(self.queue)))  # fmt: skip
         self._ran_this_stop = False  # a new request may use the stop we are in
         self._wake.set()
         self.env.on_state()
         return [j.name for j in chosen]
 
-    def enqueue_identification(self, reason: str) -> list[str]:
+    def enqueue_identification(self, reason: Trigger) -> list[str]:
         """Queue the whole-robot identification cycle (its trajectory is designed in the pool
         meanwhile); raises ValueError when this controller cannot run one."""
         pending = self._ident.request(reason, self.streaming_only)
@@ -190,12 +177,10 @@ class ControllerRunner:
             code = await self._loop(driver)
             if self._finishing:  # --once and reloads: the last stop's results first
                 self._set_state("analysing")
-                await asyncio.gather(*self._finishing)
+                await self._finishing.wait()
             return code
         finally:
-            for task in list(self._finishing):
-                task.cancel()
-            await asyncio.gather(*self._finishing, return_exceptions=True)
+            await self._finishing.cancel()
             with contextlib.suppress(Exception):
                 await driver.close()
 
@@ -253,17 +238,17 @@ class ControllerRunner:
             log.info(
                 kv("production_stop", controller=self.ctrl.name, expected_s=status.stop_expected_s)
             )
-            self.enqueue(None, "production_stop")
+            self.enqueue(None, Trigger.PRODUCTION_STOP)
         if self._schedule is not None:
             due, self._schedule_state = schedule_due(
                 self._schedule, self._schedule_state, time.monotonic(), dt.datetime.now()
             )
             if due:
-                self.enqueue(None, "schedule")
+                self.enqueue(None, Trigger.SCHEDULE)
         # --once handles one stop with the backlash cycles: it does not wait for a design.
         if not self.env.once and self._ident.due():
             try:
-                self.enqueue_identification("schedule")
+                self.enqueue_identification(Trigger.SCHEDULE)
             except ValueError as exc:
                 log.error(kv("identification_not_queued", controller=self.ctrl.name,
                              reason=str(exc)))  # fmt: skip
@@ -272,7 +257,7 @@ class ControllerRunner:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.env.wait_for_stop_s
         if self.env.once:
-            self.enqueue(None, "once")
+            self.enqueue(None, Trigger.ONCE)
         previous: ControllerStatus | None = None
         backoff_s = self.env.poll_s
         while True:
@@ -285,8 +270,12 @@ class ControllerRunner:
                 if not stopped(status):
                     self._ran_this_stop = False
                 previous = status
-            if stopped(status) and len(self.queue) and not self._ran_this_stop:
-                assert status is not None
+            if (
+                status is not None
+                and stopped(status)
+                and len(self.queue)
+                and not self._ran_this_stop
+            ):
                 plan = self._plannable().plan(
                     status.stop_expected_s, self.ctrl.triggers.cycle_margin_s
                 )
@@ -301,7 +290,9 @@ class ControllerRunner:
                     finally:
                         self.busy = False
                     if jobs:
-                        await self._hand_over(jobs)
+                        await self._finishing.hand_over(
+                            jobs, lambda: self._set_state("waiting for earlier analyses")
+                        )
                     if self.env.once:
                         return 0
                     continue
@@ -327,46 +318,6 @@ class ControllerRunner:
     def _plannable(self) -> CycleQueue:
         self.queue, plannable = self._ident.plannable(self.queue)
         return plannable
-
-    async def _hand_over(self, jobs: list[JointJob]) -> None:
-        """Analyses, record and report of a stop's jobs go on in the background, so the next
-        stop is not missed while a slow fit runs; at most MAX_FINISHING stops wait at once
-        (beyond that the runner waits: memory stays bounded)."""
-        while len(self._finishing) >= MAX_FINISHING:
-            self._set_state("waiting for earlier analyses")
-            await asyncio.wait(set(self._finishing), return_when=asyncio.FIRST_COMPLETED)
-        task = asyncio.create_task(self._finish(jobs), name=f"finish {self.ctrl.name}")
-        self._finishing.add(task)
-        task.add_done_callback(self._finishing.discard)
-
-    async def _finish(self, jobs: list[JointJob]) -> None:
-        ctrl = self.ctrl
-        try:
-            for job in jobs:
-                if job.analysis is None:
-                    continue
-                try:
-                    job.result = await job.analysis
-                except AnalysisRefused as exc:  # measured, but not to be trusted: no data
-                    job.outcome, job.error = "rejected", str(exc)
-                    log.warning(kv("analysis_refused", controller=ctrl.name,
-                                   joint=job.joint_name, reason=str(exc)))  # fmt: skip
-                except AgentError as exc:
-                    job.outcome, job.error = "error", str(exc)
-                except Exception as exc:  # a bug or a dead worker must not take the daemon down
-                    log.exception(kv("analysis_failed", controller=ctrl.name, joint=job.joint_name))
-                    job.outcome = "error"
-                    job.error = f"analysis failed: {type(exc).__name__}: {exc}"
-            await self.env.on_jobs(ctrl, [job.for_pool() for job in jobs])
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a full disk or a report bug: logged, the controller goes on
-            log.exception(kv("finish_failed", controller=ctrl.name))
-        finally:
-            for job in jobs:  # on shutdown: nothing left running behind us
-                if job.analysis is not None and not job.analysis.done():
-                    job.analysis.cancel()
-        self.env.on_state()
 
     def _idle_text(self, status: ControllerStatus | None) -> str:
         text = self._waiting_text(status)
@@ -425,40 +376,25 @@ class ControllerRunner:
         self, driver: Driver, joint: JointSettings | None, pending: PendingCycle, cycle: Cycle
     ) -> JointJob:
         """One cycle (of a joint, or of the whole robot when `joint` is None) through the
-        guarded path; its analysis starts in the pool when its capture is saved."""
-        ctrl = self.ctrl
+        guarded path (agent.service.jobs.run_job): it leaves the queue once measured, and
+        comes back when its capture is lost."""
         kind = self.env.kinds[pending.kind]
-        name = pending.joint
-        job = JointJob(ctrl, joint, cycle, utcnow(), trigger=pending.reason)
-        try:
-            if self.env.dry_run:
-                await check_interlocks(driver, cycle, ctrl.interlocks, joint)
-                job.outcome, job.error = "dry_run", "dry run: interlocks hold, no motion"
-                self.queue = self.queue.remove(name, kind.name)
-                log.info(kv("cycle_dry_run", controller=ctrl.name, joint=name, kind=kind.name))
-                return job
-            capture = await run_guarded_cycle(driver, cycle, ctrl.interlocks, joint)
-        except InterlockError as exc:
-            job.outcome, job.error = "rejected", f"interlock: {exc}"
-            log.warning(kv("cycle_refused", controller=ctrl.name, joint=name, reason=str(exc)))
-            return job  # stays queued for the next stop
-        except CycleAborted as exc:
-            job.outcome, job.error = "aborted", str(exc)
-            log.warning(kv("cycle_aborted", controller=ctrl.name, joint=name, reason=str(exc)))
-            return job  # stays queued for the next stop
-        self.queue = self.queue.remove(name, kind.name)
-        folder = kind.name if joint is None else joint.name
-        job.capture_path = (
-            self.env.state_dir / "captures" / ctrl.name / folder / f"{stamp(job.started_at)}.npz"
-        )
-        try:
-            await asyncio.to_thread(kind.save, capture, job.capture_path)
-        except OSError as exc:  # a full or failing disk: this capture is lost, the agent is not
-            log.error(kv("capture_not_saved", controller=ctrl.name, joint=name, error=str(exc)))
-            job.outcome, job.error = "error", f"capture not saved: {exc}"
-            job.capture_path = None
+
+        def measured() -> None:
+            self.queue = self.queue.remove(pending.joint, kind.name)
+
+        def lost() -> None:
             self.queue = self.queue.add(pending)  # measured again at a later stop
-            return job
-        log.info(kv("captured", controller=ctrl.name, joint=name, path=job.capture_path))
-        job.analysis = asyncio.ensure_future(kind.analyse(self.env.analysis, job, capture))
-        return job
+
+        job = JointJob(self.ctrl, joint, cycle, utcnow(), trigger=pending.reason)
+        return await run_job(
+            driver,
+            job,
+            kind,
+            pending.joint,
+            state_dir=self.env.state_dir,
+            analysis=self.env.analysis,
+            dry_run=self.env.dry_run,
+            measured=measured,
+            lost=lost,
+        )

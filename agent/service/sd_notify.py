@@ -14,7 +14,7 @@ import socket
 import time
 from collections.abc import Mapping
 
-log = logging.getLogger("jha.sd_notify")
+log = logging.getLogger(__name__)
 
 
 def _address(raw: str) -> str | bytes:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from agent.config.schedule import Schedule
 from drivers.base import ControllerMode, ControllerStatus
@@ -70,7 +71,8 @@ def schedule_due(
     return False, state
 
 
-def stopped(status: ControllerStatus | None) -> bool:
+def stopped(status: ControllerStatus | None) -> TypeGuard[ControllerStatus]:
+    """A status read, and production stopped (a TypeGuard: the status is known after it)."""
     return status is not None and status.mode is ControllerMode.STOPPED
 
 

@@ -1,9 +1,9 @@
 """The link half of the CAN driver: connect (ENABLE, first status round), reconnect with
-backoff outside a cycle, fresh controller status, and STOP (owed and resent on reconnect when
-the link is down).
+backoff outside a cycle, fresh controller status, and sending STOP (owed and resent on
+reconnect when the link is down).
 
-drivers/can/driver.py builds the test cycle on top of it (CanDriver subclasses CanConnection); the
-frames are docs/drivers/can.md's.
+drivers/can/driver.py builds the test cycle and `stop_motion` on top of it (CanDriver subclasses
+CanConnection); the frames are docs/drivers/can.md's.
 """
 
 from __future__ import annotations
@@ -20,15 +20,14 @@ from drivers.can.dbc import MODES, CanProtocol, Command, DbcError, StatusFrame, 
 from drivers.can.link import BusLink, open_bus
 from drivers.can.settings import CanSettings
 
-# drivers/can/driver.py's logger: the link and the cycle are one driver to whoever filters the log.
-log = logging.getLogger("drivers.can.driver")
+log = logging.getLogger(__name__)
 
 POLL_S = 0.05  # longest sleep between checks while waiting on the controller
 _RECONNECT_FIRST_S = 0.5
 
 
 class CanConnection(Driver):
-    """CanDriver without its test cycle: the connection, the status and STOP."""
+    """CanDriver without its test cycle and stop_motion: the connection, the status, STOP."""
 
     def __init__(self, controller: str, settings: Any, joints: tuple[Any, ...]) -> None:
         if not isinstance(settings, CanSettings):
@@ -73,8 +72,9 @@ class CanConnection(Driver):
                     f"{proto.position_bits}-bit counts in {proto.encoder.name}"
                 )
 
-    async def _open(self) -> None:
+    async def _open(self) -> BusLink:
         proto = self._require_proto()
+        changed = self._wake_event()
         s = self._settings
         label = f"{self.controller} ({s.interface} {s.channel})"
         if s.interface == "socketcand":
@@ -93,8 +93,6 @@ class CanConnection(Driver):
             if isinstance(exc, Exception):
                 raise DriverError(f"{label}: cannot open the CAN interface: {exc}") from exc
             raise
-        changed = self._changed
-        assert changed is not None
 
         def wake() -> None:
             loop.call_soon_threadsafe(changed.set)
@@ -128,6 +126,7 @@ class CanConnection(Driver):
         log.info("event=can_connected link=%r", label)
         if self._stop_owed:
             self._send_stop("owed since the link was lost")
+        return link
 
     async def _probe_tcp(self) -> None:
         """Fail fast on a refused socketcand port (python-can would retry it for 10 s)."""
@@ -153,6 +152,12 @@ class CanConnection(Driver):
     async def close(self) -> None:
         await asyncio.to_thread(self._drop_link)
 
+    def _wake_event(self) -> asyncio.Event:
+        """Set by the reader thread on news; exists from the first connect on."""
+        if self._changed is None:
+            raise DriverError(f"{self.controller}: not connected")
+        return self._changed
+
     def _require_proto(self) -> CanProtocol:
         if self._proto is None:
             raise DriverError(f"{self.controller}: not connected")
@@ -176,11 +181,9 @@ class CanConnection(Driver):
         self._next_reconnect = now + self._reconnect_wait_s
         self._reconnect_wait_s = min(2 * self._reconnect_wait_s, self._settings.reconnect_max_s)
         try:
-            await self._open()
+            return await self._open()
         except DriverError as exc:
             raise DriverError(f"{self.controller}: CAN link down: {reason}; {exc}") from exc
-        assert self._link is not None
-        return self._link
 
     # --- status -------------------------------------------------------------------------------
     def _fresh_status(self, link: BusLink) -> StatusFrame:
@@ -223,7 +226,7 @@ class CanConnection(Driver):
             time_s=status.controller_time_s,
         )
 
-    # --- motion -------------------------------------------------------------------------------
+    # --- STOP (CanDriver.stop_motion and the cycle's exception path send it) -----------------
     def _send_stop(self, reason: str) -> None:
         link = self._link
         self._stop_owed = True
@@ -237,14 +240,9 @@ class CanConnection(Driver):
         self.stop_commands_sent += 1
         log.info("event=can_stop_sent controller=%s reason=%r", self.controller, reason)
 
-    async def stop_motion(self) -> None:
-        # Synchronous on purpose: one small frame, and no await a cancellation could cut short.
-        self._send_stop("stop_motion")
-
     async def _wait_for(self, ready: Any, timeout_s: float) -> bool:
         """Wait until ready() (checked on every wake from the reader thread) or the timeout."""
-        changed = self._changed
-        assert changed is not None
+        changed = self._wake_event()
         deadline = time.monotonic() + timeout_s
         while not ready():
             left = deadline - time.monotonic()

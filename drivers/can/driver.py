@@ -6,8 +6,8 @@ docs/drivers/can.md: the agent sends ENABLE once, then CycleSetup + CycleLength 
 cycle; the controller answers with periodic status frames (the acknowledgement is the cycle
 counter it echoes) and one encoder frame per sample, whose counter makes every lost frame seen.
 
-The connection, status and STOP are drivers/can/connection.py's (CanConnection); this module
-runs the test cycle over it.
+The connection, status and sending STOP are drivers/can/connection.py's (CanConnection); this
+module runs the test cycle over it and holds `stop_motion`.
 """
 
 from __future__ import annotations
@@ -34,10 +34,11 @@ from drivers.can.dbc import (
     CycleState,
     stream_bus_load,
 )
-from drivers.can.link import BusLink, CaptureRecorder
+from drivers.can.link import BusLink
+from drivers.can.recorder import CaptureRecorder
 from drivers.can.settings import CanSettings
 
-__all__ = ["HEARTBEAT_S", "CanConnection", "CanDriver"]
+__all__ = ["HEARTBEAT_S", "CanDriver"]
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +79,12 @@ class CanDriver(CanConnection):
                 f"(max_bus_load {100 * self._settings.max_bus_load:.0f} %)"
             )
         return int(joint.index)
+
+    async def stop_motion(self) -> None:
+        """STOP to the controller (CanConnection._send_stop); owed and resent on reconnect when
+        the link is down. Synchronous on purpose: one small frame, and no await a cancellation
+        could cut short."""
+        self._send_stop("stop_motion")
 
     async def run_cycle(self, cycle: Cycle) -> Capture:
         cycle = backlash_only(self, cycle)

@@ -1,4 +1,7 @@
-"""A GRBL CNC on a serial port: streaming only, feed hold then soft reset as its stop."""
+"""GRBL or DNC CNC controllers on a serial port (`driver: grbl`): toolpath streaming only.
+
+stop_motion (driver.py) is a feed hold, then a soft reset once the machine stands still.
+"""
 
 from drivers.grbl.driver import GrblDriver
 from drivers.grbl.settings import GrblSettings

@@ -1,9 +1,9 @@
 """CNC controllers that take streamed G-code (`driver: grbl`): GRBL 1.1 or DNC drip feed.
 
 The driver has one capability, TOOLPATH_STREAMING: the agent stands between the part program and
-the controller and streams it (agent.feedrate.streaming.grbl, with the feedrate filter of paper 001 in
-front; `jha feedrate stream --config FILE --controller NAME`). It runs no test cycles: a CNC's
-axes are not moved by the agent on its own account, so `run_cycle` refuses.
+the controller and streams it (agent.feedrate.streaming.grbl, with the feedrate filter of Farouki
+& Swett 2022 in front; `jha feedrate stream --config FILE --controller NAME`). It runs no test
+cycles: a CNC's axes are not moved by the agent on its own account, so `run_cycle` refuses.
 
 The Driver methods the daemon uses speak GRBL's real-time commands, which the controller takes
 out of the byte stream at any time (they never occupy its receive buffer):
@@ -16,8 +16,9 @@ out of the byte stream at any time (they never occupy its receive buffer):
 because the port is locked to one user.
 
 Before the first line, a GRBL stream asks '?' and refuses unless the controller is Idle
-(agent.feedrate.streaming.grbl). A DNC controller answers no status query: `stream` refuses unless the
-operator has confirmed the machine ready (`confirmed_ready`, `--confirm-ready`; DNC_CHECKLIST).
+(agent.feedrate.streaming.grbl). A DNC controller answers no status query: `stream` refuses
+unless the operator has confirmed the machine ready (`confirmed_ready`, `--confirm-ready`;
+DNC_CHECKLIST).
 """
 
 from __future__ import annotations
@@ -30,16 +31,10 @@ from typing import Any, ClassVar
 
 from agent.capture.model import Capture
 from agent.errors import DriverError
-from agent.feedrate.streaming.grbl import (
-    DncOptions,
-    GrblOptions,
-    ProgressFn,
-    StreamControl,
-    StreamError,
-    StreamResult,
-    stream_to_port,
-)
+from agent.feedrate.streaming.dnc import DncOptions
+from agent.feedrate.streaming.grbl import GrblOptions, stream_to_port
 from agent.feedrate.streaming.grbl_protocol import GRBL_ALARMS, StatusReport, parse_status
+from agent.feedrate.streaming.session import ProgressFn, StreamControl, StreamError, StreamResult
 from drivers.base import (
     Capability,
     ControllerMode,
@@ -229,7 +224,8 @@ class GrblDriver(Driver):
             await self.connect()
         try:
             link = self._link
-            assert link is not None
+            if link is None:  # connect() above or before set it
+                raise DriverError(f"{self.controller}: not connected, cannot stop")
             await link.write(FEED_HOLD, self._settings.write_timeout_s)
             with contextlib.suppress(TimeoutError, DriverError):
                 await within(self._standstill(), self._settings.hold_timeout_s)

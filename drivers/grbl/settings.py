@@ -30,7 +30,7 @@ Handshake = Literal["reset", "banner", "none"]
 
 @dataclass(frozen=True)
 class StreamFilterSettings:
-    """The feedrate filter between the program and the controller (paper 001)."""
+    """The feedrate filter between the program and the controller (Farouki & Swett 2022)."""
 
     enabled: bool = field(
         default=True, metadata={"doc": "false: stream the program unchanged (the baseline)"}

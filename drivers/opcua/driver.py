@@ -11,8 +11,8 @@ monitored item has a server-side FIFO (queue_size) so a slow client loses nothin
 queue is full, and then loses the oldest values of every buffer alike, which the sequence
 numbers expose (and the overflow bit says). It is also what plain PLC servers offer: arrays
 plus a counter need no custom methods or structure types on the controller. The cost is one
-notification per buffer per chunk, paired back into chunks by order (opcua_stream receives,
-opcua_capture pairs and checks); the bench measures the result on loopback.
+notification per buffer per chunk, paired back into chunks by order (drivers/opcua/stream.py
+receives, drivers/opcua/capture.py pairs and checks); the bench measures the result on loopback.
 
 The same subscription carries the cycle status (done / aborted / fault end the wait) and the
 controller state (leaving the stopped state aborts the cycle even before the interlock watcher
@@ -22,6 +22,10 @@ sends the stop in its exception path, including on cancellation.
 Connections: connect() retries with exponential backoff for connect_timeout_s; afterwards a
 supervisor task reconnects with backoff whenever the session is lost, for as long as the driver
 is open. While disconnected, read_status and run_cycle raise DriverError at once.
+
+stop_motion (the configured stop action, resent after a reconnect when it could not be
+delivered) is here; the session is drivers/opcua/session.py, the liveness watchdog's counter
+drivers/opcua/watchdog.py.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from drivers.opcua.session import OpcUaSession, RejectedError, ResolvedAction
 from drivers.opcua.settings import CycleParameter, OpcUaSettings
 from drivers.opcua.status import RawValue, decode_status, status_roles
 from drivers.opcua.stream import CaptureStream
+from drivers.opcua.watchdog import WatchdogNodes, arm_watchdog, resolve_watchdog, write_beat
 
 log = logging.getLogger(__name__)
 
@@ -63,30 +68,6 @@ def cycle_values(cycle: BacklashCycle) -> dict[CycleParameter, Any]:
 
 
 @dataclass(frozen=True)
-class _WatchdogNodes:
-    counter: Node
-    counter_type: ua.VariantType
-    timeout: Node | None
-    timeout_type: ua.VariantType | None
-
-
-# The watchdog counter wraps below the range of the smallest integer type that may hold it.
-_SMALL_INTEGERS = {ua.VariantType.SByte: 2**7, ua.VariantType.Byte: 2**7}
-_INTEGERS = {
-    ua.VariantType.Int16,
-    ua.VariantType.UInt16,
-    ua.VariantType.Int32,
-    ua.VariantType.UInt32,
-    ua.VariantType.Int64,
-    ua.VariantType.UInt64,
-    *_SMALL_INTEGERS,
-}
-
-
-_BEAT = "write the watchdog counter"
-
-
-@dataclass(frozen=True)
 class _Link:
     """A live session and every node the driver resolved on it."""
 
@@ -97,7 +78,7 @@ class _Link:
     cycle_status: Node
     state: Node
     buffers: tuple[tuple[str, Node], ...]
-    watchdog: _WatchdogNodes | None
+    watchdog: WatchdogNodes | None
 
 
 class OpcUaDriver(Driver):
@@ -190,7 +171,7 @@ class OpcUaDriver(Driver):
         )
         return link
 
-    async def _watchdog_nodes(self, session: OpcUaSession) -> _WatchdogNodes | None:
+    async def _watchdog_nodes(self, session: OpcUaSession) -> WatchdogNodes | None:
         w = self._s.watchdog
         if w is None:
             log.warning(
@@ -199,19 +180,7 @@ class OpcUaDriver(Driver):
                 self.controller,
             )
             return None
-        counter = session.node(w.node)
-        counter_type = await session.variable_type(counter, f"watchdog variable {w.node}")
-        if counter_type not in _INTEGERS:
-            raise RejectedError(
-                f"watchdog variable {w.node} is a {counter_type.name}, expected an integer type"
-            )
-        timeout = timeout_type = None
-        if w.timeout_node is not None:
-            timeout = session.node(w.timeout_node)
-            timeout_type = await session.variable_type(
-                timeout, f"watchdog timeout variable {w.timeout_node}"
-            )
-        return _WatchdogNodes(counter, counter_type, timeout, timeout_type)
+        return await resolve_watchdog(session, w)
 
     async def _open_with_backoff(self, deadline: float | None) -> _Link:
         loop = asyncio.get_running_loop()
@@ -366,30 +335,18 @@ class OpcUaDriver(Driver):
     # --- the liveness watchdog -------------------------------------------------------------
 
     async def _start_heartbeat(
-        self, link: _Link, nodes: _WatchdogNodes, stream: CaptureStream
+        self, link: _Link, nodes: WatchdogNodes, stream: CaptureStream
     ) -> asyncio.Task[None]:
         """Arm the controller's watchdog for the coming cycle and start incrementing it."""
-        w = self._s.watchdog
-        assert w is not None
-        session = link.session
-        if nodes.timeout is not None and nodes.timeout_type is not None:
-            await session.write_value(
-                nodes.timeout, w.timeout_s, nodes.timeout_type, "write the watchdog timeout"
-            )
-        (dv,) = await session.read([nodes.counter], "read the watchdog counter")
-        current = dv.Value.Value if dv.Value is not None else 0
-        value = current if isinstance(current, int) and not isinstance(current, bool) else 0
-        # The first beat before the trigger: a watchdog the agent cannot feed refuses the cycle
-        # before anything moves, rather than aborting it once the joint runs.
-        value = value % _counter_modulus(nodes) + 1
-        await session.write_value(nodes.counter, value, nodes.counter_type, _BEAT)
+        value = await arm_watchdog(link.session, nodes)
         self.heartbeats_sent += 1
         return asyncio.create_task(
-            self._heartbeat(session, nodes, value, stream), name=f"opcua watchdog {self.controller}"
+            self._heartbeat(link.session, nodes, value, stream),
+            name=f"opcua watchdog {self.controller}",
         )
 
     async def _heartbeat(
-        self, session: OpcUaSession, nodes: _WatchdogNodes, value: int, stream: CaptureStream
+        self, session: OpcUaSession, nodes: WatchdogNodes, value: int, stream: CaptureStream
     ) -> None:
         """Increment the watchdog counter every interval_s until cancelled.
 
@@ -397,20 +354,14 @@ class OpcUaDriver(Driver):
         controller stops the motion, as it does when the process dies. A failed write ends the
         cycle: the controller would stop the motion on its own shortly anyway.
         """
-        w = self._s.watchdog
-        assert w is not None
         try:
             while True:
-                await asyncio.sleep(w.interval_s)
-                value = value % _counter_modulus(nodes) + 1
-                await session.write_value(nodes.counter, value, nodes.counter_type, _BEAT)
+                await asyncio.sleep(nodes.settings.interval_s)
+                value = nodes.next_value(value)
+                await write_beat(session, nodes, value)
                 self.heartbeats_sent += 1
         except DriverError as exc:
             stream.fail(DriverError(f"watchdog write failed, the controller will stop: {exc}"))
-
-
-def _counter_modulus(nodes: _WatchdogNodes) -> int:
-    return _SMALL_INTEGERS.get(nodes.counter_type, 2**15)
 
 
 def _raw(node: Node, dv: ua.DataValue) -> RawValue:

@@ -27,7 +27,7 @@ from agent.opcua.trust import (
 from drivers.base import within
 from drivers.opcua.settings import OpcUaSettings
 
-log = logging.getLogger("drivers.opcua.session")  # one logger for everything of a connect
+log = logging.getLogger(__name__)
 
 
 class RedactPasswords(logging.Filter):
@@ -92,7 +92,8 @@ async def secure_channel(client: Client, s: OpcUaSettings) -> None:
     """Basic256Sha256 with the configured mode, after the server's certificate passed the trust
     list: nothing but the unauthenticated endpoint discovery is sent to an untrusted server."""
     sec = s.security
-    assert sec.certificate is not None and sec.private_key is not None
+    if sec.certificate is None or sec.private_key is None:  # the settings check requires both
+        raise RejectedError(f"security: policy {sec.policy} needs certificate and private_key")
     for path in (sec.certificate, sec.private_key):
         if not Path(path).is_file():
             raise RejectedError(f"security: file {path} does not exist")

@@ -141,7 +141,8 @@ def password(settings: OpcUaSettings) -> str | None:
         if problem is not None:
             raise RejectedError(f"user.password_file {problem}")
         return read_text(user.password_file, "password")
-    assert user.password_env is not None  # the settings check allows exactly one
+    if user.password_env is None:  # the settings check requires exactly one
+        raise RejectedError("user: expected password_file or password_env")
     value = os.environ.get(user.password_env)
     if value is None:
         raise RejectedError(f"environment variable {user.password_env} (the password) is not set")
@@ -249,11 +250,13 @@ class OpcUaSession:
     async def resolve_action(self, action: OpcUaAction, what: str) -> ResolvedAction:
         """Nodes of a trigger or stop, with the types the server declares for what it takes."""
         if action.method is not None:
-            assert action.object is not None
+            if action.object is None:  # the settings check requires it
+                raise RejectedError(f"{what} method {action.method}: no object node given")
             method, obj = self.node(action.method), self.node(action.object)
             types = await self._method_argument_types(method, action, what)
             return ResolvedAction(method, obj, types, action.arguments, None, None, None, ())
-        assert action.variable is not None
+        if action.variable is None:  # the settings check requires method or variable
+            raise RejectedError(f"{what}: neither a method nor a variable given")
         variable = self.node(action.variable)
         vtype = await self._variable_type(variable, f"{what} variable {action.variable}")
         params = []
@@ -313,7 +316,8 @@ class OpcUaSession:
     ) -> Any:
         """Call the method or write the parameters then the trigger variable."""
         if action.method is not None:
-            assert action.object is not None
+            if action.object is None:  # resolve_action sets both
+                raise DriverError(f"cannot call {what}: its method has no object node")
             variants = [
                 convert(values[name], vtype, f"{what} argument {name}")
                 for name, vtype in zip(action.arguments, action.argument_types, strict=True)
@@ -321,7 +325,8 @@ class OpcUaSession:
             return await self.request(
                 action.object.call_method(action.method.nodeid, *variants), f"call {what}"
             )
-        assert action.variable is not None and action.variable_type is not None
+        if action.variable is None or action.variable_type is None:  # resolve_action sets both
+            raise DriverError(f"cannot write {what}: no resolved trigger variable")
         if action.parameters:
             nodes = [node for _, node, _ in action.parameters]
             dvs = [

@@ -8,6 +8,7 @@ that renumbers its namespaces after a restart still works.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -25,7 +26,18 @@ CycleParameter = Literal[
     "test_pose_rad",
     "encoder_bits",
 ]
-CycleStatus = Literal["idle", "running", "done", "aborted", "fault"]
+
+
+class CycleStatus(enum.StrEnum):
+    """The states of a test cycle as the controller reports them (mapped by `status_values`)."""
+
+    IDLE = "idle"
+    RUNNING = "running"
+    DONE = "done"
+    ABORTED = "aborted"
+    FAULT = "fault"
+
+
 SecurityPolicy = Literal["None", "Basic256Sha256"]
 SecurityMode = Literal["None", "Sign", "SignAndEncrypt"]
 
@@ -55,7 +67,7 @@ def _default_state_values() -> dict[str | int, ControllerMode]:
 
 
 def _default_status_values() -> dict[str | int, CycleStatus]:
-    return {s: s for s in ("idle", "running", "done", "aborted", "fault")}
+    return {s.value: s for s in CycleStatus}
 
 
 @dataclass(frozen=True)
@@ -100,9 +112,9 @@ class OpcUaSecurity:
                 out.append(
                     (
                         "policy",
-                        "policy None sends the interlock signals and the cycle trigger unsigned and "
-                        "in clear text; expected Basic256Sha256, or allow_none_security: true to "
-                        "accept that explicitly",
+                        "policy None sends the interlock signals and the cycle trigger unsigned "
+                        "and in clear text; expected Basic256Sha256, or allow_none_security: true "
+                        "to accept that explicitly",
                     )
                 )
             if self.mode != "None":
@@ -223,7 +235,7 @@ class OpcUaCycleNodes:
         out = _node_checks(status=self.status)
         if self.stop.arguments or self.stop.parameters:
             out.append(("stop", "expected a stop without cycle arguments or parameters"))
-        missing = {"running", "done"} - set(self.status_values.values())
+        missing = {CycleStatus.RUNNING, CycleStatus.DONE} - set(self.status_values.values())
         if missing:
             out.append(("status_values", f"expected values mapped to {', '.join(sorted(missing))}"))
         return out

@@ -30,7 +30,7 @@ from drivers.opcua.capture import (
     expected_samples,
 )
 from drivers.opcua.session import OpcUaSession
-from drivers.opcua.settings import OpcUaSettings
+from drivers.opcua.settings import CycleStatus, OpcUaSettings
 from drivers.opcua.status import RawValue, decode_cycle_status, decode_mode
 
 # Modes in which a running cycle may go on (the interlock watcher applies the same rule).
@@ -179,7 +179,8 @@ class CaptureStream:
             raise DriverError(
                 f"the sequence number node holds {seq!r}, expected an integer in 0..{modulus - 1}"
             )
-        if decode_cycle_status(watch.cycle_status.popleft(), s.cycle.status_values) == "running":
+        status = decode_cycle_status(watch.cycle_status.popleft(), s.cycle.status_values)
+        if status == CycleStatus.RUNNING:
             raise DriverError("the controller is already running a cycle")
         decode_mode(watch.state.popleft(), s.status.state_values)
         self.assembler = CaptureAssembler(
@@ -221,10 +222,10 @@ class CaptureStream:
                     raise CycleAborted(f"the controller left the stopped state (now {mode.value})")
             while watch.cycle_status:
                 status = decode_cycle_status(watch.cycle_status.popleft(), s.cycle.status_values)
-                if status in ("aborted", "fault"):
+                if status in (CycleStatus.ABORTED, CycleStatus.FAULT):
                     raise CycleAborted(f"the controller reports the cycle {status}")
-                running = running or status == "running"
-                if status == "done" and running and not done:
+                running = running or status == CycleStatus.RUNNING
+                if status == CycleStatus.DONE and running and not done:
                     done = True
                     deadline = min(deadline, loop.time() + s.stall_timeout_s)
             if done and assembler.complete:

@@ -15,10 +15,12 @@ Liveness: START carries the watchdog timeout and, while the cycle runs, the driv
 HEARTBEAT every heartbeat_interval_s from the event loop; a board that hears none for
 watchdog_timeout_s stops the joint by itself (an agent killed or hung mid-cycle).
 
-The port handling is drivers/serial/link.py (`SerialLink`), shared on purpose: the G-code
-streaming of the CNC feedrate issue opens its port with it and gives it its own line protocol.
-Frames are checked one by one as they arrive in drivers/serial/sink.py (repeated, out-of-order,
-flooding samples stop the cycle at once); the capture is assembled in drivers/serial/capture.py.
+stop_motion (STOP, acknowledged) is here, with `_stop_nowait` for the paths that cannot wait.
+The port handling is drivers/serial/link.py (`SerialLink`), shared on purpose: the GRBL driver
+(drivers/grbl/driver.py) opens its port with it and gives it its own line protocol. Frames are
+checked one by one as they arrive in drivers/serial/sink.py (repeated, out-of-order, flooding
+samples stop the cycle at once); the capture is assembled in drivers/serial/capture.py; which
+channel carries which joint is resolved with the settings (drivers/serial/settings.py).
 """
 
 from __future__ import annotations
@@ -63,45 +65,12 @@ from drivers.serial.frames import (
     reply_tag,
 )
 from drivers.serial.link import SerialLink
-from drivers.serial.settings import SerialSettings
+from drivers.serial.settings import SerialSettings, resolve_channels
 from drivers.serial.sink import CaptureSink, beyond, mode_of
 
-__all__ = ["SerialEncoderDriver", "SerialLink", "resolve_channels"]
+__all__ = ["SerialEncoderDriver"]
 
 log = logging.getLogger(__name__)
-
-
-def resolve_channels(
-    settings: SerialSettings, joints: tuple[Any, ...], controller: str
-) -> dict[str, tuple[int, int | None]]:
-    """Joint name -> (motor channel, link channel or None); DriverError names what does not fit."""
-    out: dict[str, tuple[int, int | None]] = {}
-    for k, joint in enumerate(joints):
-        given = settings.joints.get(joint.name)
-        if given is not None:
-            out[joint.name] = (given.motor_channel, given.link_channel)
-        elif 2 * k + 1 < settings.channels:
-            out[joint.name] = (2 * k, 2 * k + 1)
-        else:
-            raise DriverError(
-                f"{controller}: joint {joint.name} has no channels: the pair layout of "
-                f"{settings.channels} channels covers {settings.channels // 2} joints; give it "
-                f"settings.joints.{joint.name}.motor_channel"
-            )
-        if joint.encoder_bits > settings.count_bits:
-            raise DriverError(
-                f"{controller}: joint {joint.name} has a {joint.encoder_bits}-bit encoder but "
-                f"the board sends {settings.count_bits}-bit counts (settings.count_bits)"
-            )
-    used: dict[int, str] = {}
-    for name, pair in out.items():
-        for ch in pair:
-            if ch is None:
-                continue
-            if ch in used:
-                raise DriverError(f"{controller}: channel {ch} is given to {used[ch]} and {name}")
-            used[ch] = name
-    return out
 
 
 class SerialEncoderDriver(Driver):
@@ -339,7 +308,10 @@ class SerialEncoderDriver(Driver):
             self._sink = None
             if not finished:  # anything after START but the end of the cycle: stop now
                 self._stop_nowait()
-        assert sink.done is not None
+        if sink.done is None:  # _follow returns only once CYCLE_DONE is in
+            raise DriverError(
+                f"{self.controller}/{cycle.joint}: the cycle ended without CYCLE_DONE"
+            )
         self.duplicates_dropped = sink.duplicates_dropped
         return assemble_capture(
             sink.payloads,

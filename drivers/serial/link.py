@@ -1,9 +1,8 @@
-"""A serial port as an asyncio byte stream (pyserial): the port handling every serial protocol
-of the agent shares.
+"""A serial port as an asyncio byte stream (pyserial): the port handling the serial drivers share.
 
-The encoder-board driver (drivers/serial/driver.py) speaks its binary frames over it; the G-code
-streaming of the CNC feedrate issue opens its port the same way and passes its own line
-protocol as `on_data`:
+The encoder-board driver (drivers/serial/driver.py) speaks its binary frames over it; the GRBL
+driver (drivers/grbl/driver.py) opens its port the same way and passes its own line protocol as
+`on_data`:
 
     link = SerialLink("/dev/ttyUSB1", 115_200)
     link.open(on_data=parser.feed, on_lost=handle_lost)   # inside a running event loop

@@ -1,11 +1,13 @@
-"""Settings of the serial encoder-board driver (`driver: serial`), validated by agent.schema.validate."""
+"""Settings of the serial encoder-board driver (`driver: serial`), validated by
+agent.schema.validate, and the channel of every joint they give (resolve_channels)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
+from agent.errors import DriverError
 from drivers.serial.frames import MAX_PAYLOAD_BYTES, SAMPLE_HEADER
 
 
@@ -107,3 +109,36 @@ class SerialSettings:
                 else:
                     used[ch] = where
         return out
+
+
+def resolve_channels(
+    settings: SerialSettings, joints: tuple[Any, ...], controller: str
+) -> dict[str, tuple[int, int | None]]:
+    """Joint name -> (motor channel, link channel or None); DriverError names what does not fit."""
+    out: dict[str, tuple[int, int | None]] = {}
+    for k, joint in enumerate(joints):
+        given = settings.joints.get(joint.name)
+        if given is not None:
+            out[joint.name] = (given.motor_channel, given.link_channel)
+        elif 2 * k + 1 < settings.channels:
+            out[joint.name] = (2 * k, 2 * k + 1)
+        else:
+            raise DriverError(
+                f"{controller}: joint {joint.name} has no channels: the pair layout of "
+                f"{settings.channels} channels covers {settings.channels // 2} joints; give it "
+                f"settings.joints.{joint.name}.motor_channel"
+            )
+        if joint.encoder_bits > settings.count_bits:
+            raise DriverError(
+                f"{controller}: joint {joint.name} has a {joint.encoder_bits}-bit encoder but "
+                f"the board sends {settings.count_bits}-bit counts (settings.count_bits)"
+            )
+    used: dict[int, str] = {}
+    for name, pair in out.items():
+        for ch in pair:
+            if ch is None:
+                continue
+            if ch in used:
+                raise DriverError(f"{controller}: channel {ch} is given to {used[ch]} and {name}")
+            used[ch] = name
+    return out

@@ -1,4 +1,4 @@
-"""The simulated fake controller: a robot whose joints integrate paper 000's joint model.
+"""The simulated fake controller: joints integrating the joint model of Giovannitti et al. 2022.
 
 It has every capability and behaves like a controller from the agent's side: a production
 timeline (running, then a stop), a permission signal, alarms, speed override, joint poses, and

@@ -1,11 +1,12 @@
-"""The simulated controller's excitation cycle: a robot with elastic joints (paper 002).
+"""The simulated controller's excitation cycle: a robot with elastic joints.
 
-SimDriver routes an ExcitationCycle here (SimDriver._run_excitation). The truth is a robot file
-(config/robots/*.yaml) worn as SimRobotSettings says: per joint, friction (Coulomb, viscous and the nonlinear part)
-and stiffness scaled. agent.models.robot.elastic integrates it under joint-space PD control
-with the nominal robot as the controller's model (the controller does not know the wear),
-friction with a Stribeck hump the identification model does not contain, quantised encoders
-and sensor noise. The driver computes the run in a thread and paces it like a backlash cycle.
+The elastic joint model is that of Zollo, Lopez et al. 2014. SimDriver routes an ExcitationCycle
+here (SimDriver._run_excitation). The truth is a robot file (config/robots/*.yaml) worn as
+SimRobotSettings says: per joint, friction (Coulomb, viscous and the nonlinear part) and
+stiffness scaled. agent.models.robot.elastic integrates it under joint-space PD control with the
+nominal robot as the controller's model (the controller does not know the wear), friction with
+a Stribeck hump the identification model does not contain, quantised encoders and sensor
+noise. The driver computes the run in a thread and paces it like a backlash cycle.
 """
 
 from __future__ import annotations
@@ -77,6 +78,8 @@ def simulate_excitation(
     # here, not at the top: the driver imports this module, and loading a config (which finds
     # the sim's settings through the driver package) should not load scipy
     from agent.models.robot import elastic as er
+    from agent.models.robot.elastic_measure import measure
+    from agent.models.robot.friction import FrictionNonlinearity
 
     try:
         nominal = _robot(settings.robot, os.stat(settings.robot).st_mtime_ns)
@@ -88,7 +91,7 @@ def simulate_excitation(
             f"{nominal.source} has {', '.join(nominal.joint_names)}"
         )
     truth = worn_robot(nominal, settings)
-    nl = er.FrictionNonlinearity.typical(
+    nl = FrictionNonlinearity.typical(
         truth,
         stribeck=settings.stribeck_fraction,
         ripple=settings.ripple_fraction,
@@ -98,7 +101,7 @@ def simulate_excitation(
     ctrl = er.pd_gains(nominal, q[0], bandwidth_hz=settings.control_bandwidth_hz)
     run = er.simulate(truth, t, q, qd, qdd, friction=nl, controller=ctrl, model=nominal)
     counts = settings.counts_per_turn or truth.encoder_counts_per_turn
-    per_joint = er.measure(
+    per_joint = measure(
         run,
         truth,
         counts_per_turn=counts,

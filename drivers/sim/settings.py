@@ -35,7 +35,8 @@ class SimRobotSettings:
         default=0.0, metadata={"ge": 0.0, "doc": "drive torque noise std, link side"}
     )
     snr_db: float | None = field(
-        default=None, metadata={"gt": 0.0, "doc": "sensor noise on every channel (paper 002)"}
+        default=None,
+        metadata={"gt": 0.0, "doc": "sensor noise on every channel (Zollo, Lopez et al. 2014)"},
     )
     counts_per_turn: int | None = field(
         default=None, metadata={"gt": 0, "doc": "encoders (default: the robot file's)"}

@@ -1,9 +1,11 @@
 """Universal Robots through ur_rtde 1.6.5: RTDE capture at 500 Hz, dashboard and RTDE interlocks.
 
 The C++ clients (`rtde_receive`, `rtde_control`, `dashboard_client`) run in a child process
-(drivers.ur_rtde.worker.main): they can abort the process they live in, and the capture loop needs a
+(drivers/ur_rtde/worker/): they can abort the process they live in, and the capture loop needs a
 process no estimator or event loop can stall. This module is the asyncio side: it starts the
 worker, turns its answers into ControllerStatus and Capture, and restarts it after a failure.
+stop_motion is here: a stop request the worker serves at once (speedStop or servoStop, then
+stopJ), the worker killed when it cannot confirm it.
 
 The test cycle (worker side): take control only when no program runs (the control script upload
 would stop it), arm the controller's RTDE watchdog, moveJ to the test pose, speedJ the tested joint
@@ -23,7 +25,7 @@ the same checks, heartbeat and stops as the test cycle, ended with servoStop the
 (drivers.ur_rtde.excitation, drivers.ur_rtde.worker.servo).
 
 Modules: drivers.ur_rtde.status (status and capture mapping), drivers.ur_rtde.link (the worker
-process and its socket), drivers.ur_rtde.worker.main with drivers.ur_rtde.worker.cycle (the worker side).
+process and its socket), drivers.ur_rtde.worker (the worker side: server, cycle, servo, stream).
 
 RTDE reports joint angles after the gear from the motor encoder: motor_pos_rad = actual_q *
 gear_ratio (and motor_speed_rad_s = actual_qd * gear_ratio when `motor_speed_from: actual_qd`).
@@ -54,16 +56,12 @@ from drivers.ur_rtde.excitation import excitation_request, multi_capture_from_ro
 from drivers.ur_rtde.link import WorkerLink
 from drivers.ur_rtde.settings import UR_JOINT_VELOCITY_MAX_RAD_S, UrRtdeSettings
 from drivers.ur_rtde.status import UR_JOINTS, StreamStats, capture_from_rows, controller_status
+from drivers.ur_rtde.wire import Op
 
-# Importable from here as before the split (tests, bench, docs name them so).
-__all__ = ["StreamStats", "UrRtdeDriver", "capture_from_rows", "controller_status"]
-_Link = WorkerLink
-
-log = logging.getLogger("jha.driver.ur_rtde")
+log = logging.getLogger(__name__)
 
 _START_TIMEOUT_S = 1.0
 _CLEANUP_S = 3.0  # stop script + disconnect after an aborted cycle
-_UR_JOINTS = UR_JOINTS
 
 
 class UrRtdeDriver(Driver):
@@ -79,10 +77,10 @@ class UrRtdeDriver(Driver):
             raise ConfigError(f"controller {controller}: driver ur_rtde needs its settings (host)")
         self._s: UrRtdeSettings = settings
         for j in joints:
-            if not 1 <= j.index <= _UR_JOINTS:
+            if not 1 <= j.index <= UR_JOINTS:
                 raise ConfigError(
                     f"controller {controller}: joint {j.name} index {j.index}: "
-                    f"a UR arm has joints 1..{_UR_JOINTS}"
+                    f"a UR arm has joints 1..{UR_JOINTS}"
                 )
             rate = j.backlash_cycle.sample_rate_hz
             if not math.isclose(rate, settings.frequency_hz):
@@ -119,7 +117,7 @@ class UrRtdeDriver(Driver):
         try:
             await link.start()
             info = await link.request(
-                "connect",
+                Op.CONNECT,
                 self._s.connect_timeout_s,
                 host=self._s.host,
                 dashboard_port=self._s.dashboard_port,
@@ -172,7 +170,7 @@ class UrRtdeDriver(Driver):
         link = await self._ensure_link()
         try:
             raw = await link.request(
-                "status", self._s.request_timeout_s, stale_after_s=self._s.stale_after_s
+                Op.STATUS, self._s.request_timeout_s, stale_after_s=self._s.stale_after_s
             )
         except DriverError as exc:
             self._last_error = str(exc)
@@ -185,8 +183,8 @@ class UrRtdeDriver(Driver):
     def _cycle_params(self, cycle: BacklashCycle) -> dict[str, Any]:
         s = self._s
         where = f"{self.controller}/{cycle.joint}"
-        if not 1 <= cycle.joint_index <= _UR_JOINTS:
-            raise DriverError(f"{where}: joint index {cycle.joint_index} is not 1..{_UR_JOINTS}")
+        if not 1 <= cycle.joint_index <= UR_JOINTS:
+            raise DriverError(f"{where}: joint index {cycle.joint_index} is not 1..{UR_JOINTS}")
         if not math.isclose(cycle.sample_rate_hz, s.frequency_hz):
             raise DriverError(
                 f"{where}: the cycle asks for {cycle.sample_rate_hz:g} Hz, RTDE streams at "
@@ -244,7 +242,7 @@ class UrRtdeDriver(Driver):
     async def run_cycle(self, cycle: Cycle) -> Capture | MultiCapture:
         started_at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         if isinstance(cycle, ExcitationCycle):
-            result = await self._motion("excite", "identification", self._excitation_params(cycle))
+            result = await self._motion(Op.EXCITE, "identification", self._excitation_params(cycle))
             return multi_capture_from_rows(
                 result["rows"],
                 cycle,
@@ -253,7 +251,7 @@ class UrRtdeDriver(Driver):
                 version=result["version"],
                 beat_gap_max_s=float(result["agent_beat_gap_max_s"]),
             )
-        result = await self._motion("cycle", cycle.joint, self._cycle_params(cycle))
+        result = await self._motion(Op.CYCLE, cycle.joint, self._cycle_params(cycle))
         return capture_from_rows(
             result["rows"],
             cycle,
@@ -263,7 +261,7 @@ class UrRtdeDriver(Driver):
             beat_gap_max_s=float(result["agent_beat_gap_max_s"]),
         )
 
-    async def _motion(self, op: str, what: str, params: dict[str, Any]) -> dict[str, Any]:
+    async def _motion(self, op: Op, what: str, params: dict[str, Any]) -> dict[str, Any]:
         """One motion request to the worker with the heartbeat running; on cancellation the
         stop is sent and the worker given time to end its control script."""
         link = await self._ensure_link()
@@ -300,7 +298,7 @@ class UrRtdeDriver(Driver):
     async def _stop_quietly(self, link: WorkerLink) -> None:
         try:
             await link.request(
-                "stop", self._s.stop_timeout_s + 0.5, timeout_s=self._s.stop_timeout_s
+                Op.STOP, self._s.stop_timeout_s + 0.5, timeout_s=self._s.stop_timeout_s
             )
         except (DriverError, CycleAborted) as exc:
             log.error("event=stop_not_confirmed controller=%s error=%r", self.controller, str(exc))
@@ -313,7 +311,7 @@ class UrRtdeDriver(Driver):
             return
         try:
             await link.request(
-                "stop", self._s.stop_timeout_s + 0.5, timeout_s=self._s.stop_timeout_s
+                Op.STOP, self._s.stop_timeout_s + 0.5, timeout_s=self._s.stop_timeout_s
             )
         except (DriverError, CycleAborted) as exc:
             self._drop_link(f"stop not confirmed: {exc}")
@@ -326,7 +324,7 @@ class UrRtdeDriver(Driver):
         """Count RTDE packages for `duration_s` without moving (commissioning, benchmark)."""
         link = await self._ensure_link()
         out = await link.request(
-            "stream", duration_s + 10.0, duration_s=duration_s, stale_after_s=self._s.stale_after_s
+            Op.STREAM, duration_s + 10.0, duration_s=duration_s, stale_after_s=self._s.stale_after_s
         )
         return StreamStats(
             samples=out["samples"],

@@ -1,12 +1,13 @@
-"""The UR driver's excitation cycle (identification, papers 002/004): request and capture.
+"""The UR driver's excitation cycle: request and capture.
 
-Driver side of drivers.ur_rtde.worker.servo. The trajectory (drivers.base.ExcitationCycle) is sampled
+The identification of Zollo, Lopez et al. 2014 and Madsen et al. 2020. Driver side of
+drivers.ur_rtde.worker.servo. The trajectory (drivers.base.ExcitationCycle) is sampled
 here at the RTDE rate into one servoJ target per period: settle_s at q0, hold_s at q0, the
 periods, hold_s at the end pose (= q0). The capture is every package from the first hold on:
   link_pos_rad    actual_q
   motor_pos_rad   actual_q times the gear ratio: RTDE has no motor-side encoder of its own (the
-                  joint angle it reports comes from one encoder), so the elastic model (paper
-                  002), which needs the gear's twist, cannot be identified from it
+                  joint angle it reports comes from one encoder), so the elastic model (Zollo,
+                  Lopez et al. 2014), which needs the gear's twist, cannot be identified from it
   motor_torque_nm actual_current times settings.torque_constants_nm_a (motor shaft); RTDE's
                   target_moment is the controller's model torque, not a measurement
 """
@@ -105,7 +106,8 @@ def multi_capture_from_rows(
     q = np.array([r[1] for r in rows], dtype=np.float64)[:, cols]
     cur = np.array([r[3] for r in rows], dtype=np.float64)[:, cols]
     tq = np.array([r[4] for r in rows], dtype=np.float64)[:, cols]
-    assert settings.torque_constants_nm_a is not None  # excitation_request refused it
+    if settings.torque_constants_nm_a is None:  # excitation_request refused the cycle then
+        raise DriverError(f"{cycle.controller}/identification: no torque_constants_nm_a")
     kt = np.array(settings.torque_constants_nm_a, dtype=np.float64)[cols]
     gear = np.array(cycle.gear_ratios, dtype=np.float64)
     extra = {

@@ -1,9 +1,9 @@
 """The UR driver's end of its worker process: start it, ask it, beat for it, reap it.
 
-Split from drivers.ur_rtde.driver. `WorkerLink` owns the child process (drivers.ur_rtde.worker.main) and the
-socket to it (drivers.ur_rtde.wire): requests with ids and futures, the worker's abort events
-(a stop it must confirm within stop_timeout_s, or it is killed), and the heartbeat the driver
-sends from its event loop while a cycle runs.
+`WorkerLink` owns the child process (`python -m drivers.ur_rtde.worker`, drivers/ur_rtde/worker/)
+and the socket to it (drivers.ur_rtde.wire): requests with ids and futures, the worker's abort
+events (a stop it must confirm within stop_timeout_s, or it is killed), and the heartbeat the
+driver sends from its event loop while a cycle runs.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from typing import Any
 
 from agent.errors import CycleAborted, DriverError
 from drivers.base import within
-from drivers.ur_rtde.wire import BEAT, LEN, encode
+from drivers.ur_rtde.wire import BEAT, LEN, FaultKind, Op, encode
 
-log = logging.getLogger("jha.driver.ur_rtde")
+log = logging.getLogger(__name__)
 _BEAT_FRAME = encode(BEAT)
 # A worker that does not read its socket (stuck in a stop) must not make the beats pile up.
 _BEAT_BACKLOG_BYTES = 64 * 1024
@@ -50,7 +50,7 @@ class WorkerLink:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "drivers.ur_rtde.worker.main",
+                "drivers.ur_rtde.worker",
                 "--fd",
                 str(child.fileno()),
                 pass_fds=(child.fileno(),),
@@ -76,7 +76,8 @@ class WorkerLink:
         return self._dead or ("" if self.alive else "ur_rtde worker ended")
 
     async def _log_output(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
+        if self.proc is None or self.proc.stdout is None:  # start() made both
+            raise DriverError(f"{self.label}: ur_rtde worker not started")
         async for raw in self.proc.stdout:
             line = raw.decode(errors="replace").rstrip()
             if line:
@@ -137,7 +138,7 @@ class WorkerLink:
             self.proc.kill()
         self._fail_pending(self._dead)
 
-    async def request(self, op: str, wait_s: float | None, **args: Any) -> Any:
+    async def request(self, op: Op, wait_s: float | None, **args: Any) -> Any:
         if not self.alive or self._writer is None:
             raise DriverError(f"{self.label}: {self._dead or 'ur_rtde worker not running'}")
         msg_id = next(self._ids)
@@ -149,14 +150,14 @@ class WorkerLink:
             await self._writer.drain()
             reply = await within(asyncio.shield(fut), wait_s)
         except TimeoutError:
-            raise DriverError(f"{self.label}: no answer to {op!r} in {wait_s:g} s") from None
+            raise DriverError(f"{self.label}: no answer to {str(op)!r} in {wait_s:g} s") from None
         except ConnectionError as exc:
             raise DriverError(f"{self.label}: ur_rtde worker unreachable: {exc}") from exc
         finally:
             self._pending.pop(msg_id, None)
         if reply["ok"]:
             return reply["result"]
-        error = CycleAborted if reply["kind"] == "abort" else DriverError
+        error = CycleAborted if reply["kind"] == FaultKind.ABORT else DriverError
         raise error(f"{self.label}: {reply['error']}")
 
     def beat(self) -> None:
@@ -172,7 +173,7 @@ class WorkerLink:
 
     async def close(self, timeout_s: float) -> None:
         with contextlib.suppress(DriverError, CycleAborted):
-            await self.request("close", timeout_s)
+            await self.request(Op.CLOSE, timeout_s)
         await self.reap(timeout_s)
 
     async def reap(self, timeout_s: float) -> None:

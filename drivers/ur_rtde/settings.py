@@ -1,4 +1,5 @@
-"""Settings of the Universal Robots driver (`driver: ur_rtde`), validated by agent.schema.validate."""
+"""Settings of the Universal Robots driver (`driver: ur_rtde`), validated by
+agent.schema.validate."""
 
 from __future__ import annotations
 

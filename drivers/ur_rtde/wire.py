@@ -2,14 +2,16 @@
 
 uint32 big-endian length + pickle payload, both ways, between two processes of the same
 installation (the worker is the driver's child and inherits the socket). Requests
-`{"id", "op", **args}`; replies `{"id", "ok": True, "result"}` or `{"id", "ok": False, "kind",
-"error"}`. Messages without an id need no reply: the driver's heartbeat `{"op": "beat"}`, and the
-worker's `{"id", "event": "aborting", "error"}` announcing an abort before its stop is sent.
+`{"id", "op": Op, **args}`; replies `{"id", "ok": True, "result"}` or `{"id", "ok": False,
+"kind": FaultKind, "error"}`. Messages without an id need no reply: the driver's heartbeat
+`{"op": Op.BEAT}`. The worker's `{"id", "event": ABORTING, "error"}` announces an abort before
+its stop is sent.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import pickle
 import socket
 import struct
@@ -17,8 +19,32 @@ import threading
 from typing import Any
 
 LEN = struct.Struct(">I")
-# The heartbeat frame, encoded once: the driver writes it every heartbeat_interval_s.
-BEAT = {"op": "beat"}
+
+
+class Op(enum.StrEnum):
+    """What the driver asks of the worker; the worker serves `op_<value>` (worker/server.py)."""
+
+    CONNECT = "connect"
+    STATUS = "status"
+    CYCLE = "cycle"  # the backlash test cycle, on the worker's cycle thread
+    EXCITE = "excite"  # the excitation trajectory, on the cycle thread
+    STREAM = "stream"  # count RTDE packages without moving, on the cycle thread
+    STOP = "stop"  # served at once by the worker's main thread
+    CLOSE = "close"
+    BEAT = "beat"  # the driver's heartbeat: no id, no reply
+
+
+class FaultKind(enum.StrEnum):
+    """Why a request failed: the `kind` of a failed reply."""
+
+    ABORT = "abort"  # the controller refused or stopped the motion (CycleAborted in the driver)
+    DRIVER = "driver"  # communication failed (DriverError)
+
+
+# The `event` of the worker's message announcing an abort before it sends the stop.
+ABORTING = "aborting"
+# The heartbeat message: the driver writes it every heartbeat_interval_s while a cycle runs.
+BEAT = {"op": Op.BEAT}
 
 
 def encode(obj: Any) -> bytes:
@@ -27,9 +53,9 @@ def encode(obj: Any) -> bytes:
 
 
 class Fault(Exception):
-    """Ends a request: kind 'abort' (controller stopped or refused) or 'driver' (link failed)."""
+    """Ends a request; its kind goes into the failed reply."""
 
-    def __init__(self, message: str, kind: str = "driver") -> None:
+    def __init__(self, message: str, kind: FaultKind = FaultKind.DRIVER) -> None:
         super().__init__(message)
         self.kind = kind
 

@@ -1,7 +1,7 @@
 """A broker that flaps under the running daemon: `jha run` publishes every stop's report to a real
 mosquitto that is stopped and started several times, and once SIGKILLed, while production stops
 keep coming. Every report the history names must reach a subscriber, the daemon never exits and
-its log holds no Traceback (issue 8, item 2: "a broker that flaps")."""
+its log holds no Traceback."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 from agent.publish.mqtt.publisher import OUTBOX_FILE
-from tests.faults import audit, config, start, terminate, wait_for
 from tests.peers.mosquitto_broker import MosquittoBroker
-from tests.summary import fault, record
-from tests.test_publish_mqtt import Subscriber
+from tests.support.faults import audit, config, start, terminate, wait_for
+from tests.support.mqtt import Subscriber
+from tests.support.summary import fault, record
 
 # One joint, a 0.5 s cycle in each 0.9 s stop, one stop every 1.2 s: a report about every 1.2 s
 # once the first analysis is done; the last stop begins at 11.0 s, so the reports end and the

@@ -1,4 +1,4 @@
-"""Sample faults on the CAN encoder stream (issue 8, item 2), through the socketcand peer.
+"""Sample faults on the CAN encoder stream, through the socketcand peer.
 
 The peer's controller (tests/peers/can_controller.py) streams the cycle's physics as encoder
 frames and spoils them at a given sample: frames that stop while the status goes on (a stall),
@@ -28,7 +28,7 @@ from agent.kinds.backlash.kind import backlash_cycle
 from agent.service.interlocks import run_guarded_cycle
 from drivers.can.driver import CanDriver
 from tests.peers.can_harness import Peer, config_text, peer_args, run, sim_captures
-from tests.summary import fault
+from tests.support.summary import fault
 
 Start = Callable[..., tuple[Peer, ControllerSettings]]
 

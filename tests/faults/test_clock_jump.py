@@ -1,4 +1,4 @@
-"""The wall clock stepped under the running daemon (issue 8, item 2: "clock jumps").
+"""The wall clock stepped under the running daemon.
 
 `jha run` runs under libfaketime (Debian package `faketime`, scripts/system-deps.sh): the test
 writes an offset to FAKETIME_TIMESTAMP_FILE and, with FAKETIME_NO_CACHE=1, the daemon and its
@@ -19,8 +19,8 @@ from pathlib import Path
 
 from agent.history.records import CLOCK_STEP_S, Estimate
 from agent.history.store import HistoryStore
-from tests.faults import audit, config, cycle_count, lost, start, terminate, wait_for
-from tests.summary import fault, record
+from tests.support.faults import audit, config, cycle_count, lost, start, terminate, wait_for
+from tests.support.summary import fault, record
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 # One joint, a 0.5 s cycle in each 0.85 s stop, a stop every second: about a report a second.
@@ -181,11 +181,11 @@ def test_the_history_keeps_the_order_cycles_ran_when_the_clock_was_stepped_back(
 def test_report_directories_claimed_at_once_for_one_second_are_all_distinct(
     tmp_path: Path,
 ) -> None:
-    """agent.report.model.new_report_dir: eight writers claiming the same second at the same moment
+    """agent.report.write.new_report_dir: eight writers claiming the same second at the same moment
     (two pool workers, or one second lived twice after a step back) each get their own."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from agent.report.model import new_report_dir
+    from agent.report.write import new_report_dir
 
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(lambda _: new_report_dir(tmp_path, T0), range(8)))

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.faults import Audit, audit, config, cycle_count, lost, start, terminate, wait_for
-from tests.summary import fault, record
+from tests.support.faults import Audit, audit, config, cycle_count, lost, start, terminate, wait_for
+from tests.support.summary import fault, record
 
 # Stops 1.5 s long every 2.5 s: two 0.5 s cycles fit each.
 STOPS = [{"at_s": 0.2 + 2.5 * k, "length_s": 1.5} for k in range(40)]

@@ -11,8 +11,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.faults import audit, config, cycle_count, kill9, lost, start, terminate, wait_for
-from tests.summary import fault, record
+from tests.support.faults import audit, config, cycle_count, kill9, lost, start, terminate, wait_for
+from tests.support.summary import fault, record
 
 ROUNDS = 8
 SEED = 20261122

@@ -1,4 +1,4 @@
-"""Sample faults of the OPC UA controller (issue 8 item 2): a sample stream that stalls, floods,
+"""Sample faults of the OPC UA controller: a sample stream that stalls, floods,
 or publishes chunks or samples out of order or twice.
 
 Every scenario runs a guarded cycle against one tests/peers/opcua_controller.py process with the
@@ -26,8 +26,8 @@ from agent.errors import CycleAborted
 from agent.kinds.backlash.kind import backlash_cycle
 from tests.peers.opcua.harness import PeerProcess, Plant, config_text
 from tests.peers.opcua.physics import Samples, cycle_samples
-from tests.summary import fault
-from tests.test_driver_opcua import BACKLASH_RAD, SEED, controller, driver_for, guarded, run
+from tests.support.opcua import BACKLASH_RAD, SEED, controller, driver_for, guarded, run
+from tests.support.summary import fault
 
 AFTER = 2  # chunks before the fault: it acts on the third
 

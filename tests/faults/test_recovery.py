@@ -19,8 +19,8 @@ from agent.history.store import HistoryStore
 from agent.kinds.backlash.kind import backlash_cycle
 from agent.service.recovery import QUARANTINE_DIR
 from drivers.sim.backlash import simulate_backlash_capture
-from tests.faults import CYCLE, audit, config, start, terminate, wait_for
-from tests.summary import fault, record
+from tests.support.faults import CYCLE, audit, config, start, terminate, wait_for
+from tests.support.summary import fault, record
 
 # No production stop during the test: the daemon's only work is the recovery.
 STOPS = [{"at_s": 3600.0, "length_s": 1.0}]

@@ -1,4 +1,4 @@
-"""Sample faults of the serial encoder board (issue 8 item 2): a stream that stalls, floods,
+"""Sample faults of the serial encoder board: a stream that stalls, floods,
 or sends samples out of order or twice.
 
 Each scenario runs a guarded cycle against tests/peers/serial_board.py with the fault injected
@@ -20,8 +20,8 @@ import pytest
 
 from agent.capture.model import Capture
 from agent.errors import CycleAborted
-from tests.summary import fault
-from tests.test_driver_serial import Bench, connected, run, sim_capture
+from tests.support.serial_board import Bench, connected, run, sim_capture
+from tests.support.summary import fault
 
 # Twice real time: the fault lands at frame 100 or later of 401, 0.35 s into the cycle with
 # 0.3 s of motion left, so the STOP (sent within milliseconds) finds the joint moving.

@@ -1,14 +1,14 @@
 """Faults mid-excitation on a UR arm: the servoJ stream stops and the cycle records nothing
 (docs/safety.md G10).
 
-The identification excitation (drivers/ur_rtde/excitation.py, drivers/ur_rtde/worker/servo.py) runs in
-the same worker frame as the backlash cycle (`_run_motion` in drivers/ur_rtde/worker/cycle.py), but
-streams a servoJ target every RTDE period instead of one speedJ, and ends with servoStop: these
-tests prove the hang and kill handling of tests/faults/test_ur_{kill,hang}.py for that path, and
-the missed-package abort, against the UR controller emulator's rigid UR5e
-(tests/peers/ur_controller, the real ur_rtde clients in the driver's worker process). The agent
-side runs in a process of its own (tests/peers/ur_controller/agent_client.py --excitation) where
-it must be killed or hung. Every verdict on the motion is read from the emulator.
+The identification excitation (drivers/ur_rtde/excitation.py, drivers/ur_rtde/worker/servo.py) runs
+in the same worker frame as the backlash cycle (`_run_motion` in drivers/ur_rtde/worker/cycle.py),
+but streams a servoJ target every RTDE period instead of one speedJ, and ends with servoStop: these
+tests prove the hang and kill handling of tests/faults/test_ur_{kill,hang}.py for that path, and the
+missed-package abort, against the UR controller emulator's rigid UR5e (tests/peers/ur_controller,
+the real ur_rtde clients in the driver's worker process). The agent side runs in a process of its
+own (tests/peers/ur_controller/agent_client.py --excitation) where it must be killed or hung. Every
+verdict on the motion is read from the emulator.
 
 Short trajectory (tests/peers/ur_controller/excitation.py: settle 0.2 s, hold 0.3 s, 2 periods
 of 2 s): every fault lands INTO_MOTION_S into the motion, well before its end.
@@ -49,7 +49,7 @@ from tests.peers.ur_controller.excitation import (
 )
 from tests.peers.ur_controller.harness import run, wait_until
 from tests.peers.ur_controller.joint_model import _SpeedRamp
-from tests.summary import fault, record
+from tests.support.summary import fault, record
 
 DEFAULTS = UrRtdeSettings(host="x")
 AGENT_TIMEOUT_S = DEFAULTS.agent_timeout_s  # the defaults are what is tested

@@ -1,8 +1,8 @@
 """Sample faults on the UR RTDE stream: repeated-timestamp, backwards, flooding and bursting
-packages (issue 8, item 2), against the UR controller emulator and the real ur_rtde clients in
-the driver's worker. Duplicated packages (byte for byte) are sent during
-tests/test_driver_ur_rtde.py::test_full_cycle_matches_the_simulated_fake, which compares a whole
-capture with the truth anyway: ur_rtde stores the same values again, nothing is lost or added.
+packages, against the UR controller emulator and the real ur_rtde clients in the
+driver's worker. Duplicated packages (byte for byte) are sent during
+tests/drivers/ur_rtde/test_driver.py::test_full_cycle_matches_the_simulated_fake, which compares a
+whole capture with the truth anyway: ur_rtde stores the same values again, nothing is lost or added.
 
 An RTDE data package carries the controller's `timestamp`, one control period apart: a repeated
 or backwards timestamp is the duplicate / out-of-order case. Each scenario spoils the stream 0.5 s
@@ -37,7 +37,7 @@ from tests.peers.ur_controller.harness import (
     setup,
     wait_until,
 )
-from tests.summary import fault
+from tests.support.summary import fault
 
 MISSED = "package(s) missed"
 

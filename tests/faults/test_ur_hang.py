@@ -26,7 +26,7 @@ from drivers.ur_rtde.settings import UrRtdeSettings
 from tests.peers.ur_controller import UrEmulator
 from tests.peers.ur_controller.agent_process import Agent, moving_into_capture, seconds_until_still
 from tests.peers.ur_controller.harness import FAST, emulator_args, setup
-from tests.summary import record
+from tests.support.summary import record
 
 DEFAULTS = UrRtdeSettings(host="x")
 AGENT_TIMEOUT_S = DEFAULTS.agent_timeout_s  # the defaults are what is tested

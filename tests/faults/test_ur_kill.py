@@ -36,7 +36,7 @@ from tests.peers.ur_controller.agent_process import (
     seconds_until_still,
 )
 from tests.peers.ur_controller.harness import FAST, emulator_args, run, setup, wait_until
-from tests.summary import record
+from tests.support.summary import record
 
 # Stop ramp: 2.5 rad/s at stop_deceleration_rad_s2 10 is 0.25 s; the worker notices EOF at once.
 WORKER_STOP_BOUND_S = 1.0

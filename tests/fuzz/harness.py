@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from hypothesis import HealthCheck, example, given, settings
 
 from agent.errors import AgentError
-from tests.summary import Tally, counted
+from tests.support.summary import Tally, counted
 
 T = TypeVar("T")
 

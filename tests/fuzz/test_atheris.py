@@ -1,6 +1,6 @@
 """Coverage-guided fuzzing (atheris, libFuzzer) of the parsers, one subprocess per target.
 
-Each target of tests/fuzz/atheris_run.py runs ATHERIS_RUNS inputs (2,000 in `make test`,
+Each target of tests/fuzz/atheris/run.py runs ATHERIS_RUNS inputs (2,000 in `make test`,
 FUZZ_CASES in `make fuzz`) from a fixed libFuzzer seed, so a run is repeatable. The run's own
 count (libFuzzer's `stat::number_of_executed_units`) goes to the summary as "atheris: NAME",
 with the crash if there was one; the test fails on a crash or on fewer inputs than asked.
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fuzz.atheris_run import MODULES
-from tests.summary import counted
+from tests.fuzz.atheris.run import MODULES
+from tests.support.summary import counted
 
 ROOT = Path(__file__).resolve().parents[2]
 SHM = Path("/dev/shm")
@@ -41,12 +41,12 @@ class Run:
 
 
 def run_target(name: str, runs: int, work: Path, *more: str) -> Run:
-    """`python -m tests.fuzz.atheris_run NAME -runs=N` in a process of its own."""
+    """`python -m tests.fuzz.atheris.run NAME -runs=N` in a process of its own."""
     work.mkdir(parents=True, exist_ok=True)
     cmd = [
         sys.executable,
         "-m",
-        "tests.fuzz.atheris_run",
+        "tests.fuzz.atheris.run",
         name,
         f"-runs={runs}",
         "-seed=1",

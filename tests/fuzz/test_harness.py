@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests import summary
+from tests.support import summary
 
 
 def test_render_aligns_sections_in_order() -> None:

@@ -16,13 +16,15 @@ import pytest
 from agent.capture.files import load_capture
 from agent.config.load import load_config
 from agent.errors import CaptureError, ConfigError
-from agent.feedrate.gcode.emit import DIALECTS, GcodeEmitter
+from agent.feedrate.gcode.blocks import ParserOptions
+from agent.feedrate.gcode.dialect import DIALECTS
+from agent.feedrate.gcode.emit import GcodeEmitter
 from agent.feedrate.gcode.lex import lex_line
-from agent.feedrate.gcode.parser import ModalState, ParserOptions
+from agent.feedrate.gcode.parser import ModalState
 from agent.publish.mqtt.outbox import Outbox, OutboxError
 from agent.schema.yaml_lines import issues_of
-from tests.fuzz.atheris_outbox import _prepare as _prepare_outbox
-from tests.fuzz.atheris_run import CORPUS, load_target
+from tests.fuzz.atheris.outbox import _prepare as _prepare_outbox
+from tests.fuzz.atheris.run import CORPUS, load_target
 
 CRASHES = sorted(CORPUS.glob("*/crash-*"))
 

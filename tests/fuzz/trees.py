@@ -1,4 +1,5 @@
-"""Hypothesis strategies that mutate a parsed YAML tree (agent.schema.yaml_lines.Node) and YAML text.
+"""Hypothesis strategies that mutate a parsed YAML tree (agent.schema.yaml_lines.Node) and YAML
+text.
 
 Tree mutations keep the rest of a real config intact, so most cases get past the structure
 and exercise the value checks deep inside (bounds, types, cross-field rules, driver settings);

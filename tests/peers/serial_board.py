@@ -61,7 +61,6 @@ import numpy as np
 
 from agent.config.load import load_config
 from agent.config.model import ControllerSettings, JointSettings
-from drivers.serial.driver import resolve_channels
 from drivers.serial.frames import (
     AGENT_TO_BOARD,
     PROTOCOL_VERSION,
@@ -79,6 +78,7 @@ from drivers.serial.frames import (
     StopAck,
     length_rule,
 )
+from drivers.serial.settings import resolve_channels
 
 # The cycle lives beside this file; `python -P` does not put this directory on the path.
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -1,4 +1,5 @@
-"""Static characteristic of the backlash virtual sensor: delta = f(A), paper 000 eq. 10.
+"""Static characteristic of the backlash virtual sensor: delta = f(A) (Giovannitti et al. 2022,
+eq. 10).
 
 A cubic in A fitted to (A, delta) pairs by least squares, constrained to be non-decreasing over
 the calibrated amplitude range (a larger signature must never mean a smaller gap). The pairs come
@@ -16,7 +17,8 @@ from scipy.optimize import minimize
 
 from agent.errors import EstimationError
 
-# Paper 000 eq. 10, for the COMAU bench joint: delta = 1e-6 (c3 A^3 + c2 A^2 + c1 A + c0).
+# Giovannitti et al. 2022, eq. 10, for the COMAU bench joint:
+# delta = 1e-6 (c3 A^3 + c2 A^2 + c1 A + c0).
 PAPER_EQ10_COEFFS = (34.0313e-6, 9.2524e-6, 0.4323e-6, -0.0018e-6)
 
 

@@ -13,7 +13,8 @@ Array = npt.NDArray[np.float64]
 
 @dataclass(frozen=True)
 class BacklashResult:
-    """Fit of the backlash signature h(t) (paper 000, eqs. 1-7) to the speed residual (eq. 11).
+    """Fit of the backlash signature h(t) (Giovannitti et al. 2022, eqs. 1-7) to the speed residual
+    (eq. 11).
 
     `params` holds the paper's parameters: A_rad_s, t0_s, tau_per_s, omega_rad_s, T1_s, T2_s,
     Td_s, Tf_s, n, plus the nuisance terms fitted with them (offset_rad_s and the load-turn

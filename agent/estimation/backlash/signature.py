@@ -1,4 +1,5 @@
-"""The backlash signature h(t) of paper 000, eqs. 1-7, in the paper's form and in the fit's form.
+"""The backlash signature h(t) of Giovannitti et al. 2022, eqs. 1-7, in the paper's form and in the
+fit's form.
 
 Paper form: d_b(s) = A exp(-(s - T1) tau) sin(omega s) for T1 <= s <= T2 (s = t - t0), f(t) =
 d_b(t - t0) - d_b(t - t0 - Td), and h = sum of n replicas of f shifted by Tf.
@@ -104,8 +105,8 @@ def peak_amplitude(a_sin: float, b_cos: float, tau: float, omega: float, duratio
 
     Eq. 1's factor A is the envelope at the window start T1; where the oscillation starts near a
     zero of the sine, T1 can slide along the decaying envelope at almost no cost in RMSE while A
-    changes as e^{tau dT1}. The peak of the fitted curve is pinned by the data (paper 000 builds
-    fig. 12 from the maximum amplitude of the signals in the same way).
+    changes as e^{tau dT1}. The peak of the fitted curve is pinned by the data (Giovannitti et al.
+    2022 build fig. 12 from the maximum amplitude of the signals in the same way).
     """
     period = 2.0 * math.pi / omega
     u = np.linspace(0.0, min(duration, 1.5 * period + 3.0 / max(tau, 1e-9)), 4001)

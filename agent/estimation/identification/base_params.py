@@ -1,4 +1,5 @@
-"""Base parameters of a serial robot (paper 002 section 5, paper 004 section 3).
+"""Base parameters of a serial robot (Zollo, Lopez et al. 2014, section 5; Madsen et al. 2020,
+section 3).
 
 Not every standard parameter moves the joint torques: some never do (unidentifiable), some do
 only together with others (identifiable in combination), the rest do on their own
@@ -11,7 +12,7 @@ combination of base columns: W_dep = W_base @ beta, hence
 
     torques = W @ pi = W_base @ (pi_base_cols + beta @ pi_dep_cols) = W_base @ (K @ pi).
 
-Which rotor inertias are identifiable depends on the rotor model. With the one of paper 004
+Which rotor inertias are identifiable depends on the rotor model. With the one of Madsen et al. 2020
 (assumption iii: a rotor only spins, adding Ia_j * qdd_j to joint j alone), Ia1 always merges
 with the inertia of link 1 about axis 1, and Ia2 with that of link 2 about axis 2 whenever
 axis 2 is perpendicular to axis 1 (UR5e, PUMA 560): hence 36 -> 40 base parameters on the UR5e
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -33,7 +35,16 @@ from agent.models.robot.description import RobotDescription
 from agent.models.robot.regressor import ParameterLayout, regressor
 
 Array = npt.NDArray[np.float64]
-ParamClass = Literal["identifiable", "combination", "unidentifiable"]
+
+
+class ParamClass(StrEnum):
+    """What the data can say about one parameter: its value on its own, only a combination of
+    it with others, or nothing (its column is zero)."""
+
+    IDENTIFIABLE = "identifiable"
+    COMBINATION = "combination"
+    UNIDENTIFIABLE = "unidentifiable"
+
 
 # Kept first when several columns could represent a group: the parameters Khalil's regrouping
 # rules keep (XX, XY, XZ, YZ, ZZ, MX, MY of each link, then rotor and friction); YY, MZ and M
@@ -225,12 +236,14 @@ def reduce_regressor(
     classes: list[ParamClass] = []
     for col in range(n_p):
         if zero[col]:
-            classes.append("unidentifiable")
+            classes.append(ParamClass.UNIDENTIFIABLE)
         elif col in kept_set:
             row = base_cols.index(col)
-            classes.append("combination" if np.any(beta[row] != 0.0) else "identifiable")
+            classes.append(
+                ParamClass.COMBINATION if np.any(beta[row] != 0.0) else ParamClass.IDENTIFIABLE
+            )
         else:
-            classes.append("combination")
+            classes.append(ParamClass.COMBINATION)
     return BaseParameters(
         names=tuple(names),
         classes=tuple(classes),

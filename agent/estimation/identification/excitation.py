@@ -1,6 +1,6 @@
 """Excitation trajectories: finite Fourier series whose regressor condition number is minimised
-under joint position, speed and acceleration limits (paper 004 section 4.4 and its outlook;
-Swevers et al.'s periodic excitation), solved with scipy's SLSQP.
+under joint position, speed and acceleration limits (Madsen et al. 2020, section 4.4 and its
+outlook; Swevers et al.'s periodic excitation), solved with scipy's SLSQP.
 
 Joint j follows (Swevers' form, fundamental w = 2 pi / period, harmonics l = 1..L)
 
@@ -14,8 +14,8 @@ accelerations are linear in them: every limit is a linear inequality at the samp
 The objective is log10 cond(W) of the base regressor (rigid-body base parameters plus Coulomb
 and viscous friction) stacked over one period, columns in SI units as the identification sees
 them. Its gradient comes from one batched regressor call over all forward-difference
-perturbations at once. Torque limits are not constrained here (paper 004 lists them among the
-possible constraints); the identification refuses a capture whose drive saturated.
+perturbations at once. Torque limits are not constrained here (Madsen et al. 2020 list them among
+the possible constraints); the identification refuses a capture whose drive saturated.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from scipy.optimize import minimize
 
 from agent.errors import EstimationError
 from agent.estimation.identification.base_params import BaseParameters, base_parameters
-from agent.estimation.identification.signal_chain import single_thread_blas
+from agent.estimation.identification.least_squares import single_thread_blas
 from agent.models.robot.description import RobotDescription
 from agent.models.robot.regressor import chain_geometry, regressor
 

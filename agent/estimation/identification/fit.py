@@ -1,12 +1,15 @@
 """Dynamic identification of a robot with elastic joints and two encoders per joint.
 
-Two models share the signal chain (agent.estimation.identification.signal_chain) and the least squares:
+Two models share the signal chain (agent.estimation.identification.filters and
+agent.estimation.identification.robot_signals) and the least squares
+(agent.estimation.identification.least_squares):
 
-elastic (paper 002): the link and rotor equations, stacked, linear in 14 parameters per joint
+elastic (Zollo, Lopez et al. 2014): the link and rotor equations, stacked, linear in 14
+    parameters per joint
     link  j:  Y_j(q, q', q'') pi_link           - K_j (theta_j - q_j) = 0
     rotor j:  Ia_j theta''_j + Fc_j sgn(theta'_j) + Fv_j theta'_j + K_j (theta_j - q_j) = tau_j
   from link position q, motor position theta (link-side units) and motor torque tau. What it
-  sees (elastic_base() works it out numerically, paper 002 section 5):
+  sees (elastic_base() works it out numerically; Zollo, Lopez et al. 2014, section 5):
     * every rotor inertia, Coulomb and viscous coefficient and stiffness on its own: the rotor
       equation of joint j holds only those four, and the deflection column ties K_j to the link
       equation. Unlike a rigid model, Ia_1 does not merge into the inertia of link 1;
@@ -16,22 +19,22 @@ elastic (paper 002): the link and rotor equations, stacked, linear in 14 paramet
     * not in the model, so not seen and biasing the rest if present: link-side friction, joint
       damping, an offset between the two encoders' zeros (a constant K * offset torque), the
       friction beyond Coulomb + viscous (Stribeck hump, strain-wave ripple, load dependence).
-rigid (paper 004, IDIM with rotor-side compensation): tau_J = tau - Ia theta'' - f_prior with
-    the rotor terms known (Ia from the robot file, f_prior a friction model identified before),
-    regressed on the rigid base regressor at the link-side positions plus Coulomb + viscous
-    friction at the rotor speed; stiffness afterwards from tau_J against the deflection.
+rigid (Madsen et al. 2020, IDIM with rotor-side compensation): tau_J = tau - Ia theta'' - f_prior
+    with the rotor terms known (Ia from the robot file, f_prior a friction model identified
+    before), regressed on the rigid base regressor at the link-side positions plus Coulomb +
+    viscous friction at the rotor speed; stiffness afterwards from tau_J against the deflection.
 
 Beyond the papers: rotor-equation rows within one parallel-filter length of a speed below
 `min_friction_speed_rad_s` are left out of the fit and of the torque NMSE (the Stribeck hump
 lives there, a sign column cannot follow it, and at rest friction is anything up to
-breakaway); the WLS weights are iterated (signal_chain.least_squares); in the elastic model
+breakaway); the WLS weights are iterated (least_squares.least_squares); in the elastic model
 the gear itself is the link-side torque sensor (K delta), which keeps the link parameters free
 of every friction error (bench: 5-10 times smaller base-parameter error than the rigid model).
 
 The model and settings the fit shares with validation live in
 agent.estimation.identification.model, the result dataclasses in
 agent.estimation.identification.result, the held-out and simulation checks in
-agent.estimation.identification.validation; every name stays importable from here.
+agent.estimation.identification.validation.
 """
 
 from __future__ import annotations
@@ -45,70 +48,31 @@ import numpy.typing as npt
 
 from agent.capture.model import Capture
 from agent.errors import EstimationError
+from agent.estimation.identification.filters import decimation_index, parallel_decimate, subgrid
+from agent.estimation.identification.least_squares import (
+    LsqSolution,
+    Method,
+    least_squares,
+    single_thread_blas,
+)
 from agent.estimation.identification.model import (
     Array,
     DynamicModel,
     IdentificationSettings,
     Kinematics,
-    Model,
-    elastic_base,
     kinematics,
     link_base,
     nmse_nm,
-    nominal_model,
     slow_rows,
 )
 from agent.estimation.identification.result import (
     IdentificationResult,
-    IndicatorRow,
     JointHealth,
 )
-from agent.estimation.identification.signal_chain import (
-    LsqSolution,
-    Method,
-    RobotSignals,
-    decimation_index,
-    least_squares,
-    parallel_decimate,
-    robot_signals,
-    single_thread_blas,
-    subgrid,
-)
-from agent.estimation.identification.validation import (
-    Validation,
-    normalised_mean_error,
-    true_parameters,
-    validate,
-)
+from agent.estimation.identification.robot_signals import RobotSignals, robot_signals
 from agent.models.robot.description import RobotDescription
-from agent.models.robot.elastic import friction_torque
+from agent.models.robot.friction import friction_torque
 from agent.models.robot.regressor import regressor
-
-__all__ = [
-    "DRIVE",
-    "STIFFNESS_SEEN_REL_STD_PCT",
-    "Array",
-    "DynamicModel",
-    "IdentificationResult",
-    "IdentificationSettings",
-    "IndicatorRow",
-    "JointHealth",
-    "Kinematics",
-    "Model",
-    "PoorExcitation",
-    "Validation",
-    "elastic_base",
-    "identify",
-    "identify_kinematics",
-    "identify_signals",
-    "kinematics",
-    "link_base",
-    "nmse_nm",
-    "nominal_model",
-    "normalised_mean_error",
-    "true_parameters",
-    "validate",
-]
 
 DRIVE = ("Ia", "fc", "fv", "k")  # per-joint parameters of the rotor equation
 # A joint's stiffness is taken as seen when its rotor equation alone pins it to this relative
@@ -315,7 +279,7 @@ def _twist_seen(dec: dict[str, Array], slow: npt.NDArray[np.bool_]) -> Array:
 def _fit_elastic(
     y_b: Array, dec: dict[str, Array], slow: npt.NDArray[np.bool_], method: Method
 ) -> tuple[LsqSolution, list[str], tuple[str, ...], Array]:
-    """Stacked link and rotor equations (paper 002); groups: link j, then rotor j.
+    """Stacked link and rotor equations (Zollo, Lopez et al. 2014); groups: link j, then rotor j.
 
     The link equation is homogeneous: only the twist term K_j delta_j in the rotor equation
     gives it a scale. A joint whose twist stays within a few encoder counts (the PUMA's wrist
@@ -358,7 +322,7 @@ def _fit_elastic(
 def _fit_rigid(
     y_b: Array, dec: dict[str, Array], slow: npt.NDArray[np.bool_], method: Method
 ) -> tuple[LsqSolution, list[str], tuple[str, ...]]:
-    """IDIM on the rotor-compensated torque (paper 004 eq. 13); groups: joints."""
+    """IDIM on the rotor-compensated torque (Madsen et al. 2020, eq. 13); groups: joints."""
     n_d, n, b = y_b.shape
     j = np.arange(n)
     a = np.zeros((n_d, n, b + 2 * n))
@@ -376,7 +340,8 @@ def _fit_rigid(
 
 def _stiffness_from_link_torque(y_b: Array, pi_b: Array, delta: Array) -> tuple[Array, Array]:
     """K_j = <tau_link_j, delta_j> / <delta_j, delta_j> with tau_link the model's link torque
-    (paper 002's link equation with the inertial part fixed); its relative std in %."""
+    (the link equation of Zollo, Lopez et al. 2014 with the inertial part fixed); its relative
+    std in %."""
     tau_link = np.einsum("njp,p->nj", y_b, pi_b)
     dd = np.sum(delta * delta, axis=0)
     k = np.sum(tau_link * delta, axis=0) / dd

@@ -3,8 +3,8 @@
 What the least squares of agent.estimation.identification.fit and the held-out check of
 agent.estimation.identification.validation share: the estimator's settings, the base
 parameters (which combinations a trajectory can see), the band-passed kinematics, the motor
-torque model (DynamicModel, nominal or identified), paper 004's torque NMSE and the rows that
-are left out near standstill.
+torque model (DynamicModel, nominal or identified), Madsen et al. 2020's torque NMSE and the rows
+that are left out near standstill.
 """
 
 from __future__ import annotations
@@ -25,17 +25,17 @@ from agent.estimation.identification.base_params import (
     random_states,
     reduce_regressor,
 )
-from agent.estimation.identification.signal_chain import (
+from agent.estimation.identification.filters import (
     FilterSettings,
-    Method,
     ResolvedFilter,
-    RobotSignals,
     band_pass,
     dynamics_bandwidth_hz,
     parallel_decimate,
 )
+from agent.estimation.identification.least_squares import Method
+from agent.estimation.identification.robot_signals import RobotSignals
 from agent.models.robot.description import RobotDescription
-from agent.models.robot.elastic import FrictionNonlinearity, friction_torque
+from agent.models.robot.friction import FrictionNonlinearity, friction_torque
 from agent.models.robot.regressor import ParameterLayout, parameter_vector, regressor
 
 Array = npt.NDArray[np.float64]
@@ -63,7 +63,8 @@ def link_base(robot: RobotDescription) -> BaseParameters:
 
 
 def elastic_base(robot: RobotDescription, n_samples: int = 60, seed: int = 0) -> BaseParameters:
-    """Identifiability of the 14 parameters per joint of paper 002, from random states."""
+    """Identifiability of the 14 parameters per joint of Zollo, Lopez et al. 2014, from random
+    states."""
     n = robot.n_joints
     layout = ParameterLayout(n, rotor=True, friction=True)
     names = [*layout.names, *(f"k{j + 1}" for j in range(n))]
@@ -153,7 +154,7 @@ class DynamicModel:
 def nominal_model(
     robot: RobotDescription, prior: FrictionNonlinearity | None = None
 ) -> DynamicModel:
-    """The model the robot file describes (paper 004's CAD baseline)."""
+    """The model the robot file describes (Madsen et al. 2020's CAD baseline)."""
     pi = parameter_vector(robot, ParameterLayout(robot.n_joints))
     k = [j.stiffness_nm_rad for j in robot.joints]
     return DynamicModel(
@@ -169,7 +170,7 @@ def nominal_model(
 def nmse_nm(
     measured: Array, predicted: Array, moving: npt.NDArray[np.bool_] | None = None
 ) -> tuple[float, Array]:
-    """Paper 004 section 4.5: sum over joints of MSE / mean |torque|; (total, per joint).
+    """Madsen et al. 2020, section 4.5: sum over joints of MSE / mean |torque|; (total, per joint).
 
     `moving` (N, n) keeps, per joint, the samples where it moves: at rest the friction is
     anything up to breakaway and no model predicts it (the standstill before and after an

@@ -12,8 +12,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from agent.estimation.identification.filters import ResolvedFilter
+from agent.estimation.identification.least_squares import Method
 from agent.estimation.identification.model import Array, DynamicModel, Model
-from agent.estimation.identification.signal_chain import Method, ResolvedFilter
 
 
 class IndicatorRow(NamedTuple):

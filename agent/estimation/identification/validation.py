@@ -1,7 +1,8 @@
 """Checks of an identified model in simulation and on held-out captures (papers 002, 004).
 
-validate() is paper 004's cross-validation torque NMSE; true_parameters() and
-normalised_mean_error() are paper 002's figure of merit against the robot file's values.
+validate() is Madsen et al. 2020's cross-validation torque NMSE; true_parameters() and
+normalised_mean_error() are Zollo, Lopez et al. 2014's figure of merit against the robot file's
+values.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from typing import Any
 import numpy as np
 
 from agent.capture.model import Capture
+from agent.errors import EstimationError
+from agent.estimation.identification.filters import decimation_index, parallel_decimate, subgrid
+from agent.estimation.identification.least_squares import single_thread_blas
 from agent.estimation.identification.model import (
     Array,
     DynamicModel,
@@ -22,13 +26,7 @@ from agent.estimation.identification.model import (
     slow_rows,
 )
 from agent.estimation.identification.result import IdentificationResult
-from agent.estimation.identification.signal_chain import (
-    decimation_index,
-    parallel_decimate,
-    robot_signals,
-    single_thread_blas,
-    subgrid,
-)
+from agent.estimation.identification.robot_signals import robot_signals
 from agent.models.robot.description import RobotDescription
 
 
@@ -48,8 +46,8 @@ def validate(
     settings: IdentificationSettings | None = None,
     reference: DynamicModel | None = None,
 ) -> Validation:
-    """Torque NMSE of `model` on a capture not used for its estimation (paper 004 section 5);
-    measured and predicted torques go through the same chain as in the estimation.
+    """Torque NMSE of `model` on a capture not used for its estimation (Madsen et al. 2020,
+    section 5); measured and predicted torques go through the same chain as in the estimation.
 
     With `reference` (in simulation, the true robot's model) the torque compared against is
     that model's prediction instead of the measured one: the error of the parameters alone,
@@ -89,7 +87,8 @@ def true_parameters(robot: RobotDescription, result: IdentificationResult) -> Ar
         else:
             stem = name.rstrip("0123456789")
             values = drive[stem]
-            assert values is not None
+            if values is None:
+                raise EstimationError(f"{robot.source}: gives no value of {stem} to compare with")
             out.append(values[int(name[len(stem) :]) - 1])
     return np.array(out, dtype=np.float64)
 
@@ -97,10 +96,10 @@ def true_parameters(robot: RobotDescription, result: IdentificationResult) -> Ar
 def normalised_mean_error(
     result: IdentificationResult, robot: RobotDescription, skip: tuple[str, ...] = ()
 ) -> tuple[float, dict[str, float]]:
-    """Paper 002's figure of merit in simulation: mean of |estimate - true| / |true| over the
-    estimated parameters whose true value is not zero (the others have no relative error; a
-    rounding residue below 1e-12 of the largest counts as zero). `skip`: name prefixes to
-    leave out (paper 002 also quotes the mean without static friction, "fc")."""
+    """Zollo, Lopez et al. 2014's figure of merit in simulation: mean of |estimate - true| / |true|
+    over the estimated parameters whose true value is not zero (the others have no relative error; a
+    rounding residue below 1e-12 of the largest counts as zero). `skip`: name prefixes to leave out
+    (Zollo, Lopez et al. 2014 also quote the mean without static friction, "fc")."""
     truth = true_parameters(robot, result)
     floor = 1e-12 * float(np.max(np.abs(truth)))
     errors = {

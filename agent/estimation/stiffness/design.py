@@ -1,4 +1,4 @@
-"""Optimal design of stiffness experiments (paper 003, eqs. 16-21), and its dual-encoder twin.
+"""Optimal design of stiffness experiments (Prod. Eng. 2023, eqs. 16-21), and its dual-encoder twin.
 
 The design u = (poses, forces) minimises a scalar criterion of the linearised posterior
 covariance at the prior mean k0 (eq. 17): A = trace, D = determinant, E = largest eigenvalue
@@ -19,8 +19,7 @@ criterion is taken on the stiffness block of the posterior, the encoder offsets 
 (agent.estimation.stiffness.design_dual).
 
 The criteria, the design dataclass and the multi-start SLSQP live in
-agent.estimation.stiffness.design_solver; this module states the paper's TCP problem, and
-every name stays importable from here.
+agent.estimation.stiffness.design_solver; this module states the paper's TCP problem.
 """
 
 from __future__ import annotations
@@ -33,10 +32,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agent.estimation.stiffness.design_dual import design_dual_encoder
 from agent.estimation.stiffness.design_solver import (
     CRITERIA,
-    FD_STEP,
     Array,
     Criterion,
     Problem,
@@ -46,27 +43,13 @@ from agent.estimation.stiffness.design_solver import (
     solve,
     whiten_prior,
 )
-from agent.estimation.stiffness.inference import StiffnessPrior
+from agent.estimation.stiffness.inference import StiffnessMethod, StiffnessPrior
 from agent.models.robot.compliance import (
     ComplianceModel,
     InfeasibleRequestError,
     linear_sensitivity,
 )
 from agent.models.robot.kinematics import forward, position_jacobian
-
-__all__ = [
-    "CRITERIA",
-    "FD_STEP",
-    "Array",
-    "Criterion",
-    "StiffnessDesign",
-    "TcpDesignSettings",
-    "criterion_value",
-    "design_dual_encoder",
-    "design_tcp",
-    "given_information",
-    "random_feasible_tcp",
-]
 
 
 @dataclass(frozen=True)
@@ -254,7 +237,7 @@ def design_tcp(
     prior_cov = problem.covariance(np.zeros_like(info))[0]
     pose = forward(model.chain, q)
     return StiffnessDesign(
-        method="tcp-deviation",
+        method=StiffnessMethod.TCP_DEVIATION,
         criterion=settings.criterion,
         joint_names=model.joint_names,
         q_rad=q,
@@ -371,7 +354,7 @@ def random_feasible_tcp(
         cov = problem.covariance(info[None, :, :])[0]
         out.append(
             StiffnessDesign(
-                "tcp-deviation",
+                StiffnessMethod.TCP_DEVIATION,
                 settings.criterion,
                 model.joint_names,
                 q,

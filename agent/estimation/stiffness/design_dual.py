@@ -1,4 +1,4 @@
-"""Stiffness design for a joint with two encoders (not in paper 003): the standstill poses
+"""Stiffness design for a joint with two encoders (not in Prod. Eng. 2023): the standstill poses
 whose gravity torques best determine each joint's stiffness.
 
 The poses are the only input and gravity the load; the criterion is taken on the stiffness
@@ -22,8 +22,9 @@ from agent.estimation.stiffness.design_solver import (
     criterion_value,
     solve,
 )
-from agent.estimation.stiffness.inference import StiffnessPrior, joint_indices
-from agent.models.robot.compliance import ComplianceModel, InfeasibleRequestError, encoder_sigma_rad
+from agent.estimation.stiffness.inference import StiffnessMethod, StiffnessPrior, joint_indices
+from agent.models.robot.compliance import ComplianceModel, InfeasibleRequestError
+from agent.models.robot.compliance_measurements import encoder_sigma_rad
 from agent.models.robot.kinematics import forward, gravity_torques
 
 
@@ -99,7 +100,7 @@ def design_dual_encoder(
     q = sol.x.reshape(poses, n)
     tau = gravity_torques(model.chain, q)
     return StiffnessDesign(
-        method="dual-encoder",
+        method=StiffnessMethod.DUAL_ENCODER,
         criterion=criterion,
         joint_names=sub,
         q_rad=q,

@@ -1,5 +1,5 @@
 """The optimisation under every stiffness design: criteria, the design it returns, and a
-multi-start SLSQP on batched evaluations (paper 003, eqs. 16-18).
+multi-start SLSQP on batched evaluations (Prod. Eng. 2023, eqs. 16-18).
 
 A design method (agent.estimation.stiffness.design for the paper's TCP force and laser,
 agent.estimation.stiffness.design_dual for the dual encoder) states its Problem: bounds, one
@@ -18,8 +18,10 @@ import numpy as np
 import numpy.typing as npt
 from scipy.optimize import minimize
 
-from agent.estimation.identification.signal_chain import single_thread_blas
-from agent.estimation.stiffness.inference import StiffnessPrior, unidentified_joints
+from agent.errors import EstimationError
+from agent.estimation.identification.least_squares import single_thread_blas
+from agent.estimation.stiffness.inference import StiffnessMethod, StiffnessPrior
+from agent.estimation.stiffness.posterior import unidentified_joints
 from agent.models.robot.compliance import InfeasibleRequestError
 
 Array = npt.NDArray[np.float64]
@@ -43,7 +45,7 @@ def criterion_value(cov: Array, criterion: Criterion) -> float:
 class StiffnessDesign:
     """The designed experiments and the posterior they are expected to give."""
 
-    method: str
+    method: StiffnessMethod
     criterion: Criterion
     joint_names: tuple[str, ...]
     q_rad: Array  # (K, n)
@@ -228,7 +230,8 @@ def _solve_starts(
             closest = (viol, x)
     if best is not None:
         return _Solution(best[1], best[0], 0.0, -1, feasible)
-    assert closest is not None
+    if closest is None:
+        raise EstimationError("the design has no starting point to optimise from")
     viol, worst = _violation(problem, closest[1])
     return _Solution(closest[1], math.inf, viol, worst, 0)
 

@@ -1,8 +1,9 @@
-"""Joint stiffness by Bayesian inference (paper 003, section 3), and its dual-encoder variant.
+"""Joint stiffness by Bayesian inference (Prod. Eng. 2023, section 3), and its dual-encoder variant.
 
 Data z = eta(k, u) + noise, noise ~ N(0, Sigma) with Sigma diagonal (eq. 8-9). Prior
 k ~ N(k0, Gamma0 / gamma) (eq. 11), Gamma0 = diag(sd^2). The MAP point (eq. 12) is found by
-Gauss-Newton with Levenberg-Marquardt damping, iterated in k0 / k (map_fit); the posterior
+Gauss-Newton with Levenberg-Marquardt damping, iterated in k0 / k
+(agent.estimation.stiffness.posterior.map_fit); the posterior
 is linearised there, C_post = (S^T Sigma^-1 S + gamma Gamma0^-1)^-1 (eq. 13) with S
 the sensitivity d eta / dk (eq. 14). The 1-alpha region is the ellipsoid of eq. 15 (chi-square
 quantile with n_k degrees of freedom); per joint the marginal interval k_i +- z_{1-alpha/2} sd_i.
@@ -21,8 +22,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -30,21 +31,25 @@ import numpy.typing as npt
 from scipy.special import chdtri, ndtri
 
 from agent.errors import EstimationError
+from agent.estimation.stiffness.posterior import MapFit, map_fit, unidentified_joints
 from agent.models.robot.compliance import (
     ComplianceModel,
-    DualEncoderMeasurements,
-    TcpMeasurements,
     check_poses,
     deviation_and_sensitivity,
     load_case,
 )
+from agent.models.robot.compliance_measurements import DualEncoderMeasurements, TcpMeasurements
 from agent.models.robot.kinematics import gravity_torques
 
 Array = npt.NDArray[np.float64]
 
-# A direction of k whose data information is below this share of its prior information is
-# "not determined by the data": its posterior variance is > 1 / (1 + 0.01) of the prior's.
-IDENTIFIABLE_INFO_RATIO = 1e-2
+
+class StiffnessMethod(StrEnum):
+    """What the stiffness is inferred from: TCP deviations under a known force (the paper), or
+    the gravity twist two encoders per joint read at standstill."""
+
+    TCP_DEVIATION = "tcp-deviation"
+    DUAL_ENCODER = "dual-encoder"
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ def prior_from_robot(
 class StiffnessEstimate:
     """MAP stiffness with its linearised posterior (eqs. 12-15) and the evidence of the fit."""
 
-    method: str  # "tcp-deviation" or "dual-encoder"
+    method: StiffnessMethod
     joint_names: tuple[str, ...]
     k_nm_rad: Array
     covariance: Array  # (n_k, n_k)
@@ -140,121 +145,6 @@ class StiffnessEstimate:
         }
 
 
-# -- the generic MAP / linearised posterior -----------------------------------------------------
-
-# (parameters) -> (model prediction (N,), sensitivity (N, P)); data and weights are flat
-Model = Callable[[Array], tuple[Array, Array]]
-
-
-@dataclass(frozen=True)
-class MapFit:
-    p: Array
-    covariance: Array
-    sensitivity: Array
-    residual: Array  # z - eta(p)
-    iterations: int
-    converged: bool
-
-
-def map_fit(
-    model: Model,
-    z: Array,
-    sigma: Array,
-    prior_mean: Array,
-    prior_precision: Array,
-    *,
-    reciprocal: int = 0,
-    max_iter: int = 60,
-    step_tol_sd: float = 1e-6,
-) -> MapFit:
-    """argmin 1/2 |z - eta(p)|^2_{Sigma^-1} + 1/2 |p - p0|^2_P (eq. 12), then eq. 13.
-
-    Gauss-Newton with Levenberg-Marquardt damping, started at the prior mean. The first
-    `reciprocal` parameters (the stiffnesses, prior mean > 0) are iterated as v = p0 / p: a
-    deflection is linear in 1/k, so the data term is nearly quadratic in v and two or three
-    steps reach the minimum; v > 0 keeps k > 0. The minimiser is the same point. It stops when
-    every step is below `step_tol_sd` posterior standard deviations.
-    """
-    w = 1.0 / sigma**2
-    p = prior_mean.copy()
-    r = reciprocal
-    if r and np.any(prior_mean[:r] <= 0):
-        raise ValueError("reciprocal parameters need a positive prior mean")
-    lam = 1e-9
-
-    def cost(par: Array, eta: Array) -> float:
-        d = par - prior_mean
-        return 0.5 * float(np.sum(w * (z - eta) ** 2) + d @ prior_precision @ d)
-
-    eta, s = model(p)
-    current = cost(p, eta)
-    converged = False
-    it = 0
-    for it in range(1, max_iter + 1):  # noqa: B007 - `it` is reported
-        h = s.T @ (w[:, None] * s) + prior_precision
-        g = s.T @ (w * (z - eta)) - prior_precision @ (p - prior_mean)
-        dpdv = np.ones_like(p)  # chain rule for p = p0 / v at v = p0 / p
-        dpdv[:r] = -(p[:r] ** 2) / prior_mean[:r]
-        h_v = h * dpdv[:, None] * dpdv[None, :]
-        g_v = g * dpdv
-        v = p.copy()
-        v[:r] = prior_mean[:r] / p[:r]
-        sd = np.sqrt(np.diag(_inverse_spd(h)))
-        accepted = tiny = False
-        for _ in range(12):
-            dv = np.linalg.solve(h_v + lam * np.diag(np.diag(h_v)), g_v)
-            if np.all(np.abs(dv * dpdv) <= step_tol_sd * sd):
-                tiny = True  # the (first-order) step is far inside the uncertainty: done
-                break
-            v_t = v + dv
-            if r and np.any(v_t[:r] <= 0):
-                lam = max(lam, 1e-6) * 10.0
-                continue
-            trial = v_t.copy()
-            trial[:r] = prior_mean[:r] / v_t[:r]
-            eta_t, s_t = model(trial)
-            c_t = cost(trial, eta_t)
-            if c_t <= current:
-                accepted = True
-                break
-            lam = max(lam, 1e-6) * 10.0
-        if not accepted:
-            converged = tiny  # else even heavily damped steps fail to descend
-            break
-        p, eta, s, current = trial, eta_t, s_t, c_t
-        lam = max(lam / 10.0, 1e-9)
-    h = s.T @ (w[:, None] * s) + prior_precision
-    return MapFit(p, _inverse_spd(h), s, z - eta, it, converged)
-
-
-def _inverse_spd(a: Array) -> Array:
-    # scaled to unit diagonal first: stiffness and offset columns differ by ~1e12
-    d = 1.0 / np.sqrt(np.diag(a))
-    inv = np.linalg.inv(a * d[:, None] * d[None, :])
-    out = inv * d[:, None] * d[None, :]
-    return np.asarray(0.5 * (out + out.T))
-
-
-def unidentified_joints(
-    covariance_k: Array, prior_precision_k: Array, names: tuple[str, ...]
-) -> tuple[str, ...]:
-    """Joints that take part in a direction of k the data leave undetermined.
-
-    Data information in prior-whitened coordinates, L^-1 (C^-1 - P) L^-T with P = L L^T: an
-    eigenvalue below IDENTIFIABLE_INFO_RATIO is a direction where the data add less than 1 %
-    to the prior; joints with a component > 0.3 in it are named.
-    """
-    info = np.linalg.inv(covariance_k) - prior_precision_k
-    l_inv = 1.0 / np.sqrt(np.diag(prior_precision_k))
-    white = info * l_inv[:, None] * l_inv[None, :]
-    vals, vecs = np.linalg.eigh(0.5 * (white + white.T))
-    bad: list[str] = []
-    for v, vec in zip(vals, vecs.T, strict=True):
-        if v < IDENTIFIABLE_INFO_RATIO:
-            bad += [names[i] for i in np.flatnonzero(np.abs(vec) > 0.3) if names[i] not in bad]
-    return tuple(bad)
-
-
 @functools.cache
 def _normal_quantile(p: float) -> float:
     return float(ndtri(p))
@@ -266,7 +156,7 @@ def _chi2_quantile(p: float, dof: int) -> float:
 
 
 def _finish(
-    method: str,
+    method: StiffnessMethod,
     names: tuple[str, ...],
     fit: MapFit,
     n_k: int,
@@ -345,7 +235,7 @@ def estimate_stiffness(
         reciprocal=n,
     )
     return _finish(
-        "tcp-deviation",
+        StiffnessMethod.TCP_DEVIATION,
         model.joint_names,
         fit,
         n,
@@ -429,4 +319,4 @@ def estimate_dual_encoder(
     fit = map_fit(eta, z, sigma, mean, prec, reciprocal=m)
     names = tuple(model.joint_names[i] for i in idx)
     offsets = {f"offset_{name}_rad": float(o) for name, o in zip(names, fit.p[m:], strict=True)}
-    return _finish("dual-encoder", names, fit, m, sub, sigma, (p_, m), alpha, offsets)
+    return _finish(StiffnessMethod.DUAL_ENCODER, names, fit, m, sub, sigma, (p_, m), alpha, offsets)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from agent.feedrate.filter.window import Window
-from agent.feedrate.gcode.parser import Units
+from agent.feedrate.gcode.blocks import Units
 from agent.feedrate.geometry.primitives import Vec3
 
 TINY_MM = 1e-9

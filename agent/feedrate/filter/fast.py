@@ -8,7 +8,7 @@ optional G0/G1/G00/G01, X, Y, Z in that order, an optional F, single spaces, not
 a state where their meaning is plain (G94, motion mode G0 or G1, a feed already set when one
 is needed) and builds the same Block the parser would; every other line goes to a real
 ModalState, which is first brought up to date (position and modal state) through its public
-constructor. tests/test_feedrate_filter.py checks the two paths give equal Blocks on random
+constructor. tests/feedrate/test_filter.py checks the two paths give equal Blocks on random
 programs.
 """
 
@@ -18,16 +18,16 @@ import math
 import re
 from dataclasses import replace
 
-from agent.feedrate.gcode.parser import (
+from agent.feedrate.gcode.blocks import (
     Block,
     DistanceMode,
     FeedMode,
     Modal,
-    ModalState,
     Motion,
     ParserOptions,
     Units,
 )
+from agent.feedrate.gcode.parser import ModalState
 from agent.feedrate.geometry.primitives import Vec3
 
 # Numbers as [digits and dots]: float() rejects what the lexer would ("1.2.3", "."), and such

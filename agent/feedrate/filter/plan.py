@@ -1,4 +1,4 @@
-"""The half-window t* of each modulation window (paper 001 section 5.3: t* >= dt).
+"""The half-window t* of each modulation window (Farouki & Swett 2022, section 5.3: t* >= dt).
 
 Policy "fixed" takes the machine's half_window_s; policy "shortest" the least t* whose backlash
 take-up, simulated on the dead-zone axis model (agent.models.axis.pid, the gap opening when the
@@ -18,6 +18,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -25,10 +26,11 @@ import numpy.typing as npt
 
 from agent.feedrate.filter.window import UnitShape
 from agent.feedrate.filter.window_length import take_up_instant_s
-from agent.feedrate.geometry.primitives import ArcSegment, LineSegment, PathPrimitive, Vec3
+from agent.feedrate.geometry.arcs import ArcSegment
+from agent.feedrate.geometry.primitives import LineSegment, PathPrimitive, TurningKind, Vec3
 from agent.feedrate.geometry.turning_points import TurningPoint
 from agent.feedrate.profile import BernsteinFeedrate
-from agent.models.axis.model import AxisParams
+from agent.models.axis.params import AxisParams
 from agent.models.axis.pid import simulate_axis
 
 Array = npt.NDArray[np.float64]
@@ -41,13 +43,20 @@ _POLYLINE_RAD = math.radians(10.0)  # a chorded curve turns less than this at ea
 _SAME_CIRCLE_REL = 1e-9
 
 
+class GeometryKind(StrEnum):
+    """How the reversing axis's command is modelled: on the osculating circle, or on two legs."""
+
+    SMOOTH = "smooth"
+    CORNER = "corner"
+
+
 class Geometry(NamedTuple):
     """What the planner needs of a turning point: a radius (smooth) or the legs (corner).
 
     `osculating` marks a smooth point on G-code arcs: the window must then stay on the arcs of
     the same circle (the osculating circle's extent, eq. 6)."""
 
-    kind: Literal["smooth", "corner"]
+    kind: GeometryKind
     radius_mm: float
     tangent_in: Vec3
     tangent_out: Vec3
@@ -169,7 +178,7 @@ class WindowPlanner:
         self, name: str, params: AxisParams, feed_mm_s: float, geom: Geometry
     ) -> float:
         v = _bin(feed_mm_s * MM, 0.02)
-        if geom.kind == "smooth":
+        if geom.kind == GeometryKind.SMOOTH:
             key: tuple[object, ...] = (name, "smooth", v, _bin(geom.radius_mm * MM, 0.05))
         else:
             k = AXIS_INDEX[name]
@@ -194,7 +203,7 @@ class WindowPlanner:
             return min(1e-3, ts / 50.0)
 
         take_up: Callable[[float], float | None]
-        if geom.kind == "smooth":
+        if geom.kind == GeometryKind.SMOOTH:
             radius_m = float(key[3])  # type: ignore[arg-type]
 
             def take_up(ts: float) -> float | None:
@@ -240,9 +249,9 @@ def classify(
     """The geometry of a turning point on `prim` (ending at end_mm), the primitive before it
     `prev` (starting at prev_start_mm) when the turning point is the vertex between them."""
     t_in, t_out = tp.tangent_in, tp.tangent_out
-    if tp.kind != "vertex":
+    if tp.kind != TurningKind.VERTEX:
         kappa = prim.frenet(tp.s_local).kappa
-        return Geometry("smooth", 1.0 / abs(kappa), t_in, t_out, True)
+        return Geometry(GeometryKind.SMOOTH, 1.0 / abs(kappa), t_in, t_out, True)
     cos = max(-1.0, min(1.0, sum(a * b for a, b in zip(t_in, t_out, strict=True))))
     angle = math.acos(cos)
     if prev is not None:
@@ -257,7 +266,7 @@ def classify(
                     and same_circle(prev, prim)
                 )
                 radius = min(1.0 / abs(p.frenet(0.0).kappa) for p in arcs)
-                return Geometry("smooth", radius, t_in, t_out, same)
+                return Geometry(GeometryKind.SMOOTH, radius, t_in, t_out, same)
         elif (
             angle <= _POLYLINE_RAD
             and isinstance(prev, LineSegment)
@@ -266,5 +275,5 @@ def classify(
         ):
             r = circumradius(prev_start_mm, tp.point, end_mm)
             if math.isfinite(r):
-                return Geometry("smooth", r, t_in, t_out, False)
-    return Geometry("corner", math.inf, t_in, t_out, False)
+                return Geometry(GeometryKind.SMOOTH, r, t_in, t_out, False)
+    return Geometry(GeometryKind.CORNER, math.inf, t_in, t_out, False)

@@ -1,4 +1,4 @@
-"""The online feedrate-modulation filter: G-code in, G-code out (issue 3 part 4, paper 001).
+"""The online feedrate-modulation filter: G-code in, G-code out (Farouki & Swett 2022).
 
 `FeedrateFilter.feed(line)` takes one program line and returns the output text it can write
 so far (`origins` names the program line each chunk comes from); `finish()` returns the rest.
@@ -11,12 +11,12 @@ decided first with what is known ahead, and later windows never reach back past 
 What is modulated. Feed moves (G1/G2/G3, G94 or G93) form *runs*: consecutive moves at one feed,
 with nothing between them but blank or comment lines. Any other line (rapid, dwell, M/S/T
 word, modal change, feed change) ends a run, and is written as it is. At every turning point
-inside a run where a machine axis with backlash reverses (agent.feedrate.geometry.primitives), the feed is
-modulated over [-t*, t*] with the profile of eq. 26 (agent.feedrate.filter.window): the blocks
-the window touches are replaced by straight G1 segments through points on the path, each with
-its own F (G94) or its exact duration (G93, when the machine allows it or the program is in
-G93). Every other line passes through byte-identical (agent.feedrate.gcode.emit restores the
-program's modal F and G94 after replaced blocks, or renumbers for Marlin). A reversal at the
+inside a run where a machine axis with backlash reverses (agent.feedrate.geometry.turning_points),
+the feed is modulated over [-t*, t*] with the profile of eq. 26 (agent.feedrate.filter.window):
+the blocks the window touches are replaced by straight G1 segments through points on the path,
+each with its own F (G94) or its exact duration (G93, when the machine allows it or the program
+is in G93). Every other line passes through byte-identical (agent.feedrate.gcode.emit restores
+the program's modal F and G94 after replaced blocks, or renumbers for Marlin). A reversal at the
 first move of a run (after a rapid or an F change) has no room before it and is left alone;
 so are the reversals of G93 programs whose every line has its own F (each is a run).
 
@@ -40,37 +40,37 @@ the lookahead) t* shrinks; below min_half_window_s the turning point is left alo
 
 Speed: straight feed moves in plain form take agent.feedrate.filter.fast's fast path past the
 parser; the common line costs ~10 us here, a window ~0.1 ms plus ~50 us per replaced block
-(bench/bench_feedrate.py).
+(bench/bench_feedrate.py). Held lines: agent.feedrate.filter.held; whole programs:
+agent.feedrate.filter.program.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from agent.feedrate.filter.chain import TINY_MM
 from agent.feedrate.filter.fast import FastModalState
-from agent.feedrate.filter.plan import Geometry, WindowPlanner, classify, same_circle
-from agent.feedrate.filter.window import Span, UnitShape, build_window, unit_shape
-from agent.feedrate.filter.write import BlockWriter
-from agent.feedrate.gcode.lex import lex_line
-from agent.feedrate.gcode.parser import Block, FeedMode, Motion
-from agent.feedrate.geometry.primitives import (
-    ArcSegment,
-    LineSegment,
-    Vec3,
-    osculating_extent,
+from agent.feedrate.filter.held import (
+    BREAK,
+    MOVE,
+    NEUTRAL,
+    HeldLine,
+    PendingTurningPoint,
+    is_word_free,
+    osculating_room,
+    turning_point_geometry,
+    window_spans,
 )
+from agent.feedrate.filter.plan import WindowPlanner
+from agent.feedrate.filter.window import UnitShape, build_window, unit_shape
+from agent.feedrate.filter.write import BlockWriter
+from agent.feedrate.gcode.blocks import Block, FeedMode, Motion
+from agent.feedrate.geometry.primitives import LineSegment, Vec3
 from agent.feedrate.geometry.turning_points import TurningPoint, TurningPointTracker
 from agent.feedrate.machine import MachineSettings
-
-# What a held line is to the windows: a feed move of the run (_MOVE), a line that does not
-# end the run because the controller does nothing with it (_NEUTRAL: blank, comment), or a
-# line that ends it (_BREAK: rapid, dwell, M/S/T word, modal or feed change).
-_MOVE, _NEUTRAL, _BREAK = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -89,29 +89,6 @@ class FilterStats:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class _Item:
-    """One input line waiting to be written."""
-
-    __slots__ = ("block", "duration_s", "kind", "prim", "s0", "s1")
-
-    def __init__(
-        self, block: Block, kind: int, s0: float, s1: float, prim: Any, duration_s: float
-    ) -> None:
-        self.block, self.kind, self.s0, self.s1, self.prim = block, kind, s0, s1, prim
-        self.duration_s = duration_s
-
-
-class _Pending:
-    """An undecided turning point."""
-
-    __slots__ = ("axes", "feed_mm_s", "geom", "seq", "tp")
-
-    def __init__(
-        self, tp: TurningPoint, feed_mm_s: float, geom: Geometry, axes: tuple[str, ...], seq: int
-    ) -> None:
-        self.tp, self.feed_mm_s, self.geom, self.axes, self.seq = tp, feed_mm_s, geom, axes, seq
 
 
 class FeedrateFilter:
@@ -140,7 +117,7 @@ class FeedrateFilter:
         self._writer = BlockWriter(machine, source)
         self._source = source
         self._n = 0
-        self._items: list[_Item] = []
+        self._items: list[HeldLine] = []
         self._base = 0  # sequence number of self._items[0] (written items are dropped)
         self._head = 0
         self._pending_s = 0.0
@@ -148,8 +125,8 @@ class FeedrateFilter:
         self._run_feed: float | None = None
         self._run_mode: FeedMode | None = None
         self._run_start = 0.0
-        self._last_move: _Item | None = None
-        self._tps: deque[_Pending] = deque()
+        self._last_move: HeldLine | None = None
+        self._tps: deque[PendingTurningPoint] = deque()
         self._emitted_s = 0.0  # path position written so far
         self._region_hi = -math.inf
         self.origins: list[int] = []  # of the chunks feed() or finish() returned last
@@ -189,16 +166,16 @@ class FeedrateFilter:
         if motion is not None and block.length_mm > 0.0:
             self._move(block, motion)
         elif block.skipped or (
-            motion is None and block.dwell_s is None and _word_free(text, self._n)
+            motion is None and block.dwell_s is None and is_word_free(text, self._n)
         ):
-            self._append(_Item(block, _NEUTRAL, self._frontier, self._frontier, None, 0.0))
+            self._append(HeldLine(block, NEUTRAL, self._frontier, self._frontier, None, 0.0))
             if self._run_feed is None:
                 self._emit_ready()
             elif len(self._items) - self._head > self.machine.lookahead.lines + 1:
                 self._advance()  # comment lines count against the lookahead too
         else:
             self._end_run()
-            self._append(_Item(block, _BREAK, self._frontier, self._frontier, None, 0.0))
+            self._append(HeldLine(block, BREAK, self._frontier, self._frontier, None, 0.0))
             self._emit_ready()
         out, self.origins = self._writer.take()
         return out
@@ -213,7 +190,7 @@ class FeedrateFilter:
 
     # -- input --------------------------------------------------------------------------------
 
-    def _append(self, item: _Item) -> None:
+    def _append(self, item: HeldLine) -> None:
         self._items.append(item)
 
     def _move(self, block: Block, motion: Motion) -> None:
@@ -227,7 +204,7 @@ class FeedrateFilter:
         if motion is Motion.RAPID or feed is None:
             self._end_run()  # the run ends where this move starts: at the frontier so far
             self._frontier = s1
-            self._append(_Item(block, _BREAK, s0, s1, prim, 0.0))
+            self._append(HeldLine(block, BREAK, s0, s1, prim, 0.0))
             self._emit_ready()
             return
         run = self._run_feed
@@ -241,7 +218,7 @@ class FeedrateFilter:
             self._last_move = None
         self._frontier = s1
         duration = block.length_mm / feed
-        item = _Item(block, _MOVE, s0, s1, prim, duration)
+        item = HeldLine(block, MOVE, s0, s1, prim, duration)
         items = self._items
         items.append(item)
         self._pending_s += duration
@@ -270,7 +247,7 @@ class FeedrateFilter:
         emitter, out, origin = writer.emitter, writer.out, writer.origin
         while head < n:
             it = items[head]
-            if it.kind == _MOVE:
+            if it.kind == MOVE:
                 if it.s1 > limit:
                     break
                 self._pending_s -= it.duration_s
@@ -288,7 +265,9 @@ class FeedrateFilter:
             self._base += head
             self._head = 0
 
-    def _turning_points(self, tps: list[TurningPoint], item: _Item, feed: float, seq: int) -> None:
+    def _turning_points(
+        self, tps: list[TurningPoint], item: HeldLine, feed: float, seq: int
+    ) -> None:
         for tp in tps:
             axes = tuple(a for a in tp.axes if a in self._axes)
             if not axes:
@@ -297,20 +276,11 @@ class FeedrateFilter:
             if tp.s <= self._run_start + TINY_MM:
                 self._at_start += 1
                 continue
-            self._tps.append(_Pending(tp, feed, self._geometry(tp, item), axes, seq))
+            geom = turning_point_geometry(tp, item, self._last_move)
+            self._tps.append(PendingTurningPoint(tp, feed, geom, axes, seq))
         size = len(self._items) - self._head
         if size > self._max_pending:
             self._max_pending = size
-
-    def _geometry(self, tp: TurningPoint, item: _Item) -> Geometry:
-        prev = self._last_move
-        return classify(
-            tp,
-            item.prim,
-            item.block.end_mm,
-            None if prev is None else prev.prim,
-            None if prev is None else prev.block.start_mm,
-        )
 
     # -- decisions ----------------------------------------------------------------------------
 
@@ -342,7 +312,7 @@ class FeedrateFilter:
         while self._tps and self._tps[0].tp.s <= item.s1 + TINY_MM:
             self._forced += 1
             self._decide(self._tps.popleft(), self._frontier)
-        self._emit_one(item)
+        self._emit_front()
         return True
 
     def _end_run(self) -> None:
@@ -353,7 +323,7 @@ class FeedrateFilter:
         self._last_move = None
         self._emit_ready(everything=True)
 
-    def _decide(self, p: _Pending, fwd_limit: float, *, run_end: bool = False) -> None:
+    def _decide(self, p: PendingTurningPoint, fwd_limit: float, *, run_end: bool = False) -> None:
         tp, feed = p.tp, p.feed_mm_s
         back_limit = max(self._run_start, self._emitted_s, self._region_hi)
         if self._tps:
@@ -364,7 +334,8 @@ class FeedrateFilter:
             fwd_limit = 0.5 * (tp.s + fwd_limit)
         room = min(tp.s - back_limit, fwd_limit - tp.s)
         if p.geom.osculating:
-            room = min(room, self._osculating_room(p))
+            eps = self.machine.eps_mm
+            room = min(room, osculating_room(self._items, self._head, self._base, p, eps))
         mod = self.machine.modulation
         t_geo = room / (feed * self._shape.excursion) if room > 0.0 else 0.0
         t_star = min(self._planner.needed_s(p.axes, feed, p.geom), t_geo)
@@ -372,7 +343,7 @@ class FeedrateFilter:
             self._too_short += 1
             return
         reach = self._shape.excursion * feed * t_star
-        spans = self._spans(tp.s - reach, tp.s + reach, p.seq)
+        spans = window_spans(self._items, self._head, self._base, tp.s - reach, tp.s + reach, p.seq)
         block = self._items[p.seq - self._base].block
         window = build_window(
             self._shape,
@@ -388,40 +359,6 @@ class FeedrateFilter:
         self._region_hi = window.region_hi
         self._modulated += 1
         self._added_s += self._shape.time_penalty * t_star
-
-    def _spans(self, lo: float, hi: float, seq: int) -> list[Span]:
-        items, base = self._items, self._base
-        i = seq - base
-        while i > self._head and items[i].s0 > lo:
-            i -= 1
-        out: list[Span] = []
-        while i < len(items):
-            it = items[i]
-            if it.kind == _MOVE and it.s1 > lo:
-                if it.s0 >= hi:
-                    break
-                out.append(Span(it.s0, it.s1, it.prim, it.block.start_mm, it.block.end_mm))
-            i += 1
-        return out
-
-    def _osculating_room(self, p: _Pending) -> float:
-        """Half-length of the stretch about the turning point on arcs of the same circle."""
-        items, base = self._items, self._base
-        i = p.seq - base
-        ref = items[i].prim
-        if not isinstance(ref, ArcSegment):
-            return math.inf
-        lo = hi = i
-        while lo - 1 >= self._head and _same_circle_item(items[lo - 1], ref):
-            lo -= 1
-        while hi + 1 < len(items) and _same_circle_item(items[hi + 1], ref):
-            hi += 1
-        # Eq. 6 within the primitive: infinite on a circular arc, finite on a helix (torsion).
-        f = ref.frenet(min(max(p.tp.s - items[i].s0, 0.0), ref.length))
-        extent = osculating_extent(
-            f.dkappa_ds, f.d2kappa_ds2, self.machine.eps_mm, kappa=f.kappa, torsion=f.torsion
-        )
-        return min(p.tp.s - items[lo].s0, items[hi].s1 - p.tp.s, extent)
 
     # -- output -------------------------------------------------------------------------------
 
@@ -442,7 +379,7 @@ class FeedrateFilter:
                 limit = min(limit, first.tp.s - self._reach(first.feed_mm_s))
         while head < n:
             item = items[head]
-            if item.kind == _MOVE:
+            if item.kind == MOVE:
                 if item.s1 > limit:
                     break
                 if self._writer.quiet(item.s1):  # nothing to modulate in this block
@@ -458,15 +395,15 @@ class FeedrateFilter:
             self._base += head
             self._head = 0
 
-    def _emit_one(self, item: _Item) -> None:
-        assert self._items[self._head] is item
+    def _emit_front(self) -> None:
+        item = self._items[self._head]
         self._head += 1
         self._emit_one_unchecked(item)
 
-    def _emit_one_unchecked(self, item: _Item) -> None:
-        if item.kind != _MOVE:
+    def _emit_one_unchecked(self, item: HeldLine) -> None:
+        if item.kind != MOVE:
             self._writer.passthrough(item.block)
-            if item.kind == _BREAK and item.prim is not None:
+            if item.kind == BREAK and item.prim is not None:
                 self._emitted_s = item.s1
             return
         self._pending_s -= item.duration_s
@@ -475,72 +412,3 @@ class FeedrateFilter:
         else:
             self._writer.replace(item.block, item.prim, item.s0, item.s1)
         self._emitted_s = item.s1
-
-
-def _same_circle_item(item: _Item, ref: ArcSegment) -> bool:
-    return item.kind == _MOVE and same_circle(item.prim, ref)
-
-
-def _word_free(text: str, line_no: int) -> bool:
-    """True for blank, comment-only and number-only lines (nothing for the controller to do)."""
-    lx = lex_line(text, line_no)
-    return not (lx.g or lx.m or lx.values)
-
-
-def filter_lines(
-    lines: Iterable[str],
-    machine: MachineSettings,
-    *,
-    source: str | None = None,
-    start_mm: Vec3 = (0.0, 0.0, 0.0),
-    filt: FeedrateFilter | None = None,
-) -> Iterator[str]:
-    """Output text of a streamed program, chunk by chunk (each chunk one or more lines)."""
-    f = filt if filt is not None else FeedrateFilter(machine, source=source, start_mm=start_mm)
-    for line in lines:
-        yield from f.feed(line)
-    yield from f.finish()
-
-
-def filtered_lines(
-    lines: Iterable[str],
-    machine: MachineSettings,
-    *,
-    source: str | None = None,
-    filt: FeedrateFilter | None = None,
-) -> Iterator[str]:
-    """Like filter_lines, one output line per item (for a controller stream)."""
-    for line, _ in filtered_lines_with_origin(lines, machine, source=source, filt=filt):
-        yield line
-
-
-def filtered_lines_with_origin(
-    lines: Iterable[str],
-    machine: MachineSettings,
-    *,
-    source: str | None = None,
-    filt: FeedrateFilter | None = None,
-) -> Iterator[tuple[str, int]]:
-    """(output line, the program line it comes from), one output line at a time."""
-    f = filt if filt is not None else FeedrateFilter(machine, source=source)
-
-    def split(chunks: list[str]) -> Iterator[tuple[str, int]]:
-        for chunk, origin in zip(chunks, f.origins, strict=True):
-            if chunk.count("\n") <= 1:
-                yield chunk, origin
-            else:
-                for line in chunk.splitlines(keepends=True):
-                    yield line, origin
-
-    for line in lines:
-        yield from split(f.feed(line))
-    yield from split(f.finish())
-
-
-__all__ = [
-    "FeedrateFilter",
-    "FilterStats",
-    "filter_lines",
-    "filtered_lines",
-    "filtered_lines_with_origin",
-]

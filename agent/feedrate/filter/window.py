@@ -24,7 +24,8 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from agent.feedrate.geometry.primitives import ArcSegment, LineSegment, PathPrimitive, Vec3
+from agent.feedrate.geometry.arcs import ArcSegment
+from agent.feedrate.geometry.primitives import LineSegment, PathPrimitive, Vec3
 from agent.feedrate.profile import BernsteinFeedrate, symmetric_feedrate
 
 Array = npt.NDArray[np.float64]

@@ -1,5 +1,5 @@
-"""Choosing t*, the half-length of the modulation window about one turning point (paper 001
-sections 2 and 5.3).
+"""Choosing t*, the half-length of the modulation window about one turning point (Farouki & Swett
+2022, sections 2 and 5.3).
 
 t* is bounded by geometry (the path excursion about the turning point, max |s(t)| over the
 window, must stay within the arc over which the osculating circle is within eps, eq. 6 - passed
@@ -23,8 +23,9 @@ from agent.feedrate.profile import (
     check_positive,
     symmetric_feedrate,
 )
-from agent.models.axis.model import AxisParams
-from agent.models.axis.pid import AxisCommand, simulate_axis
+from agent.models.axis.params import AxisParams
+from agent.models.axis.pid import simulate_axis
+from agent.models.axis.trajectory import AxisCommand
 
 
 @dataclass(frozen=True)

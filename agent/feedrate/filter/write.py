@@ -14,9 +14,9 @@ from collections import deque
 
 from agent.feedrate.filter.chain import TINY_MM, SegmentChain, as_written
 from agent.feedrate.filter.window import Window, chord_step_mm, end_step_mm
+from agent.feedrate.gcode.blocks import Block, DistanceMode, FeedMode, Units
 from agent.feedrate.gcode.emit import GcodeEmitter
 from agent.feedrate.gcode.lex import GcodeError
-from agent.feedrate.gcode.parser import Block, DistanceMode, FeedMode, Units
 from agent.feedrate.geometry.primitives import PathPrimitive, Vec3
 from agent.feedrate.machine import MachineSettings, rounding_mm
 
@@ -100,7 +100,8 @@ class BlockWriter:
     def replace(self, block: Block, prim: PathPrimitive, s0: float, s1: float) -> None:
         self.replaced += 1
         feed = block.feed_mm_s
-        assert feed is not None
+        if feed is None:  # the filter replaces feed moves only
+            raise GcodeError(block.line_no, block.text, "a replaced move needs a feed", self.source)
         target = s1
         chain = SegmentChain(block.start_mm)
         cursor = s0

@@ -1,5 +1,5 @@
-"""What the G-code parser (agent.feedrate.gcode.parser) produces: the modal codes, the modal state in
-force after a line, and the frozen Block of one parsed line; with the parser's options.
+"""What the G-code parser (agent.feedrate.gcode.parser) produces: the modal codes, the modal state
+in force after a line, and the frozen Block of one parsed line; with the parser's options.
 
 Kept apart from the state machine so the filter, the emitter and the executor read blocks
 without the parser's tables.
@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any, NamedTuple
 
-from agent.feedrate.geometry.primitives import ArcSegment, LineSegment, PathPrimitive, Plane, Vec3
+from agent.feedrate.geometry.arcs import ArcSegment
+from agent.feedrate.geometry.primitives import LineSegment, PathPrimitive, Plane, Vec3
 
 MM_PER_INCH = 25.4
 

@@ -1,4 +1,5 @@
-"""G-code output: dialects, number formats, replacement segments and pass-through lines.
+"""G-code output: replacement segments and pass-through lines, in a dialect of
+agent.feedrate.gcode.dialect.
 
 A streaming filter writes every line it leaves alone with `passthrough(block)` and every block it
 modulates with `replace(block, points, feeds_mm_s=... | durations_s=...)`: short G1 segments,
@@ -23,17 +24,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
 
-from agent.feedrate.gcode.lex import (
-    GcodeError,
-    checksum,
-    lex_line,
-    split_line,
-    strip_number_and_checksum,
-)
-from agent.feedrate.gcode.parser import (
-    PASSIVE_GCODES,
+from agent.feedrate.gcode.blocks import (
     PLANE_GCODE,
     PLANE_OFFSETS,
     Block,
@@ -43,6 +35,20 @@ from agent.feedrate.gcode.parser import (
     Motion,
     Units,
 )
+from agent.feedrate.gcode.dialect import (
+    DIALECTS,
+    Dialect,
+    format_number,
+    format_significant,
+    g_word,
+    m_word,
+)
+from agent.feedrate.gcode.lex import (
+    checksum,
+    lex_line,
+    split_line,
+    strip_number_and_checksum,
+)
 from agent.feedrate.geometry.primitives import Vec3
 
 _STOP_M = frozenset({0, 10, 20, 300, 600})
@@ -50,80 +56,12 @@ _MOTION_TENTHS = frozenset({0, 10, 20, 30})
 _PREFIX = re.compile(r"^\s*/?\s*(?:[Nn]\s*\d+\s*)?")
 _DIGITS = re.compile(r"^\s*\d*")
 # A line of nothing but G0/G1, X, Y, Z and F words (most CAM output): it has no other words to
-# keep when it is replaced, which saves lexing it again (filter_fast's pattern, less strict
-# about numbers: only the letters matter here).
+# keep when it is replaced, which saves lexing it again (agent.feedrate.filter.fast's pattern,
+# less strict about numbers: only the letters matter here).
 _PLAIN_MOVE = re.compile(
     r"(?:G0?[01] ?)?(?:X[-+]?[\d.]+ ?)?(?:Y[-+]?[\d.]+ ?)?(?:Z[-+]?[\d.]+ ?)?(?:F[\d.]+)?\r?\n?",
     re.ASCII,
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Dialect:
-    """What the target controller accepts and how numbers are written.
-
-    `decimals` apply to coordinates in mm programs; inch programs get one more. A G94 F word
-    gets `feed_digits` significant digits but at most `feed_decimals` decimals (slow feeds in a
-    modulation window stay accurate in relative terms); a G93 F word gets
-    `inverse_time_digits` significant digits, so every duration is exact to that precision.
-    """
-
-    name: str
-    decimals: int = 4
-    feed_digits: int = 5
-    feed_decimals: int = 3
-    inverse_time: bool = True  # the controller accepts G93
-    inverse_time_digits: int = 6
-    renumber: bool = False
-    checksums: bool = False  # with renumber: append '*NN' to every line
-    first_line_number: int = 1
-    line_number_step: int = 1
-    max_line_chars: int | None = None
-    eol: str = "\n"
-
-    def coordinate_decimals(self, units: Units) -> int:
-        return self.decimals + 1 if units is Units.INCH else self.decimals
-
-
-DIALECTS: dict[str, Dialect] = {
-    "generic": Dialect("generic"),
-    # GRBL 1.1: LINE_BUFFER_SIZE 80 (protocol.h) holds 79 characters; G93 supported.
-    "grbl": Dialect("grbl", decimals=3, max_line_chars=79),
-    "linuxcnc": Dialect("linuxcnc", decimals=4, feed_decimals=4, max_line_chars=255),
-    # Marlin: no G93; hosts number and checksum every line; MAX_CMD_SIZE 96 with the NUL.
-    "marlin": Dialect(
-        "marlin",
-        decimals=3,
-        inverse_time=False,
-        renumber=True,
-        checksums=True,
-        max_line_chars=95,
-    ),
-}
-
-
-def format_number(value: float, decimals: int) -> str:
-    """Fixed-point with trailing zeros stripped and no '-0'."""
-    text = f"{value:.{decimals}f}"
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return "0" if text in ("-0", "") else text
-
-
-def format_significant(value: float, digits: int) -> str:
-    """Fixed-point (no exponent, which G-code lacks) with `digits` significant digits."""
-    if value == 0.0:
-        return "0"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
-    return format_number(value, decimals)
-
-
-def _gword(tenths: int) -> str:
-    return f"G{tenths // 10}" if tenths % 10 == 0 else f"G{tenths / 10:g}"
-
-
-def _mword(tenths: int) -> str:
-    return f"M{tenths // 10}" if tenths % 10 == 0 else f"M{tenths / 10:g}"
 
 
 def insert_motion_word(text: str, motion: Motion) -> str:
@@ -182,7 +120,7 @@ class GcodeEmitter:
                 return text
             out = ""
         else:
-            out = self._restore() if self._expected is not None else ""
+            out = self._restore(self._expected) if self._expected is not None else ""
             if self._pending_motion is not None:
                 if block.explicit_motion or block.modal.motion is not self._pending_motion:
                     self._pending_motion = None
@@ -209,9 +147,7 @@ class GcodeEmitter:
                 self._residual_mm[i] = 0.0
         self._carry = any(r != 0.0 for r in self._residual_mm)
 
-    def _restore(self) -> str:
-        exp = self._expected
-        assert exp is not None
+    def _restore(self, exp: Modal) -> str:
         self._expected = None
         words: list[str] = []
         if exp.feed_mode is FeedMode.UNITS_PER_MIN:
@@ -228,7 +164,7 @@ class GcodeEmitter:
 
     def flush(self) -> str:
         """Lines still owed at the end of the stream (the restored modal state)."""
-        return self._restore() if self._expected is not None else ""
+        return self._restore(self._expected) if self._expected is not None else ""
 
     def _feed_word(self, feed_mm_s: float, units: Units) -> str:
         value = feed_mm_s * 60.0 / units.mm_per_unit
@@ -250,7 +186,7 @@ class GcodeEmitter:
             if g in _MOTION_TENTHS:
                 continue
             sets_feed_mode = sets_feed_mode or g in (930, 940)
-            pre.append(_gword(g))
+            pre.append(g_word(g))
             if g == 40:
                 pre.append("P" + format_number(lx.values["P"], 4))
         if "S" in lx.values:
@@ -258,7 +194,7 @@ class GcodeEmitter:
         if "T" in lx.values:
             pre.append("T" + format_number(lx.values["T"], 0))
         for m in lx.m:
-            (post if m in _STOP_M else pre).append(_mword(m))
+            (post if m in _STOP_M else pre).append(m_word(m))
         return " ".join(pre), " ".join(post), sets_feed_mode
 
     # -- replacement segments ------------------------------------------------------------------
@@ -278,10 +214,12 @@ class GcodeEmitter:
         """
         if block.motion is None:
             raise ValueError(f"line {block.line_no} makes no move to replace")
-        if (feeds_mm_s is None) == (durations_s is None):
+        if feeds_mm_s is not None and durations_s is None:
+            rates: Sequence[float] = feeds_mm_s
+        elif durations_s is not None and feeds_mm_s is None:
+            rates = durations_s
+        else:
             raise ValueError("give exactly one of feeds_mm_s and durations_s")
-        rates = feeds_mm_s if feeds_mm_s is not None else durations_s
-        assert rates is not None
         if len(rates) != len(points_mm) or not points_mm:
             raise ValueError("need one feed or duration per point, and at least one point")
         end = block.end_mm
@@ -403,24 +341,3 @@ def canonical_lines(blocks: Iterable[Block], dialect: Dialect | str = "generic")
         if b.feed_mm_s is not None:
             words.append("F" + format_significant(b.feed_mm_s * 60.0, 9))
         yield " ".join(words) + d.eol
-
-
-_DIALECT_G = frozenset({0, 10, 20, 30, 40, 170, 180, 190, 200, 210, 900, 910, 940})
-
-
-def validate_output_line(line: str, dialect: Dialect | str, line_no: int = 0) -> None:
-    """Raise GcodeError unless `line` is one the target dialect accepts: its length, its G
-    codes (G93 only where supported), a number and checksum where they are regenerated."""
-    d = DIALECTS[dialect] if isinstance(dialect, str) else dialect
-    body = line.rstrip("\r\n")
-    if d.max_line_chars is not None and len(body) > d.max_line_chars:
-        raise GcodeError(line_no, line, f"longer than {d.max_line_chars} characters")
-    lx = lex_line(line, line_no)
-    allowed = _DIALECT_G | ({930} if d.inverse_time else set())
-    for g in lx.g:
-        if g not in allowed and g not in PASSIVE_GCODES:
-            raise GcodeError(line_no, line, f"{_gword(g)} not accepted by {d.name}")
-    if d.renumber and body.strip() and lx.line_number is None:
-        raise GcodeError(line_no, line, "line number N missing")
-    if d.checksums and body.strip() and lx.checksum is None:
-        raise GcodeError(line_no, line, "checksum missing")

@@ -104,8 +104,7 @@ def lex_line(text: str, line_no: int, source: str | None = None) -> Lexed:
         code, star, digits, problem = split_line(line)
         if problem is not None:
             raise GcodeError(line_no, text, problem, source)
-        if star >= 0:
-            assert digits is not None
+        if digits is not None:  # split_line found a '*' at `star`
             digits = digits.strip()
             if not digits.isdigit() or not digits.isascii():
                 raise GcodeError(line_no, text, f"checksum '*{digits}' is not a number", source)

@@ -1,10 +1,11 @@
 """Streaming G-code parser: a modal state machine that turns each line into a frozen Block.
 
-The RS-274 subset of issue 3: G0 G1 G2 G3 in G17/G18/G19, G90/G91, G20/G21, G93/G94, G4 dwell,
-F S T and M words, comments, N line numbers, '*NN' checksums, block delete '/'. Work offsets
-(G54-G59) and path-control modes (G61, G61.1, G64) pass through: they change neither the program
-coordinates nor the path. Anything else - other G codes, letters such as A/E/Q, missing or
-contradictory words - raises GcodeError naming the line.
+The RS-274 subset the feedrate filter reads: G0 G1 G2 G3 in G17/G18/G19, G90/G91, G20/G21,
+G93/G94, G4 dwell, F S T and M words, comments, N line numbers, '*NN' checksums, block delete '/'.
+Work offsets (G54-G59) and path-control modes (G61, G61.1, G64) pass through without being
+modelled: positions stay in program coordinates whatever offset is active, so a change of work
+offset within a program (which moves the machine's path) is not seen here. Anything else - other
+G codes, letters such as A/E/Q, missing or contradictory words - raises GcodeError naming the line.
 
 Positions are absolute program coordinates in mm (a G91 program starts at the state's initial
 position, 0 by default), feeds in mm/s. Each Block keeps the original text, terminator included,
@@ -16,7 +17,7 @@ and kept in mm/s. Leaving or entering G93 makes the feed undefined (GRBL, LinuxC
 plane, distance and feed mode and select G1, as both controllers do.
 
 The types the parser produces (Block, Modal, the modal codes) live in
-agent.feedrate.gcode.blocks and stay importable from here.
+agent.feedrate.gcode.blocks.
 """
 
 from __future__ import annotations
@@ -39,26 +40,8 @@ from agent.feedrate.gcode.blocks import (
     Units,
 )
 from agent.feedrate.gcode.lex import GcodeError, Lexed, lex_line
-from agent.feedrate.geometry.primitives import ArcSegment, Plane, Vec3, arc_centre_from_radius
-
-__all__ = [
-    "MM_PER_INCH",
-    "PASSIVE_GCODES",
-    "PLANE_GCODE",
-    "PLANE_OFFSETS",
-    "Block",
-    "DistanceMode",
-    "FeedMode",
-    "GcodeError",
-    "Modal",
-    "ModalState",
-    "Motion",
-    "ParserOptions",
-    "Units",
-    "encode_line",
-    "parse_lines",
-    "read_lines",
-]
+from agent.feedrate.geometry.arcs import ArcSegment, arc_centre_from_radius
+from agent.feedrate.geometry.primitives import Plane, Vec3
 
 # Modal groups of the G codes understood, by their integer tenths (G61.1 -> 611).
 _MOTION, _PLANE, _UNITS, _DISTANCE, _FEED_MODE, _DWELL, _PASSIVE = range(7)

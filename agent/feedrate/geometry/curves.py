@@ -1,5 +1,5 @@
-"""Smooth planar parametric curves as path primitives (paper 001, section 2): arc length by
-quadrature, curvature and its arc-length derivatives from the parametric derivatives, and the
+"""Smooth planar parametric curves as path primitives (Farouki & Swett 2022, section 2): arc length
+by quadrature, curvature and its arc-length derivatives from the parametric derivatives, and the
 interior turning points where an axis derivative changes sign. Polynomial and Bezier builders.
 """
 

@@ -1,6 +1,6 @@
-"""Turning points of a streamed toolpath: where the velocity of an axis changes sign (paper 001,
-section 2) - at the vertex between two primitives, or inside one (the quadrant points of an
-arc, interior points of a curve). Found one primitive at a time in constant memory.
+"""Turning points of a streamed toolpath: where the velocity of an axis changes sign (Farouki &
+Swett 2022, section 2) - at the vertex between two primitives, or inside one (the quadrant points of
+an arc, interior points of a curve). Found one primitive at a time in constant memory.
 """
 
 from __future__ import annotations
@@ -123,7 +123,7 @@ class TurningPointTracker:
             point=primitive.point(s_local),
             axes=tuple(axes),
             directions=tuple(dirs),
-            kind="vertex" if vertex else primitive.interior_kind,
+            kind=TurningKind.VERTEX if vertex else primitive.interior_kind,
             primitive_index=self._index,
             s_local=s_local,
             tangent_in=t_in,

@@ -6,11 +6,11 @@ rate and looks for XOFF before each chunk, so that at most one chunk follows an 
 pacing; a pty transfers instantly).
 
 A DNC controller answers no status query, so nothing here can tell whether the machine is ready
-before the first byte: `jha feedrate stream` asks the operator to confirm it (drivers/grbl/driver.py,
-docs/feedrate.md). On an `error:`, a stall (XOFF held too long) or a refused line the stream
-stops and, when the controller has one, its feed-hold code (`hold_code`, a real-time code the
-controller takes out of the byte stream, e.g. GRBL's '!') is sent; many DNC controls have none,
-and then the error says so: the machine runs out what it has buffered.
+before the first byte: `jha feedrate stream` asks the operator to confirm it
+(drivers/grbl/driver.py, docs/feedrate.md). On an `error:`, a stall (XOFF held too long) or a
+refused line the stream stops and, when the controller has one, its feed-hold code (`hold_code`, a
+real-time code the controller takes out of the byte stream, e.g. GRBL's '!') is sent; many DNC
+controls have none, and then the error says so: the machine runs out what it has buffered.
 """
 
 from __future__ import annotations

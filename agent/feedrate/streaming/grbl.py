@@ -1,4 +1,4 @@
-"""Streaming G-code to a CNC controller over a serial line (issue 3, part 5).
+"""Streaming G-code to a CNC controller over a serial line: GRBL character counting.
 
 GRBL character counting (gnea/grbl doc/markdown/interface.md, doc/script/stream.py, serial.c).
 GRBL 1.1 keeps the bytes it has received but not yet read into its line buffer in a 128-byte
@@ -21,7 +21,7 @@ controller reports Idle (`start_states`): an Alarm, an open door, a hold, a jog,
 motion or check mode each stop it with StreamError kind "not_ready" naming the state.
 
 DNC drip feed (XON/XOFF, no answers) is agent.feedrate.streaming.dnc; what both share (errors,
-records, hold/resume control) is agent.feedrate.streaming.session. Everything is re-exported here.
+records, hold/resume control) is agent.feedrate.streaming.session.
 
 The protocol's vocabulary (error and alarm codes, status reports, what a sendable line is) is
 agent.feedrate.streaming.grbl_protocol; the byte channels (serial device, pty, pipe) are
@@ -52,31 +52,13 @@ from agent.feedrate.streaming.grbl_protocol import (
 )
 from agent.feedrate.streaming.serial_channel import Channel, ChannelLost, open_serial
 from agent.feedrate.streaming.session import (
-    EX_TEMPFAIL,
     HOLD_ON,
-    FailureKind,
     ProgressFn,
     Session,
     StreamControl,
     StreamError,
-    StreamProgress,
     StreamResult,
 )
-
-__all__ = [
-    "EX_TEMPFAIL",
-    "DncOptions",
-    "FailureKind",
-    "GrblOptions",
-    "ProgressFn",
-    "StreamControl",
-    "StreamError",
-    "StreamProgress",
-    "StreamResult",
-    "stream_dnc",
-    "stream_grbl",
-    "stream_to_port",
-]
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,8 @@
 """GRBL 1.1's serial vocabulary: real-time bytes, error and alarm codes, status reports, and
 what a line must look like to be sent (gnea/grbl doc/markdown/interface.md, commands.md).
 
-No I/O here: agent.feedrate.streaming.grbl speaks the protocol with these, drivers/grbl/driver.py reads status
-with them, tests and the bench check replies with them.
+No I/O here: agent.feedrate.streaming.grbl speaks the protocol with these, drivers/grbl/driver.py
+reads status with them, tests and the bench check replies with them.
 """
 
 from __future__ import annotations

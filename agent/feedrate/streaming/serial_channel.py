@@ -1,8 +1,8 @@
 """Byte channels for the G-code streamer: any OS byte stream with descriptors (serial device,
 pty, pipe, socket), non-blocking, with timeouts on both directions.
 
-agent.feedrate.streaming.grbl needs only the small `Channel` protocol, so tests can hand it a pipe or
-a socketpair; `open_serial` opens a device or pty path through pyserial (raw 8N1).
+agent.feedrate.streaming.grbl needs only the small `Channel` protocol, so tests can hand it a pipe
+or a socketpair; `open_serial` opens a device or pty path through pyserial (raw 8N1).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """What both G-code streaming protocols share: the error, the progress and result records, the
 hold/resume control, and the session that reads and writes the channel
-(agent.feedrate.streaming.grbl: GRBL character counting; agent.feedrate.streaming.dnc: DNC drip feed).
+(agent.feedrate.streaming.grbl: GRBL character counting; agent.feedrate.streaming.dnc: DNC
+drip feed).
 
 A stream that stops for any reason raises StreamError naming the program line, the text sent
 and why. A feed hold is a real-time command: the controller takes it out of the byte stream at

@@ -1,4 +1,5 @@
-"""delta = f(A) from a simulation sweep of the configured joint (paper 000, figs. 11-12, eq. 10).
+"""delta = f(A) from a simulation sweep of the configured joint (Giovannitti et al. 2022,
+figs. 11-12, eq. 10).
 
 The joint's model is simulated through the same test cycle at each backlash of the sweep, the
 signature is fitted exactly as on a real capture, and the monotone cubic is fitted to the pairs.

@@ -1,4 +1,5 @@
-"""The backlash kind: paper 000's constant-speed cycle, its signature fit and delta = f(A).
+"""The backlash kind: the constant-speed cycle of Giovannitti et al. 2022, its signature fit and
+delta = f(A).
 
 The cycle of one joint is built from its config (backlash_cycle); the fit and the simulation
 sweep of the calibration run in the process pool (the *_capture, *_calibration and sweep entry
@@ -18,6 +19,7 @@ from agent.capture.model import Capture
 from agent.config.model import ControllerSettings, JointSettings
 from agent.errors import EstimationError
 from agent.estimation.backlash.result import BacklashResult
+from agent.history.records import Outcome
 from agent.kinds.base import AnalysisContext, JointJob, estimate_s, utcnow
 from agent.logfmt import kv
 from drivers.base import BacklashCycle, Cycle, CycleKind
@@ -97,7 +99,8 @@ def calibration_from_sweep(points: list[tuple[float, float]], path: Path) -> dic
 
 
 class BacklashKind:
-    """Paper 000's constant-speed cycle, its signature fit and delta = f(A) calibration."""
+    """The constant-speed cycle of Giovannitti et al. 2022, its signature fit and the
+    delta = f(A) calibration."""
 
     name = CycleKind.BACKLASH
 
@@ -176,7 +179,7 @@ class BacklashKind:
         from agent.history.records import estimates_for
 
         joint = _joint(job.joint)
-        if job.outcome == "dry_run":
+        if job.outcome == Outcome.DRY_RUN:
             return []  # nothing moved and nothing was measured: no history entry
         result = job.result
         if not isinstance(result, BacklashResult):
@@ -218,7 +221,8 @@ class BacklashKind:
 
     def joint_reports(self, store: HistoryStore, job: JointJob) -> list[JointReport]:
         from agent.health.verdicts import assess_backlash
-        from agent.report.model import indicator_summaries, joint_report
+        from agent.report.indicators import indicator_summaries
+        from agent.report.model import joint_report
 
         settings = _joint(job.joint)
         result = job.result if isinstance(job.result, BacklashResult) else None

@@ -1,6 +1,6 @@
 """The identification job the daemon runs: the excitation cycle to drive, and the analysis of
-its capture (papers 002 and 004). Pure and picklable: analyze_identification runs in the
-daemon's process pool.
+its capture (Zollo, Lopez et al. 2014; Madsen et al. 2020). Pure and picklable:
+analyze_identification runs in the daemon's process pool.
 
     cycle = excitation_cycle(ctrl)                  # before the stop: design (cached)
     capture = await run_guarded_cycle(driver, cycle, ...)
@@ -37,13 +37,10 @@ from agent.estimation.identification.excitation import (
     FourierTrajectory,
     design_excitation,
 )
-from agent.estimation.identification.fit import (
-    IdentificationResult,
-    IdentificationSettings,
-    PoorExcitation,
-    identify,
-)
-from agent.estimation.identification.signal_chain import FilterSettings
+from agent.estimation.identification.filters import FilterSettings
+from agent.estimation.identification.fit import PoorExcitation, identify
+from agent.estimation.identification.model import IdentificationSettings
+from agent.estimation.identification.result import IdentificationResult
 from agent.history.records import Estimate
 from agent.models.robot.description import RobotDescription, load_robot
 from agent.report.evidence import EvidencePlot, EvidenceSeries
@@ -227,7 +224,8 @@ def _load_design(path: Path) -> tuple[FourierTrajectory, float] | None:
 
 @dataclass(frozen=True)
 class IdentificationOutcome:
-    """Per joint: indicators (agent.history.records.Estimate) and evidence plots; the fit's summary."""
+    """Per joint: indicators (agent.history.records.Estimate) and evidence plots; the fit's
+    summary."""
 
     controller: str
     robot: str

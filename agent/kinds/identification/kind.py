@@ -1,14 +1,16 @@
-"""The whole-robot identification cycle in the daemon (papers 002/004; issue 4, safety P7).
+"""The whole-robot identification cycle in the daemon (Zollo, Lopez et al. 2014; Madsen et al.
+2020); its safety path is P7 in docs/safety.md.
 
 `IdentificationKind` is the `identification` entry of agent.kinds.registry.KINDS: the runner
 queues it as one PendingCycle of joint ALL_JOINTS, runs it through the same guarded path as a
-backlash cycle (agent.service.interlocks.run_guarded_cycle: every joint at the trajectory's start pose
-before motion, the interlocks watched during it, stop_motion on any surprise), and hands its
-MultiCapture to the analysis. Every heavy step runs in the process pool:
+backlash cycle (agent.service.interlocks.run_guarded_cycle: every joint at the trajectory's
+start pose before motion, the interlocks watched during it, stop_motion on any surprise), and
+hands its MultiCapture to the analysis. Every heavy step runs in the process pool:
 
 - the trajectory design (SLSQP; seconds to a minute), once per settings and robot file: cached
-  in `<state_dir>/identification/` (agent.kinds.identification.analysis.cached_excitation_cycle). Until it
-  is there the identification is not planned into a stop;
+  in `<state_dir>/identification/`
+  (agent.kinds.identification.analysis.cached_excitation_cycle). Until it is there the
+  identification is not planned into a stop;
 - the identification (agent.kinds.identification.analysis.analyze_identification);
 - the history records (per robot joint, like `jha identify --record`) and the report, with the
   measured vs predicted torque of every joint.
@@ -36,7 +38,7 @@ from agent.config.identification import IdentificationCycleSettings
 from agent.config.identification_limits import LIMITS_KEY, limits_detail
 from agent.config.model import ControllerSettings, JointSettings
 from agent.errors import ConfigError, EstimationError
-from agent.history.records import Estimate
+from agent.history.records import Estimate, Outcome
 from agent.kinds.base import AnalysisContext, AnalysisRefused, JointJob, utcnow
 from agent.logfmt import kv
 from agent.report.evidence import EvidencePlot
@@ -57,8 +59,8 @@ DESIGN_DIR = "identification"  # under the state dir: the cached trajectory desi
 class IdentificationAnalysis:
     """What the daemon keeps of an identification (IdentificationOutcome without its full
     result dict): per joint the indicators to record and the torque evidence to show. A class of
-    its own because agent.kinds.identification.analysis imports the estimators (scipy), which the daemon's
-    own process must not load; only pool workers do."""
+    its own because agent.kinds.identification.analysis imports the estimators (scipy), which
+    the daemon's own process must not load; only pool workers do."""
 
     robot: str
     model: str
@@ -205,7 +207,7 @@ class IdentificationKind:
     def record(self, store: HistoryStore, job: JointJob) -> list[int]:
         """One history entry per joint of the robot, as `jha identify --record` writes them:
         the indicators of an identification, or the reason nothing was measured."""
-        if job.outcome == "dry_run":
+        if job.outcome == Outcome.DRY_RUN:
             return []
         joints = _excitation(job.cycle).joints
         ctrl = job.controller.name
@@ -215,7 +217,7 @@ class IdentificationKind:
         limits = _settings(job.controller).limits
         with store.transaction():
             for joint in joints:
-                if job.outcome == "ok" and isinstance(result, IdentificationAnalysis):
+                if job.outcome == Outcome.OK and isinstance(result, IdentificationAnalysis):
                     # The limits in force go with the estimates: a report made from the
                     # history alone then judges them as this config says.
                     judged = {LIMITS_KEY: limits_detail(limits, joint)}
@@ -232,10 +234,10 @@ class IdentificationKind:
                     ids.append(store.record_rejected(
                         controller=ctrl, joint=joint, kind=KIND, started_at=job.started_at,
                         finished_at=finished, reason=job.error or "no identification result",
-                        outcome="error" if job.outcome == "ok" else job.outcome,
+                        outcome=Outcome.ERROR if job.outcome == Outcome.OK else job.outcome,
                         capture_path=job.capture_path, trigger=job.trigger,
                     ))  # fmt: skip
-        if job.outcome == "ok" and isinstance(result, IdentificationAnalysis):
+        if job.outcome == Outcome.OK and isinstance(result, IdentificationAnalysis):
             log.info(kv("identified", controller=ctrl, robot=result.robot,
                         condition_number=f"{result.condition_number:.4g}",
                         nmse_nm=f"{result.nmse_nm:.4g}", joints=len(joints)))  # fmt: skip
@@ -249,7 +251,8 @@ class IdentificationKind:
         indicator with its trend, and the identification verdict against the config's limits),
         with this cycle's measured vs predicted torque."""
         from agent.report.history import report_from_history
-        from agent.report.model import joint_report, rejudged
+        from agent.report.indicators import rejudged
+        from agent.report.model import joint_report
 
         ctrl = job.controller
         thresholds = {j.name: j.thresholds for j in ctrl.joints}
@@ -260,8 +263,8 @@ class IdentificationKind:
             for j in (*base.joints, *base.indicator_joints)
         }
         result = job.result if isinstance(job.result, IdentificationAnalysis) else None
-        evidence = result.evidence if result is not None and job.outcome == "ok" else {}
-        note = None if job.outcome == "ok" else f"identification {job.outcome}: {job.error}"
+        evidence = result.evidence if result is not None and job.outcome == Outcome.OK else {}
+        note = None if job.outcome == Outcome.OK else f"identification {job.outcome}: {job.error}"
         out: list[JointReport] = []
         for joint in _excitation(job.cycle).joints:
             found = known.get(joint)

@@ -1,4 +1,5 @@
-"""CNC axis with gear backlash (paper 001, sections 3-4): parameters, P-controller closed form.
+"""CNC axis with gear backlash (Farouki & Swett 2022, sections 3-4): parameters, P-controller closed
+form.
 
 Dead-zone model of section 3: while the gear is engaged the axis position x obeys eq. 8,
 b x'' + c x' + x = X (P controller; eq. 7 for PI/PID, see `agent.models.axis.pid`). When the
@@ -15,7 +16,7 @@ Every Newton iteration here is safeguarded by a bracket found by scanning (the p
 values can overshoot: its estimate of Delta t_i assumes X(t_i) - x_i is not small, but in the
 steady state it is ~3e-5 m, and the estimate is then twice the answer).
 
-The axis parameters are agent.models.axis.params' (AxisParams, importable from here too).
+The axis parameters are agent.models.axis.params' (AxisParams).
 """
 
 from __future__ import annotations
@@ -29,20 +30,6 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.models.axis.params import AxisParams
-
-__all__ = [
-    "Array",
-    "AxisParams",
-    "FloatOrArray",
-    "HarmonicConstants",
-    "HarmonicReversal",
-    "HarmonicRun",
-    "engaged_harmonic_motion",
-    "harmonic_backlash_interval",
-    "harmonic_constants",
-    "motor_angle_in_gap",
-    "simulate_harmonic_p",
-]
 
 Array = npt.NDArray[np.float64]
 FloatOrArray = float | Array

@@ -4,13 +4,14 @@ For each mode (engaged, gap) under the P, PI or PID law: the continuous state sp
 step over dt with the command taken as the cubic Hermite through its position and velocity at
 both ends (closed form in the eigenbasis, or one matrix exponential of the augmented chain when
 the mode matrix is defective); uniform_steps() runs many steps at once, one first-order
-recursion per eigenvalue. The switching between the modes is axis_pid's.
+recursion per eigenvalue. The switching between the modes is agent.models.axis.pid's.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from enum import StrEnum
 from functools import lru_cache
 
 import numpy as np
@@ -23,6 +24,13 @@ from agent.models.axis.params import AxisParams
 Array = npt.NDArray[np.float64]
 
 
+class AxisMode(StrEnum):
+    """The two modes of the hybrid axis: gear engaged, or the motor alone turning in the gap."""
+
+    ENGAGED = "engaged"
+    GAP = "gap"
+
+
 @dataclass(frozen=True, eq=False)
 class Mode:
     step: float
@@ -33,12 +41,12 @@ class Mode:
     vec_inv: Array | None
 
 
-def continuous_matrices(params: AxisParams, kind: str) -> tuple[Array, Array]:
+def continuous_matrices(params: AxisParams, kind: AxisMode) -> tuple[Array, Array]:
     """Continuous A, B; inputs u = (X, X') engaged, (X - x_i, X') in the gap."""
     b, c, td = params.b_s2, params.c_s, params.derivative_time_s
     cc, beta = params.motor_gain_rad_m_s2, params.beta_1_s
     ti = params.integral_time_s
-    if kind == "engaged":
+    if kind == AxisMode.ENGAGED:
         if ti is None:  # state x, v
             return (
                 np.array([[0.0, 1.0], [-1.0 / b, -(c + td) / b]]),
@@ -89,7 +97,7 @@ def _hold_expm(a: Array, b: Array, dt: float) -> tuple[Array, Array]:
 
 
 @lru_cache(maxsize=64)
-def _eigen(params: AxisParams, kind: str) -> tuple[Array, Array, Array, Array] | None:
+def _eigen(params: AxisParams, kind: AxisMode) -> tuple[Array, Array, Array, Array] | None:
     """Eigen-decomposition of the continuous A (None when defective or ill-conditioned)."""
     a, b = continuous_matrices(params, kind)
     mu, vec = np.linalg.eig(a)
@@ -99,7 +107,7 @@ def _eigen(params: AxisParams, kind: str) -> tuple[Array, Array, Array, Array] |
     return mu, vec, vinv, vinv @ b
 
 
-def step_matrices(params: AxisParams, kind: str, dt: float) -> tuple[Array, Array]:
+def step_matrices(params: AxisParams, kind: AxisMode, dt: float) -> tuple[Array, Array]:
     """x(t + dt) = phi x(t) + hold @ (U0, U1, U2, U3) for the cubic input of `hermite_terms`.
 
     With X(t + s) = sum_j U_j s^j / j! feeding B = (b_X, b_V) as (X, X'), the term U_j enters as
@@ -133,7 +141,7 @@ def hermite_terms(u: Array, dt: float) -> Array:
 
 
 @lru_cache(maxsize=64)
-def mode(params: AxisParams, kind: str, step: float) -> Mode:
+def mode(params: AxisParams, kind: AxisMode, step: float) -> Mode:
     phi, hold = step_matrices(params, kind, step)
     eig, vec = np.linalg.eig(phi)
     ok = np.all(np.isfinite(vec)) and np.linalg.cond(vec) < 1e8

@@ -1,4 +1,4 @@
-"""One CNC axis drive with gear backlash (paper 001, fig. 3 and eq. 9): its parameters,
+"""One CNC axis drive with gear backlash (Farouki & Swett 2022, fig. 3 and eq. 9): its parameters,
 checked, and the constants of the dead-zone model derived from them.
 
 The models that use it are agent.models.axis.model (the P-controller closed form) and
@@ -14,7 +14,7 @@ from typing import Any
 
 @dataclass(frozen=True)
 class AxisParams:
-    """One axis drive (paper 001, fig. 3 and eq. 9); SI units, names carry them.
+    """One axis drive (Farouki & Swett 2022, fig. 3 and eq. 9); SI units, names carry them.
 
     b_s2, c_s: coefficients of eq. 8, b = N J / (k_p k_a k_t r), c = N B / (k_p k_a k_t r)
     (the proportional gain k_p sits inside both; `from_physical` builds them from the parts).

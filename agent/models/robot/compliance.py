@@ -1,4 +1,4 @@
-"""Compliance model of a robot with torsionally elastic joints (paper 003, eqs. 1-7).
+"""Compliance model of a robot with torsionally elastic joints (Prod. Eng. 2023, eqs. 1-7).
 
 Links are rigid, every actuated joint i is a linear torsional spring of stiffness k_i
 (the gear, eq. 3). A force F at the TCP loads the joints with M = J(q)^T F, J the TCP
@@ -18,12 +18,11 @@ the one between the loaded and the unloaded robot, both sagging under gravity.
 Gravity alone as the load (the dual-encoder variant): at standstill each joint twists by
 tau_g(q) / k, which a motor encoder (divided by the gear ratio) minus a link encoder reads.
 The measurement records of both kinds and their simulators (sensor noise, encoder
-quantisation) are at the end of this module.
+quantisation) are agent.models.robot.compliance_measurements'.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -327,93 +326,3 @@ def gravity_deflection(model: ComplianceModel, q: npt.ArrayLike, k: npt.ArrayLik
     qa = as_poses(q, model.n_joints)
     ka = _stiffness(k, model.n_joints)
     return np.asarray(gravity_torques(model.chain, qa) / ka)
-
-
-# -- measurements and their simulation ----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TcpMeasurements:
-    """M experiments: pose, TCP force, measured TCP deviation and its noise sd per axis."""
-
-    q_rad: Array  # (M, n)
-    force_n: Array  # (M, 3)
-    deviation_m: Array  # (M, 3)
-    sigma_m: Array  # (M, 3)
-    source: str = "<memory>"
-
-    def __len__(self) -> int:
-        return int(self.q_rad.shape[0])
-
-
-@dataclass(frozen=True)
-class DualEncoderMeasurements:
-    """P standstill poses: link angles and motor angles in link units (motor / gear ratio)."""
-
-    q_link_rad: Array  # (P, n)
-    q_motor_link_rad: Array  # (P, n)
-    sigma_rad: Array  # (n,) sd of motor/N - link per joint
-    source: str = "<memory>"
-
-    @property
-    def windup_rad(self) -> Array:
-        return np.asarray(self.q_motor_link_rad - self.q_link_rad)
-
-
-def simulate_tcp_measurements(
-    model: ComplianceModel,
-    q: npt.ArrayLike,
-    force: npt.ArrayLike,
-    k_true: npt.ArrayLike,
-    sigma_m: float,
-    rng: np.random.Generator,
-) -> TcpMeasurements:
-    """Eq. 6 at the true k plus Gaussian sensor noise (eq. 8)."""
-    qa = np.atleast_2d(np.asarray(q, dtype=np.float64))
-    fa = np.broadcast_to(np.asarray(force, dtype=np.float64), (qa.shape[0], 3)).copy()
-    dev = tcp_deviation(model, qa, fa, k_true)
-    noisy = dev + rng.normal(0.0, sigma_m, dev.shape)
-    return TcpMeasurements(qa, fa, noisy, np.full(dev.shape, sigma_m), "<simulated>")
-
-
-def encoder_sigma_rad(
-    counts_per_turn: int, gear_ratio: npt.ArrayLike, noise_counts: float
-) -> Array:
-    """sd of motor/N - link from quantisation (step^2 / 12, as uniform noise) and Gaussian
-    count noise on both encoders; the motor term is divided by the gear ratio."""
-    step = 2 * math.pi / counts_per_turn
-    per_encoder = step**2 / 12 + (noise_counts * step) ** 2
-    g = np.asarray(gear_ratio, dtype=np.float64)
-    return np.asarray(np.sqrt(per_encoder * (1.0 + 1.0 / g**2)))
-
-
-def simulate_dual_encoder(
-    model: ComplianceModel,
-    q: npt.ArrayLike,
-    k_true: npt.ArrayLike,
-    offsets_rad: npt.ArrayLike,
-    *,
-    noise_counts: float,
-    rng: np.random.Generator,
-) -> DualEncoderMeasurements:
-    """Standstill readings of both encoders: the link at q, the motor ahead by the gravity
-    twist plus the mounting offset; Gaussian count noise, then quantisation to whole counts
-    of the robot's encoder resolution (encoder_counts_per_turn, both sides)."""
-    robot = model.robot
-    if robot.encoder_counts_per_turn is None:
-        raise EstimationError(f"{robot.source}: no encoder_counts_per_turn for the simulation")
-    qa = np.atleast_2d(np.asarray(q, dtype=np.float64))
-    step = 2 * math.pi / robot.encoder_counts_per_turn
-    gear = np.array([j.gear_ratio for j in robot.joints])
-    motor = (qa + gravity_deflection(model, qa, k_true) + np.asarray(offsets_rad)) * gear
-
-    def read(angle: Array) -> Array:
-        counts = np.round(angle / step + rng.normal(0.0, noise_counts, angle.shape))
-        return np.asarray(counts * step)
-
-    return DualEncoderMeasurements(
-        q_link_rad=read(qa),
-        q_motor_link_rad=read(motor) / gear,
-        sigma_rad=encoder_sigma_rad(robot.encoder_counts_per_turn, gear, noise_counts),
-        source="<simulated>",
-    )

@@ -12,10 +12,11 @@ Conventions (the regressor and every estimator rely on them):
     with axes rotated by `inertia_rpy_rad` (URDF roll-pitch-yaw) from the axes of frame i.
   * Rotor and friction data are per joint: motor-side rotor inertia and gear ratio (the
     link-side rotor inertia is Ia = Jm * G^2); Coulomb and viscous friction are link-side.
-  * Closed chains written as serial ones (the IRB 6660 parallelogram, paper 003 eq. 7): the DH
-    angle of a joint may move with other joints, theta_i = q_i + sum(factor * q_j) + offset,
-    with q the actuated joint angles (`dh_coupling`). Only agent.models.robot.kinematics and the
-    compliance model apply it; the rigid-body regressor sees the serial chain of the DH table.
+  * Closed chains written as serial ones (the IRB 6660 parallelogram, Prod. Eng. 2023, eq. 7):
+    the DH angle of a joint may move with other joints, theta_i = q_i + sum(factor * q_j) +
+    offset, with q the actuated joint angles (`dh_coupling`). Only agent.models.robot.kinematics
+    and the compliance model apply it; the rigid-body regressor sees the serial chain of the DH
+    table.
   * `tool` places the tool centre point (TCP) in the last DH frame (the flange).
 """
 

@@ -1,16 +1,16 @@
 """Forward dynamics of a serial robot with elastic joints under joint-space PD control.
 
-The model of paper 002 (Spong's reduced model, section 3): with theta the rotor angle seen from
-the link (motor angle / gear ratio) and q the link angle,
+The model of Zollo, Lopez et al. 2014 (Spong's reduced model, section 3): with theta the rotor angle
+seen from the link (motor angle / gear ratio) and q the link angle,
 
     M(q) q'' + h(q, q')                         = K (theta - q)      link
     B theta'' + f(theta', ...) + K (theta - q)  = u                  rotor (B = Jm G^2)
 
-u is a PD law on the motor side with a model-based feedforward (or, as in paper 002's [3],
-gravity compensation only), clipped at the joint's torque limit. f is Coulomb + viscous friction
-plus the part an identification model of that form does not contain (FrictionNonlinearity):
-a Stribeck hump near zero speed, a strain-wave-like ripple twice per motor turn and a friction
-share that grows with the transmitted torque.
+u is a PD law on the motor side with a model-based feedforward (or, as in Zollo, Lopez et al. 2014's
+[3], gravity compensation only), clipped at the joint's torque limit. f is Coulomb + viscous
+friction plus the part an identification model of that form does not contain (FrictionNonlinearity):
+a Stribeck hump near zero speed, a strain-wave-like ripple twice per motor turn and a friction share
+that grows with the transmitted torque.
 
 Integration: Newmark's average acceleration (trapezoidal, 2nd order, unconditionally stable),
 with the spring, the PD law and the friction taken implicitly (Newton on the friction law
@@ -22,13 +22,13 @@ first one along the reference). The recorded run satisfies the equations above t
 (link) and 1e-4 N·m (friction law).
 
 Measurement: encoder quantisation (counts per turn of the link, and of the motor shaft) and
-Gaussian sensor noise at a given signal-to-noise ratio. Paper 002's SN values (20 ... 200) only
-make sense in decibels: a linear ratio of 80 would bury the 0.1-0.4 degree deflections the
-paper reports, yet it calls SN = 80 "comparable to the absence of noise". Noise std is
-std(signal) * 10^(-SN/20).
+Gaussian sensor noise at a given signal-to-noise ratio. The SN values of Zollo, Lopez et al. 2014
+(20 ... 200) only make sense in decibels: a linear ratio of 80 would bury the 0.1-0.4 degree
+deflections the paper reports, yet it calls SN = 80 "comparable to the absence of noise". Noise std
+is std(signal) * 10^(-SN/20).
 
-The rigid-body part is agent.models.robot.newton_euler, the friction law agent.models.robot.friction
-and the sensors agent.models.robot.elastic_measure; every name stays importable from here.
+The rigid-body part is agent.models.robot.newton_euler, the friction law
+agent.models.robot.friction and the sensors agent.models.robot.elastic_measure.
 """
 
 from __future__ import annotations
@@ -42,33 +42,14 @@ from scipy.linalg.lapack import dgesv
 
 from agent.errors import EstimationError
 from agent.models.robot.description import InertiaTensor, LinkInertial, RobotDescription
-from agent.models.robot.elastic_measure import ElasticRun, add_noise_snr, measure, quantise
+from agent.models.robot.elastic_measure import ElasticRun
 from agent.models.robot.friction import (
     FrictionArrays,
     FrictionNonlinearity,
-    friction_torque,
     joint_values,
 )
 from agent.models.robot.newton_euler import inverse_dynamics, mass_matrix_and_bias
 from agent.models.robot.regressor import ChainGeometry, chain_geometry
-
-__all__ = [
-    "FRICTION_TOL_NM",
-    "MAX_FRICTION_ITERATIONS",
-    "Array",
-    "ElasticRun",
-    "FrictionNonlinearity",
-    "PdController",
-    "add_noise_snr",
-    "friction_torque",
-    "inverse_dynamics",
-    "mass_matrix_and_bias",
-    "measure",
-    "pd_gains",
-    "perturbed",
-    "quantise",
-    "simulate",
-]
 
 Array = npt.NDArray[np.float64]
 
@@ -81,7 +62,7 @@ class PdController:
 
     kp_nm_rad: tuple[float, ...]
     kd_nm_s_rad: tuple[float, ...]
-    feedforward: bool = True  # False: gravity compensation only (paper 002's [3])
+    feedforward: bool = True  # False: gravity compensation only (Zollo, Lopez et al. 2014's [3])
 
 
 def pd_gains(
@@ -322,7 +303,8 @@ def perturbed(
 ) -> RobotDescription:
     """The robot as built rather than as drawn: every link mass, centre of mass, principal
     moment and friction coefficient off by a uniform relative (or, for the centre of mass,
-    absolute) error. The CAD model of paper 004 is the file; this is the robot it describes."""
+    absolute) error. The CAD model of Madsen et al. 2020 is the file; this is the robot it
+    describes."""
     rng = np.random.default_rng(seed)
     joints = []
     for j in robot.joints:

@@ -7,7 +7,7 @@ B_n * (Rx(alpha_n), [a_n, 0, d_n]) for the standard one; the TCP is the flange t
 robot file's `tool` frame.
 
 q are the actuated joint angles. Closed chains written as serial ones (the IRB 6660
-parallelogram, paper 003 eq. 7) turn them into the DH joint variables q~ = C q
+parallelogram, Prod. Eng. 2023, eq. 7) turn them into the DH joint variables q~ = C q
 (`coupling_matrix`); by virtual work the actuated torques are C^T times the DH ones and the
 Jacobian with respect to q is the DH one times C.
 """
@@ -179,7 +179,7 @@ def gravity_torques(chain: Chain, q: npt.ArrayLike) -> Array:
     -z_i . sum_{j >= i} (c_j - o_i) x m_j g, and the actuated torques are C^T times those
     (virtual work). The experiment design evaluates this for thousands of poses per step,
     where the general rigid-body regressor (agent.models.robot.regressor.torques, which gives the
-    same numbers, see tests/test_compliance.py) is an order of magnitude slower.
+    same numbers, see tests/models/test_compliance.py) is an order of magnitude slower.
     """
     qa = as_poses(q, chain.n_joints)
     frames = _frames(chain, qa)

@@ -9,8 +9,8 @@ Parameters per joint j, in this order (see ParameterLayout):
   m, mx, my, mz, xx, xy, yy, xz, yz, zz   link j in its DH frame (inertia about the frame origin)
   Ia                                      rotor inertia seen from the link side (optional)
   fc, fv                                  Coulomb and viscous friction (optional)
-Rotor model of paper 004, assumption (iii): a rotor only spins about its own axis, so it adds
-Ia * (rotor acceleration) to its own joint and nothing else. Friction acts where the motion is
+Rotor model of Madsen et al. 2020, assumption (iii): a rotor only spins about its own axis, so it
+adds Ia * (rotor acceleration) to its own joint and nothing else. Friction acts where the motion is
 measured: the rotor coordinate when the motor encoder is given, the link otherwise.
 """
 

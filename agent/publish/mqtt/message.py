@@ -1,15 +1,22 @@
 """One queued MQTT message: what the outbox stores and the sender hands to the client.
 
-Kept apart from agent.publish.mqtt.payloads (which needs the report and health modules, hence numpy
-and scipy) so that the outbox loads fast and alone.
+Kept apart from agent.publish.mqtt.payloads (which needs the report and health modules, hence
+numpy and scipy) so that the outbox loads fast and alone.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from enum import StrEnum
+from typing import Any
 
-Kind = Literal["report", "health", "status"]
+
+class MessageKind(StrEnum):
+    """What a message carries; the outbox's bound drops full reports first, never health."""
+
+    REPORT = "report"  # a controller's full report, not retained
+    HEALTH = "health"  # the retained latest health of one joint
+    STATUS = "status"  # the agent's retained online / offline status
 
 
 @dataclass(frozen=True)
@@ -18,7 +25,7 @@ class OutMessage:
     topic of a retained health message (only the latest health of a joint matters), else None."""
 
     message_id: str
-    kind: Kind
+    kind: MessageKind
     topic: str
     payload: bytes
     retain: bool

@@ -33,9 +33,9 @@ from types import TracebackType
 from typing import Any
 
 from agent.errors import EX_IOERR, AgentError
-from agent.publish.mqtt.message import OutMessage
+from agent.publish.mqtt.message import MessageKind, OutMessage
 
-log = logging.getLogger("jha.mqtt.outbox")
+log = logging.getLogger(__name__)
 
 OUTBOX_VERSION = 1
 _SCHEMA = (
@@ -56,7 +56,7 @@ _SCHEMA = (
 # SQLite's own errors, and a UnicodeDecodeError when an error message quotes a damaged name in
 # the file's schema (Python cannot decode the message, so it is no sqlite3.Error).
 _DB_ERRORS = (sqlite3.Error, UnicodeDecodeError)
-_KINDS = ("report", "health", "status")
+_KINDS = tuple(k.value for k in MessageKind)
 _TOPIC_FORBIDDEN = ("+", "#", "\x00")
 
 
@@ -264,7 +264,8 @@ class Outbox:
             return dropped
         rows = self._db.execute(
             "SELECT seq, message_id, topic, LENGTH(payload) FROM outbox"
-            " WHERE kind = 'report' ORDER BY seq"
+            " WHERE kind = ? ORDER BY seq",
+            (MessageKind.REPORT,),
         ).fetchall()
         for seq, message_id, topic, size in rows:
             if count <= self.max_messages and total <= self.max_bytes:
@@ -296,7 +297,10 @@ class Outbox:
                         seq, mid, kind, topic, payload, retain, sup = row
                         found.append(
                             QueuedMessage(
-                                seq, OutMessage(mid, kind, topic, payload, bool(retain), sup)
+                                seq,
+                                OutMessage(
+                                    mid, MessageKind(kind), topic, payload, bool(retain), sup
+                                ),
                             )
                         )
                     else:

@@ -30,18 +30,18 @@ import math
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from enum import StrEnum
 from typing import Any
 
 from agent import __version__
 from agent.health.verdicts import indicator_info
-from agent.publish.mqtt.message import Kind, OutMessage
+from agent.publish.mqtt.message import MessageKind, OutMessage
 from agent.report.model import JointReport, Report, report_to_dict
 
 __all__ = [
     "HEALTH_SCHEMA",
     "STATUS_SCHEMA",
-    "Kind",
-    "OutMessage",
+    "AgentState",
     "derived_id",
     "encode",
     "health_document",
@@ -59,6 +59,13 @@ HEALTH_SCHEMA = "jha.health/1"
 STATUS_SCHEMA = "jha.agent_status/1"
 
 _ENCODE = frozenset("/+#%")
+
+
+class AgentState(StrEnum):
+    """What the agent's retained status topic says of it."""
+
+    ONLINE = "online"  # published at each connection
+    OFFLINE = "offline"  # the last will, or published on a clean close
 
 
 # Namespace of the derived message ids (fixed: the ids must not change between versions).
@@ -125,7 +132,7 @@ def report_messages(
         out.append(
             OutMessage(
                 report_id,
-                "report",
+                MessageKind.REPORT,
                 report_topic(prefix, controller),
                 encode(document),
                 retain=False,
@@ -136,7 +143,14 @@ def report_messages(
             health_id = derived_id(report.message_id, controller, joint.joint)
             body = health_document(joint, report_id, health_id, part.created_at_iso, queued_at_iso)
             out.append(
-                OutMessage(health_id, "health", topic, encode(body), retain=True, supersedes=topic)
+                OutMessage(
+                    health_id,
+                    MessageKind.HEALTH,
+                    topic,
+                    encode(body),
+                    retain=True,
+                    supersedes=topic,
+                )
             )
     return tuple(out)
 
@@ -266,7 +280,7 @@ def status_payload(client_id: str, online: bool, at_iso: str | None, reason: str
         {
             "schema": STATUS_SCHEMA,
             "client_id": client_id,
-            "state": "online" if online else "offline",
+            "state": AgentState.ONLINE if online else AgentState.OFFLINE,
             "at": at_iso,
             "reason": reason,
             "agent_version": __version__,

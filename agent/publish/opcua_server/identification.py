@@ -1,4 +1,4 @@
-"""The identification verdicts in the OPC UA health server (issue 4), beside the backlash ones.
+"""The identification verdicts in the OPC UA health server, beside the backlash ones.
 
 Under each joint that has identification indicators (agent.health.identification), in the
 namespace and node-id scheme of agent.publish.opcua_server.nodes:
@@ -25,7 +25,7 @@ from typing import Any, cast
 
 from asyncua import ua
 
-from agent.health.identification import JointIdentificationVerdict
+from agent.health.identification.joint import JointIdentificationVerdict
 from agent.health.verdicts import indicator_info
 from agent.publish.opcua_server.nodes import HealthAddressSpace
 from agent.report.model import Report
@@ -59,7 +59,7 @@ def identification_values(v: JointIdentificationVerdict) -> dict[tuple[str, ...]
         ("Status",): v.status.value, ("StatusReason",): v.reason,
         ("Indicator",): v.worst.indicator,
         ("ForecastIndicator",): "" if soon is None or fc is None else soon.indicator,
-        ("ForecastLimit",): "" if fc is None else fc.limit_name,
+        ("ForecastLimit",): "" if fc is None else fc.limit_name.value,
         ("ForecastText",): v.forecast_text,
         ("ForecastDays",): math.nan if fc is None else fc.days,
         ("ForecastDaysLow",): math.nan if fc is None else fc.days_low,
@@ -102,8 +102,7 @@ class IdentificationAddressSpace(HealthAddressSpace):
     async def _ensure_identification(
         self, controller: str, joint: str, v: JointIdentificationVerdict
     ) -> None:
-        assert self.root is not None
-        parent = await self._object(self.root, (controller,))
+        parent = await self._object(self.built_root(), (controller,))
         joint_node = await self._object(parent, (controller, joint))
         base = (controller, joint, FOLDER)
         node = await self._object(joint_node, base)

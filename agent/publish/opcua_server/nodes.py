@@ -1,4 +1,5 @@
-"""Address space of the OPC UA health server, and the values a report puts in it.
+"""Address space of the OPC UA health server: the nodes, and writing a report's values into them
+(what is shown of a joint: agent.publish.opcua_server.joint_health).
 
 Layout (namespace `urn:jha:health`, string node ids `<controller>/<joint>/<name>`):
 
@@ -26,218 +27,25 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
 from asyncua import Server, ua
 from asyncua.common.node import Node
 
-from agent.health.status import Ne107, Status, ne107_of
-from agent.health.verdicts import indicator_info
-from agent.report.model import JointReport, Report
+from agent.errors import AgentError
+from agent.health.status import Ne107, Status
+from agent.publish.opcua_server.joint_health import (
+    JointHealth,
+    health_of,
+    message_id_of,
+    parse_time,
+)
+from agent.publish.opcua_server.units import eu_information
+from agent.report.model import Report
 
 # OPC UA encodes DateTime as 100 ns ticks since 1601; 0 is its null value (Part 6, 5.2.2.5).
 NULL_TIME = datetime(1601, 1, 1, tzinfo=UTC)
-CEFACT_URI = "http://www.opcfoundation.org/UA/units/un/cefact"
-# SI unit text -> (UN/CEFACT common code, description); OPC UA Part 8 derives the UnitId.
-UNECE_UNITS: dict[str, tuple[str, str]] = {
-    "rad": ("C81", "radian"),
-    "rad/s": ("2A", "radian per second"),
-    "rad/s²": ("2B", "radian per second squared"),
-    "N·m": ("NU", "newton metre"),
-    "N·m/rad": ("", "newton metre per radian"),
-    "N·m·s/rad": ("", "newton metre second per radian"),
-    "kg·m²": ("B32", "kilogram metre squared"),
-    "s": ("SEC", "second"),
-    "Hz": ("HTZ", "hertz"),
-    "A": ("AMP", "ampere"),
-    "1": ("C62", "one"),
-}
-# Unit by the name's suffix, for indicators the display table does not know.
-_SUFFIX_UNITS = (
-    ("_nm_s_rad", "N·m·s/rad"),
-    ("_nm_rad", "N·m/rad"),
-    ("_rad_s2", "rad/s²"),
-    ("_rad_s", "rad/s"),
-    ("_rad", "rad"),
-    ("_nm", "N·m"),
-    ("_kg_m2", "kg·m²"),
-    ("_hz", "Hz"),
-    ("_s", "s"),
-    ("_a", "A"),
-)
-_UNIT_ALIASES = {
-    "Nm": "N·m",
-    "Nm/rad": "N·m/rad",
-    "N*m": "N·m",
-    "N*m/rad": "N·m/rad",
-    "Nms/rad": "N·m·s/rad",
-    "kg*m^2": "kg·m²",
-    "kgm2": "kg·m²",
-    "": "",
-}
-
-
-def unit_of(indicator: str, given: str = "") -> str:
-    """The SI unit text of an indicator: the one given, else the display table's, else by the
-    name's unit suffix (`stiffness_nm_rad` -> N·m/rad)."""
-    unit = _UNIT_ALIASES.get(given, given) or indicator_info(indicator).unit
-    if unit:
-        return unit
-    lower = indicator.lower()
-    return next((u for suffix, u in _SUFFIX_UNITS if lower.endswith(suffix)), "")
-
-
-def unece_unit_id(code: str) -> int:
-    """OPC UA Part 8: the UnitId is the common code's characters as big-endian bytes."""
-    value = 0
-    for c in code.upper():
-        value = (value << 8) | ord(c)
-    return value
-
-
-def eu_information(unit: str) -> ua.EUInformation:
-    code, description = UNECE_UNITS.get(unit, ("", unit))
-    return ua.EUInformation(
-        NamespaceUri=CEFACT_URI,
-        UnitId=unece_unit_id(code) if code else -1,
-        DisplayName=ua.LocalizedText(unit),
-        Description=ua.LocalizedText(description),
-    )
-
-
-@dataclass(frozen=True)
-class IndicatorValue:
-    name: str
-    value: float  # SI; NaN when there is no valid value
-    unit: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "value": self.value, "unit": self.unit}
-
-
-@dataclass(frozen=True)
-class JointHealth:
-    """What the server shows of one joint, derived from a report."""
-
-    controller: str
-    joint: str
-    ne107: Ne107
-    status: Status
-    reason: str
-    indicator: str
-    error: str
-    indicators: tuple[IndicatorValue, ...]
-    forecast_limit: str
-    forecast_days: float
-    forecast_days_low: float
-    forecast_days_high: float
-    last_estimate: datetime | None
-    message_id: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "controller": self.controller,
-            "joint": self.joint,
-            "ne107": self.ne107.value,
-            "ne107_letter": self.ne107.letter,
-            "status": self.status.value,
-            "reason": self.reason,
-            "indicator": self.indicator,
-            "error": self.error,
-            "indicators": [i.to_dict() for i in self.indicators],
-            "forecast_limit": self.forecast_limit,
-            "forecast_days": self.forecast_days,
-            "forecast_days_low": self.forecast_days_low,
-            "forecast_days_high": self.forecast_days_high,
-            "last_estimate": None if self.last_estimate is None else self.last_estimate.isoformat(),
-            "message_id": self.message_id,
-        }
-
-
-def _finite_or_nan(value: float | None) -> float:
-    return float(value) if value is not None and math.isfinite(value) else math.nan
-
-
-def _time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
-
-
-def signal_of(j: JointReport) -> Ne107:
-    """The joint's NE 107 signal: the report's own when it carries one."""
-    given = getattr(j, "ne107", None)
-    if isinstance(given, Ne107):
-        return given
-    return ne107_of(j.status, failed=j.error is not None)
-
-
-def message_id_of(report: Report) -> str:
-    return str(getattr(report, "message_id", "") or "")
-
-
-def joint_health(report: Report, j: JointReport) -> JointHealth:
-    values: dict[str, IndicatorValue] = {}
-    judged_unit = unit_of(j.indicator_name)
-    values[j.indicator_name] = IndicatorValue(
-        j.indicator_name, _finite_or_nan(j.value), judged_unit
-    )
-    if j.result is not None:  # both forms of the backlash estimate when there is one
-        values.setdefault(
-            "amplitude_rad_s",
-            IndicatorValue("amplitude_rad_s", _finite_or_nan(j.result.amplitude_rad_s), "rad/s"),
-        )
-        if j.result.backlash_rad is not None:
-            values.setdefault(
-                "backlash_rad",
-                IndicatorValue("backlash_rad", _finite_or_nan(j.result.backlash_rad), "rad"),
-            )
-    times = [_time(j.history[-1].time_iso)] if j.history else []
-    for s in j.indicators:
-        latest = s.latest
-        values[s.indicator] = IndicatorValue(
-            s.indicator,
-            _finite_or_nan(None if latest is None else latest.value),
-            unit_of(s.indicator, s.unit),
-        )
-        if latest is not None:
-            times.append(_time(latest.time_iso))
-    known = [t for t in times if t is not None]
-    limit, days, low, high = "", math.nan, math.nan, math.nan
-    if j.trend is not None:
-        fc = j.trend.forecast_watch
-        if fc is None or fc.reached or j.status is not Status.OK:
-            fc = j.trend.forecast_alert or fc
-        if fc is not None:
-            limit, days, low = fc.limit_name, fc.days, fc.days_low
-            high = math.inf if fc.days_high is None else fc.days_high
-    return JointHealth(
-        controller=j.controller,
-        joint=j.joint,
-        ne107=signal_of(j),
-        status=j.status,
-        reason=j.verdict_reason,
-        indicator=j.indicator_name,
-        error=j.error or "",
-        indicators=tuple(values.values()),
-        forecast_limit=limit,
-        forecast_days=days,
-        forecast_days_low=low,
-        forecast_days_high=high,
-        last_estimate=max(known) if known else None,
-        message_id=message_id_of(report),
-    )
-
-
-def health_of(report: Report) -> tuple[JointHealth, ...]:
-    return tuple(joint_health(report, j) for j in (*report.joints, *report.indicator_joints))
-
 
 _STRINGS = (
     "Ne107Status",
@@ -274,6 +82,12 @@ class HealthAddressSpace:
         self.root: Node | None = None
         self._objects: dict[str, Node] = {}
         self._variables: set[str] = set()
+
+    def built_root(self) -> Node:
+        """The JointHealth folder; an AgentError before build()."""
+        if self.root is None:
+            raise AgentError("the OPC UA health address space is used before build()")
+        return self.root
 
     def node_id(self, *path: str) -> ua.NodeId:
         return ua.NodeId(ua.String("/".join(path)), ua.Int16(self.ns))
@@ -324,7 +138,7 @@ class HealthAddressSpace:
 
     async def apply(self, report: Report, now: datetime | None = None) -> int:
         """Create what is new, then write every value of the report; returns joints written."""
-        assert self.root is not None, "build() first"
+        self.built_root()  # build() first: nothing is written into a missing folder
         stamp = now or datetime.now(UTC)
         health = health_of(report)
         writes: list[tuple[ua.NodeId, ua.Variant]] = [
@@ -334,7 +148,7 @@ class HealthAddressSpace:
             ),
             (
                 self.node_id("ReportCreatedAt"),
-                ua.Variant(_time(report.created_at_iso) or NULL_TIME, ua.VariantType.DateTime),
+                ua.Variant(parse_time(report.created_at_iso) or NULL_TIME, ua.VariantType.DateTime),
             ),
         ]
         for controller in _unique(h.controller for h in health):
@@ -401,8 +215,7 @@ class HealthAddressSpace:
         return len(health)
 
     async def _ensure_controller(self, controller: str) -> Node:
-        assert self.root is not None
-        node = await self._object(self.root, (controller,))
+        node = await self._object(self.built_root(), (controller,))
         for name in ("WorstStatus", "WorstNe107Status"):
             await self._variable(node, (controller, name), "", ua.VariantType.String)
         return node

@@ -48,7 +48,7 @@ from agent.publish.opcua_server.identification import IdentificationAddressSpace
 from agent.publish.opcua_server.users import UserEntry, check_private, load_users
 from agent.report.model import Report
 
-log = logging.getLogger("jha.publish.opcua_server")
+log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 60.0  # a first start builds the address space: slow on small CPUs
 PUBLISH_TIMEOUT_S = 10.0
@@ -226,8 +226,7 @@ class OpcUaHealthServer(HealthPublisher):
     def _prepare(self) -> dict[str, Any]:
         s = self.settings
         out: dict[str, Any] = {"guard": None, "users": None, "key_password": None}
-        if s.secure:
-            assert s.certificate is not None and s.private_key is not None
+        if s.certificate is not None and s.private_key is not None:  # settings.secure
             try:
                 load_certificate_file(s.certificate)
             except TrustListError as exc:
@@ -386,6 +385,7 @@ class OpcUaHealthServer(HealthPublisher):
         return url._replace(netloc=f"{host}:{port}").geturl()
 
     async def _apply(self, report: Report) -> int:
-        assert self._space is not None and self._lock is not None
+        if self._space is None or self._lock is None:
+            raise AgentError("the OPC UA health server is not serving")
         async with self._lock:  # one report at a time: node creation must not interleave
             return await self._space.apply(report)

@@ -1,7 +1,7 @@
 """The UR worker's motion: the test cycle and the stream count, on the worker's cycle thread.
 
-Split from drivers.ur_rtde.worker.main (its command loop): `CycleOps` is the part of the worker that
-owns the control interface while a cycle runs. Take control only when no program runs (the
+`CycleOps` is the part of the worker that owns the control interface while a cycle runs (the
+command loop is drivers.ur_rtde.worker.server). Take control only when no program runs (the
 control script upload would stop it), arm the controller's RTDE watchdog, moveJ to the test pose,
 speedJ the tested joint, capture every package from the motion start to the end of the window,
 stop (speedStop, then stopJ), moveJ back. Every package is checked (safety bits, robot mode,
@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from drivers.ur_rtde.wire import Fault, tell
+from drivers.ur_rtde.wire import ABORTING, Fault, FaultKind, tell
 from drivers.ur_rtde.worker.stream import Row, StreamError, StreamReader
 
 ROBOT_MODE_RUNNING = 7
@@ -35,7 +35,8 @@ _MOVING_RAD_S = 1e-4  # target joint speed above which the speedJ run-up has beg
 
 
 class CycleOps:
-    """The cycle thread's side of drivers.ur_rtde.worker.main.Worker (which sets these attributes)."""
+    """The cycle thread's side of drivers.ur_rtde.worker.server.Worker (which sets these
+    attributes)."""
 
     sock: socket.socket
     lock: threading.Lock
@@ -59,12 +60,15 @@ class CycleOps:
     def _check_sample(self, robot_mode: int, safety_bits: int, runtime: int | None) -> None:
         if safety_bits & SAFETY_STOP_BITS:
             raise Fault(
-                f"protective or emergency stop (safety status bits {safety_bits:#x})", "abort"
+                f"protective or emergency stop (safety status bits {safety_bits:#x})",
+                FaultKind.ABORT,
             )
         if robot_mode != ROBOT_MODE_RUNNING:
-            raise Fault(f"robot mode left RUNNING (RTDE robot mode {robot_mode})", "abort")
+            raise Fault(f"robot mode left RUNNING (RTDE robot mode {robot_mode})", FaultKind.ABORT)
         if runtime is not None and runtime != RUNTIME_PLAYING:
-            raise Fault(f"control program no longer PLAYING (runtime state {runtime})", "abort")
+            raise Fault(
+                f"control program no longer PLAYING (runtime state {runtime})", FaultKind.ABORT
+            )
 
     def _check_agent(self, p: dict[str, Any]) -> None:
         """Abort when the agent's event loop has been silent too long (hung or stalled)."""
@@ -74,12 +78,12 @@ class CycleOps:
                 f"no heartbeat from the agent for {silent:.2f} s (agent_timeout_s "
                 f"{p['agent_timeout_s']:g} s): its event loop is hung, so the worker stopped "
                 "the arm without waiting for the agent's interlocks",
-                "abort",
+                FaultKind.ABORT,
             )
 
     def _check_running(self, p: dict[str, Any]) -> None:
         if self.stop_requested.is_set():
-            raise Fault("stop requested", "abort")
+            raise Fault("stop requested", FaultKind.ABORT)
         self._check_agent(p)
 
     def _wait_new(self, last_ts: float, since: float, stale_after_s: float) -> float | None:
@@ -117,7 +121,7 @@ class CycleOps:
         qd[p["index"]] = p["speed_rad_s"]
         self._commanding(p)
         if not ctrl.speedJ(qd, p["accel_rad_s2"], 0.0):
-            raise Fault("the controller refused speedJ", "abort")
+            raise Fault("the controller refused speedJ", FaultKind.ABORT)
         rows = self._capture(ctrl, p)
         self._send_stop(ctrl, p["decel_rad_s2"])
         if p["return_to_start"]:
@@ -143,13 +147,15 @@ class CycleOps:
             self._check_sample(r.getRobotMode(), r.getSafetyStatusBits(), None)
             if r.getRuntimeState() == RUNTIME_PLAYING:
                 # Uploading the control script would stop whatever program is running.
-                raise Fault("a program is running on the controller: not taking control", "abort")
+                raise Fault(
+                    "a program is running on the controller: not taking control", FaultKind.ABORT
+                )
             self._check_agent(p)
             precheck()
             ctrl = rtde_control.RTDEControlInterface(self.host, self.frequency_hz)
             self.ctrl = ctrl
             if not ctrl.setWatchdog(p["watchdog_hz"]):
-                raise Fault("the control script did not accept the RTDE watchdog", "abort")
+                raise Fault("the control script did not accept the RTDE watchdog", FaultKind.ABORT)
             rows = body(ctrl, p)
             return {
                 "rows": rows,
@@ -162,7 +168,7 @@ class CycleOps:
             tell(
                 self.sock,
                 self.lock,
-                {"id": p.get("request_id"), "event": "aborting", "error": str(fault)},
+                {"id": p.get("request_id"), "event": ABORTING, "error": str(fault)},
             )
             if ctrl is not None:
                 try:
@@ -200,7 +206,7 @@ class CycleOps:
         r = self.recv
         self._commanding(p)
         if not ctrl.moveJ(q, p["move_speed_rad_s"], p["move_accel_rad_s2"], True):
-            raise Fault("the controller refused moveJ", "abort")
+            raise Fault("the controller refused moveJ", FaultKind.ABORT)
         dist = max(abs(a - b) for a, b in zip(q, r.getActualQ(), strict=True))
         deadline = time.monotonic() + 5.0 + 2.0 * dist / p["move_speed_rad_s"]
         last_ts, since, kicked = r.getTimestamp(), time.monotonic(), 0.0
@@ -217,11 +223,11 @@ class CycleOps:
                 if not ctrl.getAsyncOperationProgressEx().isAsyncOperationRunning():
                     break
             if now > deadline:
-                raise Fault("moveJ did not finish in time", "abort")
+                raise Fault("moveJ did not finish in time", FaultKind.ABORT)
             time.sleep(0.002)
         miss = max(abs(a - b) for a, b in zip(q, r.getActualQ(), strict=True))
         if miss > 1e-3:
-            raise Fault(f"moveJ ended {miss:.4f} rad from its target", "abort")
+            raise Fault(f"moveJ ended {miss:.4f} rad from its target", FaultKind.ABORT)
 
     def _reader(self) -> StreamReader:
         return StreamReader(self.recvs, self.frequency_hz, self.rt_priority, self.cpus)
@@ -249,7 +255,7 @@ class CycleOps:
                 if got is None:
                     self._silence(reader, p["stale_after_s"])
                     if not rows and now > start_by:
-                        raise Fault("the joint did not start moving after speedJ", "abort")
+                        raise Fault("the joint did not start moving after speedJ", FaultKind.ABORT)
                     continue
                 row, missed = got
                 # The motion starts with the first package whose target_qd for the joint is
@@ -264,7 +270,7 @@ class CycleOps:
                         raise Fault(
                             f"the joint's target speed left {speed:.4f} rad/s "
                             f"({row[5][j]:.4f} rad/s at t = {row[0]:.3f} s)",
-                            "abort",
+                            FaultKind.ABORT,
                         )
         return rows[p["n_pre"] :]
 

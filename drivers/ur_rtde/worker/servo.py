@@ -2,10 +2,11 @@
 
 Worker side of drivers.ur_rtde.excitation. Refuse (nothing moves, no control script) unless every
 joint stands at the trajectory's start q0; then, inside the same frame as the backlash cycle
-(drivers.ur_rtde.worker.cycle `_run_motion`: interlocks, RTDE watchdog, stop and control script end on
-any fault), stream one servoJ target per RTDE period with ur_rtde's initPeriod/waitPeriod and
-check every package as the backlash capture does (safety bits, robot mode, program state, missed
-or frozen packages, the agent's heartbeat). The end is servoStop, then stopJ.
+(drivers.ur_rtde.worker.cycle `_run_motion`: interlocks, RTDE watchdog, stop and control script
+end on any fault), stream one servoJ target per RTDE period with ur_rtde's
+initPeriod/waitPeriod and check every package as the backlash capture does (safety bits, robot
+mode, program state, missed or frozen packages, the agent's heartbeat). The end is servoStop,
+then stopJ.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from drivers.ur_rtde.wire import Fault
+from drivers.ur_rtde.wire import Fault, FaultKind
 from drivers.ur_rtde.worker.cycle import CycleOps
 from drivers.ur_rtde.worker.stream import Row, StreamError, StreamReader
 
@@ -21,7 +22,7 @@ _TAIL_TIMEOUT_S = 0.5  # after the last target: the remaining packages must arri
 
 
 class ExcitationOps(CycleOps):
-    """The excitation request of drivers.ur_rtde.worker.main.Worker."""
+    """The excitation request of drivers.ur_rtde.worker.server.Worker."""
 
     def op_excite(self, **p: Any) -> dict[str, Any]:
         return self._run_motion(p, lambda: self._check_start(p), self._excite)
@@ -33,7 +34,7 @@ class ExcitationOps(CycleOps):
                 raise Fault(
                     f"joint {i + 1} stands at {at:.4f} rad, the excitation starts at {want:.4f} "
                     f"rad (tolerance {p['start_tolerance_rad']:g} rad): not moving",
-                    "abort",
+                    FaultKind.ABORT,
                 )
 
     def _take(self, reader: StreamReader, rows: list[Row], p: dict[str, Any]) -> None:
@@ -65,7 +66,7 @@ class ExcitationOps(CycleOps):
                 start = ctrl.initPeriod()
                 self._check_running(p)
                 if not ctrl.servoJ(q, 0.0, 0.0, dt, lookahead, gain):
-                    raise Fault("the controller refused servoJ", "abort")
+                    raise Fault("the controller refused servoJ", FaultKind.ABORT)
                 self._take(reader, rows, p)
                 ctrl.waitPeriod(start)
             # The last target (the rest pose) stays commanded until every package is in.
@@ -74,7 +75,7 @@ class ExcitationOps(CycleOps):
                 start = ctrl.initPeriod()
                 self._check_running(p)
                 if not ctrl.servoJ(targets[-1], 0.0, 0.0, dt, lookahead, gain):
-                    raise Fault("the controller refused servoJ", "abort")
+                    raise Fault("the controller refused servoJ", FaultKind.ABORT)
                 self._take(reader, rows, p)
                 if time.monotonic() > deadline:
                     raise Fault(

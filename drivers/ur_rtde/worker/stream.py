@@ -183,8 +183,8 @@ class StreamReader:
                     if self._next is None:
                         self._next = min(self._rows)
                     if self._next in self._rows:
-                        return self._take(0)
-                    out = self._skip_lost()
+                        return self._take(self._next, 0)
+                    out = self._skip_lost(self._next)
                     if out is not None:
                         return out
                 left = deadline - time.monotonic()
@@ -192,31 +192,28 @@ class StreamReader:
                     return None
                 self._cond.wait(min(left, 1.0 / self.hz))
 
-    def _take(self, missed: int) -> tuple[Row, int]:
-        assert self._next is not None
-        row = self._rows.pop(self._next)
-        self._next += 1
+    def _take(self, tick: int, missed: int) -> tuple[Row, int]:
+        """Hand out the package of `tick`; the one awaited next is tick + 1."""
+        row = self._rows.pop(tick)
+        self._next = tick + 1
         self._later_since = None
         # Anything older than what we hand out can no longer be used.
         for k in [k for k in self._rows if k < self._next]:
             del self._rows[k]
         return row, missed
 
-    def _skip_lost(self) -> tuple[Row, int] | None:
+    def _skip_lost(self, awaited: int) -> tuple[Row, int] | None:
         """Give up on the awaited tick once every path is past it (or has been for a while)."""
-        assert self._next is not None
-        later = min((k for k in self._rows if k > self._next), default=None)
+        later = min((k for k in self._rows if k > awaited), default=None)
         if later is None:
             return None
         now = time.monotonic()
         if self._later_since is None:
             self._later_since = now
-        all_past = all(latest > self._next for latest in self._latest)
+        all_past = all(latest > awaited for latest in self._latest)
         if not all_past and now - self._later_since < _GIVE_UP_PERIODS / self.hz:
             return None
-        missed = later - self._next
-        self._next = later
-        return self._take(missed)
+        return self._take(later, later - awaited)
 
     def connected(self) -> bool:
         return any(r.isConnected() for r in self.recvs)

@@ -1,6 +1,6 @@
 """Start and stop the OPC UA peer controller as a subprocess; talk to its Plant object.
 
-Shared by tests/test_driver_opcua.py and bench/bench_opcua.py.
+Shared by the tests under tests/drivers/opcua/, tests/faults/ and bench/bench_opcua.py.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The samples a peer controller publishes for one cycle: the simulated fake's physics.
 
 `cycle_samples` calls drivers.sim.backlash.simulate_backlash_capture (the function the simulated
-fake uses) with the same seed rule as drivers.sim.driver (seed * 1000 + cycles run), so a cycle through
-a peer and the same cycle on the simulated fake see identical physics. For long benchmark
-captures it can simulate a shorter window and repeat it, continuing time and encoder counts, so
-the peer does not spend minutes integrating before it streams.
+fake uses) with the same seed rule as drivers.sim.driver (seed * 1000 + cycles run), so a cycle
+through a peer and the same cycle on the simulated fake see identical physics. For long benchmark
+captures it can simulate a shorter window and repeat it, continuing time and encoder counts, so the
+peer does not spend minutes integrating before it streams.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 It speaks RTDE on 30004 (protocol 2, real framing and recipes), the dashboard on 29999 and takes
 scripts on 30003; it recognises ur_rtde's control script and plays its register handshake on an
-emulated arm whose physics joint is paper 000's model (agent.models.joint). The ports are fixed by
-ur_rtde, so every emulator binds its own loopback address 127.0.0.N (Linux routes all of
-127.0.0.0/8 to loopback).
+emulated arm whose physics joint is Giovannitti et al. 2022's model (agent.models.joint). The ports
+are fixed by ur_rtde, so every emulator binds its own loopback address 127.0.0.N (Linux routes all
+of 127.0.0.0/8 to loopback).
 
 `UrEmulator` starts one as a subprocess and talks to its control port (see __main__ for the
 requests); `free_host()` finds an address whose UR ports are free.

@@ -2,7 +2,7 @@
 UR5e with an identification section, a short random Fourier excitation, and the emulator's
 rigid arm started at that excitation's q0.
 
-The same short trajectory as tests/test_driver_ur_rtde_excitation.py (2 periods of 2 s, 3
+The same short trajectory as tests/drivers/ur_rtde/test_excitation.py (2 periods of 2 s, 3
 harmonics, seed 3): long enough to fault it mid-motion, short enough to stay fast.
 """
 

@@ -1,7 +1,7 @@
 """What the UR driver's tests share: the agent config they write and the emulator they start.
 
-The config is a UR5e-like wrist joint (100:1, 40 motor rev/s, i.e. 2.5 rad/s at the joint, two
-load turns); the emulator carries the same joint's physics (paper 000's model) with a known
+The config is a UR5e-like wrist joint (100:1, 40 motor rev/s, i.e. 2.5 rad/s at the joint, two load
+turns); the emulator carries the same joint's physics (Giovannitti et al. 2022's model) with a known
 backlash and seed, so a capture can be compared sample for sample with the simulated fake.
 """
 

@@ -1,4 +1,5 @@
-"""The emulated arm: six joints following their targets, one of them with paper 000's physics.
+"""The emulated arm: six joints following their targets, one of them with Giovannitti et al. 2022's
+physics.
 
 `PhysicsJoint` is `agent.models.joint.simulate_constant_speed` cut into one call per controller
 cycle, so a joint can be driven in real time by speedj/stopj commands that arrive over RTDE. The

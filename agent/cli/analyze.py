@@ -1,0 +1,118 @@
+"""`jha analyze backlash CAPTURE`: the backlash signature fit (Giovannitti et al. 2022) of one
+capture file, with the delta = f(A) calibration when a CSV of pairs is given."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from agent.errors import EX_OK, EstimationError
+
+
+def register(subparsers: Any) -> None:
+    """Add `analyze backlash` to the `jha` parser's sub-parsers."""
+    ana = subparsers.add_parser("analyze", help="estimate from a capture file").add_subparsers(
+        dest="analyze_command", required=True
+    )
+    bl = ana.add_parser("backlash", help="backlash signature fit (Giovannitti et al. 2022)")
+    bl.add_argument("file", type=Path, help="capture .csv or .npz")
+    bl.add_argument("--speed-rps", type=float, help="commanded motor speed, rev/s")
+    bl.add_argument("--gear-ratio", type=float, help="motor turns per load turn")
+    bl.add_argument("--encoder-bits", type=int, help="bit width of motor_counts")
+    bl.add_argument("--resonance-hz", type=float, nargs=2, metavar=("LO", "HI"))
+    bl.add_argument("--seed", type=int, default=1)
+    bl.add_argument("--calibration", type=Path, help="CSV of amplitude_rad_s,backlash_rad pairs")
+    bl.add_argument("--json", action="store_true")
+    bl.add_argument("--plot", type=Path, metavar="FILE.svg")
+    bl.set_defaults(func=_cmd_analyze_backlash)
+
+
+def _cmd_analyze_backlash(args: argparse.Namespace) -> int:
+    from agent.capture.files import load_capture
+    from agent.capture.model import CaptureMeta
+    from agent.estimation.backlash.calibration import fit_calibration
+    from agent.estimation.backlash.fit import BacklashFitSettings, fit_backlash
+
+    meta = CaptureMeta(
+        commanded_speed_rad_s=None if args.speed_rps is None else 2 * math.pi * args.speed_rps,
+        gear_ratio=args.gear_ratio,
+        encoder_bits=args.encoder_bits,
+    )
+    capture = load_capture(args.file, meta)
+    settings = BacklashFitSettings(
+        resonance_hz=tuple(args.resonance_hz) if args.resonance_hz else (10.0, 200.0),
+        seed=args.seed,
+    )
+    calibration = None
+    if args.calibration:
+        try:
+            calibration = fit_calibration(
+                _read_pairs(args.calibration), source=str(args.calibration)
+            )
+        except EstimationError as exc:
+            message = str(exc)
+            if not message.startswith(str(args.calibration)):  # name the file at fault
+                message = f"{args.calibration}: {message}"
+            raise EstimationError(message) from None
+    result = fit_backlash(capture, settings, calibration)
+    if args.plot:
+        from agent.atomic import atomic_write_text
+        from agent.report.svg import Series, line_plot
+
+        atomic_write_text(
+            args.plot,
+            line_plot(
+                [
+                    Series("residual r(t)", result.time_s, result.residual_rad_s),
+                    Series("fitted h(t)", result.time_s, result.fitted_rad_s),
+                ],
+                title=f"{args.file}: backlash signature",
+                x_label="time (s)",
+                y_label="motor speed residual (rad/s)",
+            ),
+        )
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        delta = (
+            "n/a (no calibration)"
+            if result.backlash_rad is None
+            else (f"{result.backlash_rad * 1e3:.4f} mrad")
+        )
+        print(f"amplitude  {result.amplitude_rad_s:.5g} rad/s")
+        print(f"backlash   {delta}")
+        print(
+            f"rmse       {result.rmse_rad_s:.4g} rad/s "
+            f"({100 * result.explained_fraction:.1f} % of the residual explained)"
+        )
+        print(
+            f"resonance  {result.params['resonance_hz']:.2f} Hz, "
+            f"decay {result.params['tau_per_s']:.2f} 1/s"
+        )
+        print(
+            f"fit        {result.evaluations} evaluations, {result.restarts} restarts, "
+            f"{result.fit_seconds:.2f} s, {result.stop_reason}"
+        )
+        for w in result.warnings:
+            print(f"warning    {w}")
+    return EX_OK
+
+
+def _read_pairs(path: Path) -> list[tuple[float, float]]:
+    """Calibration pairs: a CSV of amplitude_rad_s,backlash_rad rows (header optional)."""
+    pairs = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        text = line.strip()
+        if not text or text.startswith("#") or text.startswith("amplitude"):
+            continue
+        try:
+            a, d = (float(x) for x in text.split(","))
+        except ValueError:
+            raise EstimationError(
+                f"{path}:{n}: expected 'amplitude_rad_s,backlash_rad', found {text!r}"
+            ) from None
+        pairs.append((a, d))
+    return pairs

@@ -1,0 +1,34 @@
+"""`jha drivers`: the installed driver plugins and the capabilities each declares."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from agent.errors import EX_OK
+
+
+def register(subparsers: Any) -> None:
+    """Add `drivers` to the `jha` parser's sub-parsers."""
+    drv = subparsers.add_parser("drivers", help="installed drivers and what they can do")
+    drv.set_defaults(func=_cmd_drivers)
+
+
+def _cmd_drivers(args: argparse.Namespace) -> int:
+    from drivers.base import Capability, available_drivers, load_driver_class
+
+    for name, ep in sorted(available_drivers().items()):
+        try:
+            caps = load_driver_class(name).capabilities
+            text = (
+                ", ".join(
+                    (c.name or "").lower()
+                    for c in Capability
+                    if c is not Capability.NONE and c in caps
+                )
+                or "none"
+            )
+        except Exception as exc:  # a broken plugin is listed, not fatal
+            text = f"cannot load: {exc}"
+        print(f"{name:10s} {ep.value:32s} {text}")
+    return EX_OK

@@ -1,0 +1,234 @@
+"""One joint's section of the report page: its verdict, the identification verdict, the table
+of its indicators, their trend plots, the evidence and the fit diagnostics."""
+
+from __future__ import annotations
+
+from agent.health.identification.baseline import LimitKind
+from agent.health.identification.joint import JointIdentificationVerdict
+from agent.health.status import Status
+from agent.health.trend import LimitName, Trend, next_forecast, passed_limit
+from agent.health.verdicts import indicator_info
+from agent.report.html.markup import (
+    badge,
+    display_unit,
+    esc,
+    figure,
+    ne107_badge,
+    ne107_letter,
+)
+from agent.report.html.plots import evidence_svg, signature_svg, trend_svg
+from agent.report.model import IndicatorSummary, JointReport
+from agent.report.table import num
+
+
+def _indicator_row(
+    name: str,
+    stored_unit: str,
+    latest: float | None,
+    n_points: int,
+    tr: Trend | None,
+    limits: tuple[float | None, float | None],
+    passed: LimitName | None = None,
+) -> str:
+    info = indicator_info(name)
+    scale, unit = display_unit(name, stored_unit)
+
+    def shown(v: float | None, fmt: str = ".4g") -> str:
+        return "-" if v is None else num(v * scale, fmt, unit)
+
+    slope = "n/a" if tr is None else num(tr.slope_per_day * scale, "+.3g", f"{unit}/day")
+    fc = next_forecast(tr, passed)
+    ahead = "-" if fc is None else f"{fc.limit_name} in {fc.days:.3g} d"
+    cells = [
+        info.label,
+        shown(latest),
+        shown(limits[0]),
+        shown(limits[1]),
+        slope,
+        ahead,
+        str(n_points),
+    ]
+    tds = "".join(f'<td class="num">{esc(c)}</td>' for c in cells[1:])
+    return f"<tr><td>{esc(cells[0])} <small>({esc(name)})</small></td>{tds}</tr>"
+
+
+def _indicators_table(j: JointReport) -> str:
+    rows = []
+    if not j.indicator_only:
+        rows.append(
+            _indicator_row(
+                j.indicator_name,
+                indicator_info(j.indicator_name).unit,
+                j.value,
+                len(j.history),
+                j.trend,
+                j.limits,
+                passed_limit(j.status),
+            )
+        )
+    for s in j.indicators:
+        v = s.verdict
+        rows.append(
+            _indicator_row(
+                s.indicator,
+                s.unit,
+                None if s.latest is None else s.latest.value,
+                len(s.history),
+                s.trend if v is None else v.trend,
+                (None, None) if v is None else (v.watch, v.alert),
+                None if v is None else passed_limit(v.status),
+            )
+        )
+    return (
+        '<table class="indicators"><thead><tr><th>indicator</th><th>latest</th>'
+        "<th>watch limit</th><th>alert limit</th><th>trend per day</th><th>next limit</th>"
+        "<th>points</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
+
+
+def _diagnostics_html(j: JointReport) -> str:
+    r = j.result
+    rows: list[tuple[str, str]] = []
+    if r is not None:
+        rows += [
+            ("amplitude A", num(r.amplitude_rad_s, unit="rad/s")),
+            (
+                "backlash",
+                "not calibrated"
+                if r.backlash_rad is None
+                else num(r.backlash_rad * 1e3, ".4g", "mrad"),
+            ),
+            ("fit RMSE", num(r.rmse_rad_s, unit="rad/s")),
+            ("residual RMS before the fit", num(r.residual_rms_rad_s, unit="rad/s")),
+            ("explained share of the residual", num(100 * r.explained_fraction, ".1f", "%")),
+            ("evaluations / restarts", f"{r.evaluations} / {r.restarts}"),
+            ("fit time", num(r.fit_seconds, ".3g", "s")),
+            ("converged", f"{'yes' if r.converged else 'no'} ({r.stop_reason})"),
+            ("seed", str(r.seed)),
+            (
+                "load-turn period: metadata / estimated",
+                f"{num(r.period_metadata_s, '.5g', 's')} / {num(r.period_estimated_s, '.5g', 's')}",
+            ),
+            ("warnings", "; ".join(r.warnings) or "none"),
+        ]
+        rows += [(f"parameter {k}", num(v, ".5g")) for k, v in sorted(r.params.items())]
+    if j.outcome is not None:
+        rows.append(("last cycle", j.outcome))
+    rows.append(("capture", j.capture_path or "n/a"))
+    body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    return f'<table class="diag"><tbody>{body}</tbody></table>'
+
+
+def _other_trends(indicators: tuple[IndicatorSummary, ...]) -> list[str]:
+    # One point is in the table already; a plot of it says nothing more.
+    return [
+        figure(
+            trend_svg(
+                s.history,
+                s.trend if s.verdict is None else s.verdict.trend,
+                s.indicator,
+                stored_unit=s.unit,
+                small=True,
+                limits=(None, None) if s.verdict is None else (s.verdict.watch, s.verdict.alert),
+                passed=None if s.verdict is None else passed_limit(s.verdict.status),
+            )
+        )
+        for s in indicators
+        if len(s.history) >= 2
+    ]
+
+
+def _identification_html(v: JointIdentificationVerdict) -> str:
+    """The identification verdict of a joint: each indicator against its baseline, then the
+    reason of each one that is not OK."""
+    rows, notes = [], []
+    for w in v.indicators:
+        info = indicator_info(w.indicator)
+        base = "-" if w.baseline is None else info.format(w.baseline.value, 4)
+        source = "" if w.baseline is None else f"<br/><small>{esc(w.baseline.describe())}</small>"
+        if w.change is None or w.sigma is None:
+            change = f"baseline {w.n_points} of {w.needed}" if w.baseline is None else "-"
+        else:
+            moved = (
+                f"x{w.change + 1:.3g}"
+                if w.limits.kind == LimitKind.RATIO
+                else f"{100 * w.change:+.3g} %"
+            )
+            change = f"{moved} (1 sd {100 * w.sigma:.2g} %)"
+        limits = f"{w.limits.text(w.limits.watch)} / {w.limits.text(w.limits.alert)}"
+        fc = w.forecast
+        ahead = "-" if fc is None else f"{fc.limit_name} in {fc.days:.3g} d"
+        rows.append(
+            f'<tr><td>{esc(info.label)}</td><td class="num">{esc(info.format(w.value, 4))}</td>'
+            f'<td class="num">{esc(base)}{source}</td>'
+            + "".join(f'<td class="num">{esc(c)}</td>' for c in (change, limits, ahead))
+            + f"<td>{badge(w.status)} {ne107_letter(w.ne107)}</td></tr>"
+        )
+        if w.status is not Status.OK or "within the noise" in w.reason:
+            notes.append(f"<li>{esc(w.reason)}</li>")
+    return "\n".join(
+        [
+            f"<h4>Identification verdict {badge(v.status)} {ne107_badge(v.ne107)}</h4>",
+            f'<p class="reason">{esc(v.reason)}</p>',
+            f'<p class="forecast">{esc(v.forecast_text)}</p>',
+            '<table class="identification"><thead><tr><th>indicator</th><th>latest</th>'
+            "<th>baseline</th><th>change</th><th>watch / alert</th><th>next limit</th>"
+            "<th>status</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>",
+            *([f'<ul class="reasons">{"".join(notes)}</ul>'] if notes else []),
+        ]
+    )
+
+
+def joint_section(anchor: str, j: JointReport) -> str:
+    ident = [] if j.identification is None else [_identification_html(j.identification)]
+    if j.indicator_only:
+        badges = "" if j.identification is None else f" {badge(j.status)} {ne107_badge(j.signal)}"
+        verdict = (
+            "indicators only, no verdict."
+            if j.identification is None
+            else "the verdict is the identification's."
+        )
+        return "\n".join(
+            [
+                f'<section class="joint" id="{anchor}">',
+                f"<h3>{esc(j.joint)} <small>({esc(j.controller)})</small>{badges}</h3>",
+                f'<p class="note">No backlash cycle recorded: {verdict}</p>',
+                *ident,
+                "<h4>Indicators</h4>",
+                _indicators_table(j),
+                *_other_trends(tuple(j.indicators)),
+                *(figure(evidence_svg(p)) for p in j.evidence),
+                "</section>",
+            ]
+        )
+    parts = [
+        f'<section class="joint" id="{anchor}">',
+        f"<h3>{esc(j.joint)} <small>({esc(j.controller)})</small> {badge(j.status)} "
+        f"{ne107_badge(j.signal)}</h3>",
+    ]
+    if not (j.error and j.error in j.verdict_reason):
+        parts.append(f'<p class="reason">{esc(j.verdict_reason)}</p>')
+    if j.error:
+        parts.append(f'<p class="error">Cycle failed: {esc(j.error)}</p>')
+    parts.append(f'<p class="forecast">{esc(j.forecast)}</p>')
+    parts += [*ident, "<h4>Indicators</h4>", _indicators_table(j)]
+    if j.history:
+        parts.append(
+            figure(
+                trend_svg(
+                    j.history, j.trend, j.indicator_name, j.limits, passed=passed_limit(j.status)
+                )
+            )
+        )
+    else:
+        parts.append('<p class="note">No history yet: the trend starts with the next cycle.</p>')
+    parts += _other_trends(tuple(j.indicators))
+    if j.result is not None or j.evidence:
+        parts.append("<h4>Evidence</h4>")
+    if j.result is not None:
+        parts.append(figure(signature_svg(j.result)))
+    parts += [figure(evidence_svg(p)) for p in j.evidence]
+    parts.append(f"<h4>{'Fit diagnostics' if j.result is not None else 'Cycle'}</h4>")
+    parts.append(_diagnostics_html(j))
+    parts.append("</section>")
+    return "\n".join(parts)

@@ -1,0 +1,158 @@
+"""A stop's jobs, from the cycle to the record: each cycle run through the guarded path, its
+capture saved and its analysis started in the pool (run_job); later, in the background
+(Finishing), the analyses awaited and the jobs handed over to be recorded and reported
+(finish_jobs).
+
+The controller's runner (agent.service.runner) chooses the cycles of a stop and owns their
+queue; run_job only tells it, through `measured` and `lost`, when a cycle leaves the queue and
+when it must be measured again at a later stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from agent.config.model import ControllerSettings
+from agent.errors import AgentError, CycleAborted, InterlockError
+from agent.history.records import Outcome
+from agent.kinds.base import AnalysisContext, AnalysisRefused, JointJob, KindHandler, stamp
+from agent.logfmt import kv
+from agent.service.interlocks import check_interlocks, run_guarded_cycle
+from drivers.base import Driver
+
+log = logging.getLogger(__name__)
+
+MAX_FINISHING = 4  # stops whose analyses may be under way at once, per controller
+
+
+async def run_job(
+    driver: Driver,
+    job: JointJob,
+    kind: KindHandler,
+    name: str,
+    *,
+    state_dir: Path,
+    analysis: AnalysisContext,
+    dry_run: bool,
+    measured: Callable[[], None],
+    lost: Callable[[], None],
+) -> JointJob:
+    """Run the job's cycle (of a joint, or of the whole robot when job.joint is None; `name`
+    is its queue entry's joint) through the guarded path; its analysis starts in the pool when
+    its capture is saved. A dry run only checks the interlocks. `measured()` is called when
+    the cycle leaves the queue, `lost()` when its capture could not be saved; a refused or
+    aborted cycle stays queued for the next stop."""
+    ctrl, joint, cycle = job.controller, job.joint, job.cycle
+    try:
+        if dry_run:
+            await check_interlocks(driver, cycle, ctrl.interlocks, joint)
+            job.outcome, job.error = Outcome.DRY_RUN, "dry run: interlocks hold, no motion"
+            measured()
+            log.info(kv("cycle_dry_run", controller=ctrl.name, joint=name, kind=kind.name))
+            return job
+        capture = await run_guarded_cycle(driver, cycle, ctrl.interlocks, joint)
+    except InterlockError as exc:
+        job.outcome, job.error = Outcome.REJECTED, f"interlock: {exc}"
+        log.warning(kv("cycle_refused", controller=ctrl.name, joint=name, reason=str(exc)))
+        return job
+    except CycleAborted as exc:
+        job.outcome, job.error = Outcome.ABORTED, str(exc)
+        log.warning(kv("cycle_aborted", controller=ctrl.name, joint=name, reason=str(exc)))
+        return job
+    measured()
+    folder = kind.name if joint is None else joint.name
+    job.capture_path = state_dir / "captures" / ctrl.name / folder / f"{stamp(job.started_at)}.npz"
+    try:
+        await asyncio.to_thread(kind.save, capture, job.capture_path)
+    except OSError as exc:  # a full or failing disk: this capture is lost, the agent is not
+        log.error(kv("capture_not_saved", controller=ctrl.name, joint=name, error=str(exc)))
+        job.outcome, job.error = Outcome.ERROR, f"capture not saved: {exc}"
+        job.capture_path = None
+        lost()
+        return job
+    log.info(kv("captured", controller=ctrl.name, joint=name, path=job.capture_path))
+    job.analysis = asyncio.ensure_future(kind.analyse(analysis, job, capture))
+    return job
+
+
+async def finish_jobs(
+    ctrl: ControllerSettings,
+    jobs: list[JointJob],
+    on_jobs: Callable[[ControllerSettings, list[JointJob]], Awaitable[None]],
+) -> None:
+    """Await every job's analysis (a refusal or a failure becomes the job's outcome), then hand
+    the jobs to `on_jobs` (record, report, publish). A failure is logged, never raised: the
+    controller goes on. On cancellation no analysis is left running."""
+    try:
+        for job in jobs:
+            if job.analysis is None:
+                continue
+            try:
+                job.result = await job.analysis
+            except AnalysisRefused as exc:  # measured, but not to be trusted: no data
+                job.outcome, job.error = Outcome.REJECTED, str(exc)
+                log.warning(kv("analysis_refused", controller=ctrl.name,
+                               joint=job.joint_name, reason=str(exc)))  # fmt: skip
+            except AgentError as exc:
+                job.outcome, job.error = Outcome.ERROR, str(exc)
+            except Exception as exc:  # a bug or a dead worker must not take the daemon down
+                log.exception(kv("analysis_failed", controller=ctrl.name, joint=job.joint_name))
+                job.outcome = Outcome.ERROR
+                job.error = f"analysis failed: {type(exc).__name__}: {exc}"
+        await on_jobs(ctrl, [job.for_pool() for job in jobs])
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # a full disk or a report bug: logged, the controller goes on
+        log.exception(kv("finish_failed", controller=ctrl.name))
+    finally:
+        for job in jobs:  # on shutdown: nothing left running behind us
+            if job.analysis is not None and not job.analysis.done():
+                job.analysis.cancel()
+
+
+class Finishing:
+    """The stops whose jobs are being finished (finish_jobs) in the background, so the next
+    stop is not missed while a slow fit runs; at most `limit` at once (beyond that hand_over
+    waits: memory stays bounded)."""
+
+    def __init__(
+        self,
+        ctrl: ControllerSettings,
+        on_jobs: Callable[[ControllerSettings, list[JointJob]], Awaitable[None]],
+        on_done: Callable[[], None],
+        limit: int = MAX_FINISHING,
+    ) -> None:
+        self.ctrl = ctrl
+        self.on_jobs = on_jobs
+        self.on_done = on_done
+        self.limit = limit
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self._tasks)
+
+    async def hand_over(self, jobs: list[JointJob], on_wait: Callable[[], None]) -> None:
+        """Finish `jobs` in the background; `on_wait()` first when `limit` stops already are."""
+        while len(self._tasks) >= self.limit:
+            on_wait()
+            await asyncio.wait(set(self._tasks), return_when=asyncio.FIRST_COMPLETED)
+        task = asyncio.create_task(self._finish(jobs), name=f"finish {self.ctrl.name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _finish(self, jobs: list[JointJob]) -> None:
+        await finish_jobs(self.ctrl, jobs, self.on_jobs)
+        self.on_done()
+
+    async def wait(self) -> None:
+        """Until every stop handed over is finished."""
+        await asyncio.gather(*self._tasks)
+
+    async def cancel(self) -> None:
+        """Cancel what is still being finished (shutdown): no analysis is left running."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)

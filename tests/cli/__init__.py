@@ -1,0 +1,1 @@
+"""Tests of the `jha` command line (agent.cli), run in-process."""

@@ -1,0 +1,1 @@
+"""Tests of the controller drivers, one folder per driver, each against its protocol peer."""

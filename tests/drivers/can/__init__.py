@@ -1,0 +1,1 @@
+"""Tests of the CAN driver (drivers.can): frames, socketcand and UDP multicast peers."""

@@ -1,0 +1,1 @@
+"""Tests of the G-code streaming driver (drivers.grbl) against the GRBL-protocol peer."""

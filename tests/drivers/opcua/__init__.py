@@ -1,0 +1,1 @@
+"""Tests of the OPC UA driver (drivers.opcua) against an asyncua server process."""

@@ -1,0 +1,1 @@
+"""Tests of the serial encoder-board driver (drivers.serial) against a pty peer."""

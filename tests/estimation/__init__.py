@@ -1,0 +1,1 @@
+"""Tests of agent.estimation: backlash, identification and stiffness estimators."""

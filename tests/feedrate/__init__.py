@@ -1,0 +1,1 @@
+"""Tests of agent.feedrate: G-code, geometry, the toolpath filter, profiles, streaming."""

@@ -1,0 +1,507 @@
+"""Streaming G-code to the GRBL-protocol peer (tests/peers/grbl_controller.py) over a pty.
+
+Every test starts the peer as its own process on the master side of a pty pair and streams to
+the slave side through pyserial, as to a real controller; the peer's execution clock runs
+accelerated (--time-scale) and it writes what it counted (receive-buffer high water, overflows,
+lines read, answers sent) to a JSON stats file when it exits.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent.errors import EX_DATAERR, EX_IOERR
+from agent.feedrate.streaming.dnc import DncOptions, stream_dnc
+from agent.feedrate.streaming.grbl import GrblOptions, stream_grbl
+from agent.feedrate.streaming.grbl_protocol import parse_status, prepare_line
+from agent.feedrate.streaming.serial_channel import FdChannel, open_serial
+from agent.feedrate.streaming.session import StreamError, StreamProgress
+from tests.support.grbl import failure, polygon, stream
+from tests.support.paths import MACHINES
+
+# ------------------------------------------------------------------------------ the acceptance
+
+
+def test_ten_thousand_lines_each_acknowledged_once_within_the_128_byte_budget(peer: Any) -> None:
+    p = peer("--time-scale", "1000")
+    seen: list[StreamProgress] = []
+    result = stream(p, polygon(10_000), progress=seen.append, reversals_modulated=lambda: 7)
+    stats = p.stats()
+    assert result.lines_sent == result.lines_acked == 10_000
+    assert stats["lines_received"] == stats["oks_sent"] == 10_000
+    assert stats["errors_sent"] == 0
+    # The peer counted its receive ring: full to the byte, never beyond.
+    assert stats["rx_overflow_bytes"] == 0
+    assert stats["rx_max_bytes"] == 128
+    assert result.max_bytes_in_flight == 128
+    assert result.banner is not None and result.banner.startswith("Grbl 1.1h")
+    assert stats["resets"] == 1  # the handshake's soft reset, nothing else
+    sent = [s.lines_sent for s in seen]
+    assert sent == sorted(sent) and seen[-1].lines_acked == 10_000
+    assert seen[-1].reversals_modulated == 7
+    assert all(s.bytes_in_flight <= 128 for s in seen)
+
+
+def test_a_slow_machine_holds_the_parser_and_the_budget_still_holds(peer: Any) -> None:
+    # 0.63 mm chords at 50 mm/s, clock 20x: the planner fills and the parser waits on it.
+    p = peer("--time-scale", "20")
+    seen: list[StreamProgress] = []
+    result = stream(
+        p,
+        polygon(400),
+        GrblOptions(status_interval_s=0.02, progress_interval_s=0.0),
+        progress=seen.append,
+    )
+    stats = p.stats()
+    assert result.lines_acked == stats["oks_sent"] == 400
+    assert stats["planner_full_waits"] > 0 and stats["planner_max_blocks"] == 15
+    assert stats["rx_max_bytes"] <= 128 and stats["rx_overflow_bytes"] == 0
+    assert any(s.status is not None and s.status.state == "Run" for s in seen)
+    assert any(s.status is not None and s.status.planner_free == 0 for s in seen)
+    assert stats["status_reports"] >= 5
+
+
+def test_ok_means_planned_not_executed(peer: Any) -> None:
+    # The last line is a 100 mm move at 10 mm/s (0.5 s of wall clock at 20x): its 'ok' comes
+    # when it enters the planner, so the stream ends while the machine still runs.
+    p = peer("--time-scale", "20")
+    result = stream(p, [*polygon(30), "G1 X-50 Y0 F600\n"])
+    status = p.settle()
+    assert result.lines_acked == 31
+    assert status.state == "Run" and status.planner_free is not None
+    assert status.planner_free < 15
+    p.stats()
+
+
+def test_wait_idle_returns_when_the_machine_has_run_the_program_out(peer: Any) -> None:
+    p = peer("--time-scale", "20")
+    result = stream(p, polygon(100), GrblOptions(wait_idle=True))
+    assert result.status is not None and result.status.state == "Idle"
+    assert result.status.planner_free == 15
+    assert p.stats()["blocks_executed"] == 99
+
+
+def test_a_sender_that_ignores_the_budget_overflows_the_peer(peer: Any) -> None:
+    """The peer's accounting is real: writing the program at once is caught and reported."""
+    p = peer("--time-scale", "1000")
+    channel = open_serial(p.path)
+    try:
+        channel.write("".join(polygon(300)).encode(), 2.0)
+        time.sleep(0.5)
+    finally:
+        channel.close()
+    stats = p.stats()
+    assert stats["rx_overflow_bytes"] > 0
+    assert stats["rx_max_bytes"] == 128
+
+
+def test_send_response_baseline_keeps_one_line_in_flight(peer: Any) -> None:
+    p = peer("--time-scale", "1000")
+    result = stream(p, polygon(500), GrblOptions(max_lines_in_flight=1))
+    stats = p.stats()
+    assert result.protocol == "send-response" and result.lines_acked == 500
+    assert stats["rx_max_bytes"] <= max(len(prepare_line(x)) + 1 for x in polygon(500))
+    assert stats["oks_sent"] == 500
+
+
+# ------------------------------------------------------------------------------ failures
+
+
+def test_injected_error_names_its_line_and_holds_the_machine(peer: Any) -> None:
+    p = peer("--time-scale", "1000", "--error-at", "500:20")
+    exc = failure(p, polygon(2000))
+    assert p.settle().state == "Hold"  # feed hold '!' sent on the way out
+    stats = p.stats()
+    assert exc.kind == "error" and exc.code == 20 and exc.line_no == 500
+    assert exc.text == prepare_line(polygon(2000)[499])
+    assert "line 500" in str(exc) and "error:20 unsupported or invalid g-code" in str(exc)
+    assert exc.exit_code == EX_DATAERR
+    assert exc.acked == 500  # 499 ok + the error, each line answered once
+    assert exc.sent < 520  # the stream stopped: no line after the budget that was in flight
+    assert stats["held"] and stats["lines_received"] == exc.sent
+
+
+def test_a_bad_line_gets_grbl_error_codes(peer: Any) -> None:
+    for bad, code in (
+        ("G1 X1 A5", 20),
+        ("G1 X", 2),
+        ("G1 X1.2.3", 1),
+        ("G1 X1 X2", 25),
+        ("G5 X1", 20),
+        ("G0 G1 X1", 21),
+        ("G4", 28),
+        ("G2 X1", 35),
+        ("1X", 1),
+    ):
+        p = peer("--time-scale", "1000")
+        exc = failure(p, ["G21 G90 F600\n", "G1 X1\n", bad + "\n", "G1 X0\n"])
+        assert (exc.kind, exc.code, exc.line_no) == ("error", code, 3), bad
+        p.stats()
+
+
+def test_stop_on_error_false_collects_errors_and_continues(peer: Any) -> None:
+    p = peer("--time-scale", "1000")
+    lines = polygon(200)
+    lines[50] = "G1 X1 A1\n"
+    lines[120] = "G17 G18\n"
+    result = stream(p, lines, GrblOptions(stop_on_error=False))
+    assert result.lines_acked == 200
+    assert result.errors == ((51, 20), (121, 21))
+    assert p.stats()["errors_sent"] == 2
+
+
+def test_injected_alarm_is_fatal_and_names_the_line(peer: Any) -> None:
+    p = peer("--time-scale", "1000", "--alarm-at", "300:1")
+    exc = failure(p, polygon(1000))
+    assert exc.kind == "alarm" and exc.code == 1 and exc.line_no == 300
+    assert "ALARM:1 hard limit triggered" in str(exc)
+    assert p.stats()["alarm"] == "critical"
+
+
+def test_soft_limit_breach_raises_alarm_2_at_that_line(peer: Any) -> None:
+    p = peer("--time-scale", "1000", "--soft-limits", "100,100,50")
+    lines = [*polygon(400), "G1 X150 Y0\n", *polygon(50)[1:]]
+    exc = failure(p, lines)
+    assert exc.kind == "alarm" and exc.code == 2 and exc.line_no == 401
+    assert exc.text == "G1X150Y0" and "soft limit" in str(exc)
+
+
+def test_disconnect_is_reported_with_the_line(peer: Any) -> None:
+    p = peer("--time-scale", "1000", "--disconnect-at", "300")
+    exc = failure(p, polygon(1000))
+    assert exc.kind == "disconnected" and exc.line_no == 300
+    assert "vanished" in str(exc) and exc.exit_code == EX_IOERR
+    assert exc.acked == 299
+
+
+def test_stall_is_detected_by_timeout(peer: Any) -> None:
+    p = peer("--time-scale", "1000", "--stall-at", "300")
+    started = time.monotonic()
+    exc = failure(p, polygon(1000), GrblOptions(stall_timeout_s=0.5))
+    assert 0.5 <= time.monotonic() - started < 3.0
+    assert exc.kind == "stalled" and exc.line_no == 300 and exc.acked == 299
+    assert "feed hold b'!' sent" in str(exc)
+    # The silent controller's receive interrupt took the feed hold: its machine stands.
+    assert p.state().state == "Hold"
+    stats = p.stats()
+    assert stats["stalled"] and stats["held"]
+
+
+def test_a_line_with_a_realtime_character_is_refused_before_it_is_sent(peer: Any) -> None:
+    p = peer("--time-scale", "1000")
+    lines = [*polygon(20), "G1 X1 (what?)\n", "G1 X2 ~\n", *polygon(20)[1:]]
+    exc = failure(p, lines)
+    assert exc.kind == "rejected" and exc.line_no == 22 and "'~'" in str(exc)
+    assert exc.exit_code == EX_DATAERR
+    assert exc.sent == 21  # the lines before the refused one went ('?' of the comment stripped)
+    p.settle()
+    stats = p.stats()
+    assert stats["held"]  # '!' stopped the machine: the planner filled, the parser waits
+    assert stats["lines_received"] <= 21 and stats["rx_overflow_bytes"] == 0
+
+
+def test_no_banner_is_a_handshake_failure() -> None:
+    a, b = socket.socketpair()
+    try:
+        channel = FdChannel(a.fileno(), "socketpair")
+        with pytest.raises(StreamError) as info:
+            stream_grbl(["G0 X1\n"], channel, GrblOptions(startup_timeout_s=0.2))
+        assert info.value.kind == "handshake" and info.value.line_no is None
+        assert b.recv(16) == b"\x18"
+    finally:
+        a.close()
+        b.close()
+
+
+def test_an_answer_nobody_asked_for_is_a_protocol_error() -> None:
+    """Any byte stream with a descriptor works: here a socket pair and a scripted controller
+    that answers one line twice (and speaks no status reports, so none is asked for)."""
+    a, b = socket.socketpair()
+    received = bytearray()
+
+    def controller() -> None:
+        buf = b""
+        count = 0
+        while True:
+            data = b.recv(4096)
+            if not data:
+                return
+            received.extend(data)
+            if count >= 3:
+                continue
+            buf += data
+            while b"\n" in buf:
+                _, buf = buf.split(b"\n", 1)
+                count += 1
+                b.sendall(b"ok\r\nok\r\n" if count == 2 else b"ok\r\n")
+
+    thread = threading.Thread(target=controller, daemon=True)
+    thread.start()
+    try:
+        channel = FdChannel(a.fileno(), "socketpair")
+        with pytest.raises(StreamError) as info:
+            stream_grbl(
+                ["G0 X1\n", "G0 X2\n", "G0 X3\n"],
+                channel,
+                GrblOptions(handshake="none", max_lines_in_flight=1, start_states=None),
+            )
+        assert info.value.kind == "protocol" and "'ok' with no line" in str(info.value)
+        assert "feed hold b'!' sent" in str(info.value)
+    finally:
+        a.close()  # the controller thread sees the end of the stream and returns
+        thread.join(2)
+        b.close()
+    assert received.endswith(b"!")  # the hold was the last byte the controller got
+
+
+def test_an_answer_nobody_asked_for_holds_the_peer(peer: Any) -> None:
+    # Character counting cannot tell a surplus `ok` from the answer to a later line while
+    # several are in flight; one line at a time it can.
+    p = peer("--time-scale", "20", "--extra-ok-at", "40")
+    exc = failure(p, polygon(400), GrblOptions(max_lines_in_flight=1))
+    assert exc.kind == "protocol" and "'ok' with no line awaiting" in str(exc)
+    assert exc.exit_code == EX_IOERR and exc.acked == exc.sent
+    assert p.settle().state == "Hold"
+    stats = p.stats()
+    assert stats["held"] and stats["lines_received"] == exc.sent < 400
+
+
+# ------------------------------------------------------------------------------ DNC
+
+
+def test_dnc_drip_feed_obeys_xon_xoff(peer: Any) -> None:
+    # Clock 5x: ~320 blocks/s, slower than the 115200-baud line (~600 lines/s): XOFF must come.
+    p = peer("--dnc", "--time-scale", "5", "--rx-buffer", "256")
+    channel = open_serial(p.path)
+    options = DncOptions(wait_idle=True)
+    try:
+        result = stream_dnc(polygon(300), channel, options)
+    finally:
+        channel.close()
+    stats = p.stats()
+    assert result.lines_sent == stats["lines_received"] == 300
+    assert result.status is not None and result.status.state == "Idle"
+    assert stats["xoff_sent"] >= 2 and result.xoff_count == stats["xoff_sent"]
+    assert stats["xon_sent"] >= stats["xoff_sent"] - 1
+    assert stats["rx_overflow_bytes"] == 0 and stats["errors_sent"] == 0
+    # After an XOFF: one chunk in the race, one read that was on its way; the rest is slack
+    # for a loaded machine. A sender that ignores XOFF (below) sends hundreds.
+    assert stats["max_bytes_after_xoff"] <= 8 * options.chunk_bytes
+    assert stats["bytes_received"] >= result.bytes_sent
+
+
+def test_a_sender_that_ignores_xoff_is_caught(peer: Any) -> None:
+    p = peer("--dnc", "--time-scale", "5", "--rx-buffer", "256")
+    channel = open_serial(p.path)
+    try:
+        for line in polygon(150):
+            channel.write(line.encode(), 2.0)
+            time.sleep(0.0015)  # the line rate, deaf to XOFF
+    finally:
+        channel.close()
+    stats = p.stats()
+    assert stats["xoff_sent"] >= 1
+    assert stats["max_bytes_after_xoff"] > 8 * DncOptions().chunk_bytes
+
+
+@pytest.mark.parametrize("hold_code", [b"!", None], ids=["hold_code", "no_hold_code"])
+def test_dnc_error_and_stall(peer: Any, hold_code: bytes | None) -> None:
+    # The peer in DNC mode is GRBL with XON/XOFF: its feed hold '!' is a real-time code. A
+    # control without one (hold_code None) keeps running what it holds, and the error says so.
+    p = peer("--dnc", "--time-scale", "20", "--error-at", "40:33")
+    channel = open_serial(p.path)
+    try:
+        with pytest.raises(StreamError) as info:
+            stream_dnc(polygon(300), channel, DncOptions(hold_code=hold_code))
+    finally:
+        channel.close()
+    assert info.value.kind == "error" and info.value.code == 33
+    assert info.value.line_no is not None and info.value.line_no >= 40
+    held = "feed hold b'!' sent" if hold_code else "no feed hold sent: the controller's settings"
+    assert held in str(info.value)
+    assert (p.state().state == "Hold") is (hold_code is not None)
+    assert p.stats()["held"] is (hold_code is not None)
+    # A DNC controller that stops reading is only noticed when it must answer: the final
+    # wait for Idle (or, on a long program, the port's buffer filling up).
+    p = peer("--dnc", "--time-scale", "1000", "--stall-at", "30")
+    channel = open_serial(p.path)
+    try:
+        with pytest.raises(StreamError) as info:
+            stream_dnc(
+                polygon(200),
+                channel,
+                DncOptions(stall_timeout_s=0.5, wait_idle=True, hold_code=hold_code),
+            )
+    finally:
+        channel.close()
+    assert info.value.kind == "stalled" and held in str(info.value)
+    assert (p.state().state == "Hold") is (hold_code is not None)
+    stats = p.stats()
+    assert stats["stalled"] and stats["held"] is (hold_code is not None)
+
+
+# ------------------------------------------------------------------------------ pure parts
+
+
+def test_parse_status_report() -> None:
+    s = parse_status("<Hold:0|MPos:1.000,-2.500,3.000|Bf:15,128|FS:500,8000|Ov:100,100,100>")
+    assert (s.state, s.substate, s.machine_mm) == ("Hold", 0, (1.0, -2.5, 3.0))
+    assert (s.planner_free, s.rx_free, s.feed_mm_min) == (15, 128, 500.0)
+    assert s.fields["Ov"] == "100,100,100"
+    s = parse_status("<Idle|WPos:0.000,0.000,0.000|F:0>")
+    assert s.work_mm == (0.0, 0.0, 0.0) and s.machine_mm is None and s.feed_mm_min == 0.0
+    with pytest.raises(ValueError, match="not a status report"):
+        parse_status("ok")
+    old = parse_status("<Idle,MPos:0.000,0.000,0.000,WPos:0.000,0.000,0.000>")  # GRBL 0.9
+    assert (old.state, old.substate, old.machine_mm) == ("Idle", None, None)
+
+
+def test_prepare_line() -> None:
+    assert prepare_line("N10 G1 X1.5 (cut) Y2 ; done\r\n") == "N10G1X1.5Y2"
+    assert prepare_line("G1 X1 (a) Y2\n", compact=False) == "G1 X1  Y2"
+    assert prepare_line("(only a comment)\n") == ""
+    assert prepare_line("   \n") == ""
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(2, 80), min_size=1, max_size=60), st.integers(80, 256))
+def test_budget_rule_property(lengths: list[int], rx: int) -> None:
+    """Whatever the line lengths and answer timing, un-acked bytes never exceed the buffer:
+    a scripted controller answers a random number of the oldest lines after every write."""
+    a, b = socket.socketpair()
+    lines = ["X" * (n - 1) + "\n" for n in lengths]  # n bytes on the wire with its '\n'
+    high = [0]
+
+    def controller() -> None:
+        pending: list[int] = []
+        buf = b""
+        done = 0
+        b.settimeout(0.002)
+        while done < len(lines):
+            try:
+                data: bytes | None = b.recv(65536)
+            except TimeoutError:
+                data = None  # quiet: answer the oldest line, as a controller eventually does
+            if data == b"":
+                return
+            if data:
+                buf += data
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    pending.append(len(line) + 1)
+                high[0] = max(high[0], sum(pending))
+            k = min(1 + sum(pending) % 3 if data else 1, len(pending))
+            b.sendall(b"ok\r\n" * k)
+            done += k
+            del pending[:k]
+
+    thread = threading.Thread(target=controller, daemon=True)
+    thread.start()
+    try:
+        result = stream_grbl(
+            lines,
+            FdChannel(a.fileno(), "socketpair"),
+            GrblOptions(
+                handshake="none",
+                rx_buffer_bytes=rx,
+                status_interval_s=None,
+                stall_timeout_s=5.0,
+                start_states=None,
+            ),
+        )
+    finally:
+        a.close()  # the controller thread sees the end of the stream and returns
+        thread.join(2)
+        b.close()
+    assert result.lines_acked == len(lines)
+    assert high[0] <= rx and result.max_bytes_in_flight <= rx
+
+
+def test_a_port_that_cannot_be_opened_stops_the_stream_before_the_first_line(
+    tmp_path: Path,
+) -> None:
+    from agent.feedrate.streaming.grbl import stream_to_port
+    from agent.feedrate.streaming.serial_channel import ChannelLost
+
+    missing = str(tmp_path / "ttyNONE")
+    with pytest.raises(ChannelLost, match="cannot open serial port"):
+        open_serial(missing)
+    with pytest.raises(StreamError, match="before the first line: cannot open serial port") as info:
+        stream_to_port(["G1 X1 F100\n"], missing)
+    assert info.value.kind == "disconnected" and info.value.sent == 0
+
+
+# ------------------------------------------------------------------------------ interrupted
+
+
+def has_open(pid: int, path: str) -> bool:
+    """Whether process `pid` has `path` open (its file descriptors in /proc)."""
+    fds = Path(f"/proc/{pid}/fd")
+    try:
+        return any(os.readlink(fd) == path for fd in fds.iterdir())
+    except OSError:  # the process or one of its descriptors went away meanwhile
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_a_stream_ended_by_a_signal_holds_the_machine(
+    peer: Any, tmp_path: Path, sig: signal.Signals
+) -> None:
+    """Ctrl-C or SIGTERM mid-stream: GRBL still holds up to 128 bytes of lines and 15 planner
+    blocks, which must not run out with nobody watching: the streamer sends a feed hold."""
+    p = peer("--time-scale", "1")  # real time: the machine is still moving when we interrupt
+    program = tmp_path / "circle.nc"
+    program.write_text("".join(polygon(3000)))
+    machine = MACHINES / "farouki2022.yaml"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent.cli",
+            "feedrate",
+            "stream",
+            str(program),
+            "--port",
+            p.path,
+            "--machine",
+            str(machine),
+            "--no-filter",
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Wait until the streamer has the port open (seen in /proc, not by opening the port
+        # ourselves: our probe's exclusive lock could make the streamer's own open fail), then
+        # give it a second of streaming so the machine is moving when the signal comes.
+        deadline = time.monotonic() + 60.0
+        while time.monotonic() < deadline and proc.poll() is None:
+            if has_open(proc.pid, p.path):
+                break
+            time.sleep(0.05)
+        time.sleep(1.0)
+        assert proc.poll() is None, proc.communicate()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0, err
+    assert p.settle().state == "Hold", err
+    stats = p.stats()
+    assert stats["held"]
+    assert 0 < stats["lines_received"] < 3000

@@ -1,0 +1,1 @@
+"""Tests of agent.health: verdicts, trends, regimes and identification indicators."""

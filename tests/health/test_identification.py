@@ -1,0 +1,501 @@
+"""Verdicts on the identification indicators: each joint against its own baseline,
+NE 107 like backlash, noise-aware, forecast to the limit, shown in every report form.
+
+The end-to-end test identifies the elastic 2-dof planar arm of Zollo, Lopez et al. 2014 six times
+(the fast path of tests/kinds/test_identification_cycle.py: simulate_excitation +
+analyze_identification, one torque-noise seed each) while joint_2's friction wears up; the others
+feed the history with Estimates directly."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import yaml
+from asyncua import Server, ua
+
+from agent.config.identification_limits import (
+    LIMITS_KEY,
+    IdentificationLimitSettings,
+    JointBaselineSettings,
+    limits_detail,
+)
+from agent.config.load import load_config
+from agent.config.opcua_server import HEALTH_NAMESPACE_URI
+from agent.errors import ConfigError
+from agent.health.identification.baseline import limits_from_detail
+from agent.health.identification.indicator import assess_indicator
+from agent.health.identification.joint import joint_verdict
+from agent.health.status import Ne107, Status, TrendPoint
+from agent.history.identification import assess_history
+from agent.history.records import Estimate
+from agent.history.store import HistoryStore
+from agent.kinds.identification.analysis import analyze_identification, excitation_cycle
+from agent.publish.mqtt.payloads import report_messages
+from agent.publish.opcua_server.identification import IdentificationAddressSpace
+from agent.report.history import report_from_history
+from agent.report.html.page import render_html
+from agent.report.indicators import rejudged
+from agent.report.model import report_to_dict
+from agent.report.table import summary_table
+from drivers.sim.excitation import simulate_excitation
+from drivers.sim.settings import SimJointWear, SimRobotSettings
+from tests.support.identification import PLANAR, controller, cycle_settings
+from tests.support.summary import record
+
+T0 = datetime(2026, 3, 2, 22, 0, tzinfo=UTC)
+WEEK = timedelta(days=7)
+# joint_2's true friction (Coulomb, viscous, Stribeck) per identification, against the robot
+# file: three healthy ones set the baseline, then it wears.
+FRICTION_SCALE = (1.0, 1.0, 1.0, 1.12, 1.4, 1.75)
+
+
+def identify_worn_arm() -> list[dict[str, tuple[Estimate, ...]]]:
+    cycle = excitation_cycle(controller())
+    found = []
+    for i, scale in enumerate(FRICTION_SCALE):
+        truth = SimRobotSettings(
+            robot=PLANAR, torque_noise_nm=0.2, wear={"joint_2": SimJointWear(friction_scale=scale)}
+        )
+        capture = simulate_excitation(cycle, truth, seed=11 + i, machine="cell1")
+        found.append(dict(analyze_identification(capture, cycle_settings()).estimates))
+    return found
+
+
+@pytest.fixture(scope="module")
+def identifications() -> list[dict[str, tuple[Estimate, ...]]]:
+    return identify_worn_arm()
+
+
+def record_identification(
+    store: HistoryStore,
+    when: datetime,
+    by_joint: dict[str, Any],
+    limits: IdentificationLimitSettings | None = None,
+) -> None:
+    """As the daemon records one (agent.kinds.identification.kind: the limits go along)."""
+    for joint, estimates in by_joint.items():
+        if limits is not None:
+            estimates = [
+                Estimate(
+                    e.indicator,
+                    e.value,
+                    e.unit,
+                    {**e.detail, LIMITS_KEY: limits_detail(limits, joint)},
+                )
+                for e in estimates
+            ]
+        store.record_cycle(
+            controller="cell1",
+            joint=joint,
+            kind="identification",
+            started_at=when,
+            finished_at=when + timedelta(seconds=40),
+            estimates=estimates,
+            trigger="manual",
+        )
+
+
+def estimates(**values: tuple[float, float | None]) -> tuple[Estimate, ...]:
+    units = {
+        "coulomb_friction_nm": "N·m",
+        "viscous_friction_nm_s_rad": "N·m·s/rad",
+        "stiffness_nm_rad": "N·m/rad",
+        "torque_nmse_nm": "N·m",
+    }
+    return tuple(
+        Estimate(k, v, units[k], {} if rel is None else {"rel_std_pct": rel})
+        for k, (v, rel) in values.items()
+    )
+
+
+# --- the simulated arm wears ---------------------------------------------------------------------
+
+
+def test_friction_wearing_up_turns_watch_then_alert_at_the_right_identification(
+    identifications: list[dict[str, tuple[Estimate, ...]]], tmp_path: Path
+) -> None:
+    seen: dict[str, list[tuple[str, str]]] = {"joint_1": [], "joint_2": []}
+    forecasts = []
+    with HistoryStore(tmp_path / "history.sqlite") as store:
+        for i, by_joint in enumerate(identifications):
+            record_identification(store, T0 + i * WEEK, by_joint)
+            for joint in seen:
+                v = joint_verdict(list(assess_history(store, "cell1", joint).values()))
+                assert v is not None
+                seen[joint].append((v.status.value, v.ne107.letter))
+                if joint == "joint_2":
+                    forecasts.append(v)
+        report = report_from_history(store, "cell1", created_at=T0 + 5 * WEEK)
+
+    # Three identifications set the baseline (NE 107 C until then); +12 % is no warning;
+    # +40 % is past the watch limit (+30 %): M; +75 % past the alert limit (+60 %): S.
+    assert seen["joint_2"] == [
+        ("unknown", "C"),
+        ("unknown", "C"),
+        ("ok", "N"),
+        ("ok", "N"),
+        ("watch", "M"),
+        ("alert", "S"),
+    ]
+    # The healthy joint: only the noise of six identifications, never a warning.
+    assert seen["joint_1"] == [("unknown", "C")] * 2 + [("ok", "N")] * 4
+
+    at_watch, at_alert = forecasts[4], forecasts[5]
+    fc_w = at_watch.worst
+    assert fc_w.indicator in ("coulomb_friction_nm", "viscous_friction_nm_s_rad")
+    assert fc_w.change is not None and 0.3 < fc_w.change < 0.6 and fc_w.significant
+    # At WATCH the forecast says when the alert limit comes, from the trend of the history.
+    soon = at_watch.forecast
+    assert soon is not None and soon.forecast is not None and soon.trend is not None
+    fc = soon.forecast
+    assert fc.limit_name == "alert" and fc.days > 0 and fc.days_low <= fc.days
+    assert soon.alert is not None
+    assert fc.days == pytest.approx((soon.alert - soon.trend.level_now) / soon.trend.slope_per_day)
+    assert "reaches the alert limit" in at_watch.forecast_text
+    # The line of the whole history (three flat weeks, then the wear) is shallower than the
+    # wear itself: the alert came after 7 days, the forecast said more, with an interval that
+    # starts no later than the line's time.
+    assert fc.days_low <= fc.days and (fc.days_high is None or fc.days <= fc.days_high)
+    assert at_alert.forecast is None and "no further limit" in at_alert.forecast_text
+    record(
+        "identification verdicts",
+        "planar arm joint_2 friction x1.40: WATCH (M)",
+        f"alert forecast {fc.days:.3g} d (from {fc.days_low:.3g} d); crossed after 7 d",
+    )
+
+    # Every form of the report carries the verdict.
+    doc = report_to_dict(report)
+    joints = {j["joint"]: j for j in doc["indicator_joints"]}
+    j2 = joints["joint_2"]
+    assert (j2["status"], j2["ne107"]) == ("alert", "out_of_specification")
+    assert j2["identification"]["status"] == "alert"
+    assert j2["identification"]["ne107"] == {"status": "out_of_specification", "letter": "S"}
+    by_name = {v["indicator"]: v for v in j2["identification"]["indicators"]}
+    assert by_name["coulomb_friction_nm"]["baseline"]["source"] == "median"
+    assert by_name["stiffness_nm_rad"]["status"] == "ok"  # friction wore, stiffness did not
+    assert joints["joint_1"]["identification"]["status"] == "ok"
+    assert doc["summary"]["identification"]["worst_status"] == "alert"
+    assert doc["summary"]["identification"]["ne107_counts"]["out_of_specification"] == 1
+    json.dumps(doc, allow_nan=False)
+    table = summary_table(report)
+    assert "cell1/joint_2 ident" in table and "ALERT" in table and "fc >= alert +60 %" in table
+    assert "identification: ALERT" in table
+    page = render_html(report)
+    assert page.count("<h4>Identification verdict") == 2 and "+60 %" in page
+    health = {
+        json.loads(m.payload)["joint"]: json.loads(m.payload)
+        for m in report_messages(report, "jha", "q")
+        if m.kind == "health"
+    }
+    ident = health["joint_2"]["identification"]
+    assert ident["status"] == "alert" and ident["ne107"]["letter"] == "S"
+    assert health["joint_2"]["ne107"]["letter"] == "S"
+    assert {i["name"] for i in ident["indicators"]} == {
+        "coulomb_friction_nm", "viscous_friction_nm_s_rad", "stiffness_nm_rad",
+        "torque_nmse_nm"}  # fmt: skip
+
+
+def test_the_opcua_health_server_shows_the_identification_verdict(
+    identifications: list[dict[str, tuple[Estimate, ...]]], tmp_path: Path
+) -> None:
+    with HistoryStore(tmp_path / "history.sqlite") as store:
+        for i, by_joint in enumerate(identifications[:5]):
+            record_identification(store, T0 + i * WEEK, by_joint)
+        report = report_from_history(store, "cell1", created_at=T0 + 4 * WEEK)
+
+    async def go() -> dict[str, Any]:
+        server = Server()  # its address space only: nothing listens
+        await server.init()
+        ns = await server.register_namespace(HEALTH_NAMESPACE_URI)
+        space = IdentificationAddressSpace(server, ns)
+        await space.build()
+        await space.apply(report)
+        names = (
+            "Status",
+            "Ne107Letter",
+            "Indicator",
+            "ForecastLimit",
+            "ForecastDays",
+            "coulomb_friction_nm/Baseline",
+            "coulomb_friction_nm/WatchLimit",
+            "coulomb_friction_nm/Status",
+            "stiffness_nm_rad/AlertLimit",
+        )
+        found = {
+            n: await server.get_node(
+                ua.NodeId(f"cell1/joint_2/Identification/{n}", ns)
+            ).read_value()
+            for n in names
+        }
+        found["joint"] = await server.get_node(
+            ua.NodeId("cell1/joint_2/Ne107Letter", ns)
+        ).read_value()
+        eu = await server.get_node(
+            ua.NodeId(
+                "cell1/joint_2/Identification/stiffness_nm_rad/AlertLimit/EngineeringUnits", ns
+            )
+        ).read_value()
+        found["eu"] = eu.DisplayName.Text
+        # The same joint with a backlash verdict that is normal: the controller's worst NE 107
+        # signal still carries its identification's M.
+        joint_2 = next(j for j in report.indicator_joints if j.joint == "joint_2")
+        judged = replace(joint_2, status=Status.OK, ne107=Ne107.NORMAL)
+        assert judged.identification is not None
+        await space.apply(replace(report, joints=(judged,), indicator_joints=()))
+        found["worst"] = await server.get_node(ua.NodeId("cell1/WorstNe107Status", ns)).read_value()
+        await server.stop()
+        return found
+
+    found = asyncio.run(go())
+    assert (found["Status"], found["Ne107Letter"], found["joint"]) == ("watch", "M", "M")
+    assert found["Indicator"] in ("coulomb_friction_nm", "viscous_friction_nm_s_rad")
+    assert found["ForecastLimit"] == "alert" and found["ForecastDays"] > 0
+    assert found["coulomb_friction_nm/WatchLimit"] == pytest.approx(
+        1.3 * found["coulomb_friction_nm/Baseline"]
+    )
+    assert found["coulomb_friction_nm/Status"] == "watch"
+    assert found["stiffness_nm_rad/AlertLimit"] > 0 and found["eu"] == "N·m/rad"
+    assert found["worst"] == "maintenance_required"
+
+
+# --- noise, forecasts, baselines ------------------------------------------------------------------
+
+
+def test_a_change_within_the_noise_is_not_a_warning() -> None:
+    """Tight limits (+5 % / +50 %) on estimates the WLS gives 4 % standard deviation: a
+    +6 % point crosses the watch limit inside the noise and stays OK; +20 % is a warning."""
+    rng = np.random.default_rng(7)
+    tight = IdentificationLimitSettings(coulomb_rise_watch=0.05, coulomb_rise_alert=0.5)
+    base = [2.0 * (1 + 0.04 * float(rng.standard_normal())) for _ in range(3)]
+    stamps = [(T0 + i * WEEK).isoformat() for i in range(4)]
+
+    def judged(last: float) -> Any:
+        points = [(TrendPoint(t, v), 4.0) for t, v in zip(stamps, [*base, last], strict=True)]
+        return assess_indicator("coulomb_friction_nm", points, tight)
+
+    mid = float(np.median(base))
+    noisy = judged(1.06 * mid)
+    assert noisy.status is Status.OK and noisy.ne107 is Ne107.NORMAL and not noisy.significant
+    assert "within the noise" in noisy.reason and "watch limit +5 %" in noisy.reason
+    worn = judged(1.2 * mid)
+    assert worn.status is Status.WATCH and worn.significant
+    # Pure noise around a constant friction, 40 identifications with the default limits.
+    values = 2.0 * (1 + 0.04 * rng.standard_normal(40))
+    points = [
+        (TrendPoint((T0 + i * WEEK).isoformat(), float(v)), 4.0) for i, v in enumerate(values)
+    ]
+    statuses = {
+        assess_indicator("coulomb_friction_nm", points[: n + 1]).status for n in range(3, 40)
+    }
+    assert statuses == {Status.OK}
+
+
+def test_the_forecast_says_when_the_limit_is_crossed_rising_or_falling() -> None:
+    """Against commissioning values (2 N·m, 10 kN·m/rad): friction rising 2 % a day and
+    stiffness falling 0.8 % a day, sampled weekly; after five identifications the forecast to
+    each alert limit is the time left on the line."""
+    limits = IdentificationLimitSettings(
+        baseline={"j": JointBaselineSettings(coulomb_friction_nm=2.0, stiffness_nm_rad=1.0e4)}
+    )
+    days = [0.0, 7.0, 14.0, 21.0, 28.0]
+    when = [(T0 + timedelta(days=d)).isoformat() for d in days]
+    friction = [(TrendPoint(t, 2.0 * (1 + 0.02 * d)), 1.0) for t, d in zip(when, days, strict=True)]
+    v = assess_indicator("coulomb_friction_nm", friction, limits, 2.0)
+    assert v.baseline is not None and v.baseline.source == "commissioning"
+    assert v.status is Status.WATCH and v.change == pytest.approx(0.56)  # 3.12 N·m
+    # the alert limit 1.6 x 2 = 3.2 N·m is reached on day 30: 2 days after day 28
+    assert v.forecast is not None and v.forecast.limit_name == "alert"
+    assert v.forecast.days == pytest.approx(2.0)
+    assert "reaches the alert limit 3.2 N·m in about 2 days" in v.forecast_text
+
+    stiffness = [
+        (TrendPoint(t, 1.0e4 * (1 - 0.008 * d)), 0.5) for t, d in zip(when, days, strict=True)
+    ]
+    k = assess_indicator("stiffness_nm_rad", stiffness, limits, 1.0e4)
+    assert k.status is Status.WATCH and k.change == pytest.approx(-0.224)  # 7760 N·m/rad
+    assert k.trend is not None and k.trend.slope_per_day == pytest.approx(-80.0)
+    # alert at 0.7 x 10 kN·m/rad = 7000 N·m/rad: day 37.5, 9.5 days after day 28
+    assert k.forecast is not None and k.forecast.limit_name == "alert"
+    assert k.forecast.limit == pytest.approx(7000.0) and k.forecast.days == pytest.approx(9.5)
+    assert "reaches the alert limit 7 kN·m/rad in about 9.5 days" in k.forecast_text
+    early = assess_indicator("stiffness_nm_rad", stiffness[:3], limits, 1.0e4)
+    assert early.status is Status.OK and early.forecast is not None
+    # watch at 8500 N·m/rad: day 18.75, 4.75 days after day 14
+    assert early.forecast.limit_name == "watch" and early.forecast.days == pytest.approx(4.75)
+    # Without a commissioning value the median of the first three is the baseline, and their
+    # scatter (a joint already wearing while it was set) widens the noise: +56 % is then
+    # inside 2 sd of a baseline set from 2.0, 2.28 and 2.56 N·m.
+    median_based = assess_indicator("coulomb_friction_nm", friction)
+    assert median_based.baseline is not None and median_based.baseline.value == pytest.approx(
+        2.28)  # fmt: skip
+    assert median_based.sigma is not None and median_based.sigma > 0.15
+
+
+def test_commissioning_values_the_recorded_limits_and_a_failed_identification(
+    tmp_path: Path,
+) -> None:
+    limits = IdentificationLimitSettings(
+        nmse_ratio_watch=1.5,
+        nmse_ratio_alert=3.0,
+        baseline={"joint_2": JointBaselineSettings(coulomb_friction_nm=1.0)},
+    )
+    with HistoryStore(tmp_path / "history.sqlite") as store:
+        # First identification: joint_2 judged at once against its commissioning value.
+        record_identification(store, T0, {
+            "joint_1": estimates(coulomb_friction_nm=(2.0, 1.0), torque_nmse_nm=(0.01, None)),
+            "joint_2": estimates(coulomb_friction_nm=(1.45, 1.0)),
+        }, limits)  # fmt: skip
+        found = assess_history(store, "cell1", "joint_2")  # the limits recorded with it
+        v = found["coulomb_friction_nm"]
+        assert v.baseline is not None and v.baseline.source == "commissioning"
+        assert v.status is Status.WATCH and "commissioning value" in v.reason
+        assert assess_history(store, "cell1", "joint_1")["coulomb_friction_nm"].status is (
+            Status.UNKNOWN)  # fmt: skip
+        for i in (1, 2):
+            record_identification(
+                store,
+                T0 + i * WEEK,
+                {
+                    "joint_1": estimates(
+                        coulomb_friction_nm=(2.0, 1.0), torque_nmse_nm=(0.01 * (1 + 0.01 * i), None)
+                    )
+                },
+                limits,
+            )
+        record_identification(
+            store,
+            T0 + 3 * WEEK,
+            {"joint_1": estimates(coulomb_friction_nm=(2.0, 1.0), torque_nmse_nm=(0.02, None))},
+            limits,
+        )
+        # NMSE doubled: past the config's 1.5x watch limit, under the default 2x it would not
+        nmse = assess_history(store, "cell1", "joint_1")["torque_nmse_nm"]
+        assert nmse.status is Status.WATCH and "1.5x" in nmse.reason
+        assert (
+            assess_history(
+                store,
+                "cell1",
+                "joint_1",
+                IdentificationLimitSettings(nmse_ratio_watch=2.5, nmse_ratio_alert=5.0),
+            )["torque_nmse_nm"].status
+            is Status.OK
+        )
+        # a `jha identify --record` entry carries no limits: the newest recorded ones stay
+        record_identification(
+            store, T0 + 3.5 * WEEK, {"joint_1": estimates(torque_nmse_nm=(0.021, None))}
+        )
+        assert assess_history(store, "cell1", "joint_1")["torque_nmse_nm"].status is (
+            Status.WATCH)  # fmt: skip
+        # an identification that failed after the last valid one: NE 107 F, the value kept
+        store.record_rejected(
+            controller="cell1",
+            joint="joint_1",
+            kind="identification",
+            started_at=T0 + 4 * WEEK,
+            finished_at=T0 + 4 * WEEK,
+            reason="pool worker died",
+            outcome="error",
+        )
+        failed = joint_verdict(list(assess_history(store, "cell1", "joint_1").values()))
+        assert failed is not None and failed.ne107 is Ne107.FAILURE
+        assert "identification failed: pool worker died" in failed.reason
+        report = report_from_history(store, "cell1")
+        j1 = next(j for j in report.indicator_joints if j.joint == "joint_1")
+        assert j1.signal is Ne107.FAILURE
+        again = rejudged(j1, store, IdentificationLimitSettings())
+        assert again.identification is not None and again.identification.ne107 is Ne107.FAILURE
+    assert limits_from_detail(limits_detail(limits, "joint_2"), "joint_2") == replace_baseline(
+        limits, "joint_2"
+    )
+    assert limits_from_detail({"coulomb_rise_watch": 0.9, "coulomb_rise_alert": 0.1}, "j") is None
+    assert limits_from_detail("damaged", "j") is None
+
+
+def replace_baseline(
+    limits: IdentificationLimitSettings, joint: str
+) -> IdentificationLimitSettings:
+    return replace(limits, baseline={joint: limits.baseline[joint]})
+
+
+# --- the config -----------------------------------------------------------------------------------
+
+
+def test_bad_limits_give_file_line_errors(tmp_path: Path) -> None:
+    def config(limits: dict[str, Any]) -> tuple[Path, str]:
+        doc = {
+            "agent": {"state_dir": str(tmp_path / "state")},
+            "controllers": [{
+                "name": "cell1", "driver": "sim",
+                "identification": {"robot": PLANAR, "limits": limits},
+                "joints": [{"name": "joint_1", "index": 1, "gear_ratio": 100,
+                            "backlash_cycle": {"motor_speed_rps": 1.0}}],
+            }],
+        }  # fmt: skip
+        path = tmp_path / "agent.yaml"
+        path.write_text(yaml.safe_dump(doc, sort_keys=False))
+        with pytest.raises(ConfigError) as err:
+            load_config(path)
+        return path, str(err.value)
+
+    def line_of(path: Path, fragment: str) -> int:
+        return next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if fragment in ln)
+
+    where = "controllers[0].identification.limits"
+    path, text = config(
+        {
+            "stiffness_drop_watch": 1.5,
+            "nmse_ratio_wach": 2.0,
+            "baseline": {"joint_2": {"coulomb_friction_nm": -1.0}},
+        }
+    )
+    assert (
+        f"{path}:{line_of(path, 'stiffness_drop_watch')}: {where}.stiffness_drop_watch: "
+        "expected a number > 0 and < 1, found 1.5" in text
+    )
+    assert (
+        f"{path}:{line_of(path, 'nmse_ratio_wach')}: {where}.nmse_ratio_wach: unknown key "
+        "(did you mean 'nmse_ratio_watch'?)" in text
+    )
+    assert (
+        f"{path}:{line_of(path, 'coulomb_friction_nm')}: "
+        f"{where}.baseline.joint_2.coulomb_friction_nm: expected a number > 0" in text
+    )
+    # the rules that tie fields together (checked once every field is valid)
+    path, text = config(
+        {
+            "coulomb_rise_watch": 0.7,
+            "coulomb_rise_alert": 0.6,
+            "nmse_ratio_watch": 4.0,
+            "baseline": {"joint_9": {"stiffness_nm_rad": 1.0e4}},
+        }
+    )
+    assert (
+        f"{path}:{line_of(path, 'coulomb_rise_alert')}: {where}.coulomb_rise_alert: "
+        "expected above coulomb_rise_watch (0.7), found 0.6" in text
+    )
+    assert f"{where}.nmse_ratio_alert: expected above nmse_ratio_watch (4), found 4" in text
+    assert (
+        f"{path}:{line_of(path, 'joint_9')}: {where}.baseline.joint_9: expected a joint "
+        f"of {PLANAR} (joint_1, joint_2), found 'joint_9'" in text
+    )
+
+    ok = tmp_path / "ok.yaml"
+    ok.write_text(
+        path.read_text()
+        .replace("coulomb_rise_watch: 0.7", "coulomb_rise_watch: 0.2")
+        .replace("nmse_ratio_watch: 4.0", "nmse_ratio_watch: 3.0")
+        .replace("joint_9", "joint_2")
+    )
+    ident = load_config(ok).controllers[0].identification
+    assert ident is not None and ident.limits.coulomb_rise_watch == 0.2
+    assert ident.limits.baseline["joint_2"].stiffness_nm_rad == 1.0e4
+    assert ident.limits.baseline_identifications == 3 and ident.limits.stiffness_drop_alert == 0.3
+    assert math.isclose(IdentificationLimitSettings().nmse_ratio_alert, 4.0)

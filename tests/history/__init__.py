@@ -1,0 +1,1 @@
+"""Tests of agent.history: the SQLite history, its migrations, indicator records."""

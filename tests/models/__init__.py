@@ -1,0 +1,1 @@
+"""Tests of agent.models: axis, joint and robot models."""

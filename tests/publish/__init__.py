@@ -1,0 +1,1 @@
+"""Tests of agent.publish: MQTT (payloads, outbox, publisher) and the OPC UA server."""

@@ -1,0 +1,1 @@
+"""Tests of agent.report: SVG plots, JSON and HTML reports, the terminal table."""

@@ -1,0 +1,559 @@
+"""The HTML report in a real browser: headless Chromium driven over the DevTools protocol.
+
+One page with two machines and nine joints (every status, an analysis error, a refused cycle,
+evidence plots, an indicator-only joint, a hostile joint name). Chromium loads it from a file;
+the test collects every console message, uncaught exception and log entry (a failed resource
+load is one), takes a screenshot and decodes the PNG itself (zlib + the PNG row filters), reads
+the rendered DOM, and prints to PDF with print media.
+
+The protocol runs over --remote-debugging-pipe (fd 3 in, fd 4 out, NUL-separated JSON), so no
+port is opened and nothing but the standard library is needed.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import select
+import struct
+import subprocess
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from agent.config.model import ThresholdSettings
+from agent.estimation.backlash.result import BacklashResult
+from agent.health.status import Ne107, Status, TrendPoint
+from agent.health.trend import trend
+from agent.report.evidence import EvidencePlot, EvidenceSeries
+from agent.report.html.page import render_html
+from agent.report.model import IndicatorSummary, JointReport, Report, joint_report
+from agent.report.svg import clean_text
+
+CHROMIUM = Path("/usr/bin/chromium")
+T0 = datetime(2026, 1, 5, 6, 0, tzinfo=UTC)
+LIMITS = ThresholdSettings(
+    backlash_watch_rad=1e-3,
+    backlash_alert_rad=2e-3,
+    amplitude_watch_rad_s=0.1,
+    amplitude_alert_rad_s=0.2,
+)
+HOSTILE = '<script>alert("x")</script> & </section>'
+
+
+# -- the report --------------------------------------------------------------------------------
+
+
+def result(amplitude: float, backlash: float | None, seed: int) -> BacklashResult:
+    rng = np.random.default_rng(seed)
+    t = np.linspace(0.0, 2.0, 800)
+    fitted = amplitude * np.exp(-8 * (t % 0.5)) * np.sin(2 * np.pi * 30 * t)
+    return BacklashResult(
+        amplitude_rad_s=amplitude,
+        backlash_rad=backlash,
+        rmse_rad_s=0.003,
+        residual_rms_rad_s=0.02,
+        params={"A_rad_s": amplitude, "Tf_s": 0.5},
+        evaluations=1800,
+        restarts=1,
+        converged=True,
+        stop_reason="tolfun",
+        fit_seconds=2.1,
+        seed=seed,
+        period_metadata_s=0.5,
+        period_estimated_s=0.501,
+        period_mismatch=0.002,
+        time_s=t,
+        residual_rad_s=fitted + rng.normal(0, 0.003, t.size),
+        fitted_rad_s=fitted,
+    )
+
+
+def points(values: list[float], start_day: int = 0) -> list[TrendPoint]:
+    return [
+        TrendPoint((T0 + timedelta(days=start_day + 5 * i)).isoformat(), v)
+        for i, v in enumerate(values)
+    ]
+
+
+def torque_evidence(joint: str, seed: int) -> EvidencePlot:
+    rng = np.random.default_rng(seed)
+    t = np.linspace(0.0, 10.0, 1000)
+    predicted = 40 * np.sin(2 * np.pi * 0.3 * t) + 12 * np.sign(np.cos(2 * np.pi * 0.3 * t))
+    return EvidencePlot(
+        title=f"{joint}: measured vs predicted motor torque",
+        x_label="time [s]",
+        y_label="torque [N·m]",
+        series=(
+            EvidenceSeries("measured", t, predicted + rng.normal(0, 2.0, t.size)),
+            EvidenceSeries("predicted (identified model)", t, predicted),
+        ),
+    )
+
+
+def indicator(name: str, unit: str, values: list[float]) -> IndicatorSummary:
+    pts = points(values)
+    return IndicatorSummary(name, unit, pts, trend(pts, indicator=name))
+
+
+def nine_joints() -> Report:
+    backlash = [0.6e-3, 0.7e-3, 0.75e-3, 0.85e-3]
+    joints = [
+        joint_report(
+            "robot-1",
+            "axis_1",
+            result(0.05, 0.5e-3, 1),
+            LIMITS,
+            points([0.45e-3, 0.48e-3, 0.47e-3, 0.5e-3]),
+            "/var/c/a1.npz",
+            outcome="ok",
+        ),
+        joint_report(
+            "robot-1",
+            "axis_2",
+            result(0.06, 1.2e-3, 2),
+            LIMITS,
+            points([*backlash, 1.2e-3]),
+            "/var/c/a2.npz",
+            outcome="ok",
+        ),
+        joint_report(
+            "robot-1",
+            "axis_3",
+            result(0.09, 2.4e-3, 3),
+            LIMITS,
+            points([1.5e-3, 1.9e-3, 2.1e-3, 2.4e-3]),
+            outcome="ok",
+        ),
+        joint_report(
+            "robot-1",
+            "axis_4",
+            None,
+            LIMITS,
+            points(backlash),
+            error="analysis failed: ValueError: capture holds NaN",
+            outcome="error",
+            indicator="backlash_rad",
+        ),
+        joint_report(
+            "robot-1",
+            "axis_5",
+            None,
+            LIMITS,
+            error="interlock: speed override 80 %",
+            outcome="rejected",
+            indicator="backlash_rad",
+        ),
+        joint_report(
+            "robot-1",
+            "axis_6",
+            result(0.04, 0.3e-3, 6),
+            LIMITS,
+            points([0.3e-3] * 3),
+            outcome="ok",
+            indicators=(
+                indicator("coulomb_friction_nm", "N·m", [11.0, 11.5, 12.4, 13.0]),
+                indicator("stiffness_nm_rad", "N·m/rad", [3.4e6, 3.3e6, 3.3e6, 3.1e6]),
+                indicator("torque_nmse_nm", "N·m", [0.02, 0.025, 0.03, 0.04]),
+            ),
+            evidence=(torque_evidence("axis_6", 6), torque_evidence("axis_6 (validation)", 7)),
+        ),
+        joint_report(
+            "cnc-2", "X", result(0.12, None, 8), LIMITS, points([0.08, 0.1, 0.12]), outcome="ok"
+        ),
+        joint_report(
+            "cnc-2",
+            HOSTILE,
+            result(0.03, None, 9),
+            LIMITS,
+            points([0.03]),
+            outcome="ok",
+            running=True,
+        ),
+    ]
+    # An indicator-only joint as cli_report builds it: no backlash history, no verdict.
+    others = [
+        JointReport(
+            controller="robot-1",
+            joint="axis_7",
+            status=Status.UNKNOWN,
+            verdict_reason="",
+            result=None,
+            error=None,
+            thresholds=LIMITS,
+            trend=None,
+            history=(),
+            capture_path=None,
+            indicators=(indicator("stiffness_nm_rad", "N·m/rad", [2.0e6, 1.9e6]),),
+        )
+    ]
+    return Report(
+        T0.isoformat(),
+        ("robot-1", "cnc-2"),
+        tuple(joints),
+        host="edge-7",
+        indicator_joints=tuple(others),
+    )
+
+
+# -- DevTools over a pipe ----------------------------------------------------------------------
+
+
+@dataclass
+class Browser:
+    proc: subprocess.Popen[bytes]
+    to_chrome: int
+    from_chrome: int
+    events: list[dict[str, Any]] = field(default_factory=list)
+    _buf: bytes = b""
+    _next: int = 0
+
+    def send(
+        self, method: str, params: dict[str, Any] | None = None, session: str | None = None
+    ) -> int:
+        self._next += 1
+        msg: dict[str, Any] = {"id": self._next, "method": method, "params": params or {}}
+        if session is not None:
+            msg["sessionId"] = session
+        os.write(self.to_chrome, json.dumps(msg).encode() + b"\0")
+        return self._next
+
+    def wait_for(
+        self, match: Callable[[dict[str, Any]], bool], timeout_s: float = 15.0
+    ) -> dict[str, Any]:
+        """The first message that matches; every other event is kept in self.events."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            while b"\0" in self._buf:
+                raw, self._buf = self._buf.split(b"\0", 1)
+                msg = json.loads(raw)
+                if match(msg):
+                    return msg
+                if "method" in msg:
+                    self.events.append(msg)
+            ready, _, _ = select.select(
+                [self.from_chrome], [], [], max(0.0, deadline - time.monotonic())
+            )
+            if not ready:
+                raise TimeoutError("chromium did not answer in time")
+            chunk = os.read(self.from_chrome, 1 << 20)
+            if not chunk:
+                raise EOFError("chromium closed the DevTools pipe")
+            self._buf += chunk
+
+    def call(
+        self, method: str, params: dict[str, Any] | None = None, session: str | None = None
+    ) -> dict[str, Any]:
+        ident = self.send(method, params, session)
+        answer = self.wait_for(lambda m: m.get("id") == ident)
+        if "error" in answer:
+            raise RuntimeError(f"{method}: {answer['error']}")
+        result: dict[str, Any] = answer["result"]
+        return result
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
+    assert CHROMIUM.exists(), "chromium is a system dependency (scripts/system-deps.sh)"
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    to_chrome_r, to_chrome_w = os.pipe()
+    from_chrome_r, from_chrome_w = os.pipe()
+
+    def pipes_on_3_and_4() -> None:  # runs in the child, before exec
+        a, b = os.dup(to_chrome_r), os.dup(from_chrome_w)  # out of the way of 3 and 4 first
+        os.dup2(a, 3)
+        os.dup2(b, 4)
+
+    proc = subprocess.Popen(
+        [
+            str(CHROMIUM),
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--no-first-run",
+            "--remote-debugging-pipe",
+            f"--user-data-dir={profile}",
+            "about:blank",
+        ],
+        preexec_fn=pipes_on_3_and_4,
+        close_fds=False,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    os.close(to_chrome_r)
+    os.close(from_chrome_w)
+    b = Browser(proc, to_chrome_w, from_chrome_r)
+    try:
+        yield b
+    finally:
+        try:
+            b.send("Browser.close")
+            proc.wait(timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            proc.kill()
+            proc.wait(timeout=10)
+        os.close(to_chrome_w)
+        os.close(from_chrome_r)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    png: bytes
+    pdf: bytes
+    dom: dict[str, Any]
+    print_styles: dict[str, Any]
+    problems: list[str]
+
+
+@pytest.fixture(scope="module")
+def rendered(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Rendered:
+    page = tmp_path_factory.mktemp("report") / "report.html"
+    page.write_text(render_html(nine_joints()), encoding="utf-8")
+    b = browser
+    target = b.call("Target.createTarget", {"url": "about:blank"})["targetId"]
+    sid = b.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
+    for domain in ("Runtime.enable", "Log.enable", "Page.enable"):
+        b.call(domain, session=sid)
+    b.call(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": 1280, "height": 4000, "deviceScaleFactor": 1, "mobile": False},
+        session=sid,
+    )
+    b.call("Page.navigate", {"url": page.as_uri()}, session=sid)
+    b.wait_for(lambda m: m.get("method") == "Page.loadEventFired")
+    png = base64.b64decode(
+        b.call("Page.captureScreenshot", {"format": "png", "optimizeForSpeed": True}, session=sid)[
+            "data"
+        ]
+    )
+    dom = _evaluate(
+        b,
+        sid,
+        """({
+        text: document.body.innerText,
+        joints: [...document.querySelectorAll('section.joint h3')].map(h => h.textContent),
+        summaryJoints: [...document.querySelectorAll('table.summary tbody tr td:nth-child(2)')]
+                       .map(td => td.textContent),
+        machines: [...document.querySelectorAll('section.machine h2')].map(h => h.textContent),
+        scripts: document.scripts.length,
+        plots: document.querySelectorAll('svg.plot').length,
+        brokenAnchors: [...document.querySelectorAll('a[href^="#"]')]
+                       .filter(a => !document.getElementById(a.getAttribute('href').slice(1)))
+                       .length,
+        widest: Math.max(...[...document.querySelectorAll('svg.plot')]
+                         .map(s => s.getBoundingClientRect().right)),
+        viewport: document.documentElement.clientWidth,
+    })""",
+    )
+    b.call("Emulation.setEmulatedMedia", {"media": "print"}, session=sid)
+    print_styles = _evaluate(
+        b,
+        sid,
+        """(() => {
+        const badge = getComputedStyle(document.querySelector('.badge.s-alert'));
+        const ne = getComputedStyle(document.querySelector('.badge.ne-F'));
+        const machines = [...document.querySelectorAll('section.machine')];
+        return {
+            badge: [badge.color, badge.backgroundColor, badge.borderTopStyle],
+            ne107: [ne.color, ne.backgroundColor],
+            breaks: machines.map(m => getComputedStyle(m).breakBefore),
+            figures: [...new Set([...document.querySelectorAll('figure')]
+                                 .map(f => getComputedStyle(f).breakInside))],
+        };
+    })()""",
+    )
+    pdf = base64.b64decode(
+        b.call("Page.printToPDF", {"preferCSSPageSize": True}, session=sid)["data"]
+    )
+    b.call("Target.closeTarget", {"targetId": target})
+    problems = [
+        json.dumps(e["params"])[:300]
+        for e in b.events
+        if e.get("method") in ("Runtime.exceptionThrown", "Runtime.consoleAPICalled")
+        or (
+            e.get("method") == "Log.entryAdded"
+            and e["params"]["entry"]["level"] in ("error", "warning")
+        )
+    ]
+    return Rendered(png, pdf, dom, print_styles, problems)
+
+
+def _evaluate(b: Browser, sid: str, expression: str) -> dict[str, Any]:
+    answer = b.call(
+        "Runtime.evaluate", {"expression": expression, "returnByValue": True}, session=sid
+    )
+    assert "exceptionDetails" not in answer, answer
+    value: dict[str, Any] = answer["result"]["value"]
+    return value
+
+
+# -- PNG without Pillow ------------------------------------------------------------------------
+
+
+def decode_png(data: bytes) -> np.ndarray:
+    """8-bit RGB/RGBA PNG -> (height, width, channels) array; all five row filters."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
+    pos, idat, header = 8, b"", None
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind, body = data[pos + 4 : pos + 8], data[pos + 8 : pos + 8 + length]
+        (crc,) = struct.unpack(">I", data[pos + 8 + length : pos + 12 + length])
+        assert zlib.crc32(kind + body) == crc, f"bad CRC in {kind!r}"
+        if kind == b"IHDR":
+            header = struct.unpack(">IIBBBBB", body)
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    assert header is not None
+    width, height, depth, color, _, _, interlace = header
+    assert depth == 8 and color in (2, 6) and interlace == 0, header
+    bpp = 3 if color == 2 else 4
+    raw = np.frombuffer(zlib.decompress(idat), dtype=np.uint8)
+    stride = width * bpp
+    assert raw.size == height * (stride + 1)
+    rows = raw.reshape(height, stride + 1)
+    out = np.zeros((height, stride), dtype=np.uint8)
+    prev = np.zeros(stride, dtype=np.uint8)
+    for y in range(height):
+        kind, line = rows[y, 0], rows[y, 1:]
+        if kind == 0:
+            cur = line.copy()
+        elif kind == 1:  # Sub: a running sum per channel
+            cur = (
+                (np.cumsum(line.reshape(-1, bpp).astype(np.int64), axis=0) % 256)
+                .astype(np.uint8)
+                .ravel()
+            )
+        elif kind == 2:  # Up
+            cur = line + prev
+        else:  # Average and Paeth depend on the byte just decoded: byte by byte
+            cur = np.zeros(stride, dtype=np.uint8)
+            for x in range(stride):
+                a = int(cur[x - bpp]) if x >= bpp else 0
+                b, c = int(prev[x]), int(prev[x - bpp]) if x >= bpp else 0
+                if kind == 3:
+                    pred = (a + b) // 2
+                else:
+                    p = a + b - c
+                    pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                    pred = a if pa <= pb and pa <= pc else b if pb <= pc else c
+                cur[x] = (int(line[x]) + pred) % 256
+        out[y] = cur
+        prev = cur
+    return out.reshape(height, width, bpp)
+
+
+def test_png_decoder_on_every_filter() -> None:
+    """The decoder against a PNG made here with each row filter."""
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (5, 7, 3), dtype=np.uint8)
+    rows, prev = [], np.zeros(21, dtype=np.int64)
+    for y, kind in enumerate((0, 1, 2, 3, 4)):
+        cur = img[y].ravel().astype(np.int64)
+        left = np.concatenate([np.zeros(3, np.int64), cur[:-3]])
+        upleft = np.concatenate([np.zeros(3, np.int64), prev[:-3]])
+        if kind == 0:
+            pred = np.zeros(21, np.int64)
+        elif kind == 1:
+            pred = left
+        elif kind == 2:
+            pred = prev
+        elif kind == 3:
+            pred = (left + prev) // 2
+        else:
+            p = left + prev - upleft
+            pa, pb, pc = abs(p - left), abs(p - prev), abs(p - upleft)
+            pred = np.where((pa <= pb) & (pa <= pc), left, np.where(pb <= pc, prev, upleft))
+        rows.append(bytes([kind]) + ((cur - pred) % 256).astype(np.uint8).tobytes())
+        prev = cur
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+        )
+
+    png = (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 7, 5, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(b"".join(rows)))
+        + chunk(b"IEND", b"")
+    )
+    assert np.array_equal(decode_png(png), img)
+
+
+# -- the checks --------------------------------------------------------------------------------
+
+
+def test_no_console_errors_exceptions_or_failed_loads(rendered: Rendered) -> None:
+    assert rendered.problems == []
+    assert rendered.dom["scripts"] == 0 and rendered.dom["brokenAnchors"] == 0
+
+
+def test_screenshot_decodes_and_is_not_blank(rendered: Rendered) -> None:
+    img = decode_png(rendered.png)
+    assert img.shape[:2] == (4000, 1280)
+    rgb = img[..., :3].astype(np.float64)
+    assert rgb.std() > 20.0  # a blank page has none
+    not_white = (rgb < 235).any(axis=2)
+    assert 0.02 < not_white.mean() < 0.6
+    # Badges and plot lines are in colour: some pixels are far from grey.
+    saturated = (rgb.max(axis=2) - rgb.min(axis=2)) > 80
+    assert saturated.sum() > 2000
+    # Content reaches down the page (the first 4000 px are not one short table).
+    rows_with_ink = np.flatnonzero(not_white.any(axis=1))
+    assert rows_with_ink[-1] > 3000
+
+
+def test_every_joint_is_shown_once_with_its_plots(rendered: Rendered) -> None:
+    report = nine_joints()
+    everyone = (*report.joints, *report.indicator_joints)
+    assert len(everyone) >= 8
+    dom = rendered.dom
+    by_machine = [j for m in report.machines for j in everyone if j.controller == m]
+    assert len(dom["joints"]) == len(by_machine) == len(everyone)
+    for j, heading in zip(by_machine, dom["joints"], strict=True):
+        assert heading.startswith(clean_text(j.joint))  # the text itself, not markup
+        assert clean_text(j.joint) in dom["text"]
+    assert dom["summaryJoints"] == [clean_text(j.joint) for j in everyone]
+    assert dom["machines"] == ["Machine robot-1", "Machine cnc-2"]
+    assert HOSTILE in dom["text"]  # shown as text: it did not become markup
+    # Signatures (6 results), judged trends (7 with history), other-indicator trends (3 + 1),
+    # evidence (2).
+    assert dom["plots"] == 6 + 7 + 4 + 2
+    assert dom["widest"] <= dom["viewport"]  # no plot runs off the page
+    text = dom["text"]
+    for phrase in (
+        "NE 107 F: failure",
+        "NE 107 C: check function",
+        "NE 107 S: out of specification",
+        "NE 107 M: maintenance required",
+        "NE 107 N: normal",
+        "measured vs predicted motor torque",
+        "Cycle failed: analysis failed",
+        "At this rate it reaches the alert limit",
+    ):
+        assert phrase in text, phrase
+    failed = next(j for j in report.joints if j.joint == "axis_4")
+    refused = next(j for j in report.joints if j.joint == "axis_5")
+    assert (failed.ne107, refused.ne107) == (Ne107.FAILURE, Ne107.CHECK_FUNCTION)
+
+
+def test_print_media_black_on_white_badges_and_page_per_machine(rendered: Rendered) -> None:
+    styles = rendered.print_styles
+    assert styles["badge"] == ["rgb(0, 0, 0)", "rgb(255, 255, 255)", "solid"]
+    assert styles["ne107"] == ["rgb(0, 0, 0)", "rgb(255, 255, 255)"]
+    assert styles["breaks"] == ["auto", "page"]
+    assert styles["figures"] == ["avoid"]
+    pdf = rendered.pdf
+    assert pdf.startswith(b"%PDF-") and pdf.rstrip().endswith(b"%%EOF")
+    pages = [int(n) for n in re.findall(rb"/Count (\d+)", pdf)]
+    assert pages and max(pages) >= 3  # nine joints over two machines: several pages

@@ -1,0 +1,1 @@
+"""Tests of agent.service: the daemon, its triggers, interlocks, control socket, systemd."""
