@@ -1,4 +1,4 @@
-"""Baseline for the fit-speed benchmark: plain CMA-ES over all eight parameters of paper 000.
+"""Fit-speed baseline: plain CMA-ES over all eight parameters of Giovannitti et al. 2022.
 
 X = [A, t0, tau, omega, T1, T2, Td, Tf] in one unit cube, h(t) of eq. 7 with n replicas from t0,
 cost = RMSE(r - h), pycma defaults (population 4 + 3 ln 8 = 10, sigma0 = 0.3 of each range, random

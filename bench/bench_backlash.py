@@ -1,5 +1,5 @@
-"""Paper 000 reproduced and timed: simulator speed, fit speed vs a plain CMA-ES, the noise
-experiment (Table 2), and backlash recovery through a simulation calibration.
+"""Giovannitti et al. 2022 reproduced and timed: simulator speed, fit speed vs a plain CMA-ES, the
+noise experiment (Table 2), and backlash recovery through a simulation calibration.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def bench_fit_speed(seeds: int, baseline_seeds: int) -> None:
     print(f"  speed-up of the median fit: {ratio:.1f}x   (target: median <= 1 s, aim 0.3 s)")
 
 
-# -- noise experiment (paper 000, Table 2) ---------------------------------------------------
+# -- noise experiment (Giovannitti et al. 2022, Table 2) -------------------------------------------
 
 
 def paper_amplitudes() -> list[float]:
@@ -194,7 +194,7 @@ def _noise_runs(args: tuple[float, float, int, float]) -> tuple[float, list[floa
 def bench_noise_experiment(runs: int, harsh_ratio: float) -> None:
     ratios = paper_noise_ratios()
     print(
-        f"noise experiment (paper 000 Table 2): 10 sets, {runs} runs each, "
+        f"noise experiment (Giovannitti et al. 2022, Table 2): 10 sets, {runs} runs each, "
         "random start in the first 100 samples, eq. 19 uniform noise"
     )
     for label, scale in (

@@ -15,8 +15,9 @@
    for a core sees its wall-clock figures inflated by the others' load.
    Acceptance: >= 50,000 lines/s, p99 <= 100 us per line, memory flat (RSS after 1,000,000
    lines within a few MB of RSS after 100,000; lines held back bounded by the lookahead).
-2. Circular test (ISO 230-4 style, radius 250 mm: paper 001's osculating circle) on the
-   simulated fake with the section 4.2 axes (dead-zone model on both axes), several feeds:
+2. Circular test (ISO 230-4 style, radius 250 mm: the osculating circle of Farouki & Swett
+   2022) on the simulated fake with the section 4.2 axes (dead-zone model on both axes), several
+   feeds:
    maximum and RMS radial error without and with modulation, and the cycle-time penalty.
 """
 

@@ -1,11 +1,11 @@
-"""Streaming throughput to the GRBL-protocol peer over a pty (issue 3, part 5).
+"""Streaming throughput to the GRBL-protocol peer over a pty.
 
-Same program, same peer, same run: GRBL character counting (agent.feedrate.streaming.grbl) against the
-send-one-line-and-wait-for-`ok` baseline (gnea's simple_stream.py protocol), with the peer's
-machine clock made effectively instant (--time-scale 1e6) so that the link and the protocol
-are what is measured; then DNC drip feed with XON/XOFF, paced at a 115200-baud line's byte rate
-against a machine slower than that line. The peer's own counts (receive-buffer high water,
-overflows, planner fill) are printed beside the client's figures.
+Same program, same peer, same run: GRBL character counting (agent.feedrate.streaming.grbl)
+against the send-one-line-and-wait-for-`ok` baseline (gnea's simple_stream.py protocol), with
+the peer's machine clock made effectively instant (--time-scale 1e6) so that the link and the
+protocol are what is measured; then DNC drip feed with XON/XOFF, paced at a 115200-baud line's
+byte rate against a machine slower than that line. The peer's own counts (receive-buffer high
+water, overflows, planner fill) are printed beside the client's figures.
 """
 
 from __future__ import annotations

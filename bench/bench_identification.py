@@ -1,12 +1,15 @@
-"""Papers 002 and 004 reproduced in simulation, and the identification timed.
+"""Zollo, Lopez et al. 2014 and Madsen et al. 2020 reproduced in simulation, identification timed.
 
-1. What the elastic-joint identification can see (paper 002 section 5): counts per class.
-2. Paper 002, 2-DoF planar arm: normalised mean parameter error with all parameters (paper
-   0.103) and without static friction (paper 0.00862); the paper's settings next to ours.
-3. Paper 002, SNR sweep (20, 70, 80, 100, 200 dB and no noise) as a table: the paper's
-   protocol (noise on positions, speeds and accelerations) and noise on the raw encoders.
-4. Paper 002, PUMA 560 with K = 2000 N·m/rad: normalised mean error (paper 0.123).
-5. Paper 004, UR5e: excitation with minimised condition number, IDIM-WLS with rotor-side
+1. What the elastic-joint identification can see (Zollo, Lopez et al. 2014, section 5): counts
+   per class.
+2. Zollo, Lopez et al. 2014, 2-DoF planar arm: normalised mean parameter error with all
+   parameters (paper 0.103) and without static friction (paper 0.00862); the paper's settings
+   next to ours.
+3. Zollo, Lopez et al. 2014, SNR sweep (20, 70, 80, 100, 200 dB and no noise) as a table: the
+   paper's protocol (noise on positions, speeds and accelerations) and noise on the raw encoders.
+4. Zollo, Lopez et al. 2014, PUMA 560 with K = 2000 N·m/rad: normalised mean error (paper
+   0.123).
+5. Madsen et al. 2020, UR5e: excitation with minimised condition number, IDIM-WLS with rotor-side
    compensation on a 31 s capture, torque NMSE of the calibrated and the CAD model on three
    validation trajectories (paper: 16.5 % to 28.5 % better); WLS against OLS when the torque
    noise differs across joints; the identification timed (target: under 2 s).
@@ -54,9 +57,10 @@ from agent.models.robot.friction import FrictionNonlinearity
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
 SNR_DB = (None, 200.0, 100.0, 80.0, 70.0, 20.0)
-# The paper-002 pipeline as far as the text gives it: 5th-order 20 Hz Butterworth, least
-# squares on every sample. (Its derivatives were first-order differences; ours stay central.)
-PAPER_002 = IdentificationSettings(
+# The pipeline of Zollo, Lopez et al. 2014 as far as the text gives it: 5th-order 20 Hz
+# Butterworth, least squares on every sample. (Its derivatives were first-order differences;
+# ours stay central.)
+ZOLLO_2014 = IdentificationSettings(
     method="ols", filter=FilterSettings(order=5, cutoff_hz=20.0), min_friction_speed_rad_s=0.0
 )
 OURS = IdentificationSettings()
@@ -118,8 +122,8 @@ def identifiability() -> None:
 # ------------------------------------------------------------------------------- 2, 3
 
 
-def paper002_planar(quick: bool) -> tuple[RobotDescription, ElasticRun]:
-    print("\n-- paper 002, 2-DoF planar arm (a = 0.5 m, l = 0.25 m, m = 20 / 10 kg)")
+def zollo2014_planar(quick: bool) -> tuple[RobotDescription, ElasticRun]:
+    print("\n-- Zollo, Lopez et al. 2014, 2-DoF planar arm (a = 0.5 m, l = 0.25 m, m = 20 / 10 kg)")
     r = robot("planar2")
     period = 4.0 if quick else 8.0
     ex = design_excitation(r, ExcitationSettings(period_s=period, harmonics=4, maxiter=60))
@@ -127,14 +131,15 @@ def paper002_planar(quick: bool) -> tuple[RobotDescription, ElasticRun]:
         f"  excitation: cond {ex.initial_condition_number:.1f} -> {ex.condition_number:.1f} "
         f"in {ex.seconds:.1f} s"
     )
-    nl = FrictionNonlinearity.typical(r, stribeck=0.5, ripple=0.0)  # paper 002, Fig. 3
+    # Zollo, Lopez et al. 2014, Fig. 3
+    nl = FrictionNonlinearity.typical(r, stribeck=0.5, ripple=0.0)
     run = simulate(r, ex.trajectory, 1, friction=nl, hold_s=0.45)
     caps = measure(run, r)  # 1,250,000 counts per turn, as in the paper
     print(f"  {len(run.time_s)} samples (paper: 8900)")
     print(f"  {'':34s} {'all params':>10s} {'w/o static fr.':>14s}")
-    print(errors_line("paper 002 (its Table 1)", 0.103, 0.00862))
+    print(errors_line("Zollo, Lopez et al. 2014, Table 1", 0.103, 0.00862))
     for label, s in (
-        ("paper's settings (OLS, 20 Hz, 5th)", PAPER_002),
+        ("paper's settings (OLS, 20 Hz, 5th)", ZOLLO_2014),
         ("ours (WLS, 5x bw, no slow rows)", OURS),
     ):
         res = identify(caps, r, s)
@@ -156,7 +161,7 @@ def paper002_planar(quick: bool) -> tuple[RobotDescription, ElasticRun]:
 
 
 def snr_sweep(r: RobotDescription, run: ElasticRun) -> None:
-    print("\n-- paper 002, noise (SN in dB: noise std = std(signal) * 10^(-SN/20))")
+    print("\n-- Zollo, Lopez et al. 2014, noise (SN in dB: noise std = std(signal) * 10^(-SN/20))")
     print("  SN      paper protocol: noise on q,q',q'',th,th',th''   noise on the raw encoders")
     print("          all params   w/o static fr.                     all params   w/o static fr.")
     clean = kinematics(robot_signals(measure(run, r), r), OURS.filter)
@@ -189,8 +194,8 @@ def snr_sweep(r: RobotDescription, run: ElasticRun) -> None:
 # ------------------------------------------------------------------------------- 4
 
 
-def paper002_puma(quick: bool) -> None:
-    print("\n-- paper 002, PUMA 560 with elastic joints (K = 2000 N·m/rad)")
+def zollo2014_puma(quick: bool) -> None:
+    print("\n-- Zollo, Lopez et al. 2014, PUMA 560 with elastic joints (K = 2000 N·m/rad)")
     r = robot("puma560")
     s = ExcitationSettings(
         period_s=5.0 if quick else 10.0,
@@ -203,12 +208,13 @@ def paper002_puma(quick: bool) -> None:
         f"  excitation: cond {ex.initial_condition_number:.1f} -> {ex.condition_number:.1f} "
         f"in {ex.seconds:.1f} s"
     )
-    nl = FrictionNonlinearity.typical(r, stribeck=0.5, ripple=0.0)  # paper 002, Fig. 3
+    # Zollo, Lopez et al. 2014, Fig. 3
+    nl = FrictionNonlinearity.typical(r, stribeck=0.5, ripple=0.0)
     run = simulate(r, ex.trajectory, 1, friction=nl)
     caps = measure(run, r)
     print(f"  {'':34s} {'all params':>10s} {'w/o static fr.':>14s}")
-    print(errors_line("paper 002", 0.123, float("nan")))
-    for label, st in (("paper's settings (every row)", PAPER_002), ("ours", OURS)):
+    print(errors_line("Zollo, Lopez et al. 2014", 0.123, float("nan")))
+    for label, st in (("paper's settings (every row)", ZOLLO_2014), ("ours", OURS)):
         res = identify(caps, r, st)
         e_all, per = normalised_mean_error(res, r)
         print(errors_line(label, e_all, normalised_mean_error(res, r, skip=("fc",))[0]))
@@ -232,15 +238,15 @@ def paper002_puma(quick: bool) -> None:
             normalised_mean_error(res, r, skip=("fc",))[0],
         )
     )
-    print("  (the ripple is not in paper 002's model: at 5 % of Coulomb friction it outweighs the")
-    print("  torque of the wrist's inertias, ~1e-4 N·m, and biases them)")
+    print("  (the ripple is not in the model of Zollo, Lopez et al. 2014: at 5 % of Coulomb")
+    print("  friction it outweighs the torque of the wrist's inertias, ~1e-4 N·m, and biases them)")
 
 
 # ------------------------------------------------------------------------------- 5
 
 
-def paper004_ur5e(quick: bool) -> None:
-    print("\n-- paper 004, UR5e: calibrated vs CAD model on three validation trajectories")
+def madsen2020_ur5e(quick: bool) -> None:
+    print("\n-- Madsen et al. 2020, UR5e: calibrated vs CAD model on three validation trajectories")
     cad = robot("ur5e")
     truth = er.perturbed(cad, seed=7)  # the robot as built: masses, CoM, inertias, friction off
     nl = FrictionNonlinearity.typical(truth, stribeck=0.5, ripple=0.05, load_fraction=0.02)
@@ -281,20 +287,20 @@ def paper004_ur5e(quick: bool) -> None:
                 ),
             ),
         ),
-        ("elastic model (paper 002), WLS", OURS),
+        ("elastic model (Zollo, Lopez et al. 2014), WLS", OURS),
     )
-    print(f"  {'model':36s} " + "  ".join(f"traj {k + 1}: NMSE N·m (gain)" for k in range(3)))
+    print(f"  {'model':45s} " + "  ".join(f"traj {k + 1}: NMSE N·m (gain)" for k in range(3)))
     cad_nmse = [validate(cad_model, cad, v, rigid).nmse_nm for v in vals]
-    print(f"  {'CAD (the robot file)':36s} " + "  ".join(f"{c:10.4f}{'':16s}" for c in cad_nmse))
-    print(f"  {'paper 004':36s} 16.5 % to 28.5 % better than CAD, by trajectory (its Table 5")
-    print(f"  {'':36s} with each trajectory's value is lost in the extraction)")
+    print(f"  {'CAD (the robot file)':45s} " + "  ".join(f"{c:10.4f}{'':16s}" for c in cad_nmse))
+    print(f"  {'Madsen et al. 2020':45s} 16.5 % to 28.5 % better than CAD, by trajectory")
+    print(f"  {'':45s} (its Table 5, each trajectory's value, is lost in the extraction)")
     for label, s in variants:
         res = identify(caps, cad, s)
         cells = []
         for v, c in zip(vals, cad_nmse, strict=True):
             n = validate(res.dynamic_model, cad, v, s).nmse_nm
             cells.append(f"{n:10.4f} ({100 * (1 - n / c):5.1f} %)      ")
-        print(f"  {label:36s} " + "  ".join(cells))
+        print(f"  {label:45s} " + "  ".join(cells))
     wls_vs_ols(cad, truth, run, vals)
     timing(cad, caps)
 
@@ -422,10 +428,10 @@ def identification_cycle(quick: bool) -> None:
 
 def main(quick: bool = False) -> None:
     identifiability()
-    r, run = paper002_planar(quick)
+    r, run = zollo2014_planar(quick)
     snr_sweep(r, run)
-    paper002_puma(quick)
-    paper004_ur5e(quick)
+    zollo2014_puma(quick)
+    madsen2020_ur5e(quick)
     identification_cycle(quick)
 
 

@@ -1,4 +1,4 @@
-"""Paper 003 reproduced and timed: the A-optimal design for the IRB 6660, optimal versus
+"""Prod. Eng. 2023 reproduced and timed: the A-optimal design for the IRB 6660, optimal versus
 random designs (A, D, E), the coverage of the 95 % ellipsoid, the paper's one-position
 experiment, and the dual-encoder stiffness of the simulated UR5e.
 """
@@ -32,7 +32,7 @@ from agent.models.robot.compliance_measurements import (
 from agent.models.robot.description import load_robot
 
 ROBOTS = Path(__file__).resolve().parents[1] / "config" / "robots"
-DESIGN_BUDGET_S = 10.0  # issue 5: a 5-measurement A-optimal design for the IRB 6660
+DESIGN_BUDGET_S = 10.0  # acceptance bound: a 5-measurement A-optimal design for the IRB 6660
 
 
 def irb() -> ComplianceModel:

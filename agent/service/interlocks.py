@@ -1,4 +1,4 @@
-"""Test-cycle definitions and the safety interlocks around every motion.
+"""The safety interlocks around every motion, and the guarded path every cycle runs through.
 
 Nothing moves unless every interlock of the controller's config holds right before motion; while
 the cycle runs they are watched every control period, and any surprise (a violated interlock, a

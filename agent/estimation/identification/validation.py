@@ -1,4 +1,5 @@
-"""Checks of an identified model in simulation and on held-out captures (papers 002, 004).
+"""Checks of an identified model in simulation and on held-out captures (Zollo, Lopez et al.
+2014; Madsen et al. 2020).
 
 validate() is Madsen et al. 2020's cross-validation torque NMSE; true_parameters() and
 normalised_mean_error() are Zollo, Lopez et al. 2014's figure of merit against the robot file's
