@@ -1,5 +1,5 @@
 """`make install DESTDIR=...` into a temporary root, once per test session: the staged tree
-tests/service/test_install.py, test_systemd_unit.py and test_systemd_sandbox.py read.
+tests/service/systemd/test_install.py, test_systemd_unit.py and test_systemd_sandbox.py read.
 
 The dependencies come from this checkout's .venv through a .pth file (JHA_DEPS_SITE) instead of
 being downloaded again.

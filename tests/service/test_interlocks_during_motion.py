@@ -1,85 +1,42 @@
-"""Safety around every motion: interlocks before a cycle, the watcher during it, the aborts.
+"""Safety during every motion: the watcher stops the machine on any surprise, a cycle that
+overruns or fails is aborted and stopped, cancelling stops it, and a stop that itself fails is
+bounded (G5 in docs/safety.md).
 
-The drivers here are the simulated fake controller (drivers/sim/driver.py), subclassed only to
-record what the guard asked of them (run_cycle entered, how it ended) or to play a failing link.
-Timing bounds are generous: the machine running the suite has two shared cores.
-"""
+The drivers are the simulated fake controller (drivers/sim/driver.py), subclassed only to
+record what the guard asked of them or to play a failing link. Timing bounds are generous: the
+machine running the suite has two shared cores."""
 
 from __future__ import annotations
 
 import asyncio
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from agent.capture.model import Capture
-from agent.config.model import (
-    BacklashCycleSettings,
-    ControllerSettings,
-    InterlockSettings,
-    JointSettings,
+from agent.config.model import JointSettings
+from agent.errors import CycleAborted, DriverError
+from agent.service.interlocks import CycleLimits, run_guarded_cycle
+from drivers.base import BacklashCycle, ControllerMode
+from tests.support.interlocks import (
+    RULES,
+    RecordingSim,
+    cycle_of,
+    inject_production,
+    others,
+    run,
+    sim,
 )
-from agent.errors import CycleAborted, DriverError, InterlockError
-from agent.kinds.backlash.kind import backlash_cycle
-from agent.service.interlocks import CycleLimits, interlock_violations, run_guarded_cycle
-from drivers.base import BacklashCycle, ControllerMode, ControllerStatus
-from drivers.sim.driver import SimDriver
-from drivers.sim.settings import SimJointSettings, SimSettings
 
-TOLERANCE_RAD = 0.01
-RULES = InterlockSettings(pose_tolerance_rad=TOLERANCE_RAD, require_operator_absent=True)
 # An abort must come within a few control periods (10 ms each; typically it takes under 10 ms).
 # The bound leaves room for a loaded two-core machine and stays far below the paced cycle's
 # length (SLOW_SCALE below), so a cycle that ran to its end cannot pass for an abort.
 ABORT_BOUND_S = 0.25
 # The cycle's 1.3 s of motion (0.5 s settle + 2 load turns) paced to 5.2 s of wall time.
 SLOW_SCALE = 4.0
-
-
-class RecordingSim(SimDriver):
-    """The simulated controller, recording whether run_cycle was entered and how it ended.
-
-    `status_failure` plays a broken link: "raise" makes read_status raise DriverError, "oserror"
-    raise a non-driver error (a driver bug), "hang" never answer.
-    """
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.run_cycle_calls = 0
-        self.cycle_ending: str | None = None
-        self.status_failure: str | None = None
-        self.stop_motion_times: list[float] = []
-
-    async def stop_motion(self) -> None:
-        self.stop_motion_times.append(time.monotonic())
-        await super().stop_motion()
-
-    async def read_status(self) -> ControllerStatus:
-        if self.status_failure == "raise":
-            raise DriverError("link lost")
-        if self.status_failure == "oserror":
-            raise ConnectionResetError("connection reset by peer")
-        if self.status_failure == "hang":
-            await asyncio.Event().wait()
-        return await super().read_status()
-
-    async def run_cycle(self, cycle: BacklashCycle) -> Capture:
-        self.run_cycle_calls += 1
-        try:
-            capture = await super().run_cycle(cycle)
-        except asyncio.CancelledError:
-            self.cycle_ending = "cancelled"
-            raise
-        except CycleAborted:
-            self.cycle_ending = "stopped"
-            raise
-        self.cycle_ending = "finished"
-        return capture
 
 
 class StuckSim(RecordingSim):
@@ -102,254 +59,6 @@ class FailingSim(RecordingSim):
         self.run_cycle_calls += 1
         await asyncio.sleep(0.1)
         raise DriverError("servo drive reported overcurrent")
-
-
-def sim(
-    joint: JointSettings,
-    cls: type[RecordingSim] = RecordingSim,
-    *,
-    joints: tuple[JointSettings, ...] | None = None,
-    **settings_kw: Any,
-) -> RecordingSim:
-    settings_kw.setdefault("production_runs_s", 0.0)
-    settings_kw.setdefault("stop_length_s", 3600.0)
-    settings_kw.setdefault("operator_present", False)  # the area scanner sees nobody
-    sim_settings = SimSettings(
-        joints={joint.name: SimJointSettings(backlash_rad=1e-3, pose_rad=joint.test_pose_rad)},
-        **settings_kw,
-    )
-    return cls("robot", sim_settings, (joint,) if joints is None else joints)
-
-
-def cycle_of(joint: JointSettings) -> BacklashCycle:
-    return backlash_cycle(ControllerSettings(name="robot", driver="sim", joints=(joint,)), joint)
-
-
-def run(coro: Awaitable[Any]) -> Any:
-    async def main() -> Any:
-        return await coro
-
-    return asyncio.run(main())
-
-
-def others() -> set[asyncio.Task[Any]]:
-    """Tasks still alive apart from the test's own: must be empty after every guarded cycle."""
-    return asyncio.all_tasks() - {asyncio.current_task()}
-
-
-# --- before motion: every interlock refuses the cycle, and nothing moves -------------------------
-
-
-def _production(d: RecordingSim) -> None:
-    d.inject_mode(ControllerMode.PRODUCTION)
-
-
-REFUSALS: dict[str, tuple[Callable[[RecordingSim], None], str]] = {
-    "production": (_production, "controller is in production mode, not stopped for production"),
-    "manual": (lambda d: d.inject_mode(ControllerMode.MANUAL), "controller is in manual mode"),
-    "fault": (lambda d: d.inject_mode(ControllerMode.FAULT), "controller is in fault mode"),
-    "permission": (lambda d: d.inject_permission(False), "permission signal is off"),
-    "alarm": (
-        lambda d: d.inject_alarm("E-STOP 12", "door open"),
-        "active alarm: E-STOP 12, door open",
-    ),
-    "override": (lambda d: d.inject_override(0.5), "speed override is 50 %, not 100 %"),
-    "override_above": (lambda d: d.inject_override(1.2), "speed override is 120 %, not 100 %"),
-    "pose_outside": (
-        lambda d: d.inject_pose("j1", 0.3 + 1.001 * TOLERANCE_RAD),
-        "joint j1 stands at 0.3100 rad, test pose is 0.3000 +- 0.01 rad",
-    ),
-    "pose_outside_below": (
-        lambda d: d.inject_pose("j1", 0.3 - 1.001 * TOLERANCE_RAD),
-        "joint j1 stands at 0.2900 rad",
-    ),
-    "operator_present": (lambda d: d.inject_operator(True), "an operator is present"),
-    "operator_unknown": (lambda d: d.inject_operator(None), "operator presence is unknown"),
-    "stop_over": (
-        lambda d: d.inject_stop_expected(0.0),
-        "the production stop is over (stop_expected_s ran out)",
-    ),
-    "status_error": (
-        lambda d: setattr(d, "status_failure", "raise"),
-        "cannot read controller status: link lost",
-    ),
-    "status_timeout": (
-        lambda d: setattr(d, "status_failure", "hang"),
-        "cannot read controller status: timeout",
-    ),
-}
-
-
-@pytest.mark.parametrize("case", sorted(REFUSALS))
-def test_each_interlock_refuses_the_cycle_before_any_motion(
-    case: str, make_joint: Callable[..., JointSettings]
-) -> None:
-    joint = make_joint(test_pose_rad=0.3)
-    driver = sim(joint)
-    inject, reason = REFUSALS[case]
-
-    async def scenario() -> None:
-        await driver.connect()
-        inject(driver)
-        started = time.monotonic()
-        with pytest.raises(InterlockError) as err:
-            await run_guarded_cycle(
-                driver, cycle_of(joint), RULES, joint, CycleLimits(status_timeout_s=0.2)
-            )
-        assert time.monotonic() - started < 2.0  # a hung status read is given up quickly
-        assert reason in str(err.value)
-        assert not others()
-
-    run(scenario())
-    assert driver.run_cycle_calls == 0
-    assert driver.stop_motion_calls == 0  # nothing was started, so nothing had to be stopped
-
-
-def test_a_disconnected_controller_refuses_the_cycle(
-    make_joint: Callable[..., JointSettings],
-) -> None:
-    joint = make_joint()
-    driver = sim(joint)  # never connected
-    with pytest.raises(InterlockError, match="controller is in disconnected mode"):
-        run(run_guarded_cycle(driver, cycle_of(joint), RULES, joint))
-    assert driver.run_cycle_calls == 0
-
-
-def test_a_joint_the_controller_does_not_report_is_refused(
-    make_joint: Callable[..., JointSettings],
-) -> None:
-    joint = make_joint()
-    driver = sim(joint, joints=())  # a controller that knows no joint: position unknown
-
-    async def scenario() -> None:
-        await driver.connect()
-        await run_guarded_cycle(driver, cycle_of(joint), RULES, joint)
-
-    with pytest.raises(InterlockError, match="position of joint j1 is unknown"):
-        run(scenario())
-    assert driver.run_cycle_calls == 0
-
-
-def test_every_violated_interlock_is_named(make_joint: Callable[..., JointSettings]) -> None:
-    joint = make_joint()
-    driver = sim(joint, permission=False, alarms=("overtemp",), speed_override=0.8)
-
-    async def scenario() -> None:
-        await driver.connect()
-        driver.inject_pose("j1", 1.0)
-        await run_guarded_cycle(driver, cycle_of(joint), RULES, joint)
-
-    with pytest.raises(InterlockError) as err:
-        run(scenario())
-    text = str(err.value)
-    for part in (
-        "permission signal is off",
-        "active alarm: overtemp",
-        "speed override is 80 %",
-        "joint j1 stands at 1.0000 rad",
-    ):
-        assert part in text
-    assert driver.run_cycle_calls == 0
-
-
-@pytest.mark.parametrize("offset", [0.999 * TOLERANCE_RAD, -0.999 * TOLERANCE_RAD, 0.0])
-def test_a_joint_inside_the_pose_tolerance_runs_its_cycle(
-    offset: float, make_joint: Callable[..., JointSettings]
-) -> None:
-    joint = make_joint(test_pose_rad=0.3)
-    driver = sim(joint)
-
-    async def scenario() -> Capture:
-        await driver.connect()
-        driver.inject_pose("j1", 0.3 + offset)
-        return await run_guarded_cycle(driver, cycle_of(joint), RULES, joint)
-
-    capture = run(scenario())
-    assert driver.run_cycle_calls == 1
-    assert driver.cycle_ending == "finished"
-    assert driver.stop_motion_calls == 0
-    assert len(capture) == 401  # 2 load turns of 0.4 s at 500 Hz, both ends included
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    pose=st.floats(-math.pi, math.pi),
-    offset=st.floats(-0.1, 0.1),
-    tolerance=st.floats(1e-4, 0.05),
-)
-def test_the_pose_interlock_holds_exactly_within_the_tolerance(
-    pose: float, offset: float, tolerance: float
-) -> None:
-    joint = JointSettings(
-        name="j1",
-        index=1,
-        gear_ratio=40.0,
-        test_pose_rad=pose,
-        backlash_cycle=BacklashCycleSettings(motor_speed_rps=100.0),
-    )
-    position = pose + offset
-    status = ControllerStatus(ControllerMode.STOPPED, True, {"j1": position})
-    problems = interlock_violations(status, InterlockSettings(pose_tolerance_rad=tolerance), joint)
-    outside = abs(position - pose) > tolerance
-    assert bool(problems) == outside
-    # During motion the pose changes by design: it is not an interlock then.
-    assert (
-        interlock_violations(
-            status, InterlockSettings(pose_tolerance_rad=tolerance), joint, running=True
-        )
-        == []
-    )
-
-
-DISABLED: dict[str, tuple[InterlockSettings, Callable[[RecordingSim], None]]] = {
-    "production": (InterlockSettings(require_production_stop=False), _production),
-    "permission": (
-        InterlockSettings(require_permission=False),
-        lambda d: d.inject_permission(False),
-    ),
-    "alarm": (InterlockSettings(require_no_alarm=False), lambda d: d.inject_alarm("warning 7")),
-    "override": (InterlockSettings(require_full_override=False), lambda d: d.inject_override(0.3)),
-    "pose": (InterlockSettings(pose_tolerance_rad=0.5), lambda d: d.inject_pose("j1", 0.4)),
-    "operator": (InterlockSettings(), lambda d: d.inject_operator(None)),
-}
-
-
-@pytest.mark.parametrize("rule", sorted(DISABLED))
-def test_a_disabled_rule_does_not_block(
-    rule: str, make_joint: Callable[..., JointSettings]
-) -> None:
-    rules, inject = DISABLED[rule]
-    joint = make_joint()
-    driver = sim(joint)
-
-    async def scenario() -> Capture:
-        await driver.connect()
-        inject(driver)
-        return await run_guarded_cycle(driver, cycle_of(joint), rules, joint)
-
-    capture = run(scenario())
-    assert driver.run_cycle_calls == 1
-    assert driver.cycle_ending == "finished"
-    assert len(capture) == 401
-
-
-@pytest.mark.parametrize("mode", [ControllerMode.MANUAL, ControllerMode.FAULT])
-def test_manual_and_fault_modes_block_even_without_the_production_rule(
-    mode: ControllerMode, make_joint: Callable[..., JointSettings]
-) -> None:
-    joint = make_joint()
-    driver = sim(joint)
-
-    async def scenario() -> None:
-        await driver.connect()
-        driver.inject_mode(mode)
-        await run_guarded_cycle(
-            driver, cycle_of(joint), InterlockSettings(require_production_stop=False), joint
-        )
-
-    with pytest.raises(InterlockError, match=f"controller is in {mode.value} mode"):
-        run(scenario())
-    assert driver.run_cycle_calls == 0
 
 
 # --- during motion: the watcher stops the machine on any surprise --------------------------------
@@ -378,7 +87,7 @@ SURPRISES: dict[str, tuple[Callable[[RecordingSim], None], str]] = {
     "override": (lambda d: d.inject_override(0.7), "speed override is 70 %"),
     "manual": (lambda d: d.inject_mode(ControllerMode.MANUAL), "controller is in manual mode"),
     "fault": (lambda d: d.inject_mode(ControllerMode.FAULT), "controller is in fault mode"),
-    "production": (_production, "production mode, not stopped for production"),
+    "production": (inject_production, "production mode, not stopped for production"),
     "operator": (lambda d: d.inject_operator(True), "an operator is present"),
     "stop_over": (lambda d: d.inject_stop_expected(0.0), "the production stop is over"),
     "status_error": (
@@ -578,26 +287,6 @@ def test_production_resuming_aborts_within_one_control_period(
 
     run(scenario())
     assert max(delays) <= period_s + 0.04, delays
-
-
-def test_every_joint_of_the_start_pose_is_checked(
-    make_joint: Callable[..., JointSettings],
-) -> None:
-    """A cycle that moves several joints names each one standing away from its start pose."""
-    joint = make_joint()
-    status = ControllerStatus(
-        mode=ControllerMode.STOPPED,
-        permission=True,
-        joint_positions_rad={"j1": 0.0, "j2": 0.5, "j3": -0.2},
-        operator_present=False,
-    )
-    pose = {"j1": 0.0, "j2": 0.1, "j3": -0.2, "j4": 0.0}
-    problems = interlock_violations(status, RULES, joint, start_pose_rad=pose)
-    assert problems == [
-        "joint j2 stands at 0.5000 rad, test pose is 0.1000 +- 0.01 rad",
-        "position of joint j4 is unknown",
-    ]
-    assert interlock_violations(status, RULES, joint, start_pose_rad={"j1": 0.0, "j3": -0.2}) == []
 
 
 # --- G5 (docs/safety.md): the stop itself fails -------------------------------------------------

@@ -1,12 +1,12 @@
 """The systemd unit: `systemd-analyze verify` and `security` on the installed tree, and what
 the unit says.
 
-PID 1 here is not systemd, so the unit cannot be started (tests/service/test_systemd_sandbox.py runs
-the agent under the unit's restrictions instead). verify and security run on the tree the real
-install script builds (DESTDIR), seen at its final paths: a private mount namespace binds the
-staged /opt/joint-health-agent and /etc/systemd/system over the host's, so ExecStart names an
-executable that exists and the host's own units (network-online.target, ...) resolve. Nothing
-outside the namespace changes.
+PID 1 here is not systemd, so the unit cannot be started
+(tests/service/systemd/test_systemd_sandbox.py runs the agent under the unit's restrictions
+instead). verify and security run on the tree the real install script builds (DESTDIR), seen
+at its final paths: a private mount namespace binds the staged /opt/joint-health-agent and
+/etc/systemd/system over the host's, so ExecStart names an executable that exists and the
+host's own units (network-online.target, ...) resolve. Nothing outside the namespace changes.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ NEEDS_ROOT = "the namespace and cgroup setup needs root (make test runs as root 
 @pytest.fixture(scope="module")
 def stage(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tree `make install DESTDIR=...` builds (built once per session, shared with
-    tests/service/test_install.py)."""
+    tests/service/systemd/test_install.py)."""
     assert os.geteuid() == 0, NEEDS_ROOT
     return staged_install(tmp_path_factory)[0]
 

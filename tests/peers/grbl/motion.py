@@ -1,5 +1,5 @@
 """The GRBL peer's machine: G-code parser, 15-block planner and execution clock
-(tests/peers/grbl_controller.py speaks the serial protocol around it).
+(firmware.py and serial_port.py speak the serial protocol around it).
 
 The planner mirrors GRBL's planner.c and agent.feedrate.executor's helpers; it is kept here,
 import-light, because importing the executor pulls scipy (seconds per peer start). Units: mm,

@@ -1,0 +1,327 @@
+"""The GRBL peer's firmware: the real-time commands taken out by the receive interrupt, the
+line protocol (G-code lines to the parser and planner of motion.py, '$' commands, jogs, check
+mode, alarms, injected faults), status reports and the machine's inputs (safety door, boot
+lock), over the serial port of serial_port.py. The behaviour and options are those of
+tests/peers/grbl_controller.py, the peer's entry point.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections import deque
+from typing import Any
+
+from .motion import GrblError, Machine, Parser
+from .serial_port import SerialPort
+
+BANNER = b"\r\nGrbl 1.1h ['$' for help]\r\n"
+SETTINGS = ("$11=0.010", "$12=0.002", "$110={rate:.3f}", "$120={accel:.3f}")
+_COMMENT = re.compile(rb"\([^)]*\)|;.*")
+
+
+class Grbl:
+    """What the bytes and lines from the serial port mean to GRBL, around parser and machine."""
+
+    def __init__(self, args: argparse.Namespace, master: int) -> None:
+        self.args = args
+        travel = tuple(float(v) for v in args.soft_limits.split(",")) if args.soft_limits else None
+        self.parser = Parser(travel)  # type: ignore[arg-type]
+        self.machine = Machine(
+            args.planner_blocks, args.accel, args.max_rate / 60.0, args.time_scale
+        )
+        self.pending: tuple[str, Any, int] | None = None  # what the current line waits for
+        self.alarm: str | None = None  # None, "locked" or "critical"
+        self.status_due = self.stalled = self.waiting = False
+        self.door, self.door_closed_held = args.door_open, False
+        self.check_mode = self.jogging = False
+        if args.boot_alarm:
+            self.alarm = "locked"
+        self.stats: dict[str, Any] = dict.fromkeys(
+            (
+                "lines_received",
+                "oks_sent",
+                "errors_sent",
+                "alarms_sent",
+                "rx_max_bytes",
+                "rx_overflow_bytes",
+                "planner_full_waits",
+                "status_reports",
+                "resets",
+                "xoff_sent",
+                "xon_sent",
+                "max_bytes_after_xoff",
+                "bytes_received",
+                "max_read_bytes",
+            ),
+            0,
+        )
+        self.port = SerialPort(master, args.rx_buffer, args.dnc, self.stats)
+
+    # -- receive interrupt
+    def isr(self, data: bytes) -> None:
+        self.port.count(data)
+        if not any(c in data for c in b"?!~\x18") and max(data) < 0x80:
+            self.store(data)
+            return
+        for i, c in enumerate(data):
+            if c == 0x3F:
+                self.status_due = self.alarm != "critical"
+            elif c == 0x21:
+                self.machine.hold()
+            elif c == 0x7E:
+                if not self.door:  # GRBL resumes from Door only once the door is closed
+                    self.machine.resume()
+                    self.door_closed_held = False
+            elif c == 0x18:
+                self.reset()
+            elif c < 0x80:
+                self.store(data[i : i + 1])
+
+    def store(self, data: bytes) -> None:
+        if self.alarm == "critical" or self.stalled:
+            return  # GRBL's critical-event loop reads nothing
+        self.port.store(data)
+
+    def reset(self) -> None:
+        self.stats["resets"] += 1
+        # A reset during a finished feed hold keeps the position (the machine stands still);
+        # one while the axes move loses it: ALARM:3.
+        moving = not self.machine.idle and self.machine.frozen is None
+        self.machine.clear()
+        self.machine.resume()
+        self.port.clear()
+        self.pending, self.waiting = None, False
+        self.check_mode = self.jogging = False
+        self.parser.position = list(self.machine.pos)
+        if self.door:
+            self.machine.hold()  # GRBL re-enters Door after a reset while the door is ajar
+        if moving:
+            self.port.send("ALARM:3")
+            self.alarm = "locked"
+        elif self.alarm == "critical":
+            self.alarm = "locked"
+        self.port.tx += BANNER
+        if self.alarm:
+            self.port.send("[MSG:'$H'|'$X' to unlock]")
+
+    # -- main loop
+    def answer(self, text: str) -> None:
+        if text == "ok":
+            self.stats["oks_sent"] += 1
+            if self.args.dnc:
+                return
+            if self.stats["oks_sent"] == self.args.extra_ok_at:
+                self.port.send("ok")  # the same write as the real one: one read sees both
+        else:
+            self.stats["errors_sent"] += 1
+        self.port.send(text)
+
+    def throw(self, code: int, critical: bool) -> None:
+        self.stats["alarms_sent"] += 1
+        self.machine.clear()
+        self.pending = None
+        self.port.send(f"ALARM:{code}")
+        if critical:
+            self.port.send("[MSG:Reset to continue]")
+            self.port.clear()
+        self.alarm = "critical" if critical else "locked"
+
+    def service(self) -> None:
+        while self.alarm != "critical" and not self.stalled:
+            if self.pending is not None and not self.drain():
+                return
+            line = self.port.take_line()
+            if line is None:
+                return
+            self.handle(line)
+
+    def drain(self) -> bool:
+        assert self.pending is not None
+        kind, what, line_no = self.pending
+        m = self.machine
+        if kind == "move":
+            points, feed = what
+            while points and m.free > 0:
+                m.push(points.popleft(), feed, line_no)
+            if points:
+                if not self.waiting:
+                    self.stats["planner_full_waits"] += 1
+                    self.waiting = True
+                return False
+        elif kind == "sync":
+            if not m.idle:
+                return False
+            if what:
+                self.pending = ("dwell", m.now() + what, line_no)
+                return False
+        elif kind == "dwell" and m.now() < what:
+            return False
+        self.pending, self.waiting = None, False
+        self.answer("ok")
+        return True
+
+    def handle(self, raw: bytes) -> None:
+        self.stats["lines_received"] += 1
+        k, a = self.stats["lines_received"], self.args
+        if k in (a.stall_at, a.disconnect_at):
+            self.port.flush()  # the answers to the lines before this one still go out
+            self.stalled = True
+            if k == a.disconnect_at:
+                self.port.drained()
+                raise SystemExit(0)
+            return
+        if a.alarm_at and k == a.alarm_at[0]:
+            self.throw(a.alarm_at[1], critical=True)
+            return
+        if a.error_at and k == a.error_at[0]:
+            self.answer(f"error:{a.error_at[1]}")
+            return
+        line = b"".join(_COMMENT.sub(b"", raw).split()).upper().decode("ascii", "replace")
+        if len(line) > 79:
+            self.answer("error:11")
+        elif not line:
+            self.answer("ok")
+        elif line.startswith("$J="):
+            self.jog(line[3:])
+        elif line.startswith("$"):
+            self.system(line)
+        elif self.alarm:
+            self.answer("error:9")
+        else:
+            try:
+                kind, what = self.parser.parse(line)
+            except GrblError as exc:
+                self.answer(f"error:{exc.code}")
+                return
+            if kind == "soft_limit":
+                self.throw(2, critical=True)
+            elif self.check_mode:
+                self.answer("ok")  # parsed and checked, never executed
+            elif kind == "move":
+                points, feed = what
+                self.pending = ("move", (deque(points), feed), k)
+            elif kind in ("sync", "dwell"):
+                self.pending = ("sync", what if kind == "dwell" else 0.0, k)
+            else:
+                self.answer("ok")
+
+    def jog(self, words: str) -> None:
+        """$J=...: a G1 move with its own feed, in G90/G91 and G20/G21 only, leaving the
+        parser's modal state as it was (GRBL's jog_execute)."""
+        if self.alarm or self.pending is not None or "F" not in words:
+            self.answer("error:16" if not self.alarm else "error:9")
+            return
+        p = self.parser
+        saved = (p.motion, p.plane, p.scale, p.absolute, p.inverse, p.feed)
+        try:
+            kind, what = p.parse("G1G94" + words)
+        except GrblError:
+            kind, what = "bad", None
+        finally:
+            p.motion, p.plane, p.scale, p.absolute, p.inverse, p.feed = saved
+        if kind != "move":
+            self.answer("error:16")
+            return
+        points, feed = what
+        self.jogging = True
+        self.pending = ("move", (deque(points), feed), self.stats["lines_received"])
+
+    def system(self, line: str) -> None:
+        if line == "$C":
+            if self.check_mode:
+                self.port.send("[MSG:Disabled]")
+                self.answer("ok")
+                self.reset()  # GRBL leaves check mode through a soft reset
+                return
+            if self.alarm or not self.machine.idle:
+                self.answer("error:8")
+                return
+            self.check_mode = True
+            self.port.send("[MSG:Enabled]")
+        elif line == "$X" and self.alarm != "critical":
+            self.alarm = None
+            self.port.send("[MSG:Caution: Unlocked]")
+        elif line == "$$":
+            for s in SETTINGS:
+                self.port.send(s.format(rate=self.args.max_rate, accel=self.args.accel))
+        elif line == "$I":
+            self.port.send("[VER:1.1h.20190825:]")
+            self.port.send(f"[OPT:V,{self.args.planner_blocks},{self.args.rx_buffer}]")
+        elif line != "$":
+            self.answer("error:3")
+            return
+        self.answer("ok")
+
+    def status(self, count: bool = True) -> str:
+        m = self.machine
+        busy = not (m.idle and self.pending is None and self.port.empty())
+        if self.jogging and not busy:
+            self.jogging = False
+        if self.alarm:
+            state = "Alarm"
+        elif self.door:
+            state = "Door:1"
+        elif m.frozen is not None:
+            state = "Door:0" if self.door_closed_held else "Hold:0"
+        elif self.check_mode:
+            state = "Check"
+        elif self.jogging:
+            state = "Jog"
+        else:
+            state = "Run" if busy else "Idle"
+        x, y, z = m.position()
+        feed = m.head[1].v_peak * 60.0 if m.head else 0.0
+        self.stats["status_reports"] += count
+        return (
+            f"<{state}|MPos:{x:.3f},{y:.3f},{z:.3f}|Bf:{max(m.free, 0)},"
+            f"{self.port.rx_free}|FS:{feed:.0f},0|Ov:100,100,100>"
+        )
+
+    def command(self, text: str) -> None:
+        """One line from stdin: the machine's inputs and display, outside the serial port."""
+        if text == "door open":
+            self.door, self.door_closed_held = True, False
+            self.machine.hold()
+        elif text == "door close":
+            self.door = False
+            self.door_closed_held = self.machine.frozen is not None
+        elif text == "status":
+            self.machine.advance()
+            print(self.status(count=False), flush=True)
+        elif text:
+            print(f"grbl peer: unknown command {text!r}", file=sys.stderr, flush=True)
+
+    def step(self) -> float:
+        """Advance clock and parser, write what is due; the select timeout until the next event."""
+        self.machine.advance()
+        self.service()
+        self.stats["planner_max_blocks"] = self.machine.max_blocks
+        if self.status_due:
+            self.status_due = False
+            self.port.send(self.status())
+        self.port.flush()
+        wake = [w for w in (self.machine.next_event_wall(), self._dwell_wall()) if w is not None]
+        return max(0.0, min([*wake, time.monotonic() + 0.05]) - time.monotonic())
+
+    def _dwell_wall(self) -> float | None:
+        if self.pending and self.pending[0] == "dwell":
+            m = self.machine
+            return m.wall0 + (self.pending[1] + m.offset) / m.scale
+        return None
+
+    def final_stats(self) -> dict[str, Any]:
+        return {
+            **self.stats,
+            "blocks_executed": self.machine.executed,
+            "planner_max_blocks": self.machine.max_blocks,
+            "machine_time_s": self.machine.now(),
+            "position_mm": self.machine.position(),
+            "alarm": self.alarm,
+            "stalled": self.stalled,
+            "held": self.machine.frozen is not None,
+            "door": self.door,
+            "check_mode": self.check_mode,
+        }
