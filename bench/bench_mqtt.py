@@ -26,7 +26,7 @@ from paho.mqtt.enums import CallbackAPIVersion
 from agent.config.mqtt import MqttSettings
 from agent.publish.mqtt.publisher import MqttPublisher
 from tests.peers.mosquitto_broker import MosquittoBroker, free_port, wait_until
-from tests.support.mqtt import cycle_report
+from tests.support.publish.mqtt import cycle_report
 
 
 class _Counter:

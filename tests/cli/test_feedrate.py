@@ -19,7 +19,7 @@ import pytest
 from agent.errors import EX_CONFIG, EX_DATAERR, EX_IOERR, EX_OK
 from agent.feedrate.filter.program import filter_lines, filtered_lines_with_origin
 from agent.feedrate.machine import load_machine
-from tests.support.grbl import GRBL_MACHINE, jha, zigzag
+from tests.support.drivers.grbl import GRBL_MACHINE, jha, zigzag
 from tests.support.paths import MACHINES
 
 EXAMPLE = MACHINES / "farouki2022.yaml"

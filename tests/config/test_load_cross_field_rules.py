@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.config_files import MINIMAL, problems
+from tests.support.service.config_files import MINIMAL, problems
 
 # --- cross-field rules -----------------------------------------------------------------------
 

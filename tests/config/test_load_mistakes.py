@@ -10,7 +10,7 @@ import pytest
 from agent.config.load import load_config
 from agent.errors import EX_CONFIG, ConfigError
 from agent.schema.yaml_lines import issues_of
-from tests.support.config_files import MINIMAL, problems, write
+from tests.support.service.config_files import MINIMAL, problems, write
 
 # --- YAML-level mistakes ---------------------------------------------------------------------
 

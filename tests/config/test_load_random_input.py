@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from agent.config.load import load_config
 from agent.errors import ConfigError
 from agent.schema.yaml_lines import issues_of
-from tests.support.config_files import VALID_CONFIG
+from tests.support.service.config_files import VALID_CONFIG
 
 # --- properties ------------------------------------------------------------------------------
 

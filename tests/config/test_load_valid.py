@@ -8,7 +8,7 @@ from pathlib import Path
 from agent.config.load import config_issues, load_config
 from agent.config.model import PAPER_SWEEP_BACKLASH_RAD, CalibrationPoint, Config
 from drivers.sim.settings import SimJointSettings, SimSettings
-from tests.support.config_files import MINIMAL, VALID_CONFIG, write
+from tests.support.service.config_files import MINIMAL, VALID_CONFIG, write
 
 # --- valid files -----------------------------------------------------------------------------
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from agent.publish.mqtt.publisher import OUTBOX_FILE
 from tests.peers.mosquitto_broker import MosquittoBroker
-from tests.support.faults import audit, config, start, terminate, wait_for
-from tests.support.mqtt import Subscriber
+from tests.support.publish.mqtt import Subscriber
+from tests.support.service.faults import audit, config, start, terminate, wait_for
 from tests.support.summary import fault, record
 
 # One joint, a 0.5 s cycle in each 0.9 s stop, one stop every 1.2 s: a report about every 1.2 s

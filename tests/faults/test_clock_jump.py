@@ -19,7 +19,15 @@ from pathlib import Path
 
 from agent.history.records import CLOCK_STEP_S, Estimate
 from agent.history.store import HistoryStore
-from tests.support.faults import audit, config, cycle_count, lost, start, terminate, wait_for
+from tests.support.service.faults import (
+    audit,
+    config,
+    cycle_count,
+    lost,
+    start,
+    terminate,
+    wait_for,
+)
 from tests.support.summary import fault, record
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")

@@ -15,7 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.faults import Audit, audit, config, cycle_count, lost, start, terminate, wait_for
+from tests.support.service.faults import (
+    Audit,
+    audit,
+    config,
+    cycle_count,
+    lost,
+    start,
+    terminate,
+    wait_for,
+)
 from tests.support.summary import fault, record
 
 # Stops 1.5 s long every 2.5 s: two 0.5 s cycles fit each.

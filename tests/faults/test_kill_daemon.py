@@ -11,7 +11,16 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.support.faults import audit, config, cycle_count, kill9, lost, start, terminate, wait_for
+from tests.support.service.faults import (
+    audit,
+    config,
+    cycle_count,
+    kill9,
+    lost,
+    start,
+    terminate,
+    wait_for,
+)
 from tests.support.summary import fault, record
 
 ROUNDS = 8

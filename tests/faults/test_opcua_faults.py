@@ -26,7 +26,7 @@ from agent.errors import CycleAborted
 from agent.kinds.backlash.kind import backlash_cycle
 from tests.peers.opcua.harness import PeerProcess, Plant, config_text
 from tests.peers.opcua.physics import Samples, cycle_samples
-from tests.support.opcua import BACKLASH_RAD, SEED, controller, driver_for, guarded, run
+from tests.support.drivers.opcua import BACKLASH_RAD, SEED, controller, driver_for, guarded, run
 from tests.support.summary import fault
 
 AFTER = 2  # chunks before the fault: it acts on the third

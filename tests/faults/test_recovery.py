@@ -19,7 +19,7 @@ from agent.history.store import HistoryStore
 from agent.kinds.backlash.kind import backlash_cycle
 from agent.service.recovery import QUARANTINE_DIR
 from drivers.sim.backlash import simulate_backlash_capture
-from tests.support.faults import CYCLE, audit, config, start, terminate, wait_for
+from tests.support.service.faults import CYCLE, audit, config, start, terminate, wait_for
 from tests.support.summary import fault, record
 
 # No production stop during the test: the daemon's only work is the recovery.

@@ -20,7 +20,7 @@ import pytest
 
 from agent.capture.model import Capture
 from agent.errors import CycleAborted
-from tests.support.serial_board import Bench, connected, run, sim_capture
+from tests.support.drivers.serial_board import Bench, connected, run, sim_capture
 from tests.support.summary import fault
 
 # Twice real time: the fault lands at frame 100 or later of 401, 0.35 s into the cycle with

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.grbl import Peer, grbl_peers
+from tests.support.drivers.grbl import Peer, grbl_peers
 
 
 @pytest.fixture

@@ -35,8 +35,8 @@ from agent.feedrate.machine import (
     load_machine,
 )
 from agent.feedrate.profile import symmetric_feedrate
+from tests.support.feedrate.toolpath import check_output, machine, parse_program
 from tests.support.paths import MACHINES
-from tests.support.toolpath import check_output, machine, parse_program
 
 EXAMPLE = MACHINES / "farouki2022.yaml"
 

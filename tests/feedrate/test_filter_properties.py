@@ -7,7 +7,7 @@ every input block end and ends where the input ends, every line is valid for the
 feed is positive, the output takes the input's time plus what the filter says it added, and
 every line the filter did not replace is written byte for byte, in order.
 
-The path model and the output checks are in tests/support/toolpath.py.
+The path model and the output checks are in tests/support/feedrate/toolpath.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from agent.feedrate.machine import (
     MachineSettings,
     ModulationSettings,
 )
-from tests.support.toolpath import (
+from tests.support.feedrate.toolpath import (
     AXIS,
     check_output,
     machine,

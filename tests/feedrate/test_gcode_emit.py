@@ -25,7 +25,7 @@ from agent.feedrate.gcode.dialect import (
 from agent.feedrate.gcode.emit import GcodeEmitter, insert_motion_word
 from agent.feedrate.gcode.lex import GcodeError, checksum, lex_line, strip_number_and_checksum
 from agent.feedrate.gcode.parser import encode_line, parse_lines, read_lines
-from tests.support.gcode import parse
+from tests.support.feedrate.gcode import parse
 
 # -- text and bytes preserved ---------------------------------------------------------------------
 

@@ -23,7 +23,7 @@ from agent.feedrate.gcode.lex import GcodeError, checksum, lex_line
 from agent.feedrate.gcode.parser import ModalState, parse_lines
 from agent.feedrate.geometry.primitives import Plane
 from agent.feedrate.geometry.turning_points import TurningPointTracker
-from tests.support.gcode import close, parse
+from tests.support.feedrate.gcode import close, parse
 
 
 def moves(text: str) -> list[Block]:

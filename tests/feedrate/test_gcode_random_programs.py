@@ -16,7 +16,7 @@ from agent.feedrate.gcode.emit import GcodeEmitter, canonical_lines
 from agent.feedrate.gcode.lex import checksum
 from agent.feedrate.gcode.parser import parse_lines
 from agent.feedrate.geometry.primitives import Plane
-from tests.support.gcode import close, parse
+from tests.support.feedrate.gcode import close, parse
 
 # -- random programs ------------------------------------------------------------------------------
 

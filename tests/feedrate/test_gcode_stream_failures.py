@@ -29,7 +29,7 @@ from agent.feedrate.streaming.grbl import GrblOptions, stream_grbl
 from agent.feedrate.streaming.grbl_protocol import prepare_line
 from agent.feedrate.streaming.serial_channel import FdChannel, open_serial
 from agent.feedrate.streaming.session import StreamError
-from tests.support.grbl import failure, polygon, stream
+from tests.support.drivers.grbl import failure, polygon, stream
 from tests.support.paths import MACHINES
 
 # ------------------------------------------------------------------------------ failures

@@ -24,7 +24,7 @@ from agent.feedrate.streaming.grbl import GrblOptions, stream_grbl
 from agent.feedrate.streaming.grbl_protocol import parse_status, prepare_line
 from agent.feedrate.streaming.serial_channel import FdChannel, open_serial
 from agent.feedrate.streaming.session import StreamProgress
-from tests.support.grbl import polygon, stream
+from tests.support.drivers.grbl import polygon, stream
 
 # ------------------------------------------------------------------------------ the acceptance
 

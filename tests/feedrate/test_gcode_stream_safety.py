@@ -24,7 +24,7 @@ from agent.feedrate.streaming.dnc import DncOptions, stream_dnc
 from agent.feedrate.streaming.grbl import GrblOptions
 from agent.feedrate.streaming.serial_channel import open_serial
 from agent.feedrate.streaming.session import EX_TEMPFAIL, StreamControl, StreamResult
-from tests.support.grbl import GRBL_MACHINE, Peer, failure, jha, polygon, stream, zigzag
+from tests.support.drivers.grbl import GRBL_MACHINE, Peer, failure, jha, polygon, stream, zigzag
 from tests.support.paths import MACHINES
 
 MACHINE = MACHINES / "farouki2022.yaml"

@@ -30,8 +30,8 @@ from agent.history.records import Estimate
 from agent.history.store import HistoryStore
 from agent.report.history import report_from_history
 from agent.report.indicators import rejudged
-from tests.support.identification import PLANAR
-from tests.support.identification_history import T0, WEEK, record_identification
+from tests.support.identification.captures import PLANAR
+from tests.support.identification.history import T0, WEEK, record_identification
 
 
 def estimates(**values: tuple[float, float | None]) -> tuple[Estimate, ...]:

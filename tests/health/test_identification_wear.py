@@ -32,8 +32,8 @@ from agent.report.model import report_to_dict
 from agent.report.table import summary_table
 from drivers.sim.excitation import simulate_excitation
 from drivers.sim.settings import SimJointWear, SimRobotSettings
-from tests.support.identification import PLANAR, controller, cycle_settings
-from tests.support.identification_history import T0, WEEK, record_identification
+from tests.support.identification.captures import PLANAR, controller, cycle_settings
+from tests.support.identification.history import T0, WEEK, record_identification
 from tests.support.summary import record
 
 # joint_2's true friction (Coulomb, viscous, Stribeck) per identification, against the robot

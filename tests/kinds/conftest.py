@@ -10,7 +10,7 @@ import pytest
 from agent.kinds.identification.analysis import excitation_cycle
 from drivers.base import ExcitationCycle
 from drivers.sim.settings import SimJointWear
-from tests.support.identification import controller, run_identification_cycle, sim_driver
+from tests.support.identification.captures import controller, run_identification_cycle, sim_driver
 
 
 @pytest.fixture(scope="package")

@@ -27,7 +27,7 @@ from agent.kinds.identification.analysis import (
 )
 from agent.models.robot.description import load_robot
 from agent.report.evidence import EvidencePlot
-from tests.support.identification import (
+from tests.support.identification.captures import (
     PLANAR,
     cycle_settings,
 )

@@ -43,7 +43,7 @@ from drivers.base import (
 )
 from drivers.sim.driver import SimDriver
 from drivers.sim.settings import SimJointWear, SimRobotSettings, SimSettings
-from tests.support.identification import (
+from tests.support.identification.captures import (
     PLANAR,
     controller,
     cycle_settings,

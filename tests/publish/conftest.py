@@ -1,5 +1,5 @@
 """A mosquitto broker per test (tests/peers/mosquitto_broker.py), stopped after it; and one
-secure OPC UA health server (tests/support/opcua_server.py) that the test_opcua_server_*.py
+secure OPC UA health server (tests/support/publish/opcua_server.py) that the test_opcua_server_*.py
 modules share: its first start builds asyncua's standard address space, seconds of CPU, so it
 is started once for the package (test_mqtt_security.py has a `pki` of its own)."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from agent.publish.opcua_server.server import OpcUaHealthServer
 from tests.peers.mosquitto_broker import MosquittoBroker
-from tests.support.opcua_server import (
+from tests.support.publish.opcua_server import (
     Pki,
     Started,
     make_pki,

@@ -29,8 +29,8 @@ from tests.peers.mosquitto_broker import (
     refused_port,
     wait_until,
 )
-from tests.support.mqtt import T0, Subscriber, cycle_report, settings_for
 from tests.support.paths import ROOT
+from tests.support.publish.mqtt import T0, Subscriber, cycle_report, settings_for
 from tests.support.summary import fault, record
 
 
@@ -229,7 +229,7 @@ _CHILD = textwrap.dedent("""
     from pathlib import Path
     from agent.publish.mqtt.publisher import MqttPublisher
     from agent.config.mqtt import MqttSettings
-    from tests.support.mqtt import cycle_report
+    from tests.support.publish.mqtt import cycle_report
 
     async def main():
         port, state, n = int(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])

@@ -19,7 +19,7 @@ from tests.peers.mosquitto_broker import (
     issue_server_cert,
     make_ca,
 )
-from tests.support.mqtt import cycle_report, settings_for
+from tests.support.publish.mqtt import cycle_report, settings_for
 
 PASSWORD = "pw-7Hq2-Zx91-secret"
 WRONG_PASSWORD = "pw-WRONG-4kT8-secret"

@@ -18,7 +18,7 @@ from agent.publish.opcua_server.joint_health import health_of
 from agent.publish.opcua_server.server import OpcUaHealthServer
 from agent.publish.opcua_server.units import unece_unit_id, unit_of
 from agent.report.model import Report, joint_report
-from tests.support.opcua_server import (
+from tests.support.publish.opcua_server import (
     JOINT_VARS,
     LIMITS,
     T0,

@@ -20,7 +20,7 @@ from agent.errors import AgentError
 from agent.publish.factory import publishers_for
 from agent.publish.opcua_server.server import OpcUaHealthServer
 from agent.service.daemon import Agent
-from tests.support.opcua_server import (
+from tests.support.publish.opcua_server import (
     MINIMAL,
     Pki,
     Started,

@@ -21,7 +21,7 @@ from agent.config.opcua_server import HEALTH_NAMESPACE_URI, OpcUaServerSettings
 from agent.errors import ConfigError
 from agent.publish.opcua_server.server import OpcUaHealthServer
 from agent.publish.opcua_server.users import hash_line, load_users
-from tests.support.opcua_server import (
+from tests.support.publish.opcua_server import (
     CLIENT_URI,
     MINIMAL,
     PASSWORD,

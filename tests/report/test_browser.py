@@ -33,7 +33,7 @@ from agent.report.evidence import EvidencePlot, EvidenceSeries
 from agent.report.html.page import render_html
 from agent.report.model import IndicatorSummary, JointReport, Report, joint_report
 from agent.report.svg import clean_text
-from tests.support.chromium import CHROMIUM, Browser, decode_png
+from tests.support.report.chromium import CHROMIUM, Browser, decode_png
 
 T0 = datetime(2026, 1, 5, 6, 0, tzinfo=UTC)
 LIMITS = ThresholdSettings(

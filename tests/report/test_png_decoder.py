@@ -1,5 +1,5 @@
-"""The PNG decoder the browser test reads Chromium's screenshots with (tests/support/chromium.py),
-against a PNG made here with each of the five row filters."""
+"""The PNG decoder the browser test reads Chromium's screenshots with
+(tests/support/report/chromium.py), against a PNG made here with each of the five row filters."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 
-from tests.support.chromium import decode_png
+from tests.support.report.chromium import decode_png
 
 
 def test_png_decoder_on_every_filter() -> None:

@@ -18,7 +18,7 @@ from agent.report.html.plots import trend_svg
 from agent.report.model import Report, joint_report, report_to_dict
 from agent.report.svg import SVG_NS, clean_text
 from agent.report.table import summary_table
-from tests.support.report_samples import HOSTILE, LIMITS, points, result, sample_report
+from tests.support.report.samples import HOSTILE, LIMITS, points, result, sample_report
 
 
 def test_html_is_self_contained_well_formed_and_escaped() -> None:

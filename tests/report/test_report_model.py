@@ -17,7 +17,7 @@ from agent.history.store import HistoryStore
 from agent.report.html.page import render_html
 from agent.report.model import REPORT_SCHEMA, JointReport, Report, joint_report, report_to_dict
 from agent.report.write import report_dir, write_report
-from tests.support.report_samples import LIMITS, T0, result, sample_report
+from tests.support.report.samples import LIMITS, T0, result, sample_report
 
 # -- report ------------------------------------------------------------------------------------
 

@@ -39,8 +39,8 @@ from agent.service.identification import (
 from agent.service.queue import CycleQueue
 from drivers.base import ControllerMode
 from drivers.sim.driver import SimDriver
-from tests.support.daemon import cycles, serve, until
 from tests.support.paths import ROOT
+from tests.support.service.daemon import cycles, serve, until
 from tests.support.summary import fault
 
 PLANAR = ROOT / "config" / "robots" / "planar2.yaml"

@@ -2,7 +2,7 @@
 rules do not block; the pose tolerance and the start pose of every joint are checked.
 
 The driver is the simulated fake controller, subclassed only to record what the guard asked of
-it (tests/support/interlocks.py)."""
+it (tests/support/service/interlocks.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from agent.config.model import BacklashCycleSettings, InterlockSettings, JointSe
 from agent.errors import InterlockError
 from agent.service.interlocks import CycleLimits, interlock_violations, run_guarded_cycle
 from drivers.base import ControllerMode, ControllerStatus
-from tests.support.interlocks import (
+from tests.support.service.interlocks import (
     RULES,
     TOLERANCE_RAD,
     RecordingSim,

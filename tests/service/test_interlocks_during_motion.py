@@ -21,7 +21,7 @@ from agent.config.model import JointSettings
 from agent.errors import CycleAborted, DriverError
 from agent.service.interlocks import CycleLimits, run_guarded_cycle
 from drivers.base import BacklashCycle, ControllerMode
-from tests.support.interlocks import (
+from tests.support.service.interlocks import (
     RULES,
     RecordingSim,
     cycle_of,

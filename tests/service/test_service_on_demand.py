@@ -20,8 +20,8 @@ from agent.service.control_socket import peer_allowed, request
 from agent.service.daemon import Agent
 from drivers.base import ControllerMode
 from drivers.sim.driver import SimDriver
-from tests.support.agent_config import controller, write
-from tests.support.daemon import cycles, serve, until
+from tests.support.service.agent_config import controller, write
+from tests.support.service.daemon import cycles, serve, until
 from tests.support.summary import record, security
 
 # --- on demand, over the control socket ------------------------------------------------------

@@ -12,8 +12,8 @@ from agent.config.load import load_config
 from agent.service.daemon import Agent
 from drivers.base import ControllerMode
 from drivers.sim.driver import SimDriver
-from tests.support.agent_config import controller, write
-from tests.support.daemon import cycles, serve, until
+from tests.support.service.agent_config import controller, write
+from tests.support.service.daemon import cycles, serve, until
 
 # --- triggers and the queue ------------------------------------------------------------------
 

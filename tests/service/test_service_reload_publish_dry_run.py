@@ -21,8 +21,8 @@ from agent.report.model import Report
 from agent.service.daemon import Agent
 from drivers.base import Capability
 from drivers.sim.driver import SimDriver
-from tests.support.agent_config import controller, write
-from tests.support.daemon import cycles, serve, until
+from tests.support.service.agent_config import controller, write
+from tests.support.service.daemon import cycles, serve, until
 
 # --- reload ---------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from agent.feedrate.streaming.serial_channel import open_serial
 from drivers.base import BacklashCycle, Capability, ControllerMode, load_driver_class
 from drivers.grbl.driver import GrblDriver, controller_status, overrides_percent
 from drivers.grbl.settings import GrblSettings
-from tests.support.grbl import GRBL_MACHINE, jha, zigzag
+from tests.support.drivers.grbl import GRBL_MACHINE, jha, zigzag
 from tests.support.paths import ROOT
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.peers.opcua.harness import PeerProcess, config_text
-from tests.support.opcua import start_peer
+from tests.support.drivers.opcua import start_peer
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from tests.peers.opcua.harness import (
     NODES,
     config_text,
 )
-from tests.support.opcua import (
+from tests.support.drivers.opcua import (
     controller,
 )
 

@@ -40,7 +40,7 @@ from tests.peers.opcua.harness import (
     Plant,
     config_text,
 )
-from tests.support.opcua import (
+from tests.support.drivers.opcua import (
     controller,
     driver_for,
     guarded,

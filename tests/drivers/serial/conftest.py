@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.serial_board import Bench
+from tests.support.drivers.serial_board import Bench
 
 
 @pytest.fixture

@@ -23,7 +23,7 @@ from agent.errors import ConfigError, CycleAborted, DriverError
 from agent.estimation.backlash.fit import fit_backlash
 from drivers.base import Capability, ControllerMode, load_driver_class
 from drivers.serial.driver import SerialEncoderDriver
-from tests.support.serial_board import (
+from tests.support.drivers.serial_board import (
     Bench,
     connected,
     run,

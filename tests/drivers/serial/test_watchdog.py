@@ -15,14 +15,14 @@ import pytest
 from agent.config.load import load_config
 from agent.errors import ConfigError, CycleAborted, DriverError
 from drivers.serial.settings import SerialSettings
-from tests.support.paths import ROOT
-from tests.support.serial_board import (
+from tests.support.drivers.serial_board import (
     Bench,
     Peer,
     connected,
     run,
     until,
 )
+from tests.support.paths import ROOT
 from tests.support.summary import record
 
 

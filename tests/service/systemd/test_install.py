@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.install import DEPS_SITE, run_install, staged_install
 from tests.support.paths import ROOT
+from tests.support.service.install import DEPS_SITE, run_install, staged_install
 from tests.support.summary import record
 
 PREFIX = "opt/joint-health-agent"

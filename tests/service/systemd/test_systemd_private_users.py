@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from tests.support.systemd_sandbox import NEEDS_ROOT, SERVICE_UID
+from tests.support.service.systemd_sandbox import NEEDS_ROOT, SERVICE_UID
 
 PEER_SERVER = r"""
 import os, socket, struct, sys

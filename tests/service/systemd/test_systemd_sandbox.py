@@ -27,14 +27,11 @@ from typing import Any
 
 import pytest
 
-from tests.support.install import staged_install
-from tests.support.summary import record, security
-from tests.support.systemd_sandbox import (
+from tests.support.service.systemd_sandbox import (
     DIALOUT_GID,
     FAMILIES,
     LAUNCHER,
     NAMESPACE_FLAGS,
-    NEEDS_ROOT,
     PROBE,
     SANDBOX_CONFIG,
     SANDBOX_SH,
@@ -42,14 +39,7 @@ from tests.support.systemd_sandbox import (
     allowed_syscalls,
     device_rules,
 )
-
-
-@pytest.fixture(scope="module")
-def stage(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tree `make install DESTDIR=...` builds (built once per session, shared with
-    tests/service/systemd/test_install.py)."""
-    assert os.geteuid() == 0, NEEDS_ROOT
-    return staged_install(tmp_path_factory)[0]
+from tests.support.summary import record, security
 
 
 @pytest.fixture(scope="module")

@@ -11,15 +11,11 @@ host's own units (network-online.target, ...) resolve. Nothing outside the names
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from tests.support.install import staged_install
 from tests.support.paths import ROOT
 from tests.support.summary import record, security
 
@@ -27,15 +23,6 @@ UNIT_FILE = ROOT / "systemd/joint-health-agent.service"
 UNIT = "joint-health-agent.service"
 PREFIX = "/opt/joint-health-agent"
 EXPOSURE_MAX = 2.0
-NEEDS_ROOT = "the namespace and cgroup setup needs root (make test runs as root here)"
-
-
-@pytest.fixture(scope="module")
-def stage(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tree `make install DESTDIR=...` builds (built once per session, shared with
-    tests/service/systemd/test_install.py)."""
-    assert os.geteuid() == 0, NEEDS_ROOT
-    return staged_install(tmp_path_factory)[0]
 
 
 def host_view(

@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from agent.capture.files import load_capture
+from tests.support.paths import ROOT
 
 # 200 motor rev/s through 40:1 is 0.2 s per load turn: 0.1 s settle + 2 turns = 0.5 s a cycle
 # with time_scale 1, so a kill in the first seconds lands in cycles, saves and report writes.
@@ -77,7 +78,7 @@ def start(
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            cwd=Path(__file__).resolve().parents[2],
+            cwd=ROOT,
             env=None if env is None else {**os.environ, **env},
         )
     finally:
