@@ -14,6 +14,7 @@ override, operator presence) runs on that same loop and is blind while it hangs.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import socket
 import threading
@@ -156,7 +157,13 @@ class CycleOps:
             self.ctrl = ctrl
             if not ctrl.setWatchdog(p["watchdog_hz"]):
                 raise Fault("the control script did not accept the RTDE watchdog", FaultKind.ABORT)
-            rows = body(ctrl, p)
+            # No cyclic-GC pause while the arm moves and the pollers must run every period: the
+            # rows are freed by reference counting, the collector runs once the motion is over.
+            gc.disable()
+            try:
+                rows = body(ctrl, p)
+            finally:
+                gc.enable()
             return {
                 "rows": rows,
                 "version": ".".join(map(str, self.version)),

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import math
 import os
 import queue
@@ -144,6 +145,9 @@ class Worker(ExcitationOps):
         import dashboard_client
         import rtde_receive
 
+        # Loaded now rather than at the first motion: loading a C++ extension holds the GIL for
+        # tens of ms on a slow machine, long enough for the pollers to lose a package.
+        importlib.import_module("rtde_control")
         self.host, self.frequency_hz, self.rt_priority = host, frequency_hz, rt_priority
         if rt_priority > 0:
             # Every thread of the worker real-time (threads started later inherit it): a thread

@@ -43,6 +43,10 @@ def free_host() -> str:
     raise RuntimeError("no free 127.0.0.N with the UR ports free")
 
 
+# Controller seconds the emulator runs before start() returns.
+_WARM_UP_S = 0.5
+
+
 class UrEmulator:
     """One emulator process; a context manager that kills it on exit."""
 
@@ -82,6 +86,10 @@ class UrEmulator:
         port = int(line.split()[1])
         self._sock = socket.create_connection((self.host, port), timeout=5.0)
         self._reader = self._sock.makefile("rb")
+        # A real controller has been running long before an agent connects: hand the emulator
+        # over once its cycle runs steadily, not while its process is still starting up.
+        while time.monotonic() < deadline and self.state()["timestamp"] < _WARM_UP_S:
+            time.sleep(0.02)
         return self
 
     def call(self, op: str, **kw: Any) -> Any:
