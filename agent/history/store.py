@@ -2,6 +2,9 @@
 
 The schema, its pragmas and its migrations are in agent.history.schema; what a row holds
 (cycles, estimates, reports, outcomes and triggers) in agent.history.records.
+
+Slightly over 400 lines on purpose: HistoryStore is one class over one SQLite file; its record
+types and schema are already records.py and schema.py.
 """
 
 from __future__ import annotations

@@ -42,6 +42,9 @@ Speed: straight feed moves in plain form take agent.feedrate.filter.fast's fast 
 parser; the common line costs ~10 us here, a window ~0.1 ms plus ~50 us per replaced block
 (bench/bench_feedrate.py). Held lines: agent.feedrate.filter.held; whole programs:
 agent.feedrate.filter.program.
+
+One module over 400 lines on purpose: FeedrateFilter is one state machine whose held lines and
+open windows every step reads; its helpers already live in held.py, plan.py, window.py and write.py.
 """
 
 from __future__ import annotations

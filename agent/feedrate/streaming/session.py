@@ -7,6 +7,9 @@ A stream that stops for any reason raises StreamError naming the program line, t
 and why. A feed hold is a real-time command: the controller takes it out of the byte stream at
 once, wherever it lands, so it is written the moment it is asked for (from a signal handler too)
 and never waits for the streaming loop's next turn.
+
+Slightly over 400 lines on purpose: the records and the Session they describe are read together
+by both protocols (grbl.py, dnc.py); apart they would only send the reader between two files.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ values can overshoot: its estimate of Delta t_i assumes X(t_i) - x_i is not smal
 steady state it is ~3e-5 m, and the estimate is then twice the answer).
 
 The axis parameters are agent.models.axis.params' (AxisParams).
+
+Slightly over 400 lines on purpose: the closed form of the P-controlled axis is one derivation
+(constants, engaged motion, gap, reversal, run) that reads best in one place.
 """
 
 from __future__ import annotations

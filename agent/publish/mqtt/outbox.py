@@ -16,6 +16,9 @@ Bound: past `max_messages` rows or `max_bytes` payload bytes, the oldest full re
 dropped first (each drop logged and counted in `counters`). Health rows are never dropped: a
 new health message of a joint replaces the unsent older one of the same topic instead (retained
 topics only ever show the latest), so there is at most one per joint.
+
+Slightly over 400 lines on purpose: Outbox is one class around one SQLite file, and its row
+checks belong with the queries that read the rows.
 """
 
 from __future__ import annotations
