@@ -77,3 +77,15 @@ def pytest_runtest_makereport(item: Any, call: Any) -> Any:
 
 
 _FAILED_CHECKS: set[str] = set()
+
+
+# The tests against the UR controller emulator judge timing at the 2 ms RTDE period (missed
+# packages, tracking lag, which of two detectors sees a protective stop first). On this 2-core
+# machine the excitation ones fail in about one run of two when other peers' tests ran before
+# them in the same pytest process, and never when they run first (docs/drivers/ur_rtde.md,
+# "Timing in the test suite"): they run first, in their usual order, until that is understood.
+_TIMING_FIRST = ("tests/drivers/ur_rtde/", "tests/faults/test_ur_")
+
+
+def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
+    items.sort(key=lambda item: not item.nodeid.startswith(_TIMING_FIRST))
