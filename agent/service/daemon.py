@@ -25,7 +25,7 @@ from agent.config.model import Config, ControllerSettings
 from agent.errors import ConfigError
 from agent.kinds.base import AnalysisContext, JointJob, KindHandler
 from agent.kinds.identification.kind import ALL_JOINTS
-from agent.kinds.registry import KINDS
+from agent.kinds.registry import all_kinds
 from agent.logfmt import kv
 from agent.service.control_requests import answer_request
 from agent.service.control_socket import ControlServer, socket_path
@@ -108,7 +108,7 @@ class Agent:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         self._executor = LazyPool(self.pool_workers, self.pool_idle_s)
         self._background: set[asyncio.Task[Any]] = set()
-        self._kinds: dict[str, KindHandler] = {name: make() for name, make in KINDS.items()}
+        self._kinds: dict[str, KindHandler] = all_kinds()
         self._analysis = AnalysisContext(self.state_dir, self._pool)
         self._control: ControlServer | None = None
         self._publishers = Publishers()
