@@ -78,7 +78,8 @@ def test_reprap_checksum_verify_and_report() -> None:
         ("G1 X", "expected a number after 'X'"),
         ("G1 X1 (open", "'(' comment not closed"),
         ("G1 X1 )", "')' without '('"),
-        ("G28", "unsupported G code G28"),
+        ("G28 G1 X1", "G28 and G1 in one line"),
+        ("G41 D1", "unsupported G code G41"),
         ("G38.2 Z-5", "unsupported G code G38.2"),
         ("G1.55", "bad code G1.55"),
         ("G1 N10 X1", "line number N must start the line"),
@@ -188,6 +189,47 @@ def test_program_end_resets_modes() -> None:
 def test_work_offsets_and_path_modes_pass() -> None:
     blocks = parse("G54 G64 G61.1\nG55 G0 X1\n")
     assert blocks[1].motion is Motion.RAPID
+    # G55 moves the program's frame by an offset only the controller holds: the move after
+    # it starts at an unknown point.
+    assert not blocks[1].path_known
+
+
+@pytest.mark.parametrize(
+    "change",
+    ["G54", "G59.3", "G92 X0 Y0", "G92.1", "G10 L2 P1 X3", "G10 L20 P0 Z1", "G43 H2", "G49", "M30"],
+)
+def test_frame_change_makes_the_program_position_unknown(change: str) -> None:
+    blocks = parse(f"G1 X1 Y1 Z1 F100\n{change}\nG1 X2 Y2\nG1 X3 Y1\nG1 X4 Z0\nG1 X5\n")
+    assert [b.path_known for b in blocks] == [True, True, False, True, False, True]
+    assert blocks[1].motion is None  # G92's and G10's axis words are not a move
+
+
+def test_after_a_frame_change_g91_increments_stay_exact() -> None:
+    blocks = parse("G91 G1 X1 F100\nG55\nG1 X1\nG1 Y-2\nG90 G1 X0\nG1 Y0 Z0\nG1 X1\n")
+    assert [b.path_known for b in blocks] == [True, True, False, True, False, False, True]
+    assert blocks[3].length_mm == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("G1 X1 H1 F100", "H word without G43"),
+        ("G43 H1.5", "tool length offset H1.5 is not a whole number"),
+        ("L2 G0 X1", "L word without G10"),
+        ("G10 L1 P1 X0", "G10 without L2 or L20"),
+        ("G10 L2 X0", "G10 without a coordinate system P0 to P9"),
+        ("G10 L2 P10 X0", "G10 without a coordinate system P0 to P9"),
+        ("G92", "G92 without X, Y or Z"),
+        ("G92 G1 X0 F100", "G92 and G1 in one line"),
+        ("G10 L2 P1 X0 I1", "I with G10"),
+        ("G4 P1 G92 X0", "two non-modal codes in one line (G4 and G92)"),
+        ("G54 G55", "two coordinate system codes in one line"),
+        ("G43 H1 G49", "two tool length codes in one line"),
+        ("G92 X0 P1", "P word without G4"),
+    ],
+)
+def test_frame_change_errors(text: str, problem: str) -> None:
+    assert problem in error_of(text).problem
 
 
 def test_block_delete_switch() -> None:

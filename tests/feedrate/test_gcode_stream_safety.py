@@ -1,6 +1,9 @@
 """The G-code stream's guards before and during motion (docs/safety.md §4, gaps G1, G3, G13),
 against the GRBL-protocol peer (tests/peers/grbl_controller.py) on a pseudo-terminal.
 
+Before the first byte: a program file is checked whole against the controller's dialect, and a
+DNC drip feed is refused to a controller without XON/XOFF (GRBL).
+
 G1: a GRBL stream asks '?' after the handshake and starts only on an Idle controller; a DNC
 stream starts only with the operator's --confirm-ready. G13: a running stream is held and
 resumed from another terminal (`jha feedrate hold/resume`, SIGUSR1/SIGUSR2), and a DNC stream
@@ -9,6 +12,7 @@ through the same control with the controller's own hold code (G3).
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -19,11 +23,17 @@ from typing import Any
 
 import pytest
 
-from agent.errors import EX_OK, EX_UNAVAILABLE
+from agent.errors import EX_CONFIG, EX_DATAERR, EX_OK, EX_UNAVAILABLE
 from agent.feedrate.streaming.dnc import DncOptions, stream_dnc
 from agent.feedrate.streaming.grbl import GrblOptions
+from agent.feedrate.streaming.grbl_protocol import prepare_line
 from agent.feedrate.streaming.serial_channel import open_serial
-from agent.feedrate.streaming.session import EX_TEMPFAIL, StreamControl, StreamResult
+from agent.feedrate.streaming.session import (
+    EX_TEMPFAIL,
+    StreamControl,
+    StreamError,
+    StreamResult,
+)
 from tests.support.drivers.grbl import GRBL_MACHINE, Peer, failure, jha, polygon, stream, zigzag
 from tests.support.paths import MACHINES
 
@@ -46,6 +56,8 @@ def prepare(p: Peer, data: bytes, hold: bool = False) -> None:
             channel.write(b"!", 1.0)
     finally:
         channel.close()
+    if hold:  # a feed hold decelerates first (Hold:1), then stands (Hold:0)
+        until(lambda: p.state().substate == 0, 2.0, "the hold to complete")
 
 
 def until(check: Callable[[], Any], timeout_s: float = 5.0, what: str = "") -> Any:
@@ -138,8 +150,9 @@ def test_check_mode_can_be_allowed_and_moves_nothing(peer: Any) -> None:
 def test_a_dnc_stream_needs_the_operators_confirmation(
     peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    machine = tmp_path / "grbl.yaml"
-    machine.write_text(GRBL_MACHINE)
+    # A DNC control with XON/XOFF (dialect generic); GRBL itself is refused a drip feed.
+    machine = tmp_path / "dnc.yaml"
+    machine.write_text(GRBL_MACHINE.replace("dialect: grbl", "dialect: generic"))
     src = tmp_path / "zz.gcode"
     src.write_text(zigzag(10))
     run = (
@@ -201,7 +214,9 @@ def test_hold_and_resume_a_running_stream_from_another_terminal(
         assert proc.poll() is None and pid_path.read_text() == f"{proc.pid}\n"
         asked = time.monotonic()
         assert jha("feedrate", "hold", "--pid-file", str(pid_path)) == EX_OK
-        held = until(lambda: (s := p.state()).state == "Hold" and s, 2.0, "the hold")
+        held = until(
+            lambda: (s := p.state()).state == "Hold" and s.substate == 0 and s, 2.0, "the hold"
+        )
         latency_s = time.monotonic() - asked
         time.sleep(0.3)
         still = p.state()
@@ -272,7 +287,9 @@ def test_a_dnc_stream_holds_and_resumes_with_the_controllers_codes(peer: Any) ->
     try:
         until(lambda: p.state().state == "Run", 10.0, "motion")
         control.hold()  # as the CLI's SIGUSR1 handler does
-        held = until(lambda: (s := p.state()).state == "Hold" and s, 2.0, "the hold")
+        held = until(
+            lambda: (s := p.state()).state == "Hold" and s.substate == 0 and s, 2.0, "the hold"
+        )
         time.sleep(0.3)
         still = p.state()
         assert still.state == "Hold" and still.machine_mm == held.machine_mm
@@ -313,7 +330,9 @@ def test_a_remote_resume_releases_only_a_hold_it_asked_for(peer: Any) -> None:
         until(lambda: p.state().state == "Run", 10.0, "motion")
         door("open")
         door("close")
-        held = until(lambda: (s := p.state()).state == "Door" and s, 2.0, "the door hold")
+        held = until(
+            lambda: (s := p.state()).state == "Door" and s.substate == 0 and s, 2.0, "the door hold"
+        )
         assert held.substate == 0  # closed, waiting for cycle start
         control.resume()  # nothing asked from here: nothing is released from here
         time.sleep(0.3)
@@ -330,3 +349,94 @@ def test_a_remote_resume_releases_only_a_hold_it_asked_for(peer: Any) -> None:
     assert result.lines_acked == 400 and result.holds == 1
     stats = p.stats()
     assert stats["oks_sent"] == 400 and not stats["held"] and not stats["door"]
+
+
+# ------------------------------------------------------------------------- before the first byte
+
+
+def test_a_program_file_is_checked_whole_before_the_first_byte(
+    peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = polygon(40)
+    lines[4] = (
+        "G1 X1.0000000000 Y2.0000000000 Z3.0000000000 (comments do not count) "
+        "X1.0000000000 Y2.0000000000 Z3.0000000000 F3000\n"
+    )
+    chars = len(prepare_line(lines[4]))  # as GRBL's line buffer counts: no spaces, comments
+    lines[7] = "T2 M6\n"  # GRBL: error:20 (no tool changer)
+    lines[9] = "%\n"  # GRBL: error:1
+    src = tmp_path / "part.nc"
+    src.write_text("".join(lines))
+    p = peer("--time-scale", "100")
+    run = ("feedrate", "stream", str(src), "--port", p.path, "--machine", str(MACHINE))
+    assert jha(*run, "--no-filter", "--quiet") == EX_DATAERR
+    err = capsys.readouterr().err
+    assert "refused before streaming, nothing was sent: 3 line(s)" in err
+    assert chars > 79 and f"{src}:5: {chars} characters, grbl takes at most 79" in err
+    assert f"{src}:8: M6 not accepted by grbl" in err and f"{src}:10: '%' is not a grbl" in err
+    assert p.stats()["bytes_received"] == 0  # the port was not even opened
+
+
+def test_an_error_names_the_program_line_that_caused_it(
+    peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = polygon(60)
+    lines[2] = "G1 X50 Y1 F0\n"  # taken by the dialect, refused by GRBL: error:22, no feed
+    src = tmp_path / "part.nc"
+    src.write_text("".join(lines))
+    p = peer("--time-scale", "1")
+    run = ("feedrate", "stream", str(src), "--port", p.path, "--machine", str(MACHINE))
+    assert jha(*run, "--no-filter", "--quiet") == EX_DATAERR
+    err = capsys.readouterr().err
+    assert f"{src}:3 " in err and "error:22" in err, err
+    sent = int(err.split("stream stopped after ")[1].split()[0])
+    assert sent > 3  # later lines were in flight: the oldest unanswered one is named
+    assert p.stats()["lines_received"] >= 3
+
+
+def test_dnc_is_refused_to_a_controller_without_flow_control(
+    peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What a drip feed does to GRBL, which paces none: its 128-byte receive buffer overruns
+    # (the bytes it drops corrupt lines: error:N, when a mangled line is still parsed in time).
+    p = peer("--time-scale", "1")
+    channel = open_serial(p.path)
+    try:
+        with contextlib.suppress(StreamError):
+            stream_dnc(polygon(400), channel, DncOptions(line_rate_bytes_s=None))
+    finally:
+        channel.close()
+    assert p.stats()["rx_overflow_bytes"] > 0
+    machine = tmp_path / "grbl.yaml"
+    machine.write_text(GRBL_MACHINE)
+    src = tmp_path / "part.nc"
+    src.write_text(zigzag(10))
+    p = peer("--time-scale", "100")
+    run = ("feedrate", "stream", str(src), "--port", p.path, "--machine", str(machine))
+    assert jha(*run, "--protocol", "dnc", "--confirm-ready", "--quiet") == EX_CONFIG
+    err = capsys.readouterr().err
+    assert "--protocol dnc: expected a controller with XON/XOFF flow control" in err
+    assert "dialect grbl" in err and "Use protocol grbl" in err
+    config = tmp_path / "cnc.yaml"
+    config.write_text(
+        "controllers:\n  - name: mill\n    driver: grbl\n    settings:\n"
+        f"      port: {p.path}\n      protocol: dnc\n      machine: {machine}\n    joints: []\n"
+    )
+    stream_cfg = ("feedrate", "stream", str(src), "--config", str(config), "--controller", "mill")
+    assert jha(*stream_cfg, "--confirm-ready", "--quiet") == EX_CONFIG
+    assert "controllers[0].settings.protocol: dnc: expected a controller with XON/XOFF" in (
+        capsys.readouterr().err
+    )
+    assert p.stats()["bytes_received"] == 0
+
+
+def test_the_example_config_suggests_dnc_only_with_flow_control() -> None:
+    from agent.cli.feedrate.stream import _configured_target
+    from agent.config.load import load_config
+
+    example = Path(__file__).parents[2] / "config" / "cnc_example.yaml"
+    for controller in load_config(example).controllers:
+        _, machine = _configured_target(example, controller.name)  # refuses dnc without it
+        if controller.settings.protocol == "dnc":
+            assert machine.emitter_dialect.flow_control == "xon_xoff"
+    assert "GRBL" not in example.read_text().split("protocol: dnc")[1]

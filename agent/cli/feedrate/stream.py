@@ -10,22 +10,37 @@ controller.
 `--port --machine` names port and machine directly, for a bench without a config file.
 A GRBL stream starts only on an Idle controller (asked with '?'); a DNC stream only with
 --confirm-ready, the operator's word that the machine is ready (drivers/grbl/driver.py
-DNC_CHECKLIST). While it runs, SIGUSR1 holds it and SIGUSR2 resumes it (`jha feedrate
-hold/resume`, agent.cli.feedrate.control); SIGTERM and Ctrl-C end it with a feed hold.
+DNC_CHECKLIST); DNC only where the machine's dialect has XON/XOFF flow control (GRBL has
+none: a drip feed would overrun its 128-byte receive buffer). A program file (not a pipe) is
+checked whole before the first byte: every line the controller cannot take (too long, a word
+its dialect lacks; for GRBL its own g-code list) is refused with its line number, and an empty
+or comment-only program is refused. While it runs, SIGUSR1 holds it and SIGUSR2 resumes it
+(`jha feedrate hold/resume`, agent.cli.feedrate.control); Ctrl-C, SIGTERM and SIGHUP end it
+(exit 128 + signal, one line on stderr) with nothing left runnable in a GRBL controller: feed
+hold, standstill, soft reset (agent.feedrate.streaming.stop).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import signal
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import IO, Any
 
 from agent.cli.feedrate.filter import input_lines
-from agent.errors import EX_OK, ConfigError
+from agent.errors import EX_DATAERR, EX_OK, AgentError, ConfigError
+
+# The signals that end a stream, and how its messages name them.
+END_SIGNALS: dict[int, str] = {
+    signal.SIGINT: "SIGINT (Ctrl-C)",
+    signal.SIGTERM: "SIGTERM",
+    signal.SIGHUP: "SIGHUP (terminal or SSH session closed)",
+}
 
 
 def register(group: Any) -> None:
@@ -75,13 +90,30 @@ class _Progress:
             f"{state}{pause}{held}"
         )
         self.width = max(self.width, len(text))
-        self.out.write("\r" + text.ljust(self.width))
-        self.out.flush()
+        # After SIGHUP the terminal is gone: a failed write must not end the stream's stop.
+        with contextlib.suppress(OSError):
+            self.out.write("\r" + text.ljust(self.width))
+            self.out.flush()
 
     def done(self) -> None:
         if self.enabled and self.width:
-            self.out.write("\n")
-            self.out.flush()
+            with contextlib.suppress(OSError):
+                self.out.write("\n")
+                self.out.flush()
+
+
+class Interrupted(AgentError):
+    """A signal ended `jha feedrate stream` before it streamed anything."""
+
+    def __init__(self, message: str, signum: int) -> None:
+        super().__init__(message)
+        self.exit_code = 128 + signum
+
+
+class ProgramRefused(AgentError):
+    """The program holds lines the controller cannot take: nothing was sent."""
+
+    exit_code = EX_DATAERR
 
 
 def _stream_target(args: argparse.Namespace) -> tuple[Any, Any]:
@@ -114,7 +146,9 @@ def _stream_target(args: argparse.Namespace) -> tuple[Any, Any]:
         baudrate=args.baudrate or 115_200,
         filter=StreamFilterSettings(enabled=not args.no_filter),
     )
-    return GrblDriver("cli", settings), settings.machine_settings()
+    machine = settings.machine_settings()
+    _check_flow_control(settings.protocol, machine, "--protocol dnc", f"--machine {args.machine}")
+    return GrblDriver("cli", settings), machine
 
 
 def _configured_target(path: Path, name: str) -> tuple[Any, Any]:
@@ -153,8 +187,63 @@ def _configured_target(path: Path, name: str) -> tuple[Any, Any]:
             build(MachineSettings, node, str(path), path=f"controllers[{index}].settings.machine"),
             source=f"{path}:{node.line}",
         )
+    _check_flow_control(
+        settings.protocol,
+        machine,
+        f"{path}: controllers[{index}].settings.protocol: dnc",
+        f"controller {name!r}'s machine",
+    )
     driver = cls(entry.name, settings, entry.joints)
     return driver, machine
+
+
+def _check_flow_control(protocol: str, machine: Any, setting: str, whose: str) -> None:
+    """Refuse a DNC drip feed to a controller whose dialect paces none (no XON/XOFF)."""
+    dialect = machine.emitter_dialect
+    if protocol == "dnc" and dialect.flow_control is None:
+        raise ConfigError(
+            f"{setting}: expected a controller with XON/XOFF flow control, found dialect "
+            f"{dialect.name} ({whose}), which has none: a drip feed would overrun its receive "
+            "buffer and corrupt lines. Use protocol grbl (character counting) for GRBL"
+        )
+
+
+def _refuse_bad_lines(path: str, dialect: Any, max_chars: int | None) -> None:
+    """Check a program file whole before the first byte: every line the controller cannot
+    take is named with its line number; an empty or comment-only program is refused."""
+    from dataclasses import replace
+
+    from agent.feedrate.gcode.dialect import validate_program_line
+    from agent.feedrate.gcode.lex import GcodeError
+    from agent.feedrate.streaming.grbl_protocol import line_problem, prepare_line
+
+    limit = dialect.max_line_chars if max_chars is None else max_chars
+    target = replace(dialect, max_line_chars=limit)
+    problems: list[str] = []
+    sendable = 0
+    for line_no, text in enumerate(input_lines(path), 1):
+        if not prepare_line(text):
+            continue
+        sendable += 1
+        problem = line_problem(prepare_line(text), None)
+        if problem is not None:
+            problems.append(f"{path}:{line_no}: {problem} (in {text.strip()[:60]!r})")
+            continue
+        try:
+            validate_program_line(text, target, line_no, compact=True)
+        except GcodeError as exc:
+            problems.append(f"{path}:{line_no}: {str(exc).removeprefix(f'line {line_no}: ')}")
+    if sendable == 0:
+        raise ProgramRefused(
+            f"{path}: no G-code line to send (empty, or only comments and blank lines); "
+            "nothing was sent and the controller was not touched"
+        )
+    if problems:
+        more = f" (and {len(problems) - 10} more)" if len(problems) > 10 else ""
+        raise ProgramRefused(
+            f"{path}: refused before streaming, nothing was sent: {len(problems)} line(s) "
+            f"the controller cannot take ({target.name}){more}:\n  " + "\n  ".join(problems[:10])
+        )
 
 
 def _with_lookahead(machine: Any, settings: Any) -> Any:
@@ -171,14 +260,50 @@ def _with_lookahead(machine: Any, settings: Any) -> Any:
     return replace(machine, lookahead=look)
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    raise SystemExit(128 + signum)
+@contextlib.contextmanager
+def _ending_signals() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP end the stream through the streamer (StreamInterrupt), which
+    stops the machine; a second signal during that stop is ignored, so the stop completes.
+    The previous handlers come back after the block (the CLI also runs inside test
+    processes)."""
+    from agent.feedrate.streaming.session import StreamInterrupt
+
+    fired: list[int] = []
+
+    def end(signum: int, frame: FrameType | None) -> None:
+        if fired:
+            return
+        fired.append(signum)
+        raise StreamInterrupt(signum, END_SIGNALS.get(signum, f"signal {signum}"))
+
+    previous = {sig: signal.signal(sig, end) for sig in END_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _cmd_stream(args: argparse.Namespace) -> int:
+    from agent.feedrate.streaming.session import StreamInterrupt
+
+    try:
+        with _ending_signals():
+            return _stream(args)
+    except (StreamInterrupt, KeyboardInterrupt) as exc:
+        signum = exc.signum if isinstance(exc, StreamInterrupt) else signal.SIGINT
+        raise Interrupted(
+            f"feedrate stream: ended by {END_SIGNALS.get(signum, signum)} before the first "
+            "line was sent; the controller was not touched",
+            signum,
+        ) from None
+
+
+def _stream(args: argparse.Namespace) -> int:
     from collections import deque
 
     from agent.cli.feedrate.control import hold_signals, pid_file
+    from agent.feedrate.gcode.dialect import DIALECTS
     from agent.feedrate.streaming.session import StreamControl, StreamError
 
     driver, machine = _stream_target(args)
@@ -186,6 +311,14 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     machine = _with_lookahead(machine, settings)
     unfiltered = args.no_filter or not settings.filter.enabled
     source = "<stdin>" if args.input == "-" else args.input
+    if args.input != "-" and Path(args.input).is_file():  # a pipe is checked as it streams
+        # The controller is the judge of a line: GRBL by its own g-code list, whatever the
+        # machine file's dialect says about number formats.
+        target = DIALECTS["grbl"] if settings.protocol == "grbl" else machine.emitter_dialect
+        limit = settings.max_line_chars
+        if settings.protocol == "grbl":
+            limit = min(limit or 79, settings.rx_buffer_bytes - 1)
+        _refuse_bad_lines(args.input, target, limit)
     if not unfiltered:  # the filter's imports (scipy) take seconds: only when it is used
         from agent.feedrate.filter.program import filtered_lines_with_origin
         from agent.feedrate.filter.toolpath_filter import FeedrateFilter
@@ -208,9 +341,6 @@ def _cmd_stream(args: argparse.Namespace) -> int:
     progress = _Progress(sys.stderr, not args.quiet)
     started = time.monotonic()
     control = StreamControl()
-    # SIGTERM (systemd, kill) ends the stream like Ctrl-C does: through the streamer, which
-    # sends a feed hold so the controller does not run out its buffer unattended.
-    previous_term = signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
         # The pid file goes before the handlers do: a late `jha feedrate hold` then finds no
         # stream, rather than a process whose SIGUSR1 would end it.
@@ -225,7 +355,7 @@ def _cmd_stream(args: argparse.Namespace) -> int:
                 confirmed_ready=args.confirm_ready,
             )
     except StreamError as exc:
-        if unfiltered or exc.line_no is None:
+        if unfiltered or exc.line_no is None or exc.kind == "input":
             raise
         program_line = dict(origins).get(exc.line_no)
         if program_line is None:
@@ -239,9 +369,9 @@ def _cmd_stream(args: argparse.Namespace) -> int:
             sent=exc.sent,
             acked=exc.acked,
             source=source,
+            exit_code=exc.exit_code,
         ) from exc
     finally:
-        signal.signal(signal.SIGTERM, previous_term)
         progress.done()
     program, modulated = "", 0
     if not unfiltered:

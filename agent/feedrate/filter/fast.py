@@ -8,8 +8,9 @@ optional G0/G1/G00/G01, X, Y, Z in that order, an optional F, single spaces, not
 a state where their meaning is plain (G94, motion mode G0 or G1, a feed already set when one
 is needed) and builds the same Block the parser would; every other line goes to a real
 ModalState, which is first brought up to date (position and modal state) through its public
-constructor. tests/feedrate/test_filter.py checks the two paths give equal Blocks on random
-programs.
+constructor. Numbers obey the lexer's limits (agent.feedrate.gcode.lex.number_problem): a line
+over them goes to the parser, which refuses it. tests/feedrate/test_gcode_fast_parser.py checks
+the two paths give equal Blocks, or the same error, on random lines.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from agent.feedrate.gcode.blocks import (
     ParserOptions,
     Units,
 )
+from agent.feedrate.gcode.lex import number_problem
 from agent.feedrate.gcode.parser import ModalState
 from agent.feedrate.geometry.primitives import Vec3
 
@@ -44,7 +46,7 @@ _MOTIONS = (Motion.RAPID, Motion.LINEAR)
 class FastModalState:
     """ModalState.apply with a fast path for plain straight moves (see the module docstring)."""
 
-    __slots__ = ("_modal", "_options", "_pos", "_slow", "_stale", "source")
+    __slots__ = ("_changed", "_modal", "_options", "_pos", "_slow", "_stale", "_unknown", "source")
 
     def __init__(
         self,
@@ -58,6 +60,9 @@ class FastModalState:
         self._slow = ModalState(position_mm=position_mm, options=options, source=source)
         self._pos: Vec3 = self._slow.position_mm
         self._modal: Modal = self._slow.modal
+        # The parser's frame-change bookkeeping (ModalState.unknown_axes, .frame_changed).
+        self._unknown: frozenset[str] = frozenset()
+        self._changed = False
         self._stale = False  # the slow state is behind the fast one
 
     @property
@@ -87,12 +92,19 @@ class FastModalState:
         if self._stale:
             old = self._slow
             self._slow = ModalState(
-                position_mm=self._pos, modal=self._modal, options=self._options, source=self.source
+                position_mm=self._pos,
+                modal=self._modal,
+                options=self._options,
+                source=self.source,
+                unknown_axes=self._unknown,
+                frame_changed=self._changed,
             )
             self._slow.spindle_rpm, self._slow.tool = old.spindle_rpm, old.tool
             self._stale = False
-        block = self._slow.apply(text, line_no)
-        self._pos, self._modal = self._slow.position_mm, self._slow.modal
+        slow = self._slow
+        block = slow.apply(text, line_no)
+        self._pos, self._modal = slow.position_mm, slow.modal
+        self._unknown, self._changed = slow.unknown_axes, slow.frame_changed
         return block
 
     def _fast(
@@ -107,6 +119,15 @@ class FastModalState:
         gz: str | None,
         f: str | None,
     ) -> Block | None:
+        # The lexer's limits on every number (length, magnitude): a line over them goes to the
+        # parser, which refuses it with the lexer's message.
+        if (
+            (gx is not None and number_problem("X", gx) is not None)
+            or (gy is not None and number_problem("Y", gy) is not None)
+            or (gz is not None and number_problem("Z", gz) is not None)
+            or (f is not None and number_problem("F", f) is not None)
+        ):
+            return None
         inch = modal.units is Units.INCH
         feed = modal.feed_mm_s
         if f is not None:
@@ -130,6 +151,16 @@ class FastModalState:
             if gz is not None:
                 z += float(gz) * 25.4 if inch else float(gz)
         end = (x, y, z)
+        path_known = True
+        if self._unknown or self._changed:  # as ModalState does after a frame change
+            named = (
+                frozenset(c for c, w in zip("XYZ", (gx, gy, gz), strict=True) if w is not None)
+                if modal.distance is DistanceMode.ABSOLUTE
+                else frozenset()
+            )
+            path_known = not self._changed and self._unknown.isdisjoint(named)
+            self._unknown = self._unknown - named
+            self._changed = False
         if motion is not modal.motion or feed != modal.feed_mm_s:
             modal = replace(modal, motion=motion, feed_mm_s=feed)
             self._modal = modal
@@ -147,4 +178,5 @@ class FastModalState:
             None,
             None,
             explicit,
+            path_known=path_known,
         )

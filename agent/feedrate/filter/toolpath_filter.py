@@ -10,7 +10,12 @@ decided first with what is known ahead, and later windows never reach back past 
 
 What is modulated. Feed moves (G1/G2/G3, G94 or G93) form *runs*: consecutive moves at one feed,
 with nothing between them but blank or comment lines. Any other line (rapid, dwell, M/S/T
-word, modal change, feed change) ends a run, and is written as it is. At every turning point
+word, modal change, feed change) ends a run, and is written as it is. A frame change the filter
+does not model (work offset G54-G59, G10 L2/L20, G92, tool length G43/G49; see
+agent.feedrate.gcode.parser) moves the program on the machine by an amount only the controller
+knows: it ends the run, and so does every move whose start the program has not fixed again
+since (`Block.path_known`); such moves are written byte for byte, no window (nor G93) spans
+them, and turning points are looked for afresh after them. At every turning point
 inside a run where a machine axis with backlash reverses (agent.feedrate.geometry.turning_points),
 the feed is modulated over [-t*, t*] with the profile of eq. 26 (agent.feedrate.filter.window):
 the blocks the window touches are replaced by straight G1 segments through points on the path,
@@ -51,7 +56,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from agent.feedrate.filter.chain import TINY_MM
@@ -71,6 +76,7 @@ from agent.feedrate.filter.plan import WindowPlanner
 from agent.feedrate.filter.window import UnitShape, build_window, unit_shape
 from agent.feedrate.filter.write import BlockWriter
 from agent.feedrate.gcode.blocks import Block, FeedMode, Motion
+from agent.feedrate.geometry.arcs import ArcSegment
 from agent.feedrate.geometry.primitives import LineSegment, Vec3
 from agent.feedrate.geometry.turning_points import TurningPoint, TurningPointTracker
 from agent.feedrate.machine import MachineSettings
@@ -117,6 +123,7 @@ class FeedrateFilter:
         self._look_s = machine.lookahead.seconds
         self._state = FastModalState(position_mm=start_mm, source=source)
         self._tracker = TurningPointTracker()
+        self._tracker_s0 = 0.0  # the frontier where the tracker started (frame changes)
         self._writer = BlockWriter(machine, source)
         self._source = source
         self._n = 0
@@ -199,9 +206,15 @@ class FeedrateFilter:
     def _move(self, block: Block, motion: Motion) -> None:
         arc = block.arc
         prim = LineSegment(block.start_mm, block.end_mm) if arc is None else arc
-        # The tracker's arc length is the frontier: both add each positive length in turn.
         s0 = self._frontier
+        if not block.path_known:
+            self._unknown_move(block, prim, s0)
+            return
+        # The tracker's arc length plus where it started is the frontier: both add each
+        # positive length in turn.
         tps = self._tracker.feed(prim)
+        if tps and self._tracker_s0:
+            tps = [replace(tp, s=tp.s + self._tracker_s0) for tp in tps]
         s1 = s0 + prim.length
         feed = block.feed_mm_s
         if motion is Motion.RAPID or feed is None:
@@ -267,6 +280,18 @@ class FeedrateFilter:
             del items[:head]
             self._base += head
             self._head = 0
+
+    def _unknown_move(self, block: Block, prim: LineSegment | ArcSegment, s0: float) -> None:
+        """A move after a frame change (G54-G59, G92, G10, G43...): the parser only guesses
+        where it starts, so it is written as it is, no window reaches across it (the run ends
+        before it; the emitter restores G94 and the program's F first), and turning points are
+        looked for afresh after it (where it leaves each axis's backlash is not known)."""
+        self._end_run()
+        self._frontier = s1 = s0 + prim.length
+        self._tracker = TurningPointTracker()
+        self._tracker_s0 = s1
+        self._append(HeldLine(block, BREAK, s0, s1, prim, 0.0))
+        self._emit_ready()
 
     def _turning_points(
         self, tps: list[TurningPoint], item: HeldLine, feed: float, seq: int

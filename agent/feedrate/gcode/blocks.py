@@ -47,7 +47,24 @@ PLANE_GCODE = {Plane.XY: 17, Plane.ZX: 18, Plane.YZ: 19}
 # Centre-offset letters along the plane's first and second axis (I->X, J->Y, K->Z).
 PLANE_OFFSETS = {Plane.XY: ("I", "J"), Plane.ZX: ("K", "I"), Plane.YZ: ("J", "K")}
 
-PASSIVE_GCODES = frozenset({540, 550, 560, 570, 580, 590, 610, 611, 640})
+# Path-control modes (G61 exact stop, G61.1, G64 blending): how the controller joins blocks,
+# not where they lie. Passed through and never modelled.
+PATH_CONTROL_GCODES = frozenset({610, 611, 640})
+# Changes of the frame program coordinates are given in, by values the program cannot be read
+# for: work offsets G54-G59 (and LinuxCNC's G59.1-G59.3), G10 L2/L20, G92 and G92.1-G92.3,
+# tool length G43, G43.1, G49. They are passed through; the parser marks the program position
+# unknown after them (Block.path_known), and the filter starts afresh (agent.feedrate.filter).
+FRAME_GCODES = frozenset(
+    {540, 550, 560, 570, 580, 590, 591, 592, 593, 100, 920, 921, 922, 923, 430, 431, 490}
+)
+# Cancels of modes the parser never enters (G40 cutter compensation, G80 canned cycles) and G91.1,
+# incremental arc centres, which is what it assumes: the usual CAM preamble, passed through.
+CANCEL_GCODES = frozenset({400, 800, 911})
+# G28 / G30: to a stored home position, through the line's axis words as an intermediate point.
+# Where that leaves the program position is the machine's, not the program's: a frame change.
+HOME_GCODES = frozenset({280, 300})
+# Every G code the parser passes through without modelling its effect (dialect checks read it).
+PASSIVE_GCODES = PATH_CONTROL_GCODES | FRAME_GCODES | CANCEL_GCODES | HOME_GCODES
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +93,9 @@ class Modal:
 
 class Block(NamedTuple):
     """One parsed line, immutable. `motion` is the move it makes (None for no move); start
-    and end are absolute program coordinates in mm. Feed moves carry `feed_mm_s` (for G93
-    lines derived from the line's duration 60/F, which `inverse_time_f` keeps).
+    and end are absolute program coordinates in mm (a guess where `path_known` is False).
+    Feed moves carry `feed_mm_s` (for G93 lines derived from the line's duration 60/F, which
+    `inverse_time_f` keeps).
 
     A NamedTuple rather than a frozen dataclass: one is built per streamed line and this is
     four times cheaper to construct.
@@ -98,6 +116,10 @@ class Block(NamedTuple):
     has_checksum: bool = False
     skipped: bool = False  # block-deleted (options.block_delete) or a '%' tape mark
     dwell_s: float | None = None
+    # False for a move whose start or end the program does not fix: the first move after a
+    # frame change (FRAME_GCODES) or a G90 move naming an axis left unknown by one. Its start,
+    # end and length are then the parser's guess (the old program coordinates), not the path.
+    path_known: bool = True
 
     @property
     def centre_mm(self) -> Vec3 | None:

@@ -51,6 +51,31 @@ class Lexed(NamedTuple):
     tape_mark: bool  # a '%' line
 
 
+# 1e9 mm is a thousand kilometres: no axis, feed, or dwell of a real program comes near it, and
+# squares and sums of such values stay far from float overflow.
+MAX_VALUE = 1e9
+# A number longer than any real controller reads would overflow to inf (or hit Python's
+# int-size limit) and poison every length and time computed from it.
+MAX_NUMBER_CHARS = 32
+
+
+def number_problem(letter: str, number: str) -> str | None:
+    """What is wrong with the number of word `letter` (already matched by the lexer's number
+    grammar, sign included) under the limits every reader of a line applies, or None.
+
+    The one rule for the lexer and for the filter's fast path (agent.feedrate.filter.fast):
+    at most MAX_NUMBER_CHARS characters, and for words other than G, M and N a magnitude of at
+    most MAX_VALUE."""
+    if len(number) > MAX_NUMBER_CHARS:
+        return (
+            f"number of word {letter} has {len(number)} characters, expected at most "
+            f"{MAX_NUMBER_CHARS}"
+        )
+    if letter != "G" and letter != "M" and letter != "N" and not abs(float(number)) <= MAX_VALUE:
+        return f"value of word {letter} is {number}, expected magnitude <= {MAX_VALUE:g}"
+    return None
+
+
 def checksum(text: str) -> int:
     """RepRap/Marlin checksum: XOR of all bytes of `text` (the line up to, not including '*')."""
     return reduce(xor, text.encode("utf-8", "surrogateescape"), 0)
@@ -134,16 +159,9 @@ def lex_line(text: str, line_no: int, source: str | None = None) -> Lexed:
     line_number: int | None = None
     first = True
     for letter, number in _WORD.findall(code):
-        # A word's number longer than any real controller reads would overflow to inf (or hit
-        # Python's int-size limit) and poison every length and time computed from it.
-        if len(number) > _MAX_NUMBER_CHARS:
-            raise GcodeError(
-                line_no,
-                text,
-                f"number of word {letter} has {len(number)} characters, expected at most "
-                f"{_MAX_NUMBER_CHARS}",
-                source,
-            )
+        problem = number_problem(letter, number)
+        if problem is not None:
+            raise GcodeError(line_no, text, problem, source)
         if letter == "G" or letter == "M":
             if number.isdigit():
                 code_value = int(number) * 10
@@ -162,23 +180,9 @@ def lex_line(text: str, line_no: int, source: str | None = None) -> Lexed:
         elif letter in values:
             raise GcodeError(line_no, text, f"word {letter} given twice", source)
         else:
-            value = float(number)
-            if abs(value) > _MAX_VALUE:
-                raise GcodeError(
-                    line_no,
-                    text,
-                    f"value of word {letter} is {number}, expected magnitude <= {_MAX_VALUE:g}",
-                    source,
-                )
-            values[letter] = value
+            values[letter] = float(number)
         first = False
     return Lexed(tuple(g), tuple(m), values, line_number, given, block_delete, False)
-
-
-# 1e9 mm is a thousand kilometres: no axis, feed, or dwell of a real program comes near it, and
-# squares and sums of such values stay far from float overflow.
-_MAX_VALUE = 1e9
-_MAX_NUMBER_CHARS = 32
 
 
 def _describe_bad_code(code: str) -> str:

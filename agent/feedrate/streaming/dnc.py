@@ -27,6 +27,7 @@ from agent.feedrate.streaming.session import (
     Session,
     StreamControl,
     StreamError,
+    StreamInterrupt,
     StreamResult,
 )
 
@@ -150,9 +151,10 @@ class _Dnc(Session):
             if exc.kind in HOLD_ON:
                 raise exc.noting(self.hold_note()) from exc
             raise
-        except (KeyboardInterrupt, SystemExit):
-            self.send_realtime(self.hold_code)  # Ctrl-C or SIGTERM: as for GRBL
-            raise
+        except (KeyboardInterrupt, SystemExit, StreamInterrupt) as exc:
+            # Ctrl-C, SIGTERM, SIGHUP: the hold code where the control has one (a DNC control
+            # takes no reset from the line: what it has buffered is cleared at the machine).
+            raise self.interrupted(exc).noting(self.hold_note()) from None
         finally:
             self.detach()
         return self.result()

@@ -27,18 +27,25 @@ The protocol's vocabulary (error and alarm codes, status reports, what a sendabl
 agent.feedrate.streaming.grbl_protocol; the byte channels (serial device, pty, pipe) are
 agent.feedrate.streaming.serial_channel.
 
-Any failure stops the stream cleanly: no further line is sent, a feed hold ('!') stops the
-machine where that is safe and useful (error, stall, protocol, refused line; on Ctrl-C and
-SIGTERM too), and StreamError says which line and why. A StreamControl lets another thread or a
-signal handler hold ('!') and resume ('~') the running stream.
-Lost ports (EIO, end of file) and stalls (no byte from the controller within stall_timeout_s
-while it owes an answer; '?' polls keep a busy controller audibly alive) end it the same way.
+The program's first sendable line is read before the handshake: an empty or comment-only
+program is refused (kind "empty") without a byte sent, and a refused first line never touches
+the controller.
+
+Any failure stops the stream cleanly: no further line is sent and StreamError says which line
+and why. Where lines were sent (error:N, stall, protocol, refused line, a filter error found past
+the lookahead, and the signals: Ctrl-C, SIGTERM, SIGHUP) the machine is left with nothing to
+run: feed hold, standstill, soft reset (agent.feedrate.streaming.stop), since GRBL keeps its
+planner and receive buffer through a hold and cycle start would run them. A StreamControl lets
+another thread or a signal handler hold ('!') and resume ('~') the running stream.
+Lost ports (EIO, end of file) end it the same way, without the stop (nothing can be sent).
+A stall is no progress for stall_timeout_s while an answer is owed: no line acknowledged and
+the machine not moving ('?' replies in Run at one position are not progress).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -57,8 +64,10 @@ from agent.feedrate.streaming.session import (
     Session,
     StreamControl,
     StreamError,
+    StreamInterrupt,
     StreamResult,
 )
+from agent.feedrate.streaming.stop import stop_grbl
 
 
 @dataclass(frozen=True)
@@ -74,10 +83,12 @@ class GrblOptions:
     start_states: tuple[str, ...] | None = ("Idle",)
     status_timeout_s: float = 1.0  # the status report after that '?'
     status_interval_s: float | None = 0.2  # '?' polls; None: none
-    stall_timeout_s: float = 10.0  # silence while an answer is owed
+    stall_timeout_s: float = 10.0  # no progress (acknowledgement, motion) while one is owed
     write_timeout_s: float = 5.0
     stop_on_error: bool = True
-    hold_on_abort: bool = True  # send '!' when stopping on an error or a stall
+    hold_on_abort: bool = True  # send '!' when stopping on an error, a stall or a signal
+    reset_on_abort: bool = True  # then, once the machine stands, 0x18: nothing left to run
+    hold_timeout_s: float = 5.0  # the longest wait for standstill after that '!'
     wait_idle: bool = False  # after the last answer, poll '?' until the machine is Idle
     progress_interval_s: float = 0.1
 
@@ -198,35 +209,54 @@ class _Grbl(Session):
         else:
             self.common(line)
 
+    def stop_note(self) -> str:
+        """Leave the controller with nothing to run; what was done, for the error message."""
+        if not self.opt.hold_on_abort:
+            return "no feed hold sent (hold_on_abort off)"
+        if not self.opt.reset_on_abort:
+            return self.hold_note()
+        return stop_grbl(
+            self,
+            self.opt.hold_timeout_s,
+            min(self.opt.status_interval_s or 0.05, 0.05),
+            self.opt.startup_timeout_s,
+        )
+
     def run(self, lines: Iterable[str]) -> StreamResult:
-        opt = self.opt
         try:
+            source = self.lines(lines, self.opt.compact, self.opt.max_line_chars)
+            first = next(source, None)  # before the handshake: a refused line touches nothing
+            if first is None:
+                raise self.fail(
+                    "no G-code line to send (the program is empty or holds only comments "
+                    "and blank lines); nothing was sent and the controller was not touched",
+                    "empty",
+                )
             self.handshake()
             self.check_ready()
             self.attach()  # a hold asked before this point goes out now, before any line
             self.t0 = time.monotonic()
-            self.stream(lines)
+            self.stream(first, source)
         except StreamError as exc:
-            if opt.hold_on_abort and exc.kind in HOLD_ON:
-                raise exc.noting(self.hold_note()) from exc
+            if exc.kind in HOLD_ON:
+                raise exc.noting(self.stop_note()) from exc
             raise
-        except (KeyboardInterrupt, SystemExit):
-            # Ctrl-C, or SIGTERM turned into SystemExit by the CLI: the lines already in the
-            # controller's buffer and planner must not run out with nobody streaming.
-            if opt.hold_on_abort:
-                self.send_realtime(self.hold_code)
-            raise
+        except (KeyboardInterrupt, SystemExit, StreamInterrupt) as exc:
+            # Ctrl-C, SIGTERM, SIGHUP: the lines already in the controller's buffer and
+            # planner must not run out, nor wait for a cycle start, with nobody streaming.
+            raise self.interrupted(exc).noting(self.stop_note()) from None
         finally:
             self.detach()
         return self.result(self.errors)
 
-    def stream(self, lines: Iterable[str]) -> None:
+    def stream(
+        self, first: tuple[int, str, bytes], source: Iterator[tuple[int, str, bytes]]
+    ) -> None:
         opt = self.opt
-        source = self.lines(lines, opt.compact, opt.max_line_chars)
-        nxt = next(source, None)
+        nxt: tuple[int, str, bytes] | None = first
         poll = opt.status_interval_s
         next_poll = self.t0 + poll if poll else float("inf")
-        quiet_since = self.t0
+        quiet_since = self.t0  # the last progress while an answer is owed
         while True:
             batch = bytearray()
             # While a hold asked through the control is in force, nothing more is sent.
@@ -252,18 +282,23 @@ class _Grbl(Session):
                 self.write(b"?", opt.write_timeout_s)
                 next_poll = now + poll
             wake = min(next_poll, quiet_since + opt.stall_timeout_s)
-            answers = self.read(min(wake - now, 0.05) if self.held else wake - now)
+            answers = self.read(max(min(wake - now, 0.05) if self.held else wake - now, 0.0))
             now = time.monotonic()
-            if answers:
-                quiet_since = now
-                for line in answers:
-                    self.answer(line)
-            elif self.held:
-                quiet_since = now  # held on request: a silent controller is expected
+            before, acked = self.status, self.acked
+            for line in answers:
+                self.answer(line)
+            if self.held or self.acked != acked or self.progressed(before):
+                quiet_since = now  # acknowledged, moving, held, or not running: no stall
             elif now - quiet_since >= opt.stall_timeout_s:
+                seen = self.status
+                where = (
+                    f"; it reports {seen.state} at MPos {seen.machine_mm}"
+                    if seen is not None
+                    else ("" if poll else " (status polls off)")
+                )
                 raise self.fail(
-                    f"controller stalled: no answer for {opt.stall_timeout_s:g}"
-                    " s" + ("" if poll else " (status polls off)"),
+                    f"controller stalled: no line acknowledged and no motion for "
+                    f"{opt.stall_timeout_s:g} s{where}",
                     "stalled",
                 )
             self.report(now)

@@ -4,12 +4,15 @@ hold/resume control, and the session that reads and writes the channel
 drip feed).
 
 A stream that stops for any reason raises StreamError naming the program line, the text sent
-and why. A feed hold is a real-time command: the controller takes it out of the byte stream at
+and why; a signal that ends it (StreamInterrupt, raised by the CLI's handlers, or Ctrl-C's
+KeyboardInterrupt) becomes a StreamError of kind "interrupted" with exit code 128 + signal. A
+feed hold is a real-time command: the controller takes it out of the byte stream at
 once, wherever it lands, so it is written the moment it is asked for (from a signal handler too)
 and never waits for the streaming loop's next turn.
 
-Slightly over 400 lines on purpose: the records and the Session they describe are read together
-by both protocols (grbl.py, dnc.py); apart they would only send the reader between two files.
+Over 400 lines on purpose: the records, the signal interrupt and the Session they describe are
+read together by both protocols (grbl.py, dnc.py); apart they would send the reader between
+files.
 """
 
 from __future__ import annotations
@@ -39,6 +42,9 @@ EX_TEMPFAIL = 75  # sysexits: the controller is not ready; nothing was sent, try
 
 FailureKind = Literal[
     "error",
+    "input",
+    "interrupted",
+    "empty",
     "alarm",
     "disconnected",
     "stalled",
@@ -48,9 +54,37 @@ FailureKind = Literal[
     "handshake",
     "not_ready",
 ]
-# Failures after which the machine may still run out what it holds: a feed hold stops it.
-# (alarm and reset: the controller has halted itself; disconnected: nothing can be sent.)
-HOLD_ON: frozenset[str] = frozenset({"error", "stalled", "protocol", "rejected"})
+# Failures after which the machine may still run out what it holds: a feed hold stops it
+# (and on GRBL a soft reset then empties its buffers). Alarm and reset: the controller has
+# halted itself and dropped its buffers; disconnected: nothing can be sent.
+HOLD_ON: frozenset[str] = frozenset(
+    {"error", "stalled", "protocol", "rejected", "input", "interrupted"}
+)
+
+# The real-time codes by the names the messages use.
+CODE_NAMES: dict[bytes, str] = {
+    b"!": "feed hold (!)",
+    b"~": "cycle start (~)",
+    b"\x18": "soft reset (0x18)",
+    b"?": "status query (?)",
+}
+
+
+def code_name(code: bytes, what: str = "") -> str:
+    """`code` as a reader names it: "feed hold (!)", or `what` with the bytes shown."""
+    if code in CODE_NAMES:
+        return CODE_NAMES[code]
+    shown = " ".join(chr(b) if 0x20 < b < 0x7F else f"0x{b:02x}" for b in code)
+    return f"{what} ({shown})" if what else shown
+
+
+class StreamInterrupt(BaseException):
+    """A signal ends the stream (raised by the CLI's handlers). A BaseException, like
+    KeyboardInterrupt, so that no `except Exception` on the way swallows it."""
+
+    def __init__(self, signum: int, name: str) -> None:
+        super().__init__(name)
+        self.signum, self.name = signum, name
 
 
 class StreamError(AgentError):
@@ -69,12 +103,14 @@ class StreamError(AgentError):
         sent: int = 0,
         acked: int = 0,
         source: str | None = None,
+        exit_code: int | None = None,
     ) -> None:
-        where = (
-            "before the first line"
-            if line_no is None
-            else (f"{source}:{line_no}" if source else f"line {line_no}")
-        )
+        if line_no is not None:
+            where = f"{source}:{line_no}" if source else f"line {line_no}"
+        elif sent == 0:
+            where = "before the first line"
+        else:
+            where = source or "the stream"
         shown = f" ({text!r})" if text is not None else ""
         super().__init__(
             f"{where}{shown}: {reason} [stream stopped after {sent} lines sent, "
@@ -82,10 +118,12 @@ class StreamError(AgentError):
         )
         self.line_no, self.text, self.reason, self.kind = line_no, text, reason, kind
         self.code, self.sent, self.acked, self.source = code, sent, acked, source
-        if kind in ("error", "rejected"):
+        if kind in ("error", "rejected", "input", "empty"):
             self.exit_code = EX_DATAERR
         elif kind == "not_ready":
             self.exit_code = EX_TEMPFAIL
+        if exit_code is not None:
+            self.exit_code = exit_code
 
     def noting(self, note: str) -> StreamError:
         """The same failure with `note` added to its reason (what was done about it)."""
@@ -98,6 +136,7 @@ class StreamError(AgentError):
             sent=self.sent,
             acked=self.acked,
             source=self.source,
+            exit_code=self.exit_code,
         )
 
 
@@ -254,8 +293,10 @@ class Session:
 
     def hold_note(self) -> str:
         """Send the feed hold on the way out of a failed stream; what was done, for the error."""
-        if self.send_realtime(self.hold_code):
-            return f"feed hold {self.hold_code!r} sent"
+        if self.sent == 0:
+            return "nothing was sent, so nothing was held"
+        if self.hold_code and self.send_realtime(self.hold_code):
+            return f"{code_name(self.hold_code, 'feed hold')} sent"
         if not self.hold_code:
             return (
                 "no feed hold sent: the controller's settings give no hold code "
@@ -264,6 +305,27 @@ class Session:
         return "the feed hold could not be written: stop the machine at the controller"
 
     # -- I/O
+
+    def interrupted(self, exc: BaseException) -> StreamError:
+        """The StreamError for a signal (StreamInterrupt, KeyboardInterrupt) or SystemExit."""
+        if isinstance(exc, StreamInterrupt):
+            signum, name = exc.signum, exc.name
+        elif isinstance(exc, KeyboardInterrupt):
+            signum, name = 2, "SIGINT (Ctrl-C)"
+        else:
+            code = exc.code if isinstance(exc, SystemExit) else None
+            signum = code - 128 if isinstance(code, int) and code > 128 else 15
+            name = f"signal {signum}"
+        return StreamError(
+            None,
+            None,
+            f"stream ended by {name}",
+            kind="interrupted",
+            sent=self.sent,
+            acked=self.acked,
+            source=self.source,
+            exit_code=128 + signum,
+        )
 
     def fail(
         self,
@@ -287,7 +349,7 @@ class Session:
     def lines(
         self, lines: Iterable[str], compact: bool, max_chars: int | None
     ) -> Iterator[tuple[int, str, bytes]]:
-        for line_no, text in enumerate(lines, 1):
+        for line_no, text in enumerate(self.guarded(lines), 1):
             line = prepare_line(text, compact)
             if not line:
                 self.skipped += 1
@@ -296,6 +358,30 @@ class Session:
             if problem is not None:
                 raise self.fail(problem, "rejected", line=(line_no, line))
             yield line_no, line, (line + "\n").encode("ascii")
+
+    def guarded(self, lines: Iterable[str]) -> Iterator[str]:
+        """`lines`, with a failure of their source (a filter error found past the lookahead, an
+        unreadable file) turned into a StreamError, so the machine is stopped like on any other
+        failure."""
+        it = iter(lines)
+        while True:
+            try:
+                text = next(it)
+            except StopIteration:
+                return
+            except (StreamError, KeyboardInterrupt, SystemExit, StreamInterrupt):
+                raise
+            except Exception as exc:
+                raise StreamError(
+                    getattr(exc, "line_no", None),
+                    getattr(exc, "text", None),
+                    f"program refused mid-stream (past the lookahead): {exc}",
+                    kind="input",
+                    sent=self.sent,
+                    acked=self.acked,
+                    source=getattr(exc, "source", None) or self.source,
+                ) from exc
+            yield text
 
     def write(self, data: bytes, timeout_s: float) -> None:
         try:
@@ -347,26 +433,38 @@ class Session:
             return False
         return True
 
+    def progressed(self, before: StatusReport | None) -> bool:
+        """Whether the last status report shows progress since `before`: the machine moved,
+        or it is in a state that does not run (a hold at the machine, a door, Idle). A
+        controller that keeps answering '?' in Run at one position is not progressing."""
+        now = self.status
+        if now is None or now is before:
+            return False
+        if now.state != "Run":
+            return True
+        return before is None or before.machine_mm != now.machine_mm
+
     def wait_idle(
         self, interval_s: float, stall_s: float, write_s: float, handle: Callable[[str], object]
     ) -> None:
-        """Poll '?' until the controller reports Idle: the machine has run the program out."""
-        self.status, quiet = None, time.monotonic()
+        """Poll '?' until the controller reports Idle: the machine has run the program out.
+        The stall timer counts progress (position change), not replies."""
+        self.status, moved = None, time.monotonic()
         while self.status is None or self.status.state != "Idle":
             if not self.paused:
                 self.write(b"?", write_s)
+            before = self.status
             answers = self.read(interval_s)
+            for line in answers:
+                handle(line)
             now = time.monotonic()
-            if answers:
-                quiet = now
-                for line in answers:
-                    handle(line)
-            elif self.held:
-                quiet = now  # held on request: silence is expected, not a stall
-            elif now - quiet > stall_s:
+            if self.held or self.progressed(before):
+                moved = now  # held on request, or moving: not a stall
+            elif now - moved > stall_s:
+                state = self.status.state if self.status else "no status report"
                 raise self.fail(
-                    f"controller stalled: no status report for {stall_s:g} s while "
-                    "waiting for Idle",
+                    f"controller stalled: no progress for {stall_s:g} s while waiting for "
+                    f"Idle ({state})",
                     "stalled",
                 )
             self.report(now)

@@ -1,5 +1,11 @@
-"""The GRBL peer's machine: G-code parser, 15-block planner and execution clock
-(firmware.py and serial_port.py speak the serial protocol around it).
+"""The GRBL peer's machine: 15-block planner, execution clock and feed hold (gcode.py parses
+the lines, firmware.py and serial_port.py speak the serial protocol around it).
+
+A feed hold decelerates at the axis acceleration along the running block (state Hold:1) and
+stands (Hold:0); the rest of that block and the planner's queue stay, and cycle start runs them
+from rest. Simplification: where the running block ends before the machine would have
+stopped, it stops at that block's end with a harder deceleration (GRBL decelerates across
+blocks).
 
 The planner mirrors GRBL's planner.c and agent.feedrate.executor's helpers; it is kept here,
 import-light, because importing the executor pulls scipy (seconds per peer start). Units: mm,
@@ -8,13 +14,10 @@ s, mm/s (feeds in mm/min only where G-code gives them).
 
 from __future__ import annotations
 
-import itertools
 import math
-import re
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,12 @@ class SpeedProfile:
     @property
     def duration(self) -> float:
         return self.t_acc + self.t_cruise + self.t_dec
+
+    def speed_at(self, t: float) -> float:
+        t = min(max(t, 0.0), self.duration)
+        if t < self.t_acc:
+            return self.v_entry + self.accel * t
+        return self.v_peak - self.accel * max(t - self.t_acc - self.t_cruise, 0.0)
 
     def distance_at(self, t: float) -> float:
         t = min(max(t, 0.0), self.duration)
@@ -76,42 +85,6 @@ def plan_entry_speeds(
     return v
 
 
-_WORD = re.compile(r"([-+]?(?:\d+\.?\d*|\.\d+))")
-_LETTERS = frozenset("FGIJKMNPRSTXYZ")
-_G_GROUPS = {
-    0: "motion",
-    10: "motion",
-    20: "motion",
-    30: "motion",
-    40: "dwell",
-    170: "plane",
-    180: "plane",
-    190: "plane",
-    200: "units",
-    210: "units",
-    540: "wcs",
-    550: "wcs",
-    560: "wcs",
-    570: "wcs",
-    580: "wcs",
-    590: "wcs",
-    610: "path",
-    640: "path",
-    900: "distance",
-    910: "distance",
-    930: "feed",
-    940: "feed",
-}
-_M_SYNC = frozenset({0, 1, 2, 3, 4, 5, 7, 8, 9, 30})
-_PLANES = {170: (0, 1, 2), 180: (2, 0, 1), 190: (1, 2, 0)}
-_OFFSETS = {170: ("I", "J"), 180: ("K", "I"), 190: ("J", "K")}
-
-
-class GrblError(Exception):
-    def __init__(self, code: int) -> None:
-        self.code = code
-
-
 @dataclass
 class PBlock:
     target: tuple[float, float, float]
@@ -121,6 +94,7 @@ class PBlock:
     accel: float
     junction: float  # max entry speed
     line: int
+    counts: bool = True  # False: the deceleration of a hold, whose block goes on after it
 
 
 class Machine:
@@ -136,6 +110,7 @@ class Machine:
         self.exit_speed = 0.0
         self.wall0, self.offset = time.monotonic(), 0.0
         self.frozen: float | None = None
+        self.stopping = False  # a feed hold decelerates the running block
         self.executed = self.max_blocks = 0
 
     def now(self) -> float:
@@ -144,13 +119,48 @@ class Machine:
         return (time.monotonic() - self.wall0) * self.scale - self.offset
 
     def hold(self) -> None:
-        if self.frozen is None:
-            self.frozen = self.now()
+        if self.frozen is not None or self.stopping:
+            return
+        now = self.now()
+        if self.head is None:
+            self.frozen = now
+            return
+        b, prof, start, p0 = self.head
+        s, v = prof.distance_at(now - start), prof.speed_at(now - start)
+        here = tuple(p + u * s for p, u in zip(p0, b.unit, strict=True))
+        remaining = b.length - s
+        stop = min(v * v / (2.0 * b.accel), remaining) if v > 1e-9 else 0.0
+        rest = remaining - stop
+        if rest > 1e-9:  # what is left of the block after the stop, run from rest on resume
+            self.queue.appendleft(PBlock(b.target, b.unit, rest, b.speed, b.accel, 0.0, b.line))
+        if stop <= 1e-12:
+            self.pos, self.head, self.frozen = here, None, now
+            self.exit_speed, self.last_unit = 0.0, None
+            return
+        end = tuple(p + u * stop for p, u in zip(here, b.unit, strict=True))
+        t_dec = 2.0 * stop / v
+        decel = PBlock(end, b.unit, stop, v, b.accel, v, b.line, counts=rest <= 1e-9)
+        self.head = (decel, SpeedProfile(v, v, 0.0, v / t_dec, 0.0, 0.0, t_dec), now, here)
+        self.stopping = True
 
     def resume(self) -> None:
+        if self.stopping:
+            return  # GRBL takes cycle start only once the hold is complete
         if self.frozen is not None:
             self.offset = (time.monotonic() - self.wall0) * self.scale - self.frozen
             self.frozen = None
+            if self.head is None and self.queue:
+                self._start(self.now())
+
+    @property
+    def moving(self) -> bool:
+        return self.head is not None and self.frozen is None
+
+    def speed(self) -> float:
+        """mm/s now."""
+        if not self.moving or self.head is None:
+            return 0.0
+        return self.head[1].speed_at(self.now() - self.head[2])
 
     @property
     def blocks(self) -> int:
@@ -199,7 +209,11 @@ class Machine:
         while self.head is not None and self.head[2] + self.head[1].duration <= now:
             b, prof, start, _ = self.head
             self.pos, self.head = b.target, None
-            self.executed += 1
+            self.executed += b.counts
+            if self.stopping:  # the hold is complete: the machine stands, the queue waits
+                self.stopping, self.frozen = False, start + prof.duration
+                self.exit_speed, self.last_unit = 0.0, None
+                return
             if self.queue:
                 self._start(start + prof.duration)
             else:
@@ -222,150 +236,8 @@ class Machine:
         self.pos = self.planned = self.position()
         self.queue.clear()
         self.head, self.last_unit, self.exit_speed = None, None, 0.0
+        self.stopping = False
 
-
-class Parser:
-    """GRBL's g-code parser for the subset above; returns what the line asks of the machine."""
-
-    def __init__(self, travel: tuple[float, float, float] | None) -> None:
-        self.motion, self.plane, self.scale, self.absolute = 0, 170, 1.0, True
-        self.inverse, self.feed = False, 0.0  # mm/min
-        self.position = [0.0, 0.0, 0.0]
-        self.travel = travel
-
-    def parse(self, line: str) -> tuple[str, Any]:
-        words: dict[str, float] = {}
-        gs: dict[str, int] = {}
-        ms: list[int] = []
-        pos = 0
-        while pos < len(line):
-            letter = line[pos]
-            if not letter.isalpha():
-                raise GrblError(1)
-            m = _WORD.match(line, pos + 1)
-            if m is None:
-                raise GrblError(2)
-            value, pos = float(m.group(1)), m.end()
-            if letter not in _LETTERS:
-                raise GrblError(20)
-            if letter == "G":
-                code = round(value * 10)
-                group = _G_GROUPS.get(code)
-                if group is None or abs(value * 10 - code) > 1e-6:
-                    raise GrblError(20)
-                if group in gs:
-                    raise GrblError(21)
-                gs[group] = code
-            elif letter == "M":
-                if value not in _M_SYNC:
-                    raise GrblError(20)
-                ms.append(int(value))
-            elif letter in words:
-                raise GrblError(25)
-            else:
-                if letter in "FNPST" and value < 0:
-                    raise GrblError(4)
-                if letter == "N" and value > 9_999_999:
-                    raise GrblError(27)
-                words[letter] = value
-        return self._execute(words, gs, ms)
-
-    def _execute(
-        self, words: dict[str, float], gs: dict[str, int], ms: list[int]
-    ) -> tuple[str, Any]:
-        # A rejected line changes nothing: modal state is committed only at the end.
-        plane = gs.get("plane", self.plane)
-        scale = {200: 25.4, 210: 1.0}.get(gs.get("units", 0), self.scale)
-        absolute = gs["distance"] == 900 if "distance" in gs else self.absolute
-        inverse = gs["feed"] == 930 if "feed" in gs else self.inverse
-        feed = self.feed if inverse == self.inverse else 0.0
-        if "F" in words:
-            feed = words["F"] if inverse else words["F"] * scale
-        motion = gs["motion"] // 10 if "motion" in gs else self.motion
-        for k in "NST":
-            words.pop(k, None)
-        axes = [k for k in "XYZ" if k in words]
-        arc_words = [k for k in "IJKR" if k in words]
-        kind: tuple[str, Any] = ("sync", None) if ms else ("none", None)
-        if "dwell" in gs:
-            if "P" not in words:
-                raise GrblError(28)
-            kind = ("dwell", words.pop("P"))
-        if "P" in words or (arc_words and motion < 2):
-            raise GrblError(36)
-        target = list(self.position)
-        if axes or ("motion" in gs and motion >= 2):
-            if not axes:
-                raise GrblError(26)  # G2/G3 need axis words; G0/G1 alone only set the mode
-            for i, k in enumerate("XYZ"):
-                if k in words:
-                    target[i] = words[k] * scale + (0.0 if absolute else target[i])
-            if motion and (feed <= 0 or (inverse and "F" not in words)):
-                raise GrblError(22)
-            points = (
-                self._arc(words, target, scale, plane, motion == 2)
-                if motion >= 2
-                else [tuple(target)]
-            )
-            if self.travel and any(abs(c) > t for c, t in zip(target, self.travel, strict=True)):
-                kind = ("soft_limit", None)
-            else:
-                speed = math.inf if motion == 0 else feed / 60.0
-                if inverse and motion:  # G93: the whole line takes 60 / F seconds
-                    path = [tuple(self.position), *points]
-                    speed = sum(math.dist(a, b) for a, b in itertools.pairwise(path)) * feed / 60.0
-                kind = ("move", (points, speed))
-                self.position = target
-        self.plane, self.scale, self.absolute, self.inverse = plane, scale, absolute, inverse
-        self.feed, self.motion = feed, motion
-        return kind
-
-    def _arc(
-        self, words: dict[str, float], target: list[float], scale: float, plane: int, cw: bool
-    ) -> list[tuple[float, ...]]:
-        a, b, n = _PLANES[plane]
-        first, second = _OFFSETS[plane]
-        start = self.position
-        if "XYZ"[a] not in words and "XYZ"[b] not in words:
-            raise GrblError(32)
-        x, y = target[a] - start[a], target[b] - start[b]
-        if "R" in words:
-            r = words["R"] * scale
-            h2 = 4.0 * r * r - x * x - y * y
-            if x == 0 and y == 0:
-                raise GrblError(33)
-            if h2 < 0:
-                raise GrblError(34)
-            h = -math.sqrt(h2) / math.hypot(x, y)
-            if cw:
-                h = -h
-            if r < 0:
-                h, r = -h, -r
-            ca, cb = 0.5 * (x - y * h), 0.5 * (y + x * h)
-        else:
-            if first not in words and second not in words:
-                raise GrblError(35)
-            ca, cb = words.get(first, 0.0) * scale, words.get(second, 0.0) * scale
-            r = math.hypot(ca, cb)
-            if (
-                abs(r - math.hypot(x - ca, y - cb)) > 0.005
-                and abs(r - math.hypot(x - ca, y - cb)) > 0.001 * r
-            ):
-                raise GrblError(33)
-        ra, rb = -ca, -cb  # start relative to the centre
-        ta, tb = x - ca, y - cb
-        travel = math.atan2(ra * tb - rb * ta, ra * ta + rb * tb)
-        if cw and travel >= -5e-7:
-            travel -= 2 * math.pi
-        elif not cw and travel <= 5e-7:
-            travel += 2 * math.pi
-        segments = max(1, int(abs(0.5 * travel * r) / math.sqrt(0.002 * (2 * r - 0.002))))
-        out: list[tuple[float, ...]] = []
-        for k in range(1, segments):
-            th = travel * k / segments
-            p = list(start)
-            p[a] = start[a] + ca + ra * math.cos(th) - rb * math.sin(th)
-            p[b] = start[b] + cb + ra * math.sin(th) + rb * math.cos(th)
-            p[n] = start[n] + (target[n] - start[n]) * k / segments
-            out.append(tuple(p))
-        return [*out, tuple(target)]
+    def lines(self) -> set[int]:
+        """The program lines (the parser's count) whose blocks wait in the planner or run."""
+        return {b.line for b in self.queue} | ({self.head[0].line} if self.head else set())
