@@ -6,6 +6,8 @@ shortest round-trip form (`repr`), encoder counts as integers; the metadata goes
 string {"format_version": 1, "meta": {...}}; read without pickle.
 
 Every problem with a file raises CaptureError naming the file, the line (CSV) and the column.
+A file is held to agent.capture.bounds (samples per channel, bytes, JSON depth) before it is
+parsed or its arrays are allocated.
 What is written is checked by the same rules as what is read, so every saved capture loads back.
 All writes are atomic (agent.atomic).
 The metadata rules are agent.capture.metadata's, the sample rules agent.capture.checks'.
@@ -23,6 +25,7 @@ import numpy as np
 import yaml
 
 from agent.atomic import atomic_write_bytes, atomic_write_text, atomic_writer
+from agent.capture.bounds import bounded_json, check_npz_archive, is_zip, scan_csv
 from agent.capture.checks import (
     COUNT_CHANNELS,
     at_line,
@@ -168,16 +171,27 @@ def _fast_table(rows_text: str, shape: tuple[int, int]) -> Array | None:
     return table if table.shape == shape else None
 
 
+def _read_bounded(path: StrPath, source: str) -> bytes:
+    """The file's bytes, once a streaming pass has found it within the capture bounds."""
+    try:
+        with open(path, "rb") as f:
+            size = scan_csv(f, source)
+            f.seek(0)
+            data = f.read(size + 1)
+    except OSError as e:
+        raise CaptureError(source, f"cannot read: {e.strerror or e}") from None
+    if len(data) > size:
+        raise CaptureError(source, "the file grew while it was read; read it once it is complete")
+    return data
+
+
 def read_csv(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
     """Read a CSV capture; metadata from the sidecar, then each field `meta` sets on top."""
     source = os.fspath(path)
     side = sidecar_path(path)
     base = read_sidecar(side) if side.is_file() else CaptureMeta()
     merged = check_meta(merge_meta(base, meta), source)
-    try:
-        data = Path(path).read_bytes()
-    except OSError as e:
-        raise CaptureError(source, f"cannot read: {e.strerror or e}") from None
+    data = _read_bounded(path, source)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -240,6 +254,13 @@ def _npz_entries(path: StrPath, source: str) -> dict[str, np.ndarray]:
     except OSError as e:
         raise CaptureError(source, f"cannot read: {e.strerror or e}") from None
     with fh:
+        head = fh.read(len(np.lib.format.MAGIC_PREFIX))
+        fh.seek(0)
+        if head == np.lib.format.MAGIC_PREFIX:
+            # Refused before numpy reads it: a .npy header may declare any size.
+            raise CaptureError(source, "not an .npz archive (a single .npy array?)")
+        if is_zip(head):
+            check_npz_archive(fh, source)
         try:
             loaded = np.load(fh, allow_pickle=False)
             if not isinstance(loaded, np.lib.npyio.NpzFile):
@@ -266,10 +287,7 @@ def _npz_meta(entry: np.ndarray, source: str) -> CaptureMeta:
     where = f"{source} (meta_json)"
     if entry.ndim != 0 or entry.dtype.kind != "U":
         raise CaptureError(source, "meta_json must be a single string")
-    try:
-        doc = json.loads(str(entry[()]))
-    except ValueError as e:
-        raise CaptureError(where, f"invalid JSON: {e}") from None
+    doc = bounded_json(str(entry[()]), where)
     if not isinstance(doc, dict) or "format_version" not in doc or "meta" not in doc:
         raise CaptureError(where, "expected an object with format_version and meta")
     version = doc["format_version"]

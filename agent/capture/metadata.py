@@ -26,6 +26,9 @@ from agent.schema.yaml_lines import TextLines, physical_line
 
 _STR_FIELDS = ("machine", "joint", "cycle", "started_at")
 _POSITIVE_FIELDS = ("gear_ratio", "sample_rate_hz")
+# Values in a sidecar, aliases expanded: its fields and a small `extra` take a few dozen.
+MAX_SIDECAR_NODES = 10_000
+MAX_SIDECAR_BYTES = 1_000_000
 
 
 def _plain(value: Any, source: str) -> Any:
@@ -131,10 +134,32 @@ def merge_meta(base: CaptureMeta, override: CaptureMeta | None) -> CaptureMeta:
     return replace(base, **changes)
 
 
+def _expanded_nodes(root: yaml.Node) -> int:
+    """Values in the document once its aliases are expanded, counted up to just past the bound:
+    nine aliases of nine aliases... (a "billion laughs") stay small as a file and as a node
+    tree, but json.dumps of the metadata would expand them all."""
+    stack, count = [root], 0
+    while stack and count <= MAX_SIDECAR_NODES:
+        node = stack.pop()
+        count += 1
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                stack += (key, value)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return count
+
+
 def read_sidecar(path: Path) -> CaptureMeta:
     source = os.fspath(path)
     try:
-        text = path.read_bytes().decode("utf-8")
+        with open(path, "rb") as f:
+            data = f.read(MAX_SIDECAR_BYTES + 1)
+        if len(data) > MAX_SIDECAR_BYTES:
+            raise CaptureError(
+                source, f"more than {MAX_SIDECAR_BYTES:,} bytes; a sidecar holds a few fields"
+            )
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise CaptureError(source, f"not UTF-8 text (byte {e.start})") from None
     except OSError as e:
@@ -144,7 +169,15 @@ def read_sidecar(path: Path) -> CaptureMeta:
         # One parse: the node tree gives the key lines, the same tree builds the values.
         loader = yaml.SafeLoader(text)
         node = loader.get_single_node()
+        if node is not None and _expanded_nodes(node) > MAX_SIDECAR_NODES:
+            raise CaptureError(
+                source,
+                f"the metadata expands to more than {MAX_SIDECAR_NODES:,} values (aliases?); "
+                "a sidecar holds a few fields",
+            )
         raw = loader.construct_document(node) if node is not None else None
+    except CaptureError:
+        raise
     except Exception as e:
         # PyYAML raises ValueError, AttributeError or RecursionError as well as YAMLError on
         # some malformed input (a timestamp with month 13, deep nesting).

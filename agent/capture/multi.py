@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from agent.atomic import atomic_writer
+from agent.capture.bounds import bounded_json, check_npz_archive
 from agent.capture.model import CHANNEL_UNITS, Array, Capture, CaptureMeta
 from agent.errors import CaptureError
 
@@ -179,10 +180,13 @@ def save_multi_capture(capture: MultiCapture, path: StrPath) -> None:
 def is_multi_capture(path: StrPath) -> bool:
     """True for an .npz written by save_multi_capture (cheap: reads the header only)."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            if "header_json" not in z.files:
-                return False
-            return bool(json.loads(str(z["header_json"])).get("format") == FORMAT)
+        with open(path, "rb") as f:
+            check_npz_archive(f, os.fspath(path))
+            with np.load(f, allow_pickle=False) as z:
+                if "header_json" not in z.files:
+                    return False
+                header = bounded_json(str(z["header_json"]), os.fspath(path))
+                return isinstance(header, dict) and header.get("format") == FORMAT
     except Exception:  # not an archive, or not ours: the caller's loader says what is wrong
         return False
 
@@ -191,8 +195,13 @@ def load_multi_capture(path: StrPath) -> MultiCapture:
     """Read an .npz written by save_multi_capture; any defect raises CaptureError naming it."""
     source = os.fspath(path)
     try:
-        with np.load(path, allow_pickle=False) as z:
-            entries = {name: z[name] for name in z.files}
+        with open(path, "rb") as f:
+            # The .npy headers first: an archive of a few MB may declare gigabytes.
+            check_npz_archive(f, source)
+            with np.load(f, allow_pickle=False) as z:
+                entries = {name: z[name] for name in z.files}
+    except CaptureError:
+        raise
     except OSError as e:
         raise CaptureError(source, f"cannot read: {e.strerror or e}") from None
     except Exception as e:  # zipfile, zlib and numpy each raise their own on a damaged file
@@ -201,10 +210,7 @@ def load_multi_capture(path: StrPath) -> MultiCapture:
     for key in ("header_json", "time_s", "joints"):
         if key not in entries:
             raise CaptureError(source, f"no {key!r} entry: not a multi-joint capture")
-    try:
-        header = json.loads(str(entries["header_json"]))
-    except (ValueError, TypeError) as e:
-        raise CaptureError(source, f"header_json is not valid JSON ({e})") from None
+    header = bounded_json(str(entries["header_json"]), f"{source} (header_json)")
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise CaptureError(source, f"header_json: expected format {FORMAT!r}")
     if header.get("format_version") != FORMAT_VERSION:

@@ -1,14 +1,27 @@
 """`jha config check FILE`: validate a config file and name every interlock rule that is off;
-starts nothing. Exit 78 (EX_CONFIG) with every mistake listed, else 0 (warnings on stderr)."""
+starts nothing. Exit 78 (EX_CONFIG) with every mistake listed, else 0 (warnings on stderr).
+
+Beyond the file itself it checks the MQTT password file the way the publisher does when the
+daemon starts (agent.config.mqtt.read_password_text), so a file others may read fails here and
+not at the next restart. The password read is dropped at once and never printed.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent.errors import EX_CONFIG, EX_OK
+
+if TYPE_CHECKING:
+    from agent.config.model import Config
+    from agent.schema.yaml_lines import ConfigIssue
+
+# systemd's LoadCredential= puts the service's copy here only while the service runs.
+_CREDENTIALS_DIR = "/run/credentials/"
+_PASSWORD_FIELD = ("publish", "mqtt", "password_file")
 
 
 def register(subparsers: Any) -> None:
@@ -26,16 +39,52 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
     from agent.config.warnings import interlock_warnings
 
     issues = config_issues(args.file)
+    notes: list[ConfigIssue] = []
+    if not issues:
+        issues, notes = password_file_findings(load_config(args.file), args.file)
     if issues:
         for issue in issues:
             print(issue, file=sys.stderr)
         print(f"{args.file}: {len(issues)} error(s)", file=sys.stderr)
         return EX_CONFIG
     # Valid, so still exit 0; but every interlock rule that is off is said, on stderr.
-    warnings = interlock_warnings(load_config(args.file), args.file)
+    warnings = sorted(
+        [*interlock_warnings(load_config(args.file), args.file), *notes], key=lambda w: w.line
+    )
     for warning in warnings:
         print(warning, file=sys.stderr)
     if warnings:
         print(f"{args.file}: {len(warnings)} warning(s)", file=sys.stderr)
     print(f"{args.file}: OK")
     return EX_OK
+
+
+def password_file_findings(
+    config: Config, file: str | Path
+) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
+    """(errors, warnings) about `publish.mqtt.password_file`, at the line that sets it."""
+    from agent.config.mqtt import PasswordFileError, read_password_text
+    from agent.schema.yaml_lines import ConfigIssue, load_yaml
+
+    mqtt = config.publish.mqtt
+    if mqtt is None or mqtt.password_file is None:
+        return [], []
+    try:
+        read_password_text(mqtt.password_file)
+        return [], []
+    except PasswordFileError as exc:
+        problem = exc
+    line = load_yaml(file).line_of(_PASSWORD_FIELD)
+    path = ".".join(_PASSWORD_FIELD)
+    if mqtt.password_file.startswith(_CREDENTIALS_DIR) and not Path(mqtt.password_file).exists():
+        note = (
+            f"warning: {mqtt.password_file} is not there to check: systemd's LoadCredential= "
+            "creates it when the service starts; its source file is not checked here"
+        )
+        return [], [ConfigIssue(str(file), line, path, note)]
+    hint = " (run jha config check as root or as the service user)" if problem.access_denied else ""
+    message = (
+        "expected a file that only the service user may read or write (mode 0600 or 0400), "
+        f"found {problem}{hint}"
+    )
+    return [ConfigIssue(str(file), line, path, message)], []

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from agent.capture.bounds import capture_samples
 from agent.config.identification_limits import IdentificationLimitSettings
 
 
@@ -106,6 +107,11 @@ class IdentificationCycleSettings:
         """The captured part of the cycle: rest, the periods of motion, rest."""
         t = self.trajectory
         return t.periods * t.period_s + 2.0 * t.hold_s
+
+    @property
+    def samples_per_channel(self) -> int:
+        """Samples each channel of the cycle's capture holds (bounded: agent.capture.bounds)."""
+        return capture_samples(self.duration_s, self.sample_rate_hz)
 
     def check(self) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = []

@@ -8,15 +8,11 @@ locals printed by a debugger, or a report.
 
 from __future__ import annotations
 
-import os
 import ssl
-import stat
 from pathlib import Path
 
-from agent.config.mqtt import MqttSettings
+from agent.config.mqtt import MqttSettings, read_password_text
 from agent.errors import ConfigError
-
-_MAX_PASSWORD_BYTES = 65535  # MQTT's length-prefixed binary field
 
 
 class Secret:
@@ -40,37 +36,9 @@ class Secret:
 
 
 def read_password_file(path: str | Path) -> Secret:
-    """The password in `path` (one line; a trailing newline is not part of it)."""
-    file = Path(path)
-    try:
-        info = os.stat(file)
-    except OSError as exc:
-        raise ConfigError(f"{file}: cannot read the MQTT password file: {exc.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(f"{file}: the MQTT password file is not a regular file")
-    mode = stat.S_IMODE(info.st_mode)
-    if mode & 0o077:
-        raise ConfigError(
-            f"{file}: permissions {mode:04o} are too open: the MQTT password file must be "
-            f"readable only by the service user (chmod 600 {file})"
-        )
-    try:
-        raw = file.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"{file}: cannot read the MQTT password file: {exc.strerror}") from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        # The exception would quote the offending bytes, that is a piece of the password.
-        raise ConfigError(f"{file}: the MQTT password file is not UTF-8 text") from None
-    password = text.removesuffix("\n").removesuffix("\r")
-    if not password:
-        raise ConfigError(f"{file}: the MQTT password file is empty")
-    if "\n" in password:
-        raise ConfigError(f"{file}: expected the password on one line, found several lines")
-    if len(password.encode("utf-8")) > _MAX_PASSWORD_BYTES:
-        raise ConfigError(f"{file}: the password is longer than MQTT allows (65535 bytes)")
-    return Secret(password)
+    """The password in `path` (one line; a trailing newline is not part of it), checked as
+    `jha config check` checks it (agent.config.mqtt.read_password_text)."""
+    return Secret(read_password_text(path))
 
 
 def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:

@@ -10,7 +10,9 @@ entries, each `name \\0 .npy bytes`, separated by `\\n---entry---\\n`; this modu
 starting with `PK` is taken as a whole archive instead (zip layer, truncation).
 
 Seeds: captures written by save_capture, from the simulator (the demo joint's constant-speed
-test, a few hundred samples) and the hypothesis target's small captures.
+test, a few hundred samples) and the hypothesis target's small captures; the npz regressions of
+tests/fuzz/cases/capture.py (headers declaring gigabytes, deep meta_json) and an overlong CSV
+line.
 
 Property (tests/fuzz/cases/capture.check_capture): a Capture holding every invariant a
 reader promises, or CaptureError naming the file; never another exception.
@@ -139,12 +141,19 @@ def _saved(suffix: str) -> tuple[tuple[bytes, bytes], ...]:
 def csv_seeds() -> Iterator[bytes]:
     for csv, side in _saved(".csv"):
         yield csv + SIDECAR_SEP + side if side else csv
+    # A line past agent.capture.bounds.MAX_CSV_LINE_BYTES (refused before it is parsed).
+    yield b"time_s,motor_pos_rad\n0,1\n1," + b"9" * 5000 + b"\n"
 
 
 def npz_seeds() -> Iterator[bytes]:
+    from tests.fuzz.cases.capture import NPZ_REGRESSIONS
+
     for archive, _ in _saved(".npz"):
         yield entries_from_npz(archive)
     yield _saved(".npz")[-1][0]  # one whole archive, for the zip layer
+    # The regressions: .npy headers declaring gigabytes, meta_json nested 1000 deep.
+    for archive in NPZ_REGRESSIONS:
+        yield entries_from_npz(archive)
 
 
 TARGETS = {

@@ -8,6 +8,7 @@ import io
 import json
 import math
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +77,10 @@ SIDECAR_LINES = (
     "- a",
     "{",
     "&a [*a]",
+    # Aliases of aliases: 100,000 values from one line (refused past MAX_SIDECAR_NODES).
+    "extra: {l: [&a [x,x,x,x,x,x,x,x,x,x], &b [*a,*a,*a,*a,*a,*a,*a,*a,*a,*a], "
+    "&c [*b,*b,*b,*b,*b,*b,*b,*b,*b,*b], &d [*c,*c,*c,*c,*c,*c,*c,*c,*c,*c], "
+    "[*d,*d,*d,*d,*d,*d,*d,*d,*d,*d]]}",
     "machine: !!binary aGk=",
     "extra: {k: !!set {a}}",
     "cycle: null",
@@ -259,6 +264,9 @@ META_JSON = (
     '{"format_version": 1, "meta": {"joint": {"a": 1}}}',
     '{"format_version": 1, "meta": {"extra": {"a": [1, {"b": null}]}}}',
     '{"format_version": 1, "meta": {"' + "x" * 100 + '": 1}}',
+    # Past agent.capture.bounds.MAX_JSON_DEPTH: json.loads would recurse to a RecursionError.
+    '{"format_version": 1, "meta": {"extra": {"a": ' + "[" * 1000 + "]" * 1000 + "}}}",
+    '{"format_version": 1, "meta": {"extra": {"a": "' + "[" * 1000 + '"}}}',  # text, not depth
 )
 
 
@@ -317,9 +325,43 @@ def _npz_bytes(**entries: Any) -> bytes:
 _META = np.array('{"format_version": 1, "meta": {}}')
 
 
+def npy_declaring(shape: tuple[int, ...], descr: str = "<f8", data: bytes = b"") -> bytes:
+    """A .npy entry whose header declares `shape` but which holds only `data`."""
+    buf = io.BytesIO()
+    header = {"descr": descr, "fortran_order": False, "shape": shape}
+    np.lib.format.write_array_header_1_0(buf, header)  # type: ignore[no-untyped-call]
+    return buf.getvalue() + data
+
+
+def npz_declaring(shape: tuple[int, ...], descr: str = "<f8") -> bytes:
+    """A small archive (a few hundred bytes) whose motor_pos_rad entry declares `shape`: numpy
+    would allocate all of it before finding the data missing."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_STORED) as z:
+        for name, value in (("meta_json", _META), ("time_s", np.arange(3.0))):
+            entry = io.BytesIO()
+            np.save(entry, value, allow_pickle=False)
+            z.writestr(f"{name}.npy", entry.getvalue())
+        z.writestr("motor_pos_rad.npy", npy_declaring(shape, descr, b"\0" * 24))
+    return buf.getvalue()
+
+
+def deep_meta_json(depth: int) -> str:
+    return '{"format_version": 1, "meta": {"extra": {"a": ' + "[" * depth + "]" * depth + "}}}"
+
+
 # Found by this fuzzer (fixed in agent/capture/files.py): a complex time_s was read with its
 # imaginary part dropped (numpy's ComplexWarning the only trace) and a Boolean one as 0 and 1.
+# Reported by a controls engineer (fixed in agent/capture/bounds.py): an archive of a few hundred
+# bytes declaring 4 GB of samples was allocated before it was refused, and a meta_json nested
+# 1000 deep ended in a RecursionError.
 NPZ_REGRESSIONS = (
     _npz_bytes(time_s=np.array([0, 1 + 1j, 2]), motor_speed_rad_s=np.zeros(3), meta_json=_META),
     _npz_bytes(time_s=np.array([False, True]), motor_speed_rad_s=np.zeros(2), meta_json=_META),
+    npz_declaring((500_000_000,)),
+    npz_declaring((3, 10**9)),
+    npz_declaring((), descr="<U2000000"),
+    _npz_bytes(
+        time_s=np.arange(3.0), motor_pos_rad=np.zeros(3), meta_json=np.array(deep_meta_json(1000))
+    ),
 )

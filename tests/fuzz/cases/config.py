@@ -65,6 +65,8 @@ _JOINT = """\
       - name: {n}
         index: {i}
         gear_ratio: 40
+        position_min_rad: -100.0
+        position_max_rad: 100.0
         backlash_cycle: {{motor_speed_rps: 100, load_turns: 12, sample_rate_hz: 500}}
 """
 
