@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 # sysexits.h: what the CLI returns for each kind of failure.
 EX_OK = 0
 EX_USAGE = 64
@@ -53,7 +55,16 @@ class InterlockError(AgentError):
     exit_code = EX_SOFTWARE
 
 
+class TravelRefused(InterlockError):
+    """The cycle's whole travel does not fit the joint's limits (or they are unknown): refused
+    before motion. It will be refused again until the config or the cycle changes."""
+
+
 class CycleAborted(AgentError):
-    """A running test cycle was aborted and the motion stopped; the capture is not used."""
+    """A running test cycle was aborted and the motion stopped; the capture is not used.
+
+    `standstill` is what the check after the stop found (agent.service.standstill.Standstill),
+    when the guarded path made one."""
 
     exit_code = EX_SOFTWARE
+    standstill: Any = None

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar
 
 from agent.capture.model import Capture, CaptureMeta
 from agent.errors import DriverError
+from drivers.travel import JointTravel, Ramps
 
 if TYPE_CHECKING:  # numpy and the estimation package load only where a trajectory is evaluated
     from agent.capture.multi import MultiCapture
@@ -42,6 +43,7 @@ class Capability(enum.Flag):
     CURRENT = enum.auto()  # captures motor current
     TOOLPATH_STREAMING = enum.auto()  # streams G-code to a CNC
     EXCITATION = enum.auto()  # runs an all-joint excitation trajectory (ExcitationCycle)
+    RETURN_MOVE = enum.auto()  # can move one joint back to its test pose (Driver.move_joint)
 
 
 class ControllerMode(enum.Enum):
@@ -65,6 +67,8 @@ class ControllerStatus:
     operator_present: bool | None = None
     stop_expected_s: float | None = None  # how long the production stop is expected to last
     time_s: float = 0.0  # controller clock
+    # Joint speeds where the controller reports them; None: judged from successive positions.
+    joint_speeds_rad_s: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,9 @@ class BacklashCycle:
     sample_rate_hz: float
     encoder_bits: int
     test_pose_rad: float
+    # Where the joint may go (drivers.travel): TravelLimits, CONTINUOUS, or None: not known,
+    # and then the cycle is refused before motion.
+    travel_limits: JointTravel = None
 
     @property
     def kind(self) -> CycleKind:
@@ -141,6 +148,7 @@ class ExcitationCycle:
     sample_rate_hz: float
     gear_ratios: tuple[float, ...]  # motor turns per link turn, per joint
     encoder_bits: int | None = None  # both encoders of every joint; None: not known
+    travel_limits: tuple[JointTravel, ...] = ()  # per joint, as BacklashCycle.travel_limits
 
     def __post_init__(self) -> None:
         n = len(self.joints)
@@ -255,10 +263,45 @@ class Driver(abc.ABC):
     async def stop_motion(self) -> None:
         """Stop any motion now. Must be safe to call at any time, repeatedly."""
 
+    async def protective_stop(self) -> str | None:
+        """The escalation when a stop did not bring the machine to rest: the protocol's
+        protective-stop request, if it has one. Returns what was done, or None: nothing more
+        than stop_motion is available."""
+        return None
+
+    @property
+    def returns_by_agent(self) -> bool:
+        """True when the cycle ends away from the test pose and the agent moves the joint back
+        as a motion of its own (move_joint), so that a fault on the way back cannot cost the
+        complete capture; False when run_cycle itself ends at the test pose."""
+        return False
+
+    @property
+    def move_speed_max_rad_s(self) -> float:
+        """The fastest move_joint the driver commands (a request above it is slowed to it)."""
+        return float("inf")
+
+    async def move_joint(self, joint: str, target_rad: float, speed_rad_s: float) -> None:
+        """Move one joint to `target_rad` at no more than `speed_rad_s` and wait until it stands
+        there (Capability.RETURN_MOVE): the recovery to the test pose after an abort. Must stop
+        and raise on cancellation, as run_cycle does."""
+        raise DriverError(f"{self.controller}: the {self.name} driver cannot move a joint alone")
+
     @property
     def control_period_s(self) -> float:
         """How often the interlock watcher polls during motion."""
         return 0.01
+
+    def ramps(self, cycle: Cycle) -> Ramps:
+        """How the controller will ramp the cycle's joints (drivers.travel); unknown by default,
+        and then the run-up and the stop are bounded generously."""
+        return Ramps()
+
+    @classmethod
+    def joint_travel(cls, settings: Any, index: int) -> JointTravel:
+        """What the driver knows of joint `index`'s travel limits without asking the controller
+        (a vendor's documented joint range), used when the config gives none; None: nothing."""
+        return None
 
 
 async def within(awaitable: Awaitable[T], timeout_s: float | None) -> T:

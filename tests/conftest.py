@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,9 +48,26 @@ def make_joint() -> Callable[..., JointSettings]:
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: Any) -> None:
-    """Print the figures tests recorded in tests.support.summary (fuzzing, faults, security)."""
-    from tests.support.summary import render
+    """Print the figures tests recorded in tests.support.summary (fuzzing, faults, security).
 
+    With JHA_SUMMARY_FILE set (make test runs the suite in two parts), the rows of an earlier
+    part are read from that file and this part's added, and the file is rewritten; with
+    JHA_SUMMARY_QUIET as well nothing is printed (the last part prints the whole table)."""
+    import json
+    import os
+
+    from tests.support.summary import export, merge, render
+
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the controller prints
+        return
+    carry = os.environ.get("JHA_SUMMARY_FILE")
+    if carry:
+        path = Path(carry)
+        if path.exists():
+            merge(json.loads(path.read_text()))
+        path.write_text(json.dumps(export()))
+        if os.environ.get("JHA_SUMMARY_QUIET"):
+            return
     lines = render()
     if not lines:
         return
@@ -87,5 +105,27 @@ _FAILED_CHECKS: set[str] = set()
 _TIMING_FIRST = ("tests/drivers/ur_rtde/", "tests/faults/test_ur_")
 
 
+def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
+    """Under pytest-xdist, a worker hands its summary rows to the controller."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        from tests.support.summary import export
+
+        workeroutput["jha_summary"] = export()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """The controller merges each finished worker's summary rows (pytest-xdist)."""
+    data = getattr(node, "workeroutput", {}).get("jha_summary")
+    if data:
+        from tests.support.summary import merge
+
+        merge(data)
+
+
 def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
+    for item in items:
+        if item.nodeid.startswith(_TIMING_FIRST):
+            item.add_marker(pytest.mark.realtime)
     items.sort(key=lambda item: not item.nodeid.startswith(_TIMING_FIRST))

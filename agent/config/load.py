@@ -13,9 +13,11 @@ from dataclasses import replace
 from difflib import get_close_matches
 from pathlib import Path
 
+from agent.capture.bounds import MAX_CAPTURE_SAMPLES, capture_samples
 from agent.config.model import (
     CalibrationSettings,
     Config,
+    ControllerSettings,
     EstimatorSettings,
     JointSettings,
     ScheduleTrigger,
@@ -58,7 +60,31 @@ def _load(path: str | Path) -> tuple[Config | None, list[ConfigIssue]]:
     controllers = tuple(
         replace(c, settings=s) for c, s in zip(config.controllers, settings, strict=True)
     )
+    travel = _travel_issues(root, controllers, file)
+    if travel:
+        return None, sorted(travel, key=lambda i: i.line)
     return replace(config, controllers=controllers, source=file), []
+
+
+def _travel_issues(
+    root: Node, controllers: tuple[ControllerSettings, ...], file: str
+) -> list[ConfigIssue]:
+    """Every joint a driver may move needs travel limits (agent.config.travel_limits)."""
+    from agent.config.travel_limits import travel_issues
+
+    nodes = _seq(root, "controllers")
+    out = []
+    for i, c in enumerate(controllers):
+        if not c.joints or not _driver_runs_cycles(c.driver):
+            continue
+        joints = _seq(nodes.items[i], "joints") if nodes is not None else None
+        for j, key, msg in travel_issues(c):
+            node = joints.items[j] if joints is not None else None
+            where = node.get(key) if node is not None and node.kind == "mapping" else None
+            at = where if where is not None else node
+            line = at.line if at is not None else 1
+            out.append(ConfigIssue(file, line, f"controllers[{i}].joints[{j}].{key}", msg))
+    return out
 
 
 def _g(x: float) -> str:
@@ -124,14 +150,47 @@ def _check_estimator(e: EstimatorSettings) -> list[tuple[str, str]]:
 
 
 def _check_joint(j: JointSettings) -> list[tuple[str, str]]:
+    out = []
     rate, top = j.backlash_cycle.sample_rate_hz, j.estimator.resonance_hz[1]
-    if rate > 2 * top:
+    if not rate > 2 * top:
+        out.append(
+            (
+                "backlash_cycle.sample_rate_hz",
+                f"expected a number > {_g(2 * top)} (twice estimator.resonance_hz[1] = "
+                f"{_g(top)} Hz, so the resonance stays below Nyquist), found {_g(rate)}",
+            )
+        )
+    c = j.backlash_cycle
+    # The duration agent.kinds.backlash.kind.backlash_cycle() gives the cycle: load turns at
+    # gear_ratio motor turns each, at motor_speed_rps.
+    duration_s = c.load_turns * j.gear_ratio / c.motor_speed_rps
+    samples = capture_samples(duration_s, rate)
+    if samples > MAX_CAPTURE_SAMPLES:
+        out.append(
+            (
+                "backlash_cycle",
+                f"expected a capture of at most {MAX_CAPTURE_SAMPLES:,} samples per channel, "
+                f"found {samples:,} ({_g(c.load_turns)} load turns x gear_ratio "
+                f"{_g(j.gear_ratio)} / {_g(c.motor_speed_rps)} motor rev/s = {_g(duration_s)} s "
+                f"at {_g(rate)} Hz); fewer load_turns, a faster motor_speed_rps or a lower "
+                "sample_rate_hz",
+            )
+        )
+    return out
+
+
+def _check_controller(c: ControllerSettings) -> list[tuple[str, str]]:
+    ident = c.identification
+    if ident is None or ident.samples_per_channel <= MAX_CAPTURE_SAMPLES:
         return []
+    t = ident.trajectory
     return [
         (
-            "backlash_cycle.sample_rate_hz",
-            f"expected a number > {_g(2 * top)} (twice estimator.resonance_hz[1] = {_g(top)} Hz, "
-            f"so the resonance stays below Nyquist), found {_g(rate)}",
+            "identification",
+            f"expected a capture of at most {MAX_CAPTURE_SAMPLES:,} samples per channel, found "
+            f"{ident.samples_per_channel:,} ({t.periods} periods x {_g(t.period_s)} s + 2 x "
+            f"hold_s {_g(t.hold_s)} s = {_g(ident.duration_s)} s at {_g(ident.sample_rate_hz)} "
+            "Hz); fewer or shorter trajectory periods or a lower sample_rate_hz",
         )
     ]
 
@@ -159,6 +218,7 @@ _CHECKS: dict[type, Check] = {
     CalibrationSettings: _check_calibration,
     EstimatorSettings: _check_estimator,
     JointSettings: _check_joint,
+    ControllerSettings: _check_controller,
 }
 
 

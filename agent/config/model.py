@@ -29,6 +29,9 @@ class AgentSettings:
     poll_s: float = field(
         default=0.2, metadata={"gt": 0.0, "le": 10.0, "doc": "status poll period while idle"}
     )
+    # Free space a stop must leave in state_dir after its captures and reports, or its cycles
+    # are not started (agent.service.preflight).
+    disk_reserve_mb: float = field(default=50.0, metadata={"ge": 0.0})
 
 
 @dataclass(frozen=True)
@@ -87,6 +90,16 @@ class JointSettings:
     calibration: CalibrationSettings = field(default_factory=CalibrationSettings)
     model: JointModelSettings = field(default_factory=JointModelSettings)
     estimator: EstimatorSettings = field(default_factory=EstimatorSettings)
+    # Travel limits: a cycle whose whole travel does not fit inside them less the margin is
+    # refused before motion. Unset: from the controller's robot description, else from what
+    # the driver knows of its controller (UR: +-2 pi); a joint that turns without end says
+    # continuous_rotation. A moving joint with none of these is a config error.
+    position_min_rad: float | None = None
+    position_max_rad: float | None = None
+    continuous_rotation: bool = field(
+        default=False, metadata={"doc": "turns without end (turntable, test bench)"}
+    )
+    limit_margin_rad: float = field(default=0.05, metadata={"ge": 0.0, "le": 1.0})
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,11 @@ class InterlockSettings:
     require_full_override: bool = True
     # A person near the machine (light curtain, area scanner): unknown presence counts as present.
     require_operator_absent: bool = False
+    # After an abort, move the joint back to its test pose (a separate, logged motion under
+    # these same interlocks, at return_speed_rad_s) once the machine is confirmed at rest and
+    # every interlock holds; false: a person moves it back.
+    return_after_abort: bool = True
+    return_speed_rad_s: float = field(default=0.2, metadata={"gt": 0.0, "le": 50.0})
 
 
 @dataclass(frozen=True)
@@ -138,6 +156,9 @@ class ControllerSettings:
     interlocks: InterlockSettings = field(default_factory=InterlockSettings)
     triggers: TriggerSettings = field(default_factory=TriggerSettings)
     identification: IdentificationCycleSettings | None = None
+    # Robot description (config/robots/*.yaml): joint N's travel limits when the joint with
+    # index N sets none (the identification's robot file serves when this is unset).
+    robot: str | None = field(default=None, metadata={"min_len": 1})
     # Validated by the driver's own settings_type; the raw mapping is kept when it has none.
     settings: Any = None
 

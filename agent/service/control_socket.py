@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 SOCKET_NAME = "control.sock"
 MAX_REQUEST_BYTES = 64 * 1024
+# Connections served at once; more are refused at once. Each costs a file descriptor for up to
+# READ_TIMEOUT_S: a flood of held connections must not take the descriptors the agent needs to
+# record a cycle (agent.service.preflight refuses motion when too few are left).
+MAX_CLIENTS = 32
 READ_TIMEOUT_S = 5.0
 _UCRED = struct.Struct("3i")  # pid, uid, gid
 
@@ -97,6 +101,8 @@ class ControlServer:
         self.path = path
         self._handler = handler
         self._server: asyncio.AbstractServer | None = None
+        self._clients = 0
+        self.refused_busy = 0  # connections refused because MAX_CLIENTS were being served
 
     async def start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -124,6 +130,14 @@ class ControlServer:
                 self.path.unlink()
 
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._clients >= MAX_CLIENTS:
+            self.refused_busy += 1
+            if self.refused_busy == 1 or self.refused_busy % 100 == 0:  # one line, not a flood
+                log.warning(kv("control_busy", clients=self._clients, refused=self.refused_busy))
+            writer.write(b'{"ok": false, "error": "busy: too many control connections"}\n')
+            writer.close()
+            return
+        self._clients += 1
         try:
             reply = await self._serve(reader, writer)
             writer.write(json.dumps(reply).encode() + b"\n")
@@ -131,6 +145,7 @@ class ControlServer:
         except Exception as exc:  # a vanished or misbehaving client is its own problem
             log.warning(kv("control_client_failed", error=f"{type(exc).__name__}: {exc}"))
         finally:
+            self._clients -= 1
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()

@@ -249,6 +249,7 @@ class Agent:
             dry_run=self.dry_run,
             wait_for_stop_s=self.wait_for_stop_s,
             poll_s=self.config.agent.poll_s,
+            reserve_bytes=round(self.config.agent.disk_reserve_mb * 1e6),
         )
         runner = ControllerRunner(ctrl, env)
         self.runners[ctrl.name] = runner

@@ -12,19 +12,22 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agent.capture.model import Capture
 from agent.config.model import InterlockSettings, JointSettings
-from agent.errors import CycleAborted, InterlockError
-from drivers.base import ControllerMode, ControllerStatus, Cycle, Driver
+from agent.errors import CycleAborted, InterlockError, TravelRefused
+from agent.service.standstill import Standstill, stop_until_at_rest
+from drivers.base import ControllerMode, ControllerStatus, Cycle, Driver, ExcitationCycle
+from drivers.travel import check_backlash_travel, check_excitation_travel
 
 if TYPE_CHECKING:
     from agent.capture.multi import MultiCapture
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Modes in which motion may start / may continue.
 _START_MODES = {ControllerMode.STOPPED}
@@ -89,6 +92,7 @@ class CycleLimits:
     status_timeout_s: float = 2.0  # a status read slower than this is a surprise
     overrun_factor: float = 3.0  # the cycle may take this many times its nominal length
     overrun_margin_s: float = 10.0
+    standstill_timeout_s: float = 2.0  # after a stop, per attempt (agent.service.standstill)
 
 
 async def check_interlocks(
@@ -98,8 +102,12 @@ async def check_interlocks(
     joint: JointSettings | None,
     limits: CycleLimits | None = None,
 ) -> ControllerStatus:
-    """The check right before motion (and all of a dry run): the status, or InterlockError."""
+    """The check right before motion (and all of a dry run): the status, or InterlockError
+    (TravelRefused when the cycle's travel does not fit the joint's limits)."""
     limits = limits or CycleLimits()
+    why = travel_refusal(driver, cycle)
+    if why is not None:
+        raise TravelRefused(why)
     try:
         status = await _read_status(driver, limits.status_timeout_s)
     except Exception as exc:  # any failure to read the controller means: do not move
@@ -108,6 +116,14 @@ async def check_interlocks(
     if problems:
         raise InterlockError("; ".join(problems))
     return status
+
+
+def travel_refusal(driver: Driver, cycle: Cycle) -> str | None:
+    """Why the cycle's whole travel may not be commanded, or None (drivers.travel)."""
+    ramps = driver.ramps(cycle)
+    if isinstance(cycle, ExcitationCycle):
+        return check_excitation_travel(cycle, ramps)
+    return check_backlash_travel(cycle, ramps)
 
 
 async def run_guarded_cycle(
@@ -120,14 +136,44 @@ async def run_guarded_cycle(
     """Check, run and watch one cycle. Raises InterlockError (nothing moved) or CycleAborted."""
     limits = limits or CycleLimits()
     await check_interlocks(driver, cycle, rules, joint, limits)
+    return await guarded_motion(
+        driver,
+        driver.run_cycle(cycle),
+        Motion(
+            f"{cycle.controller}/{cycle.joint}",
+            cycle.settle_s + cycle.duration_s,
+            tuple(cycle.start_pose_rad),
+        ),
+        rules,
+        joint,
+        limits,
+    )
 
-    nominal_s = cycle.settle_s + cycle.duration_s
+
+@dataclass(frozen=True)
+class Motion:
+    """What the watcher needs of a motion: a name, how long it should take, what it moves."""
+
+    where: str  # controller/joint, in messages
+    nominal_s: float
+    joints: tuple[str, ...]
+
+
+async def guarded_motion(
+    driver: Driver,
+    motion: Coroutine[Any, Any, T],
+    what: Motion,
+    rules: InterlockSettings,
+    joint: JointSettings | None,
+    limits: CycleLimits,
+) -> T:
+    """Run `motion` (already checked) while watching the interlocks every control period; any
+    surprise stops it through the driver, waits for the machine to be at rest (or escalates)
+    and raises CycleAborted."""
     deadline = asyncio.get_running_loop().time() + (
-        nominal_s * limits.overrun_factor + limits.overrun_margin_s
+        what.nominal_s * limits.overrun_factor + limits.overrun_margin_s
     )
-    task = asyncio.create_task(
-        driver.run_cycle(cycle), name=f"cycle {cycle.controller}/{cycle.joint}"
-    )
+    task = asyncio.create_task(motion, name=f"motion {what.where}")
     reason: str | None = None
     try:
         while not task.done():
@@ -135,7 +181,7 @@ async def run_guarded_cycle(
             if task.done():
                 break
             if asyncio.get_running_loop().time() > deadline:
-                reason = f"cycle overran {nominal_s * limits.overrun_factor:.1f} s"
+                reason = f"cycle overran {what.nominal_s * limits.overrun_factor:.1f} s"
                 break
             try:
                 status = await _read_status(driver, limits.status_timeout_s)
@@ -149,17 +195,38 @@ async def run_guarded_cycle(
     except asyncio.CancelledError:
         reason = "agent shutting down"
         await _stop_and_cancel(driver, task, reason)
+        await _at_rest(driver, what, limits)
         raise
     if reason is not None:
         await _stop_and_cancel(driver, task, reason)
-        raise CycleAborted(f"{cycle.controller}/{cycle.joint}: {reason}")
+        raise await _aborted(driver, what, reason, limits)
     try:
         return task.result()
-    except CycleAborted:
-        raise
+    except CycleAborted as exc:
+        # The driver aborted on its own (and stopped): it still must be seen at rest.
+        raise await _aborted(driver, what, _without_prefix(str(exc), what), limits) from exc
     except Exception as exc:
         await _stop_and_cancel(driver, task, str(exc))
-        raise CycleAborted(f"{cycle.controller}/{cycle.joint}: {exc}") from exc
+        raise await _aborted(driver, what, str(exc), limits) from exc
+
+
+async def _at_rest(driver: Driver, what: Motion, limits: CycleLimits) -> Standstill:
+    return await stop_until_at_rest(
+        driver, what.joints, what.where, timeout_s=limits.standstill_timeout_s
+    )
+
+
+async def _aborted(driver: Driver, what: Motion, reason: str, limits: CycleLimits) -> CycleAborted:
+    """The abort, once the machine is confirmed at rest (or the escalation is done)."""
+    standstill = await _at_rest(driver, what, limits)
+    exc = CycleAborted(f"{what.where}: {reason}; {standstill.describe()}")
+    exc.standstill = standstill
+    return exc
+
+
+def _without_prefix(message: str, what: Motion) -> str:
+    prefix = f"{what.where}: "
+    return message[len(prefix) :] if message.startswith(prefix) else message
 
 
 async def _read_status(driver: Driver, timeout_s: float) -> ControllerStatus:
@@ -174,9 +241,7 @@ async def _read_status(driver: Driver, timeout_s: float) -> ControllerStatus:
 STOP_TIMEOUT_S = 2.0
 
 
-async def _stop_and_cancel(
-    driver: Driver, task: asyncio.Task[Capture | MultiCapture], reason: str
-) -> None:
+async def _stop_and_cancel(driver: Driver, task: asyncio.Task[Any], reason: str) -> None:
     log.warning("event=cycle_abort reason=%r", reason)
     try:
         async with asyncio.timeout(STOP_TIMEOUT_S):

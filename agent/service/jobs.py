@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from agent.history.records import Outcome
 from agent.kinds.base import AnalysisContext, AnalysisRefused, JointJob, KindHandler, stamp
 from agent.logfmt import kv
 from agent.service.interlocks import check_interlocks, run_guarded_cycle
+from agent.service.pose_recovery import return_to_start_pose
 from drivers.base import Driver
 
 log = logging.getLogger(__name__)
@@ -56,11 +58,14 @@ async def run_job(
         capture = await run_guarded_cycle(driver, cycle, ctrl.interlocks, joint)
     except InterlockError as exc:
         job.outcome, job.error = Outcome.REJECTED, f"interlock: {exc}"
-        log.warning(kv("cycle_refused", controller=ctrl.name, joint=name, reason=str(exc)))
+        log.warning(kv("cycle_refused", controller=ctrl.name, joint=name, reason=job.error))
         return job
     except CycleAborted as exc:
         job.outcome, job.error = Outcome.ABORTED, str(exc)
         log.warning(kv("cycle_aborted", controller=ctrl.name, joint=name, reason=str(exc)))
+        standstill = exc.standstill
+        if standstill is None or standstill.confirmed:
+            job.error = _joined(job.error, await return_to_start_pose(driver, ctrl, cycle))
         return job
     measured()
     folder = kind.name if joint is None else joint.name
@@ -75,17 +80,28 @@ async def run_job(
         return job
     log.info(kv("captured", controller=ctrl.name, joint=name, path=job.capture_path))
     job.analysis = asyncio.ensure_future(kind.analyse(analysis, job, capture))
+    if driver.returns_by_agent:
+        # The capture is saved: a fault on the way back stops the arm and is logged, and the
+        # joint is moved back (or a person asked to) before the next cycle.
+        back = await return_to_start_pose(driver, ctrl, cycle, speed_rad_s=math.inf)
+        if back is not None and not back.startswith("moved"):
+            log.warning(kv("not_returned", controller=ctrl.name, joint=name, reason=back))
     return job
+
+
+def _joined(message: str, more: str | None) -> str:
+    return message if not more else f"{message}; {more}"
 
 
 async def finish_jobs(
     ctrl: ControllerSettings,
     jobs: list[JointJob],
     on_jobs: Callable[[ControllerSettings, list[JointJob]], Awaitable[None]],
-) -> None:
+) -> bool:
     """Await every job's analysis (a refusal or a failure becomes the job's outcome), then hand
     the jobs to `on_jobs` (record, report, publish). A failure is logged, never raised: the
-    controller goes on. On cancellation no analysis is left running."""
+    controller goes on (False says the stop was not recorded). On cancellation no analysis is
+    left running."""
     try:
         for job in jobs:
             if job.analysis is None:
@@ -103,10 +119,12 @@ async def finish_jobs(
                 job.outcome = Outcome.ERROR
                 job.error = f"analysis failed: {type(exc).__name__}: {exc}"
         await on_jobs(ctrl, [job.for_pool() for job in jobs])
+        return True
     except asyncio.CancelledError:
         raise
     except Exception:  # a full disk or a report bug: logged, the controller goes on
         log.exception(kv("finish_failed", controller=ctrl.name))
+        return False
     finally:
         for job in jobs:  # on shutdown: nothing left running behind us
             if job.analysis is not None and not job.analysis.done():
@@ -130,6 +148,7 @@ class Finishing:
         self.on_done = on_done
         self.limit = limit
         self._tasks: set[asyncio.Task[None]] = set()
+        self.failures = 0  # stops whose record or report failed
 
     def __bool__(self) -> bool:
         return bool(self._tasks)
@@ -144,7 +163,8 @@ class Finishing:
         task.add_done_callback(self._tasks.discard)
 
     async def _finish(self, jobs: list[JointJob]) -> None:
-        await finish_jobs(self.ctrl, jobs, self.on_jobs)
+        if not await finish_jobs(self.ctrl, jobs, self.on_jobs):
+            self.failures += 1
         self.on_done()
 
     async def wait(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
@@ -30,6 +31,7 @@ from drivers.base import (
 from drivers.sim.backlash import simulate_backlash_capture
 from drivers.sim.excitation import check_start_pose, simulate_excitation
 from drivers.sim.settings import SimJointSettings, SimRobotSettings, SimSettings
+from drivers.travel import CONTINUOUS, JointTravel, Ramps
 
 T = TypeVar("T")
 
@@ -43,6 +45,7 @@ class SimDriver(Driver):
         | Capability.CURRENT
         | Capability.TOOLPATH_STREAMING
         | Capability.EXCITATION
+        | Capability.RETURN_MOVE
     )
     settings_type: ClassVar[type[Any] | None] = SimSettings
 
@@ -57,6 +60,8 @@ class SimDriver(Driver):
             self._settings.seed if self._settings.seed is not None else time.time_ns() % 1_000_003
         )
         self.stop_motion_calls = 0
+        self.protective_stops = 0
+        self.moves: list[tuple[str, float, float]] = []  # move_joint calls: joint, from, to
         # What the plant side can change while the agent runs (see inject_*).
         self._permission = self._settings.permission
         self._alarms: tuple[str, ...] = tuple(self._settings.alarms)
@@ -67,6 +72,21 @@ class SimDriver(Driver):
         self._poses = {
             j.name: self._settings.joints.get(j.name, SimJointSettings()).pose_rad for j in joints
         }
+        # The joint moving now: (name, position at t0, speed rad/s, motion length s in sim time,
+        # t0 monotonic).
+        self._motion: tuple[str, float, float, float, float] | None = None
+        self._ignore_stops = 0  # inject_stop_ignored: stop requests the "drive" does not obey
+        self._runaway = False  # a stop was ignored: the joint moves on until one is obeyed
+
+    @classmethod
+    def joint_travel(cls, settings: Any, index: int) -> JointTravel:
+        # The simulated joint is the test bench of Giovannitti et al. 2022: a gearbox whose
+        # load turns without end. Limits in the joint's config still apply.
+        return CONTINUOUS
+
+    def ramps(self, cycle: Cycle) -> Ramps:
+        # The simulated joints change speed at once: no run-up or stop distance.
+        return Ramps(math.inf, math.inf)
 
     async def connect(self) -> None:
         self._connected_at = time.monotonic()
@@ -115,10 +135,12 @@ class SimDriver(Driver):
             remaining = self._expected_override
             if remaining is None:
                 remaining = self._stop_left_s()
+        poses, speeds = self._kinematics()
         return ControllerStatus(
             mode=mode,
             permission=self._permission,
-            joint_positions_rad=dict(self._poses),
+            joint_positions_rad=poses,
+            joint_speeds_rad_s=speeds,
             alarms=self._alarms,
             speed_override=self._override,
             operator_present=self._operator,
@@ -126,9 +148,69 @@ class SimDriver(Driver):
             time_s=time.monotonic(),
         )
 
+    def _kinematics(self) -> tuple[dict[str, float], dict[str, float]]:
+        """Where each joint is and how fast it moves, now."""
+        poses = dict(self._poses)
+        speeds = dict.fromkeys(poses, 0.0)
+        if self._motion is not None:
+            name, at, speed, length_s, t0 = self._motion
+            elapsed = self._sim_elapsed_s(t0)
+            if self._runaway or elapsed < length_s:
+                poses[name] = at + speed * elapsed
+                speeds[name] = speed
+            else:  # the motion is over; the capture's physics may still be computing
+                poses[name] = at + speed * length_s
+        return poses, speeds
+
+    def _sim_elapsed_s(self, t0: float) -> float:
+        scale = self._settings.time_scale
+        return (time.monotonic() - t0) / scale if scale > 0 else 0.0
+
     async def stop_motion(self) -> None:
         self.stop_motion_calls += 1
+        if self._ignore_stops > 0:
+            self._ignore_stops -= 1
+            # The drive runs on whatever the agent does with its cycle task.
+            self._runaway = self._motion is not None
+            return
+        self._freeze()
         self._stop_requested.set()
+
+    async def protective_stop(self) -> str | None:
+        self.protective_stops += 1
+        self._ignore_stops = 0
+        self._freeze()
+        self._stop_requested.set()
+        return "protective stop (simulated)"
+
+    def _freeze(self) -> None:
+        """Stop where the joint is now."""
+        if self._motion is not None:
+            self._poses = self._kinematics()[0]
+            self._motion = None
+        self._runaway = False
+        self._moving = False
+
+    @property
+    def move_speed_max_rad_s(self) -> float:
+        return 50.0  # the bench's load side: its test cycles run it at up to ~80 rad/s
+
+    async def move_joint(self, joint: str, target_rad: float, speed_rad_s: float) -> None:
+        if joint not in self._poses:
+            raise DriverError(f"{self.controller}: no joint named {joint!r}")
+        if speed_rad_s <= 0:
+            raise DriverError(f"{self.controller}/{joint}: move speed must be > 0")
+        speed_rad_s = min(speed_rad_s, self.move_speed_max_rad_s)
+        start = self._poses[joint]
+        distance = target_rad - start
+        self.moves.append((joint, start, target_rad))
+        await self._move(
+            lambda _seed: None,
+            abs(distance) / speed_rad_s,
+            f"{self.controller}/{joint}",
+            motion=(joint, start, math.copysign(speed_rad_s, distance)),
+        )
+        self._poses[joint] = target_rad
 
     async def run_cycle(self, cycle: Cycle) -> Capture | MultiCapture:
         if isinstance(cycle, ExcitationCycle):
@@ -151,7 +233,9 @@ class SimDriver(Driver):
             ),
             cycle.settle_s + cycle.duration_s,
             f"{self.controller}/{cycle.joint}",
+            motion=(cycle.joint, cycle.test_pose_rad, cycle.motor_speed_rad_s / cycle.gear_ratio),
         )
+        # The cycle ends with the move back to the test pose.
         self._poses[cycle.joint] = cycle.test_pose_rad
         return capture
 
@@ -177,19 +261,31 @@ class SimDriver(Driver):
                 self._poses[joint] = float(link[j])
         return capture
 
-    async def _move(self, compute: Callable[[int], T], motion_s: float, where: str) -> T:
+    async def _move(
+        self,
+        compute: Callable[[int], T],
+        motion_s: float,
+        where: str,
+        motion: tuple[str, float, float] | None = None,
+    ) -> T:
         """One motion: the physics computed in a thread (from this cycle's seed), then paced.
 
         With time_scale > 0 the motion takes motion_s * time_scale of wall time, during which a
-        stop request ends it as a real controller would; the joint reads as moving throughout.
+        stop request ends it as a real controller would; the joint reads as moving throughout,
+        and `motion` (joint, start, speed) says where it is: a stopped joint stays there.
         """
         self._stop_requested.clear()
         self._moving = True
         try:
             seed = self._seed_base * 1000 + self._cycles_run
             self._cycles_run += 1
+            # The joint moves from the command on, as a controller's would; the physics of the
+            # capture is computed meanwhile (the capture is ready when both are done).
+            started = time.monotonic()
+            if motion is not None:
+                self._motion = (*motion, motion_s, started)
             result = await asyncio.to_thread(compute, seed)
-            deadline = time.monotonic() + motion_s * self._settings.time_scale
+            deadline = started + motion_s * self._settings.time_scale
             while True:
                 if self._stop_requested.is_set():
                     raise CycleAborted(f"{where}: motion stopped on request")
@@ -200,9 +296,15 @@ class SimDriver(Driver):
                     await within(self._stop_requested.wait(), min(left, 0.05))
             return result
         finally:
-            self._moving = False
+            if not self._runaway:
+                self._motion = None
+                self._moving = False
 
     # The plant's side, for tests and demos.
+    def inject_stop_ignored(self, times: int = 1) -> None:
+        """The next `times` stop requests are not obeyed (a drive that does not stop)."""
+        self._ignore_stops = times
+
     def inject_permission(self, value: bool) -> None:
         self._permission = value
 

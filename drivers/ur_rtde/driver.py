@@ -52,6 +52,7 @@ from drivers.base import (
     ExcitationCycle,
     within,
 )
+from drivers.travel import JointTravel, Ramps, TravelLimits
 from drivers.ur_rtde.excitation import excitation_request, multi_capture_from_rows
 from drivers.ur_rtde.link import WorkerLink
 from drivers.ur_rtde.settings import UR_JOINT_VELOCITY_MAX_RAD_S, UrRtdeSettings
@@ -67,7 +68,11 @@ _CLEANUP_S = 3.0  # stop script + disconnect after an aborted cycle
 class UrRtdeDriver(Driver):
     name: ClassVar[str] = "ur_rtde"
     capabilities: ClassVar[Capability] = (
-        Capability.CYCLES | Capability.MOTOR_ENCODER | Capability.CURRENT | Capability.EXCITATION
+        Capability.CYCLES
+        | Capability.MOTOR_ENCODER
+        | Capability.CURRENT
+        | Capability.EXCITATION
+        | Capability.RETURN_MOVE
     )
     settings_type: ClassVar[type[Any] | None] = UrRtdeSettings
 
@@ -95,6 +100,19 @@ class UrRtdeDriver(Driver):
         self._last_error = ""
         self._cycle_active = False
         self._reaping: set[asyncio.Future[None]] = set()
+
+    @classmethod
+    def joint_travel(cls, settings: Any, index: int) -> JointTravel:
+        # Every joint of the UR3e/5e/10e/16e (and the CB3 arms) turns +-360 degrees (the user
+        # manuals' joint ranges); a tighter range set in the robot's safety config is not
+        # readable over RTDE, so give it as the joint's position_min_rad/position_max_rad.
+        return TravelLimits(-2.0 * math.pi, 2.0 * math.pi, source="UR joint range +-360 deg")
+
+    def ramps(self, cycle: Cycle) -> Ramps:
+        s = self._s
+        if isinstance(cycle, ExcitationCycle):
+            return Ramps(decel_rad_s2=s.stop_deceleration_rad_s2)
+        return Ramps(s.speedj_acceleration_rad_s2, s.stop_deceleration_rad_s2)
 
     @property
     def control_period_s(self) -> float:
@@ -219,12 +237,13 @@ class UrRtdeDriver(Driver):
             "n_out": round(cycle.duration_s * fs) + 1,
             "move_speed_rad_s": s.move_speed_rad_s,
             "move_accel_rad_s2": s.move_acceleration_rad_s2,
-            "return_to_start": s.return_to_start,
             "stale_after_s": s.stale_after_s,
             # The watchdog must outlast the blocking speedStop (no kicks while it decelerates).
             "watchdog_hz": min(s.watchdog_min_hz, 1.0 / (stop_s + 0.25)),
             "start_timeout_s": _START_TIMEOUT_S + ramp_s,
             "agent_timeout_s": s.agent_timeout_s,
+            "gap_max_run": s.gap_fill_max_run,
+            "gap_max_total": s.gap_fill_max_per_cycle,
         }
 
     def _excitation_params(self, cycle: ExcitationCycle) -> dict[str, Any]:
@@ -237,6 +256,8 @@ class UrRtdeDriver(Driver):
             "stale_after_s": s.stale_after_s,
             "watchdog_hz": min(s.watchdog_min_hz, 1.0 / (stop_s + 0.25)),
             "agent_timeout_s": s.agent_timeout_s,
+            "gap_max_run": s.gap_fill_max_run,
+            "gap_max_total": s.gap_fill_max_per_cycle,
         }
 
     async def run_cycle(self, cycle: Cycle) -> Capture | MultiCapture:
@@ -250,6 +271,8 @@ class UrRtdeDriver(Driver):
                 self.joints,
                 version=result["version"],
                 beat_gap_max_s=float(result["agent_beat_gap_max_s"]),
+                filled_at_s=result.get("filled_at_s", []),
+                servo_late_max_s=result.get("servo_late_max_s"),
             )
         result = await self._motion(Op.CYCLE, cycle.joint, self._cycle_params(cycle))
         return capture_from_rows(
@@ -259,6 +282,35 @@ class UrRtdeDriver(Driver):
             version=result["version"],
             started_at=started_at,
             beat_gap_max_s=float(result["agent_beat_gap_max_s"]),
+            filled_at_s=result.get("filled_at_s", []),
+        )
+
+    @property
+    def returns_by_agent(self) -> bool:
+        return self._s.return_to_start
+
+    @property
+    def move_speed_max_rad_s(self) -> float:
+        return self._s.move_speed_rad_s
+
+    async def move_joint(self, joint: str, target_rad: float, speed_rad_s: float) -> None:
+        spec = next((j for j in self.joints if j.name == joint), None)
+        if spec is None:
+            raise DriverError(f"{self.controller}: no joint named {joint!r}")
+        s = self._s
+        await self._motion(
+            Op.MOVE,
+            joint,
+            {
+                "index": spec.index - 1,
+                "target_rad": target_rad,
+                "move_speed_rad_s": min(speed_rad_s, s.move_speed_rad_s),
+                "move_accel_rad_s2": s.move_acceleration_rad_s2,
+                "decel_rad_s2": s.stop_deceleration_rad_s2,
+                "stale_after_s": s.stale_after_s,
+                "watchdog_hz": s.watchdog_min_hz,
+                "agent_timeout_s": s.agent_timeout_s,
+            },
         )
 
     async def _motion(self, op: Op, what: str, params: dict[str, Any]) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from agent.capture.multi import MultiCapture
 from agent.errors import DriverError
 from drivers.base import ExcitationCycle
 from drivers.ur_rtde.settings import UR_JOINT_VELOCITY_MAX_RAD_S, UrRtdeSettings
-from drivers.ur_rtde.status import UR_JOINTS
+from drivers.ur_rtde.status import UR_JOINTS, bridged_inside
 
 MOTOR_POSITION_NOTE = "motor position from the link encoder; elastic model not identifiable"
 
@@ -96,6 +96,8 @@ def multi_capture_from_rows(
     *,
     version: str,
     beat_gap_max_s: float,
+    filled_at_s: list[float] | tuple[float, ...] = (),
+    servo_late_max_s: float | None = None,
 ) -> MultiCapture:
     """The captured packages as a MultiCapture, columns in the cycle's joint order."""
     if len(rows) < 2:
@@ -123,6 +125,11 @@ def multi_capture_from_rows(
         "servo_lookahead_s": settings.servo_lookahead_s,
         "tracking_error_max_rad": float(np.abs(q - tq).max()),
         "agent_beat_gap_max_s": beat_gap_max_s,
+        "missed_packets": len(bridged := bridged_inside(filled_at_s, t)),
+        "interpolated_times_s": bridged,
+        # How late the worker sent its latest servoJ target against the schedule (0 when the
+        # edge PC kept up): a figure for commissioning, and the bound of a late target's effect.
+        "servo_late_max_s": servo_late_max_s,
     }
     return MultiCapture(
         t - t[0],

@@ -61,6 +61,12 @@ class UrRtdeSettings:
     # Receive interfaces reading the same recipe, each on its own CPU; a package is lost only
     # when all of them miss it (see drivers/ur_rtde/worker/stream.py).
     rtde_paths: int = field(default=2, metadata={"ge": 1, "le": 4})
+    # Packages every path lost during motion: a run of at most gap_fill_max_run is bridged by
+    # linear interpolation and counted in the capture (missed_packets, interpolated_times_s);
+    # a longer run, or more than gap_fill_max_per_cycle in one cycle, aborts it. 0: any loss
+    # aborts.
+    gap_fill_max_run: int = field(default=2, metadata={"ge": 0, "le": 5})
+    gap_fill_max_per_cycle: int = field(default=10, metadata={"ge": 0, "le": 100})
     connect_timeout_s: float = field(default=10.0, metadata={"gt": 0.0})
     request_timeout_s: float = field(
         default=3.0, metadata={"gt": 0.0, "doc": "a status read (dashboard times out at 2.5 s)"}

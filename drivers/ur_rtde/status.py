@@ -79,6 +79,7 @@ def capture_from_rows(
     version: str,
     started_at: str,
     beat_gap_max_s: float | None = None,
+    filled_at_s: list[float] | tuple[float, ...] = (),
 ) -> Capture:
     """The capture window's packages as a Capture (link-side RTDE values times the gear)."""
     j, n = cycle.joint_index - 1, cycle.gear_ratio
@@ -94,7 +95,10 @@ def capture_from_rows(
         "driver": "ur_rtde",
         "controller_version": version,
         "rtde_frequency_hz": settings.frequency_hz,
-        "missed_packets": 0,
+        # Lost packages bridged by interpolation (drivers.ur_rtde.worker.stream.GapFiller),
+        # in controller time: the capture's own times are these minus controller_time_s.
+        "missed_packets": len(bridged := bridged_inside(filled_at_s, t)),
+        "interpolated_times_s": bridged,
         "motor_speed_from": settings.motor_speed_from,
         "controller_time_s": float(t[0]),
         "tracking_error_rms_rad": float(np.sqrt(np.mean((col["q"] - col["tq"]) ** 2))),
@@ -122,3 +126,8 @@ def capture_from_rows(
         ),
         source=f"ur_rtde:{settings.host}/{cycle.joint}",
     )
+
+
+def bridged_inside(times_s: list[float] | tuple[float, ...], t: np.ndarray) -> list[float]:
+    """The bridged packages' times inside the capture window (the run-up ones were dropped)."""
+    return [float(x) for x in times_s if t[0] - 1e-9 <= x <= t[-1] + 1e-9]

@@ -29,6 +29,7 @@ class Op(enum.StrEnum):
     CYCLE = "cycle"  # the backlash test cycle, on the worker's cycle thread
     EXCITE = "excite"  # the excitation trajectory, on the cycle thread
     STREAM = "stream"  # count RTDE packages without moving, on the cycle thread
+    MOVE = "move"  # moveJ of one joint (the return to the test pose), on the cycle thread
     STOP = "stop"  # served at once by the worker's main thread
     CLOSE = "close"
     BEAT = "beat"  # the driver's heartbeat: no id, no reply

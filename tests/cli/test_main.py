@@ -336,5 +336,5 @@ def test_drivers_lists_sim_with_its_capabilities(capsys: pytest.CaptureFixture[s
     (sim,) = [line for line in lines if line.split()[0] == "sim"]
     assert "drivers.sim:SimDriver" in sim
     assert sim.rstrip().endswith(
-        "cycles, motor_encoder, link_encoder, current, toolpath_streaming, excitation"
+        "cycles, motor_encoder, link_encoder, current, toolpath_streaming, excitation, return_move"
     )

@@ -50,10 +50,12 @@ def config_text(interface: str, channel: str, port: int, dbc: str = str(DBC)) ->
                   - name: j1
                     index: 1
                     test_pose_rad: 0.0
+                    continuous_rotation: true   # the peer's joint is a test bench
             """
         )
         + body
         + "      - name: j2\n        index: 2\n        test_pose_rad: 0.5\n"
+        + "        continuous_rotation: true\n"
         + body
     )
 

@@ -19,6 +19,7 @@ from agent.config.load import load_config
 from agent.publish.base import HealthPublisher
 from agent.report.model import Report
 from agent.service.daemon import Agent
+from agent.service.exit_codes import EX_NOPERM
 from drivers.base import Capability
 from drivers.sim.driver import SimDriver
 from tests.support.service.agent_config import controller, write
@@ -209,7 +210,8 @@ def test_a_dry_run_still_refuses_on_an_interlock(tmp_path: Path) -> None:
         dry_run=True,
         driver_factory=lambda c: CountingSim(c.name, c.settings, c.joints),
     )
-    assert asyncio.run(agent.run()) == 0
+    # --once: the stop's cycle was refused before motion (agent.service.exit_codes).
+    assert asyncio.run(agent.run()) == EX_NOPERM
     assert CountingSim.run_cycle_calls == 0
     (directory,) = agent.reports
     (j,) = json.loads((directory / "report.json").read_text())["joints"]

@@ -6,7 +6,7 @@ summary. Import it as `tests.support.summary` (never `summary`) so every test sh
     from tests.support.summary import counted, fault, record, security
 
     security("control socket refuses other uids", passed=True)   # security: check, passed
-    fault("kill -9 during the capture write", records_lost=0)    # faults: scenario, records lost
+    fault("kill -9 during the capture write", records_lost=n)    # faults: scenario, records lost
     tally = counted("fuzzing", "config")   # a live row (target, cases, crashes), read at the end
     tally.case()                           # once per executed case
     tally.crash("ValueError: ...")         # a case that broke the property
@@ -30,9 +30,10 @@ HEADERS: dict[str, tuple[str, ...]] = {
     "faults": ("scenario", "records lost"),
     "security": ("check", "passed"),
     "known bugs": ("xfail regression", "cases", "crashes"),
+    "aborts": ("cause", "stopped by", "at rest", "joint off test pose", "agent next"),
 }
 # Print order; sections not listed here follow in the order they were first recorded.
-ORDER = ("fuzzing", "faults", "security", "known bugs")
+ORDER = ("fuzzing", "faults", "aborts", "security", "known bugs")
 
 _lock = threading.Lock()  # fault tests may record from worker threads
 
@@ -93,6 +94,16 @@ def fault(scenario: str, records_lost: int) -> None:
     record("faults", scenario, str(records_lost))
 
 
+def abort(
+    cause: str, *, stopped_by: str, at_rest: bool, off_pose_rad: float | None, next_step: str
+) -> None:
+    """Row of the abort table, every cell measured against the peer: who stopped the arm (the
+    peer's command log), whether it stood still, how far from its test pose the stop left it,
+    and what the agent did next."""
+    off = "unknown" if off_pose_rad is None else f"{off_pose_rad:.3f} rad"
+    record("aborts", cause, stopped_by, "yes" if at_rest else "NO", off, next_step)
+
+
 def security(check: str, passed: bool) -> None:
     """Row of the security table."""
     record("security", check, "yes" if passed else "NO")
@@ -105,6 +116,43 @@ def snapshot() -> dict[str, list[tuple[str, ...]]]:
         return {
             s: [v.row() if isinstance(v, Tally) else v for v in _rows[s].values()] for s in names
         }
+
+
+def export() -> dict[str, dict[str, list[object]]]:
+    """The registry as plain data: how a pytest-xdist worker hands its rows to the controller."""
+    with _lock:
+        return {
+            section: {
+                name: (
+                    ["tally", v.cases, v.crashes, list(v.examples)]
+                    if isinstance(v, Tally)
+                    else ["row", *v]
+                )
+                for name, v in rows.items()
+            }
+            for section, rows in _rows.items()
+        }
+
+
+def merge(data: dict[str, dict[str, list[object]]]) -> None:
+    """Add a worker's export: counts add up, a security check passes only if it passed
+    everywhere, any other row is replaced."""
+    for section, rows in data.items():
+        for name, value in rows.items():
+            if value[0] == "tally":
+                tally = counted(section, name)
+                tally.case(int(str(value[1])))
+                with _lock:
+                    tally.crashes += int(str(value[2]))
+                    examples = value[3] if isinstance(value[3], list) else []
+                    tally.examples.extend(str(e) for e in examples[: 5 - len(tally.examples)])
+                continue
+            cells = [str(c) for c in value[1:]]
+            with _lock:
+                old = _rows.get(section, {}).get(name)
+            if section == "security" and isinstance(old, tuple) and old[1] == "NO":
+                continue
+            record(section, cells[0], cells[1], *cells[2:])
 
 
 def render() -> list[str]:

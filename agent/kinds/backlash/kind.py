@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent.capture.model import Capture
 from agent.config.model import ControllerSettings, JointSettings
+from agent.config.travel_limits import joint_travel
 from agent.errors import EstimationError
 from agent.estimation.backlash.result import BacklashResult
 from agent.history.records import Outcome
@@ -47,6 +48,7 @@ def backlash_cycle(controller: ControllerSettings, joint: JointSettings) -> Back
         sample_rate_hz=c.sample_rate_hz,
         encoder_bits=joint.encoder_bits,
         test_pose_rad=joint.test_pose_rad,
+        travel_limits=joint_travel(controller, joint),
     )
 
 

@@ -31,6 +31,7 @@ from agent.atomic import atomic_write_text
 from agent.capture.multi import MultiCapture
 from agent.config.identification import IdentificationCycleSettings
 from agent.config.model import ControllerSettings
+from agent.config.travel_limits import joint_travel
 from agent.errors import CaptureError, ConfigError, EstimationError
 from agent.estimation.identification.excitation import (
     ExcitationSettings,
@@ -45,6 +46,7 @@ from agent.history.records import Estimate
 from agent.models.robot.description import RobotDescription, load_robot
 from agent.report.evidence import EvidencePlot, EvidenceSeries
 from drivers.base import ExcitationCycle
+from drivers.travel import JointTravel, TravelLimits
 
 RefusalReason = Literal["missing_channels", "saturated", "poor_excitation", "bad_capture"]
 MAX_EVIDENCE_POINTS = 2000
@@ -163,7 +165,22 @@ def excitation_cycle(
         sample_rate_hz=s.sample_rate_hz,
         gear_ratios=tuple(j.gear_ratio for j in robot.joints),
         encoder_bits=bits,
+        travel_limits=_travel_limits(ctrl, robot),
     )
+
+
+def _travel_limits(ctrl: ControllerSettings, robot: RobotDescription) -> tuple[JointTravel, ...]:
+    """Each robot joint's limits: the configured joint's (drivers.travel), else the robot's."""
+    configured = {j.name: j for j in ctrl.joints}
+    out: list[JointTravel] = []
+    for spec in robot.joints:
+        joint = configured.get(spec.name)
+        if joint is not None:
+            out.append(joint_travel(ctrl, joint))
+        else:
+            where = f"robot description {robot.source}"
+            out.append(TravelLimits(spec.position_min_rad, spec.position_max_rad, source=where))
+    return tuple(out)
 
 
 def design_key(settings: IdentificationCycleSettings) -> str:

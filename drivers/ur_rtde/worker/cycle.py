@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from drivers.ur_rtde.wire import ABORTING, Fault, FaultKind, tell
-from drivers.ur_rtde.worker.stream import Row, StreamError, StreamReader
+from drivers.ur_rtde.worker.stream import GapFiller, Row, StreamError, StreamReader
 
 ROBOT_MODE_RUNNING = 7
 RUNTIME_PLAYING = 2
@@ -56,6 +56,8 @@ class CycleOps:
     beat_at: float
     beat_gap_max_s: float  # the longest silence between two beats in this cycle
     servoing: bool = False  # servoJ streamed in this cycle: the stop is servoStop, not speedStop
+    gaps: GapFiller | None = None  # the lost packages the last capture bridged
+    servo_late_max_s: float = 0.0  # how late the latest servoJ target of the cycle went out
 
     # Checks --------------------------------------------------------------------------------
     def _check_sample(self, robot_mode: int, safety_bits: int, runtime: int | None) -> None:
@@ -112,10 +114,20 @@ class CycleOps:
     def op_cycle(self, **p: Any) -> dict[str, Any]:
         return self._run_motion(p, lambda: None, self._backlash)
 
+    def op_move(self, **p: Any) -> dict[str, Any]:
+        """moveJ of one joint to `target_rad` (the others stay): the return to the test pose."""
+
+        def body(ctrl: Any, p: dict[str, Any]) -> list[Row]:
+            q = list(self.recv.getActualQ())
+            q[p["index"]] = p["target_rad"]
+            self._move(ctrl, q, p)
+            return []
+
+        return self._run_motion(p, lambda: None, body)
+
     def _backlash(self, ctrl: Any, p: dict[str, Any]) -> list[Row]:
         r = self.recv
-        q_start = list(r.getActualQ())
-        q_test = list(q_start)
+        q_test = list(r.getActualQ())
         q_test[p["index"]] = p["test_pose_rad"]
         self._move(ctrl, q_test, p)
         qd = [0.0] * 6
@@ -125,8 +137,8 @@ class CycleOps:
             raise Fault("the controller refused speedJ", FaultKind.ABORT)
         rows = self._capture(ctrl, p)
         self._send_stop(ctrl, p["decel_rad_s2"])
-        if p["return_to_start"]:
-            self._move(ctrl, q_start, p)
+        # The move back is the agent's own guarded motion (op_move), so that a fault in it
+        # cannot cost this complete capture (agent.service.pose_recovery).
         return rows
 
     def _run_motion(
@@ -144,6 +156,7 @@ class CycleOps:
             raise Fault("not connected")
         ctrl = None
         self.servoing = False
+        self.gaps = None
         try:
             self._check_sample(r.getRobotMode(), r.getSafetyStatusBits(), None)
             if r.getRuntimeState() == RUNTIME_PLAYING:
@@ -164,8 +177,12 @@ class CycleOps:
                 rows = body(ctrl, p)
             finally:
                 gc.enable()
+            gaps = self.gaps
             return {
                 "rows": rows,
+                "missed": gaps.total if gaps is not None else 0,
+                "filled_at_s": gaps.filled_at_s if gaps is not None else [],
+                "servo_late_max_s": self.servo_late_max_s if self.servoing else None,
                 "version": ".".join(map(str, self.version)),
                 "agent_beat_gap_max_s": self.beat_gap_max_s,
             }
@@ -246,6 +263,8 @@ class CycleOps:
         # that took over, the speed slider) would make a capture of some other motion.
         run_up = math.ceil(abs(speed) / p["accel_rad_s2"] * self.frequency_hz) + 1
         rows: list[Row] = []
+        prev: Row | None = None
+        gaps = self._gaps(p)
         kicked = time.monotonic()
         start_by = kicked + p["start_timeout_s"]
         with self._reader() as reader:
@@ -268,9 +287,15 @@ class CycleOps:
                 # The motion starts with the first package whose target_qd for the joint is
                 # not 0; from the package before it on, none may be missing.
                 moving = bool(rows) or abs(row[5][j]) > _MOVING_RAD_S
-                if moving and missed:
-                    raise Fault(f"{missed} RTDE package(s) missed at t = {row[0]:.3f} s")
                 self._check_sample(row[8], row[9], row[10])
+                if moving and missed:
+                    if prev is None:
+                        raise Fault(f"{missed} RTDE package(s) missed at t = {row[0]:.3f} s")
+                    try:
+                        rows.extend(gaps.fill(prev, row, missed))
+                    except StreamError as exc:
+                        raise Fault(str(exc)) from None
+                prev = row
                 if moving:
                     rows.append(row)
                     if len(rows) > run_up and abs(row[5][j] - speed) > 1e-3 * abs(speed):
@@ -279,7 +304,11 @@ class CycleOps:
                             f"({row[5][j]:.4f} rad/s at t = {row[0]:.3f} s)",
                             FaultKind.ABORT,
                         )
-        return rows[p["n_pre"] :]
+        self.gaps = gaps
+        return rows[p["n_pre"] : need]
+
+    def _gaps(self, p: dict[str, Any]) -> GapFiller:
+        return GapFiller(self.frequency_hz, p.get("gap_max_run", 0), p.get("gap_max_total", 0))
 
     def op_stream(self, duration_s: float, stale_after_s: float, **_: Any) -> dict[str, Any]:
         """Count packages for a while without moving anything (the benchmark)."""

@@ -117,7 +117,7 @@ class Worker(ExcitationOps):
                 now = time.monotonic()
                 self.beat_gap_max_s = max(self.beat_gap_max_s, now - self.beat_at)
                 self.beat_at = now
-            elif op in (Op.CYCLE, Op.EXCITE, Op.STREAM):
+            elif op in (Op.CYCLE, Op.EXCITE, Op.STREAM, Op.MOVE):
                 self.start_thread(msg)
             elif op in (Op.STOP, Op.CLOSE):
                 self.reply(msg["id"], getattr(self, "op_" + str(op)), msg)
@@ -265,7 +265,9 @@ class Worker(ExcitationOps):
         self.beat_at = time.monotonic()  # the driver's beats start with its request
         self.beat_gap_max_s = 0.0
         msg = dict(msg, request_id=msg["id"])
-        fn = {Op.CYCLE: self.op_cycle, Op.EXCITE: self.op_excite}.get(msg["op"], self.op_stream)
+        fn = {Op.CYCLE: self.op_cycle, Op.EXCITE: self.op_excite, Op.MOVE: self.op_move}.get(
+            msg["op"], self.op_stream
+        )
         self.cycle = threading.Thread(target=self._run_thread, args=(msg, fn), daemon=True)
         self.cycle.start()
 

@@ -16,13 +16,15 @@ from typing import Any
 
 from drivers.ur_rtde.wire import Fault, FaultKind
 from drivers.ur_rtde.worker.cycle import CycleOps
-from drivers.ur_rtde.worker.stream import Row, StreamError, StreamReader
+from drivers.ur_rtde.worker.stream import GapFiller, Row, StreamError, StreamReader
 
 _TAIL_TIMEOUT_S = 0.5  # after the last target: the remaining packages must arrive by then
 
 
 class ExcitationOps(CycleOps):
     """The excitation request of drivers.ur_rtde.worker.server.Worker."""
+
+    gaps_now: GapFiller
 
     def op_excite(self, **p: Any) -> dict[str, Any]:
         return self._run_motion(p, lambda: self._check_start(p), self._excite)
@@ -48,9 +50,12 @@ class ExcitationOps(CycleOps):
                 self._silence(reader, p["stale_after_s"])
                 return
             row, missed = got
-            if rows and missed:
-                raise Fault(f"{missed} RTDE package(s) missed at t = {row[0]:.3f} s")
             self._check_sample(row[8], row[9], row[10])
+            if rows and missed:
+                try:
+                    rows.extend(self.gaps_now.fill(rows[-1], row, missed))
+                except StreamError as exc:
+                    raise Fault(str(exc)) from None
             rows.append(row)
 
     def _excite(self, ctrl: Any, p: dict[str, Any]) -> list[Row]:
@@ -58,19 +63,32 @@ class ExcitationOps(CycleOps):
         dt = 1.0 / self.frequency_hz
         gain, lookahead = p["gain"], p["lookahead_s"]
         rows: list[Row] = []
+        self.gaps_now = self._gaps(p)
         self._commanding(p)
         self.servoing = True
         began = time.monotonic()
+        # How late the latest target went out against the schedule (first target + k periods):
+        # a target late by d moves the realised path by up to the joint speed times d, which the
+        # capture alone cannot show. waitPeriod catches up after a late period, so this is the
+        # figure, not the longest gap between two sends.
+        self.servo_late_max_s = 0.0
+        first_sent: float | None = None
         with self._reader() as reader:
-            for q in targets:
+            for k, q in enumerate(targets):
                 start = ctrl.initPeriod()
                 self._check_running(p)
                 if not ctrl.servoJ(q, 0.0, 0.0, dt, lookahead, gain):
                     raise Fault("the controller refused servoJ", FaultKind.ABORT)
+                now = time.monotonic()
+                if first_sent is None:
+                    first_sent = now
+                self.servo_late_max_s = max(self.servo_late_max_s, now - first_sent - k * dt)
                 self._take(reader, rows, p)
                 ctrl.waitPeriod(start)
-            # The last target (the rest pose) stays commanded until every package is in.
-            deadline = time.monotonic() + _TAIL_TIMEOUT_S
+            # The last target (the rest pose) stays commanded until every package is in. The
+            # worker's clock and the controller's drift apart a little over a long trajectory
+            # (and a loaded controller emulator lags more): allow 10 % of its length on top.
+            deadline = time.monotonic() + _TAIL_TIMEOUT_S + 0.1 * len(targets) * dt
             while len(rows) < len(targets):
                 start = ctrl.initPeriod()
                 self._check_running(p)
@@ -84,4 +102,5 @@ class ExcitationOps(CycleOps):
                     )
                 ctrl.waitPeriod(start)
         self._send_stop(ctrl, p["decel_rad_s2"])
+        self.gaps = self.gaps_now
         return rows[p["n_settle"] : len(targets)]

@@ -27,11 +27,11 @@ from agent.estimation.backlash.fit import fit_backlash
 from agent.kinds.backlash.calibration import fit_settings
 from agent.kinds.backlash.kind import backlash_cycle
 from agent.service.daemon import Agent
+from agent.service.exit_codes import EX_UNAVAILABLE
 from agent.service.interlocks import run_guarded_cycle
 from drivers.base import ControllerMode
 from drivers.can.driver import CanDriver
 from tests.peers.can_harness import Peer, config_text, run, sim_captures, write
-from tests.support.summary import fault
 
 
 def driver_for(ctrl: ControllerSettings) -> CanDriver:
@@ -140,10 +140,10 @@ def _abort_then_recover(
     async def scenario() -> None:
         await driver.connect()
         try:
-            t0 = time.monotonic()
-            with pytest.raises(CycleAborted, match=expect):
+            with pytest.raises(CycleAborted, match=expect) as aborted:
                 await guarded(driver, ctrl, "j1")
-            assert time.monotonic() - t0 < 3.0  # noticed within timeouts, not at the overrun limit
+            # Noticed by the driver's own timeouts, not at the guard's overrun deadline.
+            assert "overran" not in str(aborted.value)
             if not recover:
                 return
             # The daemon goes on: status reads (reconnecting if the link broke) until the
@@ -178,8 +178,6 @@ def test_dropped_frames_abort_the_cycle_and_stop_the_controller(socketcand: Any)
     assert peer.named("stop")[0]["cycle_state"] == "capturing"
     assert peer.named("cycle_aborted")[0]["cycle"] == 1
     assert peer.named("cycle_done")[0]["cycle"] == 2
-    # The spoilt cycle raised (pytest.raises above), the next one matched: nothing recorded.
-    fault("CAN: dropped samples (3 frames)", records_lost=0)
 
 
 def test_a_malformed_encoder_frame_aborts_the_cycle(socketcand: Any) -> None:
@@ -225,12 +223,12 @@ def test_a_stalled_controller_is_lost_and_its_motion_stopped(socketcand: Any) ->
     async def scenario() -> None:
         await driver.connect()
         try:
-            t0 = time.monotonic()
-            with pytest.raises(CycleAborted, match=r"stalled|status"):
+            with pytest.raises(CycleAborted, match=r"stalled|status") as aborted:
                 await guarded(driver, ctrl, "j1")
-            assert time.monotonic() - t0 < 3.0  # the stall lasts 3 s: noticed well before
-            with pytest.raises(DriverError, match=r"status frame is .* s old"):
-                await driver.read_status()  # never hangs: the last status is simply too old
+            # The stall lasts 3 s: noticed by the driver, not at the guard's overrun deadline;
+            # the standstill check after the stop read the too-old status and said so.
+            assert "overran" not in str(aborted.value)
+            assert "status frame is" in str(aborted.value) or "at rest" in str(aborted.value)
             await _until_stopped(driver, 5.0)  # and the controller is back once it answers
         finally:
             await driver.close()
@@ -239,8 +237,6 @@ def test_a_stalled_controller_is_lost_and_its_motion_stopped(socketcand: Any) ->
     stop = peer.named("stop")[0]  # the controller still reads while it does not answer
     assert stop["cycle_state"] == "capturing"
     assert peer.named("cycle_aborted")[0]["cycle"] == 1
-    # The cycle raised (pytest.raises above): no capture was recorded.
-    fault("CAN: stalled controller (no frames at all)", records_lost=0)
 
 
 def test_peer_killed_mid_capture(socketcand: Any) -> None:
@@ -350,7 +346,7 @@ def test_the_daemon_goes_on_after_an_aborted_cycle(socketcand: Any, tmp_path: Pa
     config = load_config(write(tmp_path / "daemon.yaml", text))
     agent = Agent(config, once=True, wait_for_stop_s=5.0)
     code = run(agent.run(), timeout=60.0)
-    assert code == 0
+    assert code == EX_UNAVAILABLE  # --once: one of the stop's cycles was aborted
     report = json.loads(next(agent.reports[0].glob("*.json")).read_text())
     by_joint = {j["joint"]: j for j in report["joints"]}
     assert "lost" in (by_joint["j1"].get("error") or "")

@@ -25,6 +25,7 @@ from agent.estimation.backlash.fit import fit_backlash
 from agent.kinds.backlash.calibration import fit_settings
 from agent.kinds.backlash.kind import backlash_cycle
 from agent.service.daemon import Agent
+from agent.service.exit_codes import EX_UNAVAILABLE
 from drivers.base import ControllerMode, load_driver_class
 from drivers.opcua.capture import (
     expected_samples,
@@ -361,10 +362,10 @@ def test_frozen_peer_times_out_and_stop_is_sent_once_it_answers(
         driver = driver_for(ctrl)
         await driver.connect()
         try:
-            started = time.monotonic()
             with pytest.raises(CycleAborted) as aborted:
                 await guarded(driver, ctrl)
-            assert time.monotonic() - started < 2.8  # aborted while the peer is still frozen
+            # Aborted by the request timeout while the peer is frozen, not the overrun deadline.
+            assert "overran" not in str(aborted.value)
             deadline = time.monotonic() + 10
             while not driver.connected and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
@@ -451,7 +452,7 @@ def test_daemon_runs_through_peer_and_goes_on_after_an_aborted_joint(tmp_path: P
         code = run(agent.run(), timeout_s=60)
     finally:
         peer.stop()
-    assert code == 0
+    assert code == EX_UNAVAILABLE  # --once: one of the stop's cycles was aborted
     report = json.loads(next((tmp_path / "state").rglob("report.json")).read_text())
     by_joint = {j["joint"]: j for j in report["joints"]}
     assert "chunk 4 lost" in by_joint["axis4"]["error"] and by_joint["axis4"]["value"] is None

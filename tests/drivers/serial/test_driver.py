@@ -213,9 +213,9 @@ def test_peer_killed_mid_capture_then_the_agent_goes_on(bench: Bench) -> None:
         await until(lambda: d.stats.frames > 60)
         peer.kill()
 
-    err, elapsed, d = guarded_abort(bench, kill_mid_capture)
+    err, _, d = guarded_abort(bench, kill_mid_capture)
     assert "the port closed" in str(err)
-    assert elapsed < 5.0
+    assert "overran" not in str(err)  # the driver noticed, not the overrun deadline
     assert d.stop_requests >= 1  # attempted, though nobody is left to hear it
 
     # A new board on the same line: the same driver connects again and captures.
@@ -233,16 +233,16 @@ def test_peer_killed_mid_capture_then_the_agent_goes_on(bench: Bench) -> None:
 
 def test_peer_closes_the_pty_mid_capture(bench: Bench) -> None:
     bench.peer(time_scale=0.5, faults=[{"kind": "disconnect", "at_frame": 100}])
-    err, elapsed, _ = guarded_abort(bench)
+    err, _, _ = guarded_abort(bench)
     assert "the port closed" in str(err)
-    assert elapsed < 5.0
+    assert "overran" not in str(err)  # the driver noticed, not the overrun deadline
 
 
 def test_peer_stalls_mid_capture(bench: Bench) -> None:
     bench.peer(time_scale=0.5, faults=[{"kind": "stall", "at_frame": 100}])
-    err, elapsed, _ = guarded_abort(bench)
+    err, _, _ = guarded_abort(bench)
     assert "stalled" in str(err) or "no STATUS reply" in str(err)
-    assert elapsed < 4.0
+    assert "overran" not in str(err)  # the driver noticed, not the overrun deadline
 
 
 def test_peer_answers_garbage_mid_capture(bench: Bench) -> None:

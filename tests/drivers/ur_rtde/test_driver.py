@@ -35,6 +35,7 @@ from agent.kinds.backlash.calibration import fit_settings
 from agent.kinds.backlash.kind import backlash_cycle
 from agent.models.joint import ConstantSpeedTest, JointPhysics, simulate_constant_speed
 from agent.service.interlocks import run_guarded_cycle
+from agent.service.pose_recovery import return_to_start_pose
 from drivers.base import ControllerMode
 from drivers.sim.driver import SimDriver
 from drivers.sim.settings import SimJointSettings, SimSettings
@@ -166,6 +167,8 @@ async def _cycle_vs_sim(ctrl: ControllerSettings, joint: JointSettings) -> tuple
         while True:
             try:
                 capture = await run_guarded_cycle(driver, cycle, rules, joint)
+                # As the daemon does (agent.service.jobs.run_job): the move back, its own motion.
+                await return_to_start_pose(driver, ctrl, cycle, speed_rad_s=math.inf)
                 break
             except CycleAborted as exc:
                 # A stall of the whole stream for stale_after_s is the same load, only longer.
@@ -201,7 +204,8 @@ def test_full_cycle_matches_the_simulated_fake(tmp_path: Path) -> None:
         (capture, after), reference, retries = run(_cycle_vs_sim(ctrl, joint), 150.0)
         state = emu.state()
     assert state["stream_faults"]["duplicate"] >= 50
-    one_cycle = ["set_watchdog", "movej", "speedj", "speed_stop", "stopj", "movej", "stop_script"]
+    one_cycle = ["set_watchdog", "movej", "speedj", "speed_stop", "stopj", "stop_script"]
+    one_cycle += ["set_watchdog", "movej", "stop_script"]  # the move back, a motion of its own
     assert state["commands"][-len(one_cycle) :] == one_cycle
     assert state["physics_runs"] == retries + 1
     assert state["production_interrupted"] == 0 and state["watchdog_trips"] == 0
@@ -210,7 +214,10 @@ def test_full_cycle_matches_the_simulated_fake(tmp_path: Path) -> None:
     if retries == 0:  # back where the cycle started (after a retry that is elsewhere)
         assert after.joint_positions_rad["wrist1"] == pytest.approx(0.0, abs=1e-6)
     assert len(capture) == len(reference) == 2501
-    assert capture.meta.sample_rate_hz == 500.0 and capture.meta.extra["missed_packets"] == 0
+    assert capture.meta.sample_rate_hz == 500.0
+    # Packages the machine's load lost are bridged, and each is listed.
+    bridged = _bridged_indices(capture)
+    assert capture.meta.extra["missed_packets"] == len(bridged)
     # The heartbeats from the event loop reached the worker all through the cycle, never
     # faster than their interval and never near the timeout that would stop the arm.
     gap_s = capture.meta.extra["agent_beat_gap_max_s"]
@@ -220,7 +227,10 @@ def test_full_cycle_matches_the_simulated_fake(tmp_path: Path) -> None:
     # The same motor encoder readings, sample for sample (float rounding of q * gear only).
     a = np.diff(capture.channel("motor_pos_rad"))
     b = np.diff(reference.channel("motor_pos_rad"))
-    not_in_truth = int(np.count_nonzero(np.abs(a - b) >= 1e-9))
+    measured = np.ones(len(a), dtype=bool)
+    for i in bridged:  # a bridged sample and the differences touching it are not measured
+        measured[max(i - 1, 0) : i + 1] = False
+    not_in_truth = int(np.count_nonzero(np.abs(a - b)[measured] >= 1e-9))
     fault("UR: duplicate samples", records_lost=not_in_truth)
     assert not_in_truth == 0
     fit_peer = fit_backlash(capture, fit_settings(joint), None)
@@ -365,8 +375,33 @@ def test_missed_packages_abort_and_stop(tmp_path: Path) -> None:
         assert "3 RTDE package(s) missed" in message
         assert state["commands"][-3:] == ["speed_stop", "stopj", "stop_script"]
         assert not state["moving"] and state["after"] == "stopped"  # a fresh worker answers
-    # _fault fails the test when a capture comes back: none was recorded.
-    fault("UR: dropped samples (3 packages)", records_lost=0)
+
+
+def test_two_missed_packages_are_bridged_counted_and_close_to_the_truth(tmp_path: Path) -> None:
+    host, path, ctrl, joint = setup(tmp_path, **FAST)
+    with emulator(host, path) as emu:
+        # 1.5 s into the motion: inside the capture window, after the run-up and settling.
+        emu.call("on_motion", delay_s=1.5, action={"op": "drop_packets", "n": 2}, repeat=True)
+        (capture, _), reference, _ = run(_cycle_vs_sim(ctrl, joint), 150.0)
+        state = emu.state()
+    assert state["dropped_packets"] >= 2
+    bridged = _bridged_indices(capture)
+    # The two dropped ones at least (the machine's load may have lost more, each bridged).
+    assert capture.meta.extra["missed_packets"] == len(bridged) >= 2
+    assert len(capture) == len(reference)
+    # A straight line across 6 ms of a constant-speed joint: within the backlash ringing's
+    # deviation from it, far below one load turn's travel.
+    # (The positions differ by a constant, the start pose: compare from the first sample.)
+    got, truth = capture.channel("motor_pos_rad"), reference.channel("motor_pos_rad")
+    err = np.abs((got - got[0]) - (truth - truth[0]))
+    speed = abs(float(np.median(np.diff(reference.channel("motor_pos_rad"))))) * 500.0
+    assert float(err[bridged].max()) < 0.01 * speed
+
+
+def _bridged_indices(capture: Any) -> list[int]:
+    t0 = capture.meta.extra["controller_time_s"]
+    fs = capture.meta.sample_rate_hz
+    return [round((t - t0) * fs) for t in capture.meta.extra["interpolated_times_s"]]
 
 
 def test_stale_stream_aborts_and_the_watchdog_stops_the_arm(tmp_path: Path) -> None:
@@ -382,8 +417,6 @@ def test_stale_stream_aborts_and_the_watchdog_stops_the_arm(tmp_path: Path) -> N
         assert "speed_stop" in state["commands"]  # the stop went out; its answer never came
         state = wait_until(emu, lambda s: s["watchdog_trips"] > 0)
         assert state["watchdog_trips"] == 1 and not state["moving"]
-    # _fault fails the test when a capture comes back: none was recorded.
-    fault("UR: stalled stream (sockets open, no packages)", records_lost=0)
 
 
 def test_dashboard_stall_aborts_through_the_interlock_watcher(tmp_path: Path) -> None:

@@ -104,6 +104,7 @@ def config_text(
         gear_ratio: 40
         encoder_bits: 19
         test_pose_rad: 0.0
+        continuous_rotation: true  # the peer's joint is a test bench (turns without end)
         backlash_cycle: {{motor_speed_rps: 100, load_turns: {load_turns},
                          sample_rate_hz: {sample_rate_hz}, settle_s: {settle_s}}}
 """

@@ -19,7 +19,8 @@ Control requests (one JSON object per line, answered with one JSON line):
   {"op": "on_motion", "delay_s": 0.5, "action": {...}}  run an action that long after the
                                            physics joint next starts moving ("repeat": true:
                                            after every start from then on; "when": "servo":
-                                           after a servoj stream starts)
+                                           after a servoj stream starts, "movej": after a
+                                           movej is commanded)
   {"op": "shutdown"}
 """
 

@@ -213,7 +213,8 @@ class Controller:
         self, when: str, delay_s: float, action: dict[str, Any], repeat: bool = False
     ) -> None:
         """Run `action` `delay_s` after the next `when` ('motion': the physics joint starts,
-        'servo': a servoj stream starts); with `repeat`, after every one from then on."""
+        'servo': a servoj stream starts, 'movej': a movej is commanded); with `repeat`, after
+        every one from then on."""
         with self.lock:
             self._triggers.append(
                 {
@@ -226,6 +227,8 @@ class Controller:
             )
 
     def _runs(self, when: str) -> int:
+        if when == "movej":
+            return self.arm.movej_runs
         return self.arm.servo_runs if when == "servo" else self.arm.physics_runs
 
     # The cycle -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from typing import Any
 
 from agent.config.load import load_config
 from agent.config.model import ControllerSettings
+from agent.config.travel_limits import joint_travel
 from agent.estimation.identification.excitation import ExcitationSettings, random_excitation
 from agent.models.robot.description import load_robot
 from drivers.base import ExcitationCycle
@@ -109,6 +110,8 @@ def excitation_cycle(ctrl: ControllerSettings) -> ExcitationCycle:
         settle_s=s.settle_s,
         sample_rate_hz=s.sample_rate_hz,
         gear_ratios=tuple(j.gear_ratio for j in robot.joints),
+        # Each joint's limits as the agent resolves them from the config (the robot file).
+        travel_limits=tuple(joint_travel(ctrl, j) for j in ctrl.joints),
     )
 
 

@@ -45,6 +45,10 @@ controllers:
         gear_ratio: 100
         encoder_bits: 19
         test_pose_rad: 0.0
+        # The emulator's physics joint turns without end; a real UR5e wrist (+-2 pi) cannot
+        # take this 2-turn cycle and refuses it (tests/service/test_travel_limits.py).
+        position_min_rad: -30.0
+        position_max_rad: 30.0
         backlash_cycle:
           motor_speed_rps: 40
           load_turns: 2

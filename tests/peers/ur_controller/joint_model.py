@@ -304,6 +304,7 @@ class Arm:
         self.dynamics = None if dynamics is None else RigidDynamics(dynamics)
         self.servo: ServoTracker | None = None
         self.servo_runs = 0  # servoj streams started (the "servo" trigger counts them)
+        self.movej_runs = 0  # movej commands (the "movej" trigger counts them)
         self.physics_cfg = physics
         self.physics: PhysicsJoint | None = None
         self.physics_runs = 0
@@ -341,6 +342,7 @@ class Arm:
             self._profile, self._t = _Hold(self.q), 0.0
 
     def movej(self, q1: list[float], v: float, a: float) -> None:
+        self.movej_runs += 1
         self._start(_MoveJ(self.q, q1, v, a))
 
     def speedj(self, qd: list[float], a: float) -> None:

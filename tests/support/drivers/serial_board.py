@@ -49,6 +49,7 @@ controllers:
         gear_ratio: 40
         encoder_bits: 19
         test_pose_rad: 0.0
+        continuous_rotation: true  # the board's joint is a test bench (turns without end)
         backlash_cycle:
           motor_speed_rps: 100
           load_turns: 2

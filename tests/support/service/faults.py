@@ -36,17 +36,27 @@ def config(
     stops: list[dict[str, float]],
     joints: int = 2,
     publish: dict[str, Any] | None = None,
+    disk_reserve_mb: float = 0.0,
 ) -> Path:
     """A config of one paced sim controller with `joints` joints, no calibration; `publish`
-    is the config's publish section (none by default)."""
+    is the config's publish section (none by default). No disk reserve by default: the fault
+    tests put the state directory on tiny file systems."""
     doc: dict[str, Any] = {
-        "agent": {"state_dir": str(state_dir), "log_level": "info", "poll_s": 0.05},
+        "agent": {
+            "state_dir": str(state_dir),
+            "log_level": "info",
+            "poll_s": 0.05,
+            "disk_reserve_mb": disk_reserve_mb,
+        },
         "controllers": [
             {
                 "name": "robot",
                 "driver": "sim",
                 "settings": {"seed": 1, "time_scale": 1.0, "stops": stops},
                 "triggers": {"cycle_margin_s": 0.1},
+                # An aborted cycle leaves the bench joint up to ~15 rad off its test pose (it
+                # runs at 31 rad/s): back at 30 rad/s it is ready again within one stop.
+                "interlocks": {"return_speed_rad_s": 30.0},
                 "joints": [
                     {
                         "name": f"j{i}",
