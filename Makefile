@@ -22,14 +22,17 @@ sysdeps:
 	scripts/system-deps.sh
 
 # The UR emulator tests judge timing at the 2 ms RTDE period: they run first and alone; the rest
-# on 3 processes (most of their time is spent waiting on peers and subprocesses). One summary
+# on 4 processes (most of their time is spent waiting on peers and subprocesses). One summary
 # table at the end: the first run leaves its rows in SUMMARY, the second adds its own.
 SUMMARY := var/test-summary.json
+# Cases per fuzz target in make test (make fuzz runs FUZZ_CASES, 100,000 by default).
+TEST_FUZZ_CASES ?= 1000
 test: $(STAMP) sysdeps lint
 	mkdir -p var && rm -f $(SUMMARY)
 	JHA_SUMMARY_FILE=$(SUMMARY) JHA_SUMMARY_QUIET=1 $(PY) -m pytest -q -m realtime; \
 	realtime=$$?; \
-	JHA_SUMMARY_FILE=$(SUMMARY) $(PY) -m pytest -q -m "not realtime" -n 3 --dist loadfile; \
+	FUZZ_CASES=$(TEST_FUZZ_CASES) JHA_SUMMARY_FILE=$(SUMMARY) \
+	  $(PY) -m pytest -q -m "not realtime" -n 4 --dist loadfile; \
 	rest=$$?; \
 	echo "make test: realtime part exit $$realtime, the rest exit $$rest"; \
 	test $$realtime -eq 0 && test $$rest -eq 0

@@ -21,7 +21,7 @@ from agent.config.model import InterlockSettings, JointSettings
 from agent.errors import CycleAborted, InterlockError, TravelRefused
 from agent.service.standstill import Standstill, stop_until_at_rest
 from drivers.base import ControllerMode, ControllerStatus, Cycle, Driver, ExcitationCycle
-from drivers.travel import check_backlash_travel, check_excitation_travel
+from drivers.travel import CONTINUOUS, check_backlash_travel, check_excitation_travel
 
 if TYPE_CHECKING:
     from agent.capture.multi import MultiCapture
@@ -41,6 +41,7 @@ def interlock_violations(
     *,
     running: bool = False,
     start_pose_rad: Mapping[str, float] | None = None,
+    continuous: frozenset[str] = frozenset(),
 ) -> list[str]:
     """Every interlock that does not hold, as a sentence; empty means motion may go on.
 
@@ -79,12 +80,33 @@ def interlock_violations(
             pos = status.joint_positions_rad.get(name)
             if pos is None:
                 problems.append(f"position of joint {name} is unknown")
-            elif abs(pos - target) > rules.pose_tolerance_rad:
+            elif pose_error_rad(pos, target, name in continuous) > rules.pose_tolerance_rad:
                 problems.append(
                     f"joint {name} stands at {pos:.4f} rad, test pose is "
                     f"{target:.4f} +- {rules.pose_tolerance_rad:g} rad"
                 )
     return problems
+
+
+def pose_error_rad(at_rad: float, target_rad: float, continuous: bool) -> float:
+    """How far a joint stands from a pose; a joint that turns without end is there at any
+    whole number of turns from it."""
+    if not continuous:
+        return abs(at_rad - target_rad)
+    return abs(wrapped_rad(target_rad - at_rad))
+
+
+def wrapped_rad(angle_rad: float) -> float:
+    """The angle in (-pi, pi]."""
+    return math.pi - (math.pi - angle_rad) % (2.0 * math.pi)
+
+
+def continuous_joints(cycle: Cycle) -> frozenset[str]:
+    """The cycle's joints that turn without end (drivers.travel.CONTINUOUS)."""
+    if isinstance(cycle, ExcitationCycle):
+        pairs = zip(cycle.joints, cycle.travel_limits, strict=False)
+        return frozenset(name for name, travel in pairs if travel == CONTINUOUS)
+    return frozenset({cycle.joint}) if cycle.travel_limits == CONTINUOUS else frozenset()
 
 
 @dataclass(frozen=True)
@@ -112,7 +134,13 @@ async def check_interlocks(
         status = await _read_status(driver, limits.status_timeout_s)
     except Exception as exc:  # any failure to read the controller means: do not move
         raise InterlockError(f"cannot read controller status: {str(exc) or 'timeout'}") from exc
-    problems = interlock_violations(status, rules, joint, start_pose_rad=cycle.start_pose_rad)
+    problems = interlock_violations(
+        status,
+        rules,
+        joint,
+        start_pose_rad=cycle.start_pose_rad,
+        continuous=continuous_joints(cycle),
+    )
     if problems:
         raise InterlockError("; ".join(problems))
     return status

@@ -14,11 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 
 from agent.config.model import ControllerSettings
 from agent.errors import CycleAborted
 from agent.logfmt import kv
-from agent.service.interlocks import CycleLimits, Motion, guarded_motion, interlock_violations
+from agent.service.interlocks import (
+    CycleLimits,
+    Motion,
+    continuous_joints,
+    guarded_motion,
+    interlock_violations,
+    pose_error_rad,
+    wrapped_rad,
+)
 from drivers.base import Capability, Cycle, Driver, ExcitationCycle
 from drivers.travel import TravelLimits
 
@@ -46,11 +55,12 @@ async def return_to_start_pose(
             status = await driver.read_status()
     except Exception as exc:
         return f"not moved back: controller status unreadable ({str(exc) or 'timeout'})"
+    continuous = continuous_joints(cycle)
     off = {
-        name: (status.joint_positions_rad[name], target)
+        name: (at, _nearest(at, target, name in continuous))
         for name, target in cycle.start_pose_rad.items()
-        if name in status.joint_positions_rad
-        and abs(status.joint_positions_rad[name] - target) > rules.pose_tolerance_rad
+        if (at := status.joint_positions_rad.get(name)) is not None
+        and pose_error_rad(at, target, name in continuous) > rules.pose_tolerance_rad
     }
     if not off:
         return None
@@ -95,3 +105,11 @@ async def return_to_start_pose(
         return f"the move back failed ({exc}): a person must move {name} to {to:.4f} rad"
     log.info(kv("returned", where=where, pose_rad=f"{to:.4f}"))
     return f"moved {name} back from {at:.4f} to {to:.4f} rad at {speed:g} rad/s"
+
+
+def _nearest(at_rad: float, target_rad: float, continuous: bool) -> float:
+    """Where to move back to: the test pose, or for a joint that turns without end the
+    nearest position a whole number of turns from it (at most half a turn away)."""
+    if not continuous or abs(target_rad - at_rad) <= math.pi:
+        return target_rad
+    return at_rad + wrapped_rad(target_rad - at_rad)

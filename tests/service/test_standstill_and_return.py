@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -184,3 +185,29 @@ def test_an_interlock_dropping_during_the_move_back_stops_it(
     note = run(go())
     assert note is not None and note.startswith("the move back was aborted (")
     assert "permission signal is off" in note and "a person must move" in note
+
+
+def test_a_joint_without_end_stops_is_at_its_pose_any_whole_turn_away() -> None:
+    from agent.service.interlocks import pose_error_rad, wrapped_rad
+
+    assert pose_error_rad(4 * math.pi + 0.002, 0.0, continuous=True) == pytest.approx(0.002)
+    assert pose_error_rad(4 * math.pi + 0.002, 0.0, continuous=False) > 12.0
+    assert wrapped_rad(3 * math.pi / 2) == pytest.approx(-math.pi / 2)
+
+
+def test_a_continuous_joint_goes_back_the_short_way(
+    make_joint: Callable[..., JointSettings],
+) -> None:
+    joint = make_joint()
+    driver = sim(joint, time_scale=SCALE)
+    driver.inject_pose(joint.name, 4 * math.pi + 1.0)  # two turns and a radian on
+
+    async def go() -> str | None:
+        await driver.connect()
+        return await return_to_start_pose(driver, _ctrl(joint), cycle_of(joint))
+
+    note = run(go())
+    ((name, start, to),) = driver.moves
+    assert name == joint.name
+    assert note is not None and note.startswith("moved")
+    assert to == pytest.approx(4 * math.pi) and abs(to - start) == pytest.approx(1.0)

@@ -15,7 +15,6 @@ from agent.config.model import InterlockSettings, JointSettings
 from agent.config.travel_limits import joint_travel
 from agent.errors import TravelRefused
 from agent.kinds.backlash.kind import backlash_cycle
-from agent.kinds.identification.analysis import excitation_cycle
 from agent.service.interlocks import check_interlocks, run_guarded_cycle
 from drivers.base import BacklashCycle
 from drivers.sim.driver import SimDriver
@@ -182,8 +181,9 @@ def test_unknown_ramps_are_bounded_generously() -> None:
 
 
 def test_an_excitation_beyond_a_joint_limit_is_refused(tmp_path: Path) -> None:
-    from tests.peers.ur_controller.excitation import controller, write_config
+    from tests.peers.ur_controller.excitation import controller, excitation_cycle, write_config
 
+    # The UR peer's random (not optimised) excitation: the design's SLSQP takes half a minute.
     ctrl = controller(write_config(tmp_path, "127.0.0.1"))
     cycle = excitation_cycle(ctrl)
     driver = UrRtdeDriver(ctrl.name, ctrl.settings, ctrl.joints)
