@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -183,7 +182,7 @@ def test_yaml_types_are_normalised() -> None:
     assert meta.started_at == "2025-03-01T10:00:00"
 
 
-def test_large_csv_loads_in_well_under_a_second() -> None:
+def test_a_large_csv_round_trips() -> None:
     n = 100_000
     rng = np.random.default_rng(1)
     t = np.arange(n) * 1e-3
@@ -199,13 +198,8 @@ def test_large_csv_loads_in_well_under_a_second() -> None:
         CaptureMeta(encoder_bits=BITS),
     )
     write_csv(cap, "big.csv")
-    best = math.inf
-    for _ in range(2):  # best of two: the machine is shared
-        start = time.perf_counter()
-        back = read_csv("big.csv")
-        best = min(best, time.perf_counter() - start)
-    assert_same(back, cap)
-    assert best < 1.0, f"100,000-row CSV took {best:.2f} s"
+    # Its speed (under 1 s) is measured by `make bench` (bench/bench_throughput.py).
+    assert_same(read_csv("big.csv"), cap)
 
 
 # ---------------------------------------------------------------------------------- positions

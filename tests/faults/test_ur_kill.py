@@ -24,8 +24,10 @@ from typing import Any
 
 import pytest
 
+from agent.config.load import load_config
 from agent.kinds.backlash.kind import backlash_cycle
 from agent.service.interlocks import run_guarded_cycle
+from agent.service.pose_recovery import return_to_start_pose
 from drivers.base import ControllerMode
 from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller import UrEmulator
@@ -36,7 +38,7 @@ from tests.peers.ur_controller.agent_process import (
     seconds_until_still,
 )
 from tests.peers.ur_controller.harness import FAST, emulator_args, run, setup, wait_until
-from tests.support.summary import record
+from tests.support.summary import abort, record
 
 # Stop ramp: 2.5 rad/s at stop_deceleration_rad_s2 10 is 0.25 s; the worker notices EOF at once.
 WORKER_STOP_BOUND_S = 1.0
@@ -76,6 +78,31 @@ def test_agent_killed_mid_capture_the_worker_sees_eof_and_stops_the_arm(
     assert state["watchdog_trips"] == 0
     assert worker_exited, "the orphaned worker must exit once the arm is stopped"
     record("UR arm still after", "agent SIGKILLed mid-capture (worker stops it)", f"{took_s:.2f} s")
+    # What the agent does next: restarted, at the next stop it moves the joint back first
+    # (agent.service.runner, agent.service.pose_recovery), as here.
+    ctrl = load_config(config).controllers[0]
+    joint = ctrl.joints[0]
+    off = abs(state["q"][3] - joint.test_pose_rad)
+
+    async def restarted() -> str | None:
+        driver = UrRtdeDriver(ctrl.name, ctrl.settings, ctrl.joints)
+        await driver.connect()
+        try:
+            return await return_to_start_pose(driver, ctrl, backlash_cycle(ctrl, joint))
+        finally:
+            await driver.close()
+
+    note = run(restarted(), 60.0)
+    back = wait_until(emu, lambda s: not s["moving"])
+    assert note is not None and note.startswith("moved wrist1 back"), note
+    assert abs(back["q"][3] - joint.test_pose_rad) < ctrl.interlocks.pose_tolerance_rad
+    abort(
+        "agent killed (SIGKILL) mid-capture",
+        stopped_by="worker on EOF (speedStop, stopJ)",
+        at_rest=not state["moving"],
+        off_pose_rad=off,
+        next_step=f"restarted: {note.split(' from ')[0]} before the next cycle",
+    )
 
 
 def test_agent_and_worker_killed_mid_capture_the_rtde_watchdog_stops_the_arm(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import replace
 
 import numpy as np
@@ -395,16 +394,12 @@ def test_single_state_gives_one_sample() -> None:
     assert y.shape == (1, 2, 20)
 
 
-def test_a_31_s_capture_at_1_khz_takes_well_under_a_second() -> None:
+def test_a_31_s_capture_at_1_khz_gives_every_sample_s_regressor() -> None:
     robot = robot_file("ur5e")
     q, qd, qdd = random_states(6, 31_000, seed=30)
-    best = math.inf
-    for _ in range(3):  # the machine is shared: the best of three is the code's own speed
-        start = time.perf_counter()
-        y = regressor(robot, q, qd, qdd, rotor=True, friction=True)
-        best = min(best, time.perf_counter() - start)
-    assert y.shape == (31_000, 6, 78)
-    assert best < 0.8, f"regressor of 31,000 samples took {best:.3f} s"
+    # Its speed (under 0.8 s) is measured by `make bench` (bench/bench_throughput.py).
+    y = regressor(robot, q, qd, qdd, rotor=True, friction=True)
+    assert y.shape == (31_000, 6, 78) and np.all(np.isfinite(y))
 
 
 def test_motor_signals_must_match_the_link_samples() -> None:

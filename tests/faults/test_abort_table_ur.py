@@ -1,5 +1,7 @@
 """Each way a cycle on a UR arm is aborted: where the joint ends up and what the agent does next.
 
+Not among the `realtime` tests that run alone (tests/conftest.py): these judge no 2 ms timing.
+
 Against the UR controller emulator (tests/peers/ur_controller) through the real ur_rtde clients.
 A fault is played 0.5 s into the motion; then, as the daemon does after an abort
 (agent.service.jobs.run_job), the agent tries to move the joint back to its test pose
