@@ -59,7 +59,9 @@ def test_cancelling_the_guarded_cycle_stops_the_controller(
     peer = shared[1]
     # 40 load turns: 16 s of motion, 1.6 s at the shared peer's 10x, so the cancel lands in it.
     path = tmp_path / "long.yaml"
-    path.write_text(config_text(load_turns=40.0))
+    # This test is about the cancel; a generous stall timeout keeps a loaded machine's slow first
+    # chunk from ending the cycle before it got under way.
+    path.write_text(config_text(load_turns=40.0, timing={**TEST_TIMING, "stall_timeout_s": 3.0}))
     ctrl = controller(path, peer.endpoint)
     expected = expected_samples(backlash_cycle(ctrl, ctrl.joints[0]))
 
