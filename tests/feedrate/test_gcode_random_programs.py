@@ -160,7 +160,9 @@ def _same_geometry(a: Block, b: Block, tol: float = 2e-3) -> None:
         assert b.feed_mm_s == pytest.approx(a.feed_mm_s, rel=1e-6, abs=1e-6)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
 @given(programs())
 def test_random_programs_round_trip_to_equivalent_geometry(text: str) -> None:
     blocks = parse(text)
@@ -189,7 +191,9 @@ def _modal_equal(a: Modal, b: Modal, *, motion: bool = True) -> None:
         assert b.feed_mm_s == pytest.approx(a.feed_mm_s, rel=1e-3)
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
 @given(programs(), st.data())
 def test_random_replacements_keep_the_program_intact(text: str, data: st.DataObject) -> None:
     """Replacing any blocks by segments leaves every other line meaning what it meant: same
