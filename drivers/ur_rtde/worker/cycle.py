@@ -264,7 +264,7 @@ class CycleOps:
         run_up = math.ceil(abs(speed) / p["accel_rad_s2"] * self.frequency_hz) + 1
         rows: list[Row] = []
         prev: Row | None = None
-        gaps = self._gaps(p)
+        gaps = self.gaps = self._gaps(p)
         kicked = time.monotonic()
         start_by = kicked + p["start_timeout_s"]
         with self._reader() as reader:
@@ -304,7 +304,6 @@ class CycleOps:
                             f"({row[5][j]:.4f} rad/s at t = {row[0]:.3f} s)",
                             FaultKind.ABORT,
                         )
-        self.gaps = gaps
         return rows[p["n_pre"] : need]
 
     def _gaps(self, p: dict[str, Any]) -> GapFiller:

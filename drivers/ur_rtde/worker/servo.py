@@ -24,8 +24,6 @@ _TAIL_TIMEOUT_S = 0.5  # after the last target: the remaining packages must arri
 class ExcitationOps(CycleOps):
     """The excitation request of drivers.ur_rtde.worker.server.Worker."""
 
-    gaps_now: GapFiller
-
     def op_excite(self, **p: Any) -> dict[str, Any]:
         return self._run_motion(p, lambda: self._check_start(p), self._excite)
 
@@ -39,7 +37,9 @@ class ExcitationOps(CycleOps):
                     FaultKind.ABORT,
                 )
 
-    def _take(self, reader: StreamReader, rows: list[Row], p: dict[str, Any]) -> None:
+    def _take(
+        self, reader: StreamReader, rows: list[Row], p: dict[str, Any], gaps: GapFiller
+    ) -> None:
         """Every package that has arrived, checked; none may be missing once one was kept."""
         while True:
             try:
@@ -53,7 +53,7 @@ class ExcitationOps(CycleOps):
             self._check_sample(row[8], row[9], row[10])
             if rows and missed:
                 try:
-                    rows.extend(self.gaps_now.fill(rows[-1], row, missed))
+                    rows.extend(gaps.fill(rows[-1], row, missed))
                 except StreamError as exc:
                     raise Fault(str(exc)) from None
             rows.append(row)
@@ -63,7 +63,7 @@ class ExcitationOps(CycleOps):
         dt = 1.0 / self.frequency_hz
         gain, lookahead = p["gain"], p["lookahead_s"]
         rows: list[Row] = []
-        self.gaps_now = self._gaps(p)
+        gaps = self.gaps = self._gaps(p)
         self._commanding(p)
         self.servoing = True
         began = time.monotonic()
@@ -83,7 +83,7 @@ class ExcitationOps(CycleOps):
                 if first_sent is None:
                     first_sent = now
                 self.servo_late_max_s = max(self.servo_late_max_s, now - first_sent - k * dt)
-                self._take(reader, rows, p)
+                self._take(reader, rows, p, gaps)
                 ctrl.waitPeriod(start)
             # The last target (the rest pose) stays commanded until every package is in. The
             # worker's clock and the controller's drift apart a little over a long trajectory
@@ -94,7 +94,7 @@ class ExcitationOps(CycleOps):
                 self._check_running(p)
                 if not ctrl.servoJ(targets[-1], 0.0, 0.0, dt, lookahead, gain):
                     raise Fault("the controller refused servoJ", FaultKind.ABORT)
-                self._take(reader, rows, p)
+                self._take(reader, rows, p, gaps)
                 if time.monotonic() > deadline:
                     raise Fault(
                         f"RTDE packages stopped arriving at the end of the excitation: "
@@ -102,5 +102,4 @@ class ExcitationOps(CycleOps):
                     )
                 ctrl.waitPeriod(start)
         self._send_stop(ctrl, p["decel_rad_s2"])
-        self.gaps = self.gaps_now
         return rows[p["n_settle"] : len(targets)]
