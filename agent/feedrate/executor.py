@@ -125,6 +125,14 @@ class CommandedPath:
         for b in blocks:
             if b.skipped:
                 continue
+            if b.motion is not None and not b.path_known:
+                # The parser's coordinates for this move are a guess: where it goes depends on
+                # offsets only the controller holds, so simulating it would invent a path.
+                raise ValueError(
+                    f"line {b.line_no}: the simulated CNC cannot execute a move after a frame "
+                    "change (work offset, G92, G10, tool length, M2/M30) that does not fix "
+                    f"every axis it moves: {b.text.strip()!r}"
+                )
             if b.motion is not None and b.length_mm > 0.0:
                 moves.append((b, b.length_mm, *_nominal(b, machine)))
             elif b.dwell_s:

@@ -266,3 +266,14 @@ def test_planned_speeds_are_reachable(blocks: list[tuple[float, float, float]]) 
     for i, (length, a, lim) in enumerate(blocks):
         assert v[i] <= lim + 1e-9
         assert abs(v[i + 1] ** 2 - v[i] ** 2) <= 2 * a * length * (1 + 1e-9) + 1e-9
+
+
+@pytest.mark.parametrize("change", ["G55", "G92 X0 Y0", "G10 L20 P1 X3", "G43 H1"])
+def test_a_move_after_a_frame_change_is_refused_not_invented(change: str) -> None:
+    # Where the move goes depends on offsets only the controller holds: the fake CNC must not
+    # run the parser's guess as if it were the machine's path.
+    program = ["G21 G90 G17 G94 F600\n", "G1 X10 Y0\n", f"{change}\n", "G1 X5 Y2\n"]
+    with pytest.raises(ValueError, match=r"line 4: .*frame change.*'G1 X5 Y2'"):
+        execute_program(program)
+    # The same program without the change runs.
+    assert execute_program([program[0], program[1], program[3]]).cycle_time_s > 0.0
