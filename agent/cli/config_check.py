@@ -3,7 +3,9 @@ starts nothing. Exit 78 (EX_CONFIG) with every mistake listed, else 0 (warnings 
 
 Beyond the file itself it checks the MQTT password file the way the publisher does when the
 daemon starts (agent.config.mqtt.read_password_text), so a file others may read fails here and
-not at the next restart. The password read is dropped at once and never printed.
+not at the next restart. The password read is dropped at once and never printed. A driver's
+settings may check the files they name (`check_files(base_dir)`, e.g. the GRBL driver's machine
+file and whether its dialect takes a DNC drip feed); each finding is put at the setting's line.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
     issues = config_issues(args.file)
     notes: list[ConfigIssue] = []
     if not issues:
-        issues, notes = password_file_findings(load_config(args.file), args.file)
+        config = load_config(args.file)
+        issues, notes = password_file_findings(config, args.file)
+        issues += settings_file_findings(config, args.file)
     if issues:
         for issue in issues:
             print(issue, file=sys.stderr)
@@ -88,3 +92,21 @@ def password_file_findings(
         f"found {problem}{hint}"
     )
     return [ConfigIssue(str(file), line, path, message)], []
+
+
+def settings_file_findings(config: Config, file: str | Path) -> list[ConfigIssue]:
+    """Mistakes in the files the controllers' settings name, at the line of each setting."""
+    from agent.schema.yaml_lines import ConfigIssue, load_yaml
+
+    found: list[ConfigIssue] = []
+    tree = None
+    for index, controller in enumerate(config.controllers):
+        check_files = getattr(controller.settings, "check_files", None)
+        if check_files is None:
+            continue
+        for field, message in check_files(Path(file).parent):
+            tree = tree or load_yaml(file)
+            where: tuple[str | int, ...] = ("controllers", index, "settings", field)
+            path = f"controllers[{index}].settings.{field}"
+            found.append(ConfigIssue(str(file), tree.line_of(where), path, message))
+    return found

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from agent.errors import ConfigError
 from agent.feedrate.machine import MachineSettings, load_machine
+from agent.schema.yaml_lines import issues_of
 
 Protocol = Literal["grbl", "dnc"]
 Handshake = Literal["reset", "banner", "none"]
@@ -143,11 +145,41 @@ class GrblSettings:
                 found.append((name, f"expected {problem}, found {code!r}"))
         if isinstance(self.machine, dict):
             # A key that is no identifier comes as "['key']": no dot before it (atheris).
-            found += [
+            inline = [
                 ("machine" + ("." if path[:1] not in ("", "[") else "") + path, message)
                 for path, message in inline_machine_issues(self.machine)
             ]
+            found += inline
+            if not inline and (problem := self.flow_control_problem(self.machine_settings())):
+                found.append(("protocol", problem))
         return found
+
+    def check_files(self, base_dir: str | Path) -> list[tuple[str, str]]:
+        """(field, message) for what only the files this setting names can tell: a machine
+        file that cannot be read or has mistakes, or whose dialect a DNC drip feed would
+        overrun. `jha config check` calls it, so the mistake shows before any stream."""
+        if not isinstance(self.machine, str):
+            return []
+        try:
+            machine = self.machine_settings(base_dir)
+        except ConfigError as exc:
+            listed = issues_of(exc)
+            details = "; ".join(str(i) for i in listed[:5]) if listed else str(exc)
+            more = f" (and {len(listed) - 5} more)" if len(listed) > 5 else ""
+            return [("machine", f"expected a valid machine file, found: {details}{more}")]
+        problem = self.flow_control_problem(machine)
+        return [("protocol", problem)] if problem else []
+
+    def flow_control_problem(self, machine: MachineSettings) -> str | None:
+        """Why a DNC drip feed to this machine is refused (its dialect paces none), else None."""
+        dialect = machine.emitter_dialect
+        if self.protocol != "dnc" or dialect.flow_control is not None:
+            return None
+        return (
+            "expected a controller with XON/XOFF flow control for protocol dnc, found dialect "
+            f"{dialect.name}, which has none: a drip feed would overrun its receive buffer "
+            "and corrupt lines. Use protocol grbl (character counting) for GRBL"
+        )
 
     def machine_settings(self, base_dir: str | Path = ".") -> MachineSettings:
         """The machine description: its file (relative paths from `base_dir`, the directory
