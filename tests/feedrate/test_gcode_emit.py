@@ -189,6 +189,18 @@ def test_g91_rounding_is_carried_not_accumulated() -> None:
     assert end == pytest.approx(30 * 0.33333, abs=0.005)  # within half a unit, after 90 segments
 
 
+def test_an_absolute_end_point_s_rounding_is_owed_to_the_g91_moves_after_it() -> None:
+    # Found by the random-program test: a replaced absolute move ends at its rounded end point
+    # (X0.67 for X0.66666), and when the program then goes G91 that rounding must be carried
+    # into the next increment, not added to its own (X0.34 would end 0.00668 off).
+    blocks = parse("G21 G90 G1 F600\nX0.66666\nG91\nX0.33666\n")
+    em = GcodeEmitter(Dialect("coarse", decimals=2))
+    out = em.passthrough(blocks[0]) + _replace_evenly(em, blocks[1], 1, feeds_mm_s=10.0)
+    out += em.passthrough(blocks[2]) + _replace_evenly(em, blocks[3], 1, feeds_mm_s=10.0)
+    assert "X0.67" in out and "X0.33 " in out
+    assert parse(out)[-1].end_mm[0] == pytest.approx(1.00332, abs=0.005)
+
+
 @st.composite
 def _incremental_programs(draw: st.DrawFn) -> tuple[int, list[tuple[float, float]], list[object]]:
     """(decimals, the program's G91 increments (mm, 4 decimals, many below the printed

@@ -249,5 +249,7 @@ def test_random_replacements_keep_the_program_intact(text: str, data: st.DataObj
             if by_time:
                 assert seg.duration_s == pytest.approx(rate, rel=rel, abs=1e-6)
             else:
-                assert seg.feed_mm_s == pytest.approx(rate, rel=rel)
+                # F itself is written to the dialect's feed decimals, in the program's units.
+                f_step_mm_s = 0.5 * 10.0**-dialect.feed_decimals * seg.modal.units.mm_per_unit / 60
+                assert seg.feed_mm_s == pytest.approx(rate, rel=rel, abs=f_step_mm_s)
     _modal_equal(blocks[-1].modal, result[-1].modal, motion=False)

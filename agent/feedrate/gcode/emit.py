@@ -12,8 +12,9 @@ the program's own modal state intact around replaced blocks:
   G93, the program's modal F after per-segment F words, G0 if the program was in rapid mode;
   a program in modal G2/G3 gets the motion word written into its next motion line that relied
   on it (a bare "G2" is not valid everywhere);
-- in G91 the rounding of written increments is carried into the next increment, so the
-  controller never drifts from the program by more than half a unit of the last decimal.
+- the rounding of written coordinates (G91 increments, and absolute end points before a
+  switch to G91) is carried into the next replaced increment, so the controller never drifts
+  from the program by more than half a unit of the last decimal.
 
 Line numbers and checksums are left as they are, or (`Dialect.renumber`) regenerated on every
 output line: N1, N2, ... with '*NN' when `Dialect.checksums`; comments are then dropped.
@@ -51,6 +52,8 @@ from agent.feedrate.gcode.lex import (
 )
 from agent.feedrate.geometry.primitives import Vec3
 
+# Below this a difference between program and controller is float noise, not a rounding owed.
+_EXACT_MM = 1e-9
 _STOP_M = frozenset({0, 10, 20, 300, 600})
 _MOTION_TENTHS = frozenset({0, 10, 20, 30})
 _PREFIX = re.compile(r"^\s*/?\s*(?:[Nn]\s*\d+\s*)?")
@@ -252,7 +255,7 @@ class GcodeEmitter:
                 raise ValueError(f"feed/duration must be finite and > 0, got {rate!r}")
             length = math.dist(prev, p)
             if absolute:
-                coords, prev_r = self._absolute_coords(prev_r, p, scale, dec)
+                coords, prev_r = self._absolute_coords(prev_r, prev, p, scale, dec)
             else:
                 coords = self._incremental_coords(prev, p, scale, dec)
             if not coords:
@@ -278,23 +281,28 @@ class GcodeEmitter:
         self._expected = modal
         return "".join(out)
 
-    def _absolute_coords(self, prev_r: Vec3, p: Vec3, scale: float, dec: int) -> tuple[str, Vec3]:
+    def _absolute_coords(
+        self, prev_r: Vec3, prev: Vec3, p: Vec3, scale: float, dec: int
+    ) -> tuple[str, Vec3]:
         """The words moving the axes whose written coordinate changes, and p as written."""
-        x, y, z = round(p[0] / scale, dec), round(p[1] / scale, dec), round(p[2] / scale, dec)
+        written = (round(p[0] / scale, dec), round(p[1] / scale, dec), round(p[2] / scale, dec))
         parts: list[str] = []
         res = self._residual_mm
-        # Writing an axis puts the controller where the program says: its G91 carry is spent.
-        if x != prev_r[0]:
-            parts.append("X" + format_number(x, dec))
-            res[0] = 0.0
-        if y != prev_r[1]:
-            parts.append("Y" + format_number(y, dec))
-            res[1] = 0.0
-        if z != prev_r[2]:
-            parts.append("Z" + format_number(z, dec))
-            res[2] = 0.0
+        for i, letter in enumerate("XYZ"):
+            if written[i] != prev_r[i]:
+                parts.append(letter + format_number(written[i], dec))
+                # The controller now stands at the written coordinate: what it lacks of the
+                # program's is that coordinate's rounding, owed to a later G91 increment.
+                owed = p[i] - written[i] * scale
+                res[i] = owed if abs(owed) > _EXACT_MM else 0.0
+            else:
+                # The axis is not written, so the controller stays where it was while the
+                # program moves on by less than the rounding: that goes into what is owed.
+                res[i] += p[i] - prev[i]
+                if abs(res[i]) <= _EXACT_MM:
+                    res[i] = 0.0
         self._carry = res[0] != 0.0 or res[1] != 0.0 or res[2] != 0.0
-        return " ".join(parts), (x, y, z)
+        return " ".join(parts), written
 
     def _incremental_coords(self, prev: Vec3, p: Vec3, scale: float, dec: int) -> str:
         parts: list[str] = []
