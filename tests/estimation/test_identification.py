@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from dataclasses import replace
 
 import numpy as np
@@ -220,10 +219,12 @@ def test_health_indicators_per_joint(ur5e) -> None:
     assert np.sqrt(np.mean(err**2)) < 0.05 * np.sqrt(np.mean(res.measured_torque_nm[moving] ** 2))
 
 
-def test_a_31_s_capture_at_1_khz_is_identified_within_2_s(ur5e) -> None:
+def test_a_31_s_capture_at_1_khz_is_identified_whole(ur5e) -> None:
+    # The time it takes (target <= 2 s) is measured by make bench (bench/bench_identification.py,
+    # against a baseline of the same run), never here: the machine may be loaded.
     cad, _, _, caps, _ = ur5e
     # The excitation starts and ends at rest in the same pose: repeating it gives a capture of
-    # the length of Madsen et al. 2020's (31 s) to time the identification on.
+    # the length of Madsen et al. 2020's (31 s).
     n = 31_001
     reps = -(-n // len(caps[0]))
     t = np.arange(n) / 1000.0
@@ -231,11 +232,13 @@ def test_a_31_s_capture_at_1_khz_is_identified_within_2_s(ur5e) -> None:
         Capture(t, {k: np.tile(v, reps)[:n] for k, v in c.channels.items()}, c.meta, c.source)
         for c in caps
     ]
-    identify(long[:], cad, IdentificationSettings(model="rigid"))  # warm the caches
-    started = time.perf_counter()
     res = identify(long, cad, IdentificationSettings(model="rigid"))
-    assert time.perf_counter() - started <= 2.0
     assert res.n_samples == n
+    short = identify(caps, cad, IdentificationSettings(model="rigid"))
+    # The same excitation repeated: the same friction, known no less certainly.
+    for a, b in zip(res.joints, short.joints, strict=True):
+        assert a.coulomb_nm == pytest.approx(b.coulomb_nm, rel=0.05, abs=1e-3), a.joint
+        assert a.rel_std_pct["fc"] <= b.rel_std_pct["fc"] * 1.05, a.joint
 
 
 # ------------------------------------------------------------------------------- refusals

@@ -125,7 +125,7 @@ def test_a_controller_that_answers_no_status_is_refused() -> None:
                 )
         finally:
             channel.close()
-        assert 0.2 <= time.monotonic() - started < 2.0
+        assert time.monotonic() - started >= 0.2  # it waited the timeout it was given
         assert info.value.kind == "not_ready" and "no status report within 0.2 s" in str(info.value)
         assert os.read(master, 100) == b"?"  # the question, and no line
     finally:
