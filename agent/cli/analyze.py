@@ -4,11 +4,11 @@ capture file, with the delta = f(A) calibration when a CSV of pairs is given."""
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from pathlib import Path
 from typing import Any
 
+from agent.cli.common import print_json
 from agent.errors import EX_OK, EstimationError
 
 
@@ -75,7 +75,7 @@ def _cmd_analyze_backlash(args: argparse.Namespace) -> int:
             ),
         )
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print_json(result.to_dict())
     else:
         delta = (
             "n/a (no calibration)"

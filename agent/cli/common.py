@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
@@ -116,9 +117,43 @@ def record_joint_estimates(
 # -- helpers the jha sub-command modules share ----------------------------------------------------
 
 
-def print_json(data: Any, allow_nan: bool = False) -> None:
-    """One JSON document on stdout; strict (NaN refused) unless `allow_nan`."""
-    print(json.dumps(data, indent=2, allow_nan=allow_nan))
+def print_json(data: Any) -> None:
+    """One strict JSON document on stdout: never NaN or Infinity (which most JSON parsers
+    refuse). A value that is not a finite number is written as null, and the document's
+    top-level `null_reasons` says, per path, what it was."""
+    print(strict_json_text(data), end="")
+
+
+def strict_json_text(data: Any) -> str:
+    """`data` as strict JSON text (indented, ending in a newline), as print_json writes it."""
+    reasons: dict[str, str] = {}
+    clean = finite_or_null(data, "", reasons)
+    if reasons and isinstance(clean, dict):
+        clean = {**clean, "null_reasons": reasons}
+    return json.dumps(clean, indent=2, allow_nan=False) + "\n"
+
+
+def finite_or_null(value: Any, path: str, reasons: dict[str, str]) -> Any:
+    """`value` with every non-finite float replaced by None, each recorded in `reasons`."""
+    if type(value).__module__ == "numpy" and hasattr(value, "item"):
+        value = value.item()  # a numpy scalar (float32, int64, ...) as its Python number
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return float(value)
+        reasons[path or "."] = (
+            "not a number (0/0: nothing to estimate it from)"
+            if math.isnan(value)
+            else f"{'+' if value > 0 else '-'}infinite (divided by zero)"
+        )
+        return None
+    if isinstance(value, dict):
+        return {
+            k: finite_or_null(v, f"{path}.{k}" if path else str(k), reasons)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [finite_or_null(v, f"{path}[{i}]", reasons) for i, v in enumerate(value)]
+    return value
 
 
 def run_standalone(register: Callable[[Any], None]) -> NoReturn:

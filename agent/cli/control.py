@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 from typing import Any
 
-from agent.cli.common import DEFAULT_CONFIG
+from agent.cli.common import DEFAULT_CONFIG, print_json
 from agent.errors import EX_OK, EX_UNAVAILABLE
 from agent.service.control_socket import ControlCommand, ControlError, request, socket_path
 
@@ -53,7 +52,7 @@ def _cmd_cycle_now(args: argparse.Namespace) -> int:
     if isinstance(reply, int):
         return reply
     if args.json:
-        print(json.dumps(reply, indent=2))
+        print_json(reply)
     if not reply.get("ok"):
         if not args.json:
             print(f"jha: {reply.get('error', 'refused')}", file=sys.stderr)
@@ -70,7 +69,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     if isinstance(reply, int):
         return reply
     if args.json or not reply.get("ok"):
-        print(json.dumps(reply, indent=2))
+        print_json(reply)
         return EX_OK if reply.get("ok") else EX_UNAVAILABLE
     print(f"agent: {reply.get('state')}{' (dry run)' if reply.get('dry_run') else ''}")
     for name, c in reply.get("controllers", {}).items():

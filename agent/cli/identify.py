@@ -14,7 +14,6 @@ reason and exit code 65.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -133,7 +132,7 @@ def identification_estimates(
 
 
 def _cmd_identify(args: argparse.Namespace) -> int:
-    from agent.cli.common import record_joint_estimates, recording_target
+    from agent.cli.common import print_json, record_joint_estimates, recording_target
     from agent.estimation.identification.filters import FilterSettings
     from agent.estimation.identification.fit import identify
     from agent.estimation.identification.model import IdentificationSettings
@@ -169,7 +168,7 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         identification_report(result, robot.name, where, started, args.html)
         print(f"report: {args.html}", file=sys.stderr)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=2))
+        print_json(result.to_dict())
         return EX_OK
     out = sys.stdout
     print(

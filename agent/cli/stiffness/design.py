@@ -5,14 +5,13 @@ give, then measurements of such a design on the simulated robot (a CSV for `esti
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from agent.atomic import atomic_write_text
-from agent.cli.common import print_json
+from agent.cli.common import print_json, strict_json_text
 from agent.cli.stiffness.measurements import (
     load_tcp_measurements,
     save_dual_encoder_measurements,
@@ -128,9 +127,9 @@ def _cmd_design(args: argparse.Namespace) -> int:
         design = design_tcp(model, settings, prior, given_q=given_q, given_force=given_f)
     data = {"robot": str(args.robot), "prior": prior.to_dict(), **design.to_dict()}
     if args.output:
-        atomic_write_text(args.output, json.dumps(data, indent=2) + "\n")
+        atomic_write_text(args.output, strict_json_text(data))
     if args.json:
-        print_json(data, allow_nan=True)
+        print_json(data)
     else:
         _print_design(design, prior, model)
     return EX_OK

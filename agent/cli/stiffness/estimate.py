@@ -5,7 +5,6 @@ and the TCP deviation under a force with its uncertainty."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,6 +18,7 @@ from agent.cli.common import (
     print_json,
     record_joint_estimates,
     recording_target,
+    strict_json_text,
 )
 from agent.cli.stiffness.measurements import (
     load_dual_encoder_measurements,
@@ -105,9 +105,9 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         est = estimate_stiffness(model, tcp, prior, alpha=args.alpha)
     data = {"robot": str(args.robot), "measurements": str(args.file), **est.to_dict()}
     if args.output:
-        atomic_write_text(args.output, json.dumps(data, indent=2) + "\n")
+        atomic_write_text(args.output, strict_json_text(data))
     if args.json:
-        print_json(data, allow_nan=True)
+        print_json(data)
     else:
         _print_estimate(est)
     if target is not None:
@@ -167,7 +167,7 @@ def _cmd_predict(args: argparse.Namespace) -> int:
     pred = predict_deviation(model, q, args.force, k, cov)
     data = {"robot": str(args.robot), "stiffness_from": origin, **pred.to_dict()}
     if args.json:
-        print_json(data, allow_nan=True)
+        print_json(data)
     else:
         dev, sd = pred.deviation_m[0] * 1e6, pred.std_m[0] * 1e6
         axes = "  ".join(f"{a} {d:9.2f} +- {s:.2f}" for a, d, s in zip("xyz", dev, sd, strict=True))

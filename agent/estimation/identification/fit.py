@@ -190,7 +190,13 @@ def _identify(
         k = None
         if settings.use_link_encoder:  # one encoder sees no deflection
             k, k_std = _stiffness_from_link_torque(y_b, sol.theta[: base.count], dec["delta"])
-            rel_k = {f"k{j + 1}": float(k_std[j]) for j in range(n)}
+            rel_k = {f"k{j + 1}": float(k_std[j]) for j in range(n) if math.isfinite(k_std[j])}
+            warnings += [
+                f"joint {robot.joints[j].name}: stiffness not seen (the link and motor encoders "
+                "agree throughout the capture: no gear twist to measure it by)"
+                for j in range(n)
+                if math.isnan(k[j])
+            ]
     model = DynamicModel(
         sol.theta[: base.count],
         ia,
@@ -213,7 +219,11 @@ def _identify(
             None if k is None or math.isnan(k[j]) else float(k[j]),
             float(ia[j]),
             float(per_joint[j]),
-            {p: float(rel[f"{p}{j + 1}"]) for p in DRIVE if f"{p}{j + 1}" in rel},
+            {
+                p: float(rel[f"{p}{j + 1}"])
+                for p in DRIVE
+                if f"{p}{j + 1}" in rel and math.isfinite(rel[f"{p}{j + 1}"])
+            },
         )
         for j, spec in enumerate(robot.joints)
     )
@@ -341,10 +351,14 @@ def _fit_rigid(
 def _stiffness_from_link_torque(y_b: Array, pi_b: Array, delta: Array) -> tuple[Array, Array]:
     """K_j = <tau_link_j, delta_j> / <delta_j, delta_j> with tau_link the model's link torque
     (the link equation of Zollo, Lopez et al. 2014 with the inertial part fixed); its relative
-    std in %."""
+    std in %. NaN for a joint whose encoders never disagree (no deflection: 0/0)."""
     tau_link = np.einsum("njp,p->nj", y_b, pi_b)
     dd = np.sum(delta * delta, axis=0)
-    k = np.sum(tau_link * delta, axis=0) / dd
-    res = tau_link - delta * k
-    var = np.sum(res * res, axis=0) / max(delta.shape[0] - 1, 1) / dd
-    return k, 100.0 * np.sqrt(var) / np.abs(k)
+    seen = dd > 0.0
+    safe_dd = np.where(seen, dd, 1.0)
+    k = np.where(seen, np.sum(tau_link * delta, axis=0) / safe_dd, np.nan)
+    res = tau_link - delta * np.where(seen, k, 0.0)
+    var = np.sum(res * res, axis=0) / max(delta.shape[0] - 1, 1) / safe_dd
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(seen & (k != 0.0), 100.0 * np.sqrt(var) / np.abs(k), np.nan)
+    return k, rel
