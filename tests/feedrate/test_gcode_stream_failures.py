@@ -216,6 +216,25 @@ def test_an_answer_nobody_asked_for_holds_the_peer(peer: Any) -> None:
 # ------------------------------------------------------------------------------ DNC
 
 
+def test_a_dnc_error_after_the_last_byte_is_not_called_success(peer: Any) -> None:
+    # Two planner blocks of half a second each: the controller parses line 5 only once the
+    # first move is done, long after the sender wrote the whole (short) program. Returning at
+    # the last byte called that program done while the controller refused its fifth line.
+    p = peer("--dnc", "--planner-blocks", "2", "--error-at", "5:33")
+    channel = open_serial(p.path)
+    lines = ["G21 G91\n", *["G1 X5 F600\n"] * 5]
+    try:
+        with pytest.raises(StreamError) as info:
+            stream_dnc(lines, channel, DncOptions(hold_code=b"!"))
+    finally:
+        channel.close()
+    assert info.value.kind == "error" and info.value.code == 33
+    assert "stream stopped after 6 lines sent" in str(info.value)  # every line, then the error
+    assert p.state().state == "Hold"
+    stats = p.stats()
+    assert stats["lines_received"] >= 5 and stats["blocks_executed"] >= 1
+
+
 @pytest.mark.parametrize("hold_code", [b"!", None], ids=["hold_code", "no_hold_code"])
 def test_dnc_error_and_stall(peer: Any, hold_code: bytes | None) -> None:
     # The peer in DNC mode is GRBL with XON/XOFF: its feed hold '!' is a real-time code. A

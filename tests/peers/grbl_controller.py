@@ -105,8 +105,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--boot-alarm", action="store_true")
     p.add_argument("--door-open", action="store_true")
     p.add_argument("--stats", default=None)
+    p.add_argument(
+        "--rt-priority", type=int, default=10, help="SCHED_FIFO priority, 0: the machine's own"
+    )
     args = p.parse_args(argv)
     args.error_at, args.alarm_at = _fault(args.error_at, 20), _fault(args.alarm_at, 1)
+    if args.rt_priority > 0:
+        # GRBL takes each byte in its receive interrupt and sends XOFF at once; a peer the
+        # machine's other work holds up reads late, finds a pty buffer full of bytes a real UART
+        # would never have delivered unthrottled, and reports an overflow the sender never made.
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(args.rt_priority))
+        except OSError as exc:
+            print(f"grbl peer: no real-time priority ({exc})", file=sys.stderr, flush=True)
     master, slave = os.openpty()
     tty.setraw(slave)
     os.set_blocking(master, False)

@@ -11,6 +11,8 @@ before the first byte: `jha feedrate stream` asks the operator to confirm it
 refused line the stream stops and, when the controller has one, its feed-hold code (`hold_code`, a
 real-time code the controller takes out of the byte stream, e.g. GRBL's '!') is sent; many DNC
 controls have none, and then the error says so: the machine runs out what it has buffered.
+After the last byte the stream listens `end_listen_s` (2 s) for a late error from the lines the
+controller still holds, or, with `wait_idle`, asks '?' until the controller is Idle.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class DncOptions:
     stall_timeout_s: float = 30.0  # XOFF held this long without a byte: stalled
     write_timeout_s: float = 5.0
     wait_idle: bool = False  # after the last byte, poll '?' until the controller is Idle
+    # Without wait_idle: after the last byte, listen this long for a late complaint. The
+    # controller parses what it buffered after the sender is done, so an error in the last
+    # lines comes after them; a stream that returned at once would call that program done.
+    end_listen_s: float = 2.0
     status_interval_s: float = 0.05
     progress_interval_s: float = 0.1
     hold_code: bytes | None = None  # the controller's real-time feed hold; None: it has none
@@ -147,6 +153,11 @@ class _Dnc(Session):
                 self.wait_idle(
                     opt.status_interval_s, opt.stall_timeout_s, opt.write_timeout_s, self.take_line
                 )
+            else:
+                end = time.monotonic() + opt.end_listen_s
+                while (left := end - time.monotonic()) > 0.0:
+                    self.take(min(left, 0.05))
+                    self.report(time.monotonic())
         except StreamError as exc:
             if exc.kind in HOLD_ON:
                 raise exc.noting(self.hold_note()) from exc
