@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from agent.cli.common import print_json
+from agent.cli.common import UsageError, print_json
 from agent.errors import EX_OK, EstimationError
 
 
@@ -36,12 +36,21 @@ def _cmd_analyze_backlash(args: argparse.Namespace) -> int:
     from agent.estimation.backlash.calibration import fit_calibration
     from agent.estimation.backlash.fit import BacklashFitSettings, fit_backlash
 
+    _check_flags(args)
     meta = CaptureMeta(
         commanded_speed_rad_s=None if args.speed_rps is None else 2 * math.pi * args.speed_rps,
         gear_ratio=args.gear_ratio,
         encoder_bits=args.encoder_bits,
     )
     capture = load_capture(args.file, meta)
+    if args.resonance_hz and capture.time_s.size > 1:
+        rate_hz = (capture.time_s.size - 1) / float(capture.time_s[-1] - capture.time_s[0])
+        if not args.resonance_hz[1] < rate_hz / 2:
+            raise EstimationError(
+                f"--resonance-hz: expected HI below the capture's Nyquist frequency "
+                f"({rate_hz / 2:.4g} Hz: {args.file} is sampled at {rate_hz:.4g} Hz), found "
+                f"{args.resonance_hz[1]:g}"
+            )
     settings = BacklashFitSettings(
         resonance_hz=tuple(args.resonance_hz) if args.resonance_hz else (10.0, 200.0),
         seed=args.seed,
@@ -101,9 +110,34 @@ def _cmd_analyze_backlash(args: argparse.Namespace) -> int:
     return EX_OK
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    """The flags that stand for config settings, held to the config's own rules (exit 64)."""
+    problems: list[str] = []
+
+    def bounded(flag: str, value: float | None, low: float, high: float, what: str) -> None:
+        if value is not None and not (math.isfinite(value) and low <= value <= high):
+            problems.append(f"{flag}: expected {what}, found {value:g}")
+
+    speed = args.speed_rps
+    if speed is not None and not 0.0 < speed <= 500.0:  # NaN fails too
+        problems.append(
+            f"--speed-rps: expected a motor speed > 0 and <= 500 rev/s, found {speed:g}"
+        )
+    bounded(
+        "--gear-ratio", args.gear_ratio, 1.0, math.inf, "a reduction: >= 1 motor turn per load turn"
+    )
+    bounded("--encoder-bits", args.encoder_bits, 12, 32, "12 to 32 bits")
+    if args.resonance_hz:
+        low, high = args.resonance_hz
+        if not (math.isfinite(low) and math.isfinite(high) and 0 < low < high):
+            problems.append(f"--resonance-hz: expected 0 < LO < HI, found {low:g} {high:g}")
+    if problems:
+        raise UsageError("; ".join(problems))
+
+
 def _read_pairs(path: Path) -> list[tuple[float, float]]:
     """Calibration pairs: a CSV of amplitude_rad_s,backlash_rad rows (header optional)."""
-    pairs = []
+    pairs: list[tuple[float, float]] = []
     for n, line in enumerate(Path(path).read_text().splitlines(), 1):
         text = line.strip()
         if not text or text.startswith("#") or text.startswith("amplitude"):
@@ -114,5 +148,11 @@ def _read_pairs(path: Path) -> list[tuple[float, float]]:
             raise EstimationError(
                 f"{path}:{n}: expected 'amplitude_rad_s,backlash_rad', found {text!r}"
             ) from None
+        if pairs and not (a > pairs[-1][0] and d > pairs[-1][1]):
+            raise EstimationError(
+                f"{path}:{n}: expected amplitude and backlash both above the row before "
+                f"({pairs[-1][0]:g}, {pairs[-1][1]:g}): pairs must increase strictly, as "
+                f"calibration.points must; found {a:g}, {d:g}"
+            )
         pairs.append((a, d))
     return pairs

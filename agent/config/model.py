@@ -82,7 +82,7 @@ class EstimatorSettings:
 class JointSettings:
     name: str
     index: int = field(metadata={"ge": 1, "le": 64, "doc": "axis number on the controller"})
-    gear_ratio: float = field(metadata={"gt": 0.0, "doc": "motor turns per load turn"})
+    gear_ratio: float = field(metadata={"ge": 1.0, "doc": "motor turns per load turn"})
     backlash_cycle: BacklashCycleSettings
     encoder_bits: int = field(default=19, metadata={"ge": 12, "le": 32})
     test_pose_rad: float = 0.0

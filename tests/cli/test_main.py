@@ -170,6 +170,36 @@ def test_analyze_with_a_calibration_and_a_plot(
     assert "residual" in text and "fitted" in text
 
 
+@pytest.mark.parametrize(
+    ("flags", "code", "expected"),
+    [
+        (["--speed-rps", "0", "--gear-ratio", "40"], 64, "--speed-rps: expected a motor speed > 0"),
+        (["--speed-rps", "nan", "--gear-ratio", "40"], 64, "--speed-rps: expected"),
+        ([*SPEED[:2], "--gear-ratio", "0.5"], 64, "--gear-ratio: expected a reduction: >= 1"),
+        ([*SPEED, "--encoder-bits", "64"], 64, "--encoder-bits: expected 12 to 32 bits"),
+        ([*SPEED, "--resonance-hz", "200", "10"], 64, "--resonance-hz: expected 0 < LO < HI"),
+        ([*SPEED, "--resonance-hz", "10", "5000"], 65, "below the capture's Nyquist frequency"),
+    ],
+    ids=["speed 0", "speed nan", "gear below 1", "encoder bits", "band reversed", "band > Nyquist"],
+)
+def test_analyze_flags_are_held_to_the_config_s_rules(
+    worn_csv: Path, capsys: pytest.CaptureFixture[str], flags: list[str], code: int, expected: str
+) -> None:
+    assert main(["analyze", "backlash", str(worn_csv), *flags]) == code
+    assert expected in capsys.readouterr().err
+
+
+def test_analyze_refuses_calibration_pairs_that_do_not_increase(
+    worn_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pairs = tmp_path / "pairs.csv"
+    pairs.write_text("amplitude_rad_s,backlash_rad\n0,0\n1.07,3e-4\n2.06,2e-4\n2.86,1.1e-3\n")
+    args = ["analyze", "backlash", str(worn_csv), *SPEED, "--calibration", str(pairs)]
+    assert main(args) == EX_DATAERR
+    err = capsys.readouterr().err
+    assert f"{pairs}:4: expected amplitude and backlash both above the row before" in err
+
+
 def test_analyze_prints_a_summary_without_json(
     worn_csv: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

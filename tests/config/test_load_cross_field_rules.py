@@ -48,7 +48,7 @@ def test_joint_names_unique_even_when_another_joint_is_wrong(tmp_path: Path) -> 
         "c.yaml:10: controllers[0].joints[1].name: expected a unique name among "
         "controllers[0].joints, found 'j1' again (first used by controllers[0].joints[0] at "
         "line 5)",
-        "c.yaml:12: controllers[0].joints[1].gear_ratio: expected a number > 0, found 'x'",
+        "c.yaml:12: controllers[0].joints[1].gear_ratio: expected a number >= 1, found 'x'",
     ]
 
 

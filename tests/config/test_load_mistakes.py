@@ -53,7 +53,7 @@ def test_missing_file(tmp_path: Path) -> None:
             "gear_raito: 100",
             [
                 "c.yaml:5: controllers[0].joints[0].gear_ratio: required key is missing: "
-                "expected a number > 0 (motor turns per load turn)",
+                "expected a number >= 1 (motor turns per load turn)",
                 "c.yaml:7: controllers[0].joints[0].gear_raito: unknown key "
                 "(did you mean 'gear_ratio'?)",
             ],
@@ -61,12 +61,12 @@ def test_missing_file(tmp_path: Path) -> None:
         (
             "gear_ratio: 100",
             "gear_ratio: -40",
-            ["c.yaml:7: controllers[0].joints[0].gear_ratio: expected a number > 0, found -40"],
+            ["c.yaml:7: controllers[0].joints[0].gear_ratio: expected a number >= 1, found -40"],
         ),
         (
             "gear_ratio: 100",
             "gear_ratio: fast",
-            ["c.yaml:7: controllers[0].joints[0].gear_ratio: expected a number > 0, found 'fast'"],
+            ["c.yaml:7: controllers[0].joints[0].gear_ratio: expected a number >= 1, found 'fast'"],
         ),
         (
             "index: 1",
