@@ -276,6 +276,30 @@ def test_a_capture_without_the_link_encoder_is_refused(planar) -> None:
     assert info.value.exit_code == EX_DATAERR
 
 
+def _without(cap: Capture, channel: str) -> Capture:
+    kept = {k: v for k, v in cap.channels.items() if k != channel}
+    return Capture(cap.time_s, kept, cap.meta, cap.source)
+
+
+def test_a_rigid_fit_takes_link_position_and_torque_alone(planar) -> None:
+    # Many arms report link position and joint torque and nothing on the motor side.
+    r, _, caps = planar
+    rigid = IdentificationSettings(model="rigid")
+    both = identify(caps, r, rigid)
+    link_only = identify([_without(c, "motor_pos_rad") for c in caps], r, rigid)
+    assert link_only.n_samples == both.n_samples
+    for a, b in zip(link_only.joints, both.joints, strict=True):
+        assert a.stiffness_nm_rad is None and "k" not in a.rel_std_pct
+        # The rotor taken to follow the link costs little: the twist is small.
+        assert a.coulomb_nm == pytest.approx(b.coulomb_nm, rel=0.1, abs=0.02), a.joint
+        assert sum(f"joint {a.joint}: no motor encoder" in w for w in link_only.warnings) == 1
+        assert not any(f"joint {a.joint}: stiffness not seen" in w for w in link_only.warnings)
+    assert link_only.nmse_nm <= 2.0 * both.nmse_nm + 1e-3
+    with pytest.raises(CaptureError, match="elastic model needs both encoders") as info:
+        identify([_without(c, "motor_pos_rad") for c in caps], r)
+    assert info.value.exit_code == EX_DATAERR
+
+
 # ------------------------------------------------------------------------------- CLI
 
 

@@ -109,7 +109,14 @@ def identify(
 ) -> IdentificationResult:
     """Identify from one capture per joint; refuses (exit code 65) what it cannot use."""
     s = settings or IdentificationSettings()
-    signals = robot_signals(captures, robot, saturation_fraction=s.saturation_fraction, where=where)
+    signals = robot_signals(
+        captures,
+        robot,
+        saturation_fraction=s.saturation_fraction,
+        where=where,
+        # Only the elastic model and the motor-encoder ablation need the motor side.
+        require_motor=s.model == "elastic" or not s.use_link_encoder,
+    )
     return identify_signals(signals, robot, s)
 
 
@@ -120,7 +127,36 @@ def identify_signals(
     kin = kinematics(signals, settings.filter)
     if not settings.use_link_encoder:
         kin = replace(kin, q=kin.th, qd=kin.thd, qdd=kin.thdd)
-    return identify_kinematics(kin, robot, settings, started)
+    result = identify_kinematics(kin, robot, settings, started)
+    missing = [
+        spec.name
+        for spec, measured in zip(robot.joints, signals.motor_measured, strict=False)
+        if not measured
+    ]
+    if not missing:
+        return result
+    # The rotor was taken to follow the link: no deflection, so no stiffness to report, and
+    # the "encoders agree" warning would name an encoder the capture does not have.
+    joints = tuple(
+        replace(
+            j,
+            stiffness_nm_rad=None,
+            rel_std_pct={k: v for k, v in j.rel_std_pct.items() if k != "k"},
+        )
+        if j.joint in missing
+        else j
+        for j in result.joints
+    )
+    warnings = tuple(
+        w
+        for w in result.warnings
+        if not any(w.startswith(f"joint {m}: stiffness") for m in missing)
+    ) + tuple(
+        f"joint {m}: no motor encoder in the capture: fitted as rigid from link position and "
+        "torque (the rotor taken to follow the link); stiffness not measured"
+        for m in missing
+    )
+    return replace(result, joints=joints, warnings=warnings)
 
 
 def identify_kinematics(

@@ -4,7 +4,8 @@ link-side arrays on a common time base.
 A robot capture is one agent.capture.model.Capture per joint on a common time base (channels
 link_pos_rad or link_counts, motor_pos_rad or motor_counts, motor_torque_nm; motor side means
 the motor shaft). `robot_signals` turns it into link-side arrays and refuses, with the reason, a
-capture that misses an encoder channel or whose drive saturated.
+capture that misses an encoder channel or whose drive saturated; for a rigid fit the motor
+encoder may be missing (the rotor is then taken to follow the link).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class RobotSignals:
     motor_torque_nm: Array
     sample_rate_hz: float
     sources: tuple[str, ...]
+    # Per joint: False where the capture has no motor encoder and motor_pos_rad is the link's
+    # (a rigid fit needs only link position and torque; stiffness then cannot be measured).
+    motor_measured: tuple[bool, ...] = ()
 
 
 def _joint_captures(
@@ -73,6 +77,10 @@ def _joint_captures(
     return list(captures)
 
 
+def _has_position(cap: Capture, side: str) -> bool:
+    return f"{side}_pos_rad" in cap.channels or f"{side}_counts" in cap.channels
+
+
 def _position(cap: Capture, side: str, joint: str) -> Array:
     name = f"{side}_pos_rad"
     if name not in cap.channels:
@@ -81,9 +89,9 @@ def _position(cap: Capture, side: str, joint: str) -> Array:
             which = "link-side" if side == "link" else "motor-side"
             raise CaptureError(
                 cap.source,
-                f"joint {joint}: no {which} encoder channel ({name} or {counts}); the "
-                "identification needs both encoders of every joint (Madsen et al. 2020: "
-                "rotor-side compensation; Zollo, Lopez et al. 2014: transmission deflection)",
+                f"joint {joint}: no {which} encoder channel ({name} or {counts}); the elastic "
+                "model needs both encoders of every joint (Zollo, Lopez et al. 2014: the "
+                "transmission deflection); --model rigid takes link position and torque alone",
             )
         cap = capture_with_positions(cap)
     return np.asarray(cap.channels[name], dtype=np.float64)
@@ -95,8 +103,12 @@ def robot_signals(
     *,
     saturation_fraction: float = 0.999,
     where: str = "<captures>",
+    require_motor: bool = True,
 ) -> RobotSignals:
-    """Link-side arrays from one capture per joint; refuses missing channels and saturation."""
+    """Link-side arrays from one capture per joint; refuses missing channels and saturation.
+    Without `require_motor` a joint with no motor encoder is taken as rigid: its rotor angle
+    is its link angle (for a rigid fit from link position and torque, e.g. a torque-sensing
+    arm that reports nothing on the motor side)."""
     caps = _joint_captures(captures, robot, where)
     t = np.asarray(caps[0].time_s, dtype=np.float64)
     n_s = t.size
@@ -111,6 +123,7 @@ def robot_signals(
             f"median {np.median(dt):.6g} s); the filters need a fixed rate",
         )
     link = np.empty((n_s, robot.n_joints))
+    measured: list[bool] = []
     motor = np.empty((n_s, robot.n_joints))
     torque = np.empty((n_s, robot.n_joints))
     for j, (cap, spec) in enumerate(zip(caps, robot.joints, strict=True)):
@@ -130,7 +143,12 @@ def robot_signals(
                 f"capture, {ratio:g} in {robot.source}",
             )
         link[:, j] = _position(cap, "link", spec.name)
-        motor[:, j] = _position(cap, "motor", spec.name) / ratio
+        if require_motor or _has_position(cap, "motor"):
+            motor[:, j] = _position(cap, "motor", spec.name) / ratio
+            measured.append(True)
+        else:
+            motor[:, j] = link[:, j]
+            measured.append(False)
         if "motor_torque_nm" not in cap.channels:
             raise CaptureError(
                 cap.source,
@@ -142,7 +160,13 @@ def robot_signals(
             cap.source, spec.name, t, torque[:, j], spec.torque_max_nm, saturation_fraction
         )
     return RobotSignals(
-        t, link, motor, torque, float((n_s - 1) / (t[-1] - t[0])), tuple(c.source for c in caps)
+        t,
+        link,
+        motor,
+        torque,
+        float((n_s - 1) / (t[-1] - t[0])),
+        tuple(c.source for c in caps),
+        tuple(measured),
     )
 
 

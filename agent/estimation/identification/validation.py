@@ -55,7 +55,12 @@ def validate(
     without what neither model contains.
     """
     s = settings or IdentificationSettings()
-    signals = robot_signals(captures, robot, saturation_fraction=s.saturation_fraction)
+    signals = robot_signals(
+        captures,
+        robot,
+        saturation_fraction=s.saturation_fraction,
+        require_motor=s.model == "elastic" or not s.use_link_encoder,
+    )
     kin = kinematics(signals, s.filter)
     if not s.use_link_encoder:
         kin = replace(kin, q=kin.th, qd=kin.thd, qdd=kin.thdd)
