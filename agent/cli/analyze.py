@@ -24,6 +24,14 @@ def register(subparsers: Any) -> None:
     bl.add_argument("--encoder-bits", type=int, help="bit width of motor_counts")
     bl.add_argument("--resonance-hz", type=float, nargs=2, metavar=("LO", "HI"))
     bl.add_argument("--seed", type=int, default=1)
+    bl.add_argument(
+        "--max-gap-ticks",
+        type=int,
+        default=5,
+        metavar="N",
+        help="a log that is not uniformly sampled is put on its tick first (agent.capture."
+        "resample); a gap of more than N missing ticks is refused (default 5)",
+    )
     bl.add_argument("--calibration", type=Path, help="CSV of amplitude_rad_s,backlash_rad pairs")
     bl.add_argument("--json", action="store_true")
     bl.add_argument("--plot", type=Path, metavar="FILE.svg")
@@ -33,6 +41,7 @@ def register(subparsers: Any) -> None:
 def _cmd_analyze_backlash(args: argparse.Namespace) -> int:
     from agent.capture.files import load_capture
     from agent.capture.model import CaptureMeta
+    from agent.capture.resample import uniform_capture
     from agent.estimation.backlash.calibration import fit_calibration
     from agent.estimation.backlash.fit import BacklashFitSettings, fit_backlash
 
@@ -42,7 +51,9 @@ def _cmd_analyze_backlash(args: argparse.Namespace) -> int:
         gear_ratio=args.gear_ratio,
         encoder_bits=args.encoder_bits,
     )
-    capture = load_capture(args.file, meta)
+    capture, resampled = uniform_capture(
+        load_capture(args.file, meta), max_gap_ticks=args.max_gap_ticks
+    )
     if args.resonance_hz and capture.time_s.size > 1:
         rate_hz = (capture.time_s.size - 1) / float(capture.time_s[-1] - capture.time_s[0])
         if not args.resonance_hz[1] < rate_hz / 2:
@@ -84,7 +95,9 @@ def _cmd_analyze_backlash(args: argparse.Namespace) -> int:
             ),
         )
     if args.json:
-        print_json(result.to_dict())
+        print_json(
+            {**result.to_dict(), "resampling": None if resampled is None else resampled.to_dict()}
+        )
     else:
         delta = (
             "n/a (no calibration)"
@@ -105,6 +118,8 @@ def _cmd_analyze_backlash(args: argparse.Namespace) -> int:
             f"fit        {result.evaluations} evaluations, {result.restarts} restarts, "
             f"{result.fit_seconds:.2f} s, {result.stop_reason}"
         )
+        if resampled is not None:
+            print(f"sampling   {resampled.describe()}")
         for w in result.warnings:
             print(f"warning    {w}")
     return EX_OK
@@ -127,6 +142,7 @@ def _check_flags(args: argparse.Namespace) -> None:
         "--gear-ratio", args.gear_ratio, 1.0, math.inf, "a reduction: >= 1 motor turn per load turn"
     )
     bounded("--encoder-bits", args.encoder_bits, 12, 32, "12 to 32 bits")
+    bounded("--max-gap-ticks", args.max_gap_ticks, 0, 1000, "0 to 1000 ticks")
     if args.resonance_hz:
         low, high = args.resonance_hz
         if not (math.isfinite(low) and math.isfinite(high) and 0 < low < high):

@@ -70,6 +70,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--cutoff-hz", type=float, help="position filter cut-off (default 5x bandwidth)")
     p.add_argument("--decimation", type=int, default=20)
+    p.add_argument(
+        "--max-gap-ticks",
+        type=int,
+        default=5,
+        metavar="N",
+        help="captures that are not uniformly sampled (a host's log) are put on their tick "
+        "first; a gap of more than N missing ticks is refused (default 5)",
+    )
     p.add_argument("--json", action="store_true", help="print the full result as JSON")
     p.add_argument(
         "--html",
@@ -149,6 +157,7 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         filter=FilterSettings(
             bandwidth_hz=args.bandwidth_hz, cutoff_hz=args.cutoff_hz, decimation=args.decimation
         ),
+        max_gap_ticks=args.max_gap_ticks,
     )
     if args.max_condition is not None:
         settings = replace(settings, max_condition_number=args.max_condition)

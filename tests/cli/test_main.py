@@ -200,6 +200,35 @@ def test_analyze_refuses_calibration_pairs_that_do_not_increase(
     assert f"{pairs}:4: expected amplitude and backlash both above the row before" in err
 
 
+def test_analyze_puts_a_host_s_log_on_its_tick_and_refuses_a_long_gap(
+    worn_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agent.capture.files import load_capture, save_capture
+    from agent.capture.model import Capture
+
+    clean = load_capture(worn_csv)
+    assert main(["analyze", "backlash", str(worn_csv), *SPEED, "--json"]) == EX_OK
+    reference = json.loads(capsys.readouterr().out)
+    assert reference["resampling"] is None  # uniform: left as it is
+    tick = float(np.median(np.diff(clean.time_s)))
+    jitter = np.random.default_rng(5).uniform(-0.25, 0.25, len(clean)) * tick
+    logged = tmp_path / "host.csv"
+    save_capture(Capture(clean.time_s + jitter, clean.channels, clean.meta), logged)
+    assert main(["analyze", "backlash", str(logged), *SPEED, "--json"]) == EX_OK
+    data = json.loads(capsys.readouterr().out)
+    done = data["resampling"]
+    assert done["filled"] == 0 and done["repeated"] == 0 and done["samples_out"] == len(clean)
+    assert 0.2 < done["jitter_max_ticks"] < 0.35
+    assert data["amplitude_rad_s"] == pytest.approx(reference["amplitude_rad_s"], rel=0.05)
+    # A gap of 1e6 s fitted "converged" before: now refused, where it is.
+    t = clean.time_s.copy()
+    t[1000:] += 1e6
+    gapped = tmp_path / "gap.csv"
+    save_capture(Capture(t, clean.channels, clean.meta), gapped)
+    assert main(["analyze", "backlash", str(gapped), *SPEED]) == EX_DATAERR
+    assert "more than the 5 that may be filled" in capsys.readouterr().err
+
+
 def test_analyze_prints_a_summary_without_json(
     worn_csv: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

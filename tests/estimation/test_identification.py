@@ -300,6 +300,25 @@ def test_a_rigid_fit_takes_link_position_and_torque_alone(planar) -> None:
     assert info.value.exit_code == EX_DATAERR
 
 
+def test_a_host_s_jittery_log_is_put_on_its_tick_and_said_so(planar) -> None:
+    # Logged by a host: stamps jitter by up to a quarter tick, every joint's record alike.
+    r, _, caps = planar
+    tick = float(np.median(np.diff(caps[0].time_s)))
+    jitter = np.random.default_rng(8).uniform(-0.25, 0.25, len(caps[0])) * tick
+    logged = [Capture(c.time_s + jitter, c.channels, c.meta, c.source) for c in caps]
+    clean, res = identify(caps, r), identify(logged, r)
+    notes = [w for w in res.warnings if w.startswith("resampled onto")]
+    assert len(notes) == 1 and "0 filled" in notes[0] and "0 repeated" in notes[0]
+    assert res.n_samples == clean.n_samples
+    for a, b in zip(res.joints, clean.joints, strict=True):
+        assert a.coulomb_nm == pytest.approx(b.coulomb_nm, rel=0.02, abs=1e-3), a.joint
+    cut = [Capture(np.delete(c.time_s, range(900, 960)), {k: np.delete(v, range(900, 960))
+           for k, v in c.channels.items()}, c.meta, c.source) for c in logged]  # fmt: skip
+    with pytest.raises(CaptureError, match="a gap of 60 ticks") as info:
+        identify(cut, r)
+    assert info.value.exit_code == EX_DATAERR
+
+
 # ------------------------------------------------------------------------------- CLI
 
 

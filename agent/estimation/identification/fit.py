@@ -116,6 +116,7 @@ def identify(
         where=where,
         # Only the elastic model and the motor-encoder ablation need the motor side.
         require_motor=s.model == "elastic" or not s.use_link_encoder,
+        max_gap_ticks=s.max_gap_ticks,
     )
     return identify_signals(signals, robot, s)
 
@@ -128,6 +129,8 @@ def identify_signals(
     if not settings.use_link_encoder:
         kin = replace(kin, q=kin.th, qd=kin.thd, qdd=kin.thdd)
     result = identify_kinematics(kin, robot, settings, started)
+    if signals.resampled is not None:
+        result = replace(result, warnings=(*result.warnings, signals.resampled.describe()))
     missing = [
         spec.name
         for spec, measured in zip(robot.joints, signals.motor_measured, strict=False)

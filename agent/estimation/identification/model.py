@@ -54,6 +54,9 @@ class IdentificationSettings:
     saturation_fraction: float = 0.999
     prior_friction: FrictionNonlinearity | None = None  # rigid: compensated before the fit
     use_link_encoder: bool = True  # False: q from the motor encoder (single-encoder ablation)
+    # A log with host-time jitter, repeated records or short gaps is put on its tick first
+    # (agent.capture.resample); a gap of more missing ticks than this is refused.
+    max_gap_ticks: int = 5
 
 
 @functools.lru_cache(maxsize=16)

@@ -19,6 +19,12 @@ import numpy.typing as npt
 
 from agent.capture.checks import capture_with_positions
 from agent.capture.model import Capture
+from agent.capture.resample import (
+    DEFAULT_MAX_GAP_TICKS,
+    ResampleReport,
+    is_uniform,
+    resample_to_tick,
+)
 from agent.errors import CaptureError
 from agent.models.robot.description import RobotDescription
 
@@ -43,6 +49,7 @@ class RobotSignals:
     # Per joint: False where the capture has no motor encoder and motor_pos_rad is the link's
     # (a rigid fit needs only link position and torque; stiffness then cannot be measured).
     motor_measured: tuple[bool, ...] = ()
+    resampled: ResampleReport | None = None  # what putting a jittery log on its tick did
 
 
 def _joint_captures(
@@ -104,6 +111,7 @@ def robot_signals(
     saturation_fraction: float = 0.999,
     where: str = "<captures>",
     require_motor: bool = True,
+    max_gap_ticks: int = DEFAULT_MAX_GAP_TICKS,
 ) -> RobotSignals:
     """Link-side arrays from one capture per joint; refuses missing channels and saturation.
     Without `require_motor` a joint with no motor encoder is taken as rigid: its rotor angle
@@ -114,25 +122,22 @@ def robot_signals(
     n_s = t.size
     if n_s < 3:
         raise CaptureError(caps[0].source, "needs more than two samples")
-    dt = np.diff(t)
-    if np.max(np.abs(dt - np.median(dt))) > 0.01 * np.median(dt):
-        k = int(np.argmax(np.abs(dt - np.median(dt))))
-        raise CaptureError(
-            caps[0].source,
-            f"sampling is not uniform (step {dt[k]:.6g} s at sample {k + 1}, "
-            f"median {np.median(dt):.6g} s); the filters need a fixed rate",
-        )
+    resampled: ResampleReport | None = None
+    if not is_uniform(t):
+        # The filters need a fixed rate: every joint onto the first one's tick, as logged
+        # together (a differing time base is still refused below).
+        for cap, spec in zip(caps[1:], robot.joints[1:], strict=True):
+            _same_time_base(cap, caps[0], spec.name)
+        done = [resample_to_tick(c, max_gap_ticks=max_gap_ticks) for c in caps]
+        caps, resampled = [c for c, _ in done], done[0][1]
+        t = np.asarray(caps[0].time_s, dtype=np.float64)
+        n_s = t.size
     link = np.empty((n_s, robot.n_joints))
     measured: list[bool] = []
     motor = np.empty((n_s, robot.n_joints))
     torque = np.empty((n_s, robot.n_joints))
     for j, (cap, spec) in enumerate(zip(caps, robot.joints, strict=True)):
-        if len(cap) != n_s or not np.allclose(cap.time_s, t, rtol=0.0, atol=1e-9):
-            raise CaptureError(
-                cap.source,
-                f"joint {spec.name}: time base differs from {caps[0].source}'s; "
-                "all joints must be sampled together",
-            )
+        _same_time_base(cap, caps[0], spec.name)
         ratio = spec.gear_ratio
         if cap.meta.gear_ratio is not None and not math.isclose(
             cap.meta.gear_ratio, ratio, rel_tol=1e-9
@@ -167,7 +172,17 @@ def robot_signals(
         float((n_s - 1) / (t[-1] - t[0])),
         tuple(c.source for c in caps),
         tuple(measured),
+        resampled,
     )
+
+
+def _same_time_base(cap: Capture, first: Capture, joint: str) -> None:
+    if len(cap) != len(first) or not np.allclose(cap.time_s, first.time_s, rtol=0.0, atol=1e-9):
+        raise CaptureError(
+            cap.source,
+            f"joint {joint}: time base differs from {first.source}'s; "
+            "all joints must be sampled together",
+        )
 
 
 def _check_saturation(

@@ -60,6 +60,7 @@ def validate(
         robot,
         saturation_fraction=s.saturation_fraction,
         require_motor=s.model == "elastic" or not s.use_link_encoder,
+        max_gap_ticks=s.max_gap_ticks,
     )
     kin = kinematics(signals, s.filter)
     if not s.use_link_encoder:
