@@ -216,12 +216,23 @@ def reduce_regressor(
     beta = np.zeros((len(base_cols), len(dep_cols)))
     if dep_cols:
         beta = np.asarray(np.linalg.lstsq(w_[:, base_cols], w_[:, dep_cols], rcond=None)[0])
-        resid = w_[:, dep_cols] - w_[:, base_cols] @ beta
-        scale = np.maximum(np.linalg.norm(w_[:, dep_cols], axis=0), 1e-300)
-        worst = float(np.max(np.linalg.norm(resid, axis=0) / scale))
-        if worst > 1e-6:
-            msg = f"dropped columns are not combinations of the base (residual {worst:.2g})"
-            raise EstimationError(msg)
+        # A column that is zero in theory (e.g. a first moment of a link whose twist is
+        # +-pi/2) carries only rounding noise, which no base column explains: it is left out
+        # of the check. The others are judged against their own size, or the regressor's
+        # where that is larger, so a tiny column's noise is not taken for structure.
+        live = [i for i, c in enumerate(dep_cols) if not zero[c]]
+        if live:
+            cols = [dep_cols[i] for i in live]
+            resid = w_[:, cols] - w_[:, base_cols] @ beta[:, live]
+            scale = np.maximum(norms[cols], 1e-9 * float(norms.max()))
+            worst = float(np.max(np.linalg.norm(resid, axis=0) / scale))
+            if worst > 1e-6:
+                at = names[cols[int(np.argmax(np.linalg.norm(resid, axis=0) / scale))]]
+                msg = (
+                    f"dropped columns are not combinations of the base (residual {worst:.2g} "
+                    f"in column {at})"
+                )
+                raise EstimationError(msg)
         # coefficients that only carry rounding noise become exact zeros
         size = beta * norms[base_cols][:, None] / np.maximum(norms[dep_cols], 1e-300)[None, :]
         beta[np.abs(size) < 1e-9] = 0.0
