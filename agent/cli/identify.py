@@ -71,6 +71,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cutoff-hz", type=float, help="position filter cut-off (default 5x bandwidth)")
     p.add_argument("--decimation", type=int, default=20)
     p.add_argument(
+        "--torque-offset",
+        action="store_true",
+        help="fit a constant per joint on the measured torque (a torque or current sensor's "
+        "bias) with the rest; reported as torque_offset_nm",
+    )
+    p.add_argument(
         "--max-gap-ticks",
         type=int,
         default=5,
@@ -158,6 +164,7 @@ def _cmd_identify(args: argparse.Namespace) -> int:
             bandwidth_hz=args.bandwidth_hz, cutoff_hz=args.cutoff_hz, decimation=args.decimation
         ),
         max_gap_ticks=args.max_gap_ticks,
+        torque_offset=args.torque_offset,
     )
     if args.max_condition is not None:
         settings = replace(settings, max_condition_number=args.max_condition)

@@ -319,6 +319,31 @@ def test_a_host_s_jittery_log_is_put_on_its_tick_and_said_so(planar) -> None:
     assert info.value.exit_code == EX_DATAERR
 
 
+@pytest.mark.parametrize("model", ["elastic", "rigid"])
+def test_a_torque_sensor_s_bias_is_fitted_as_an_offset(planar, model: str) -> None:
+    r, _, caps = planar
+    bias_link_nm = (1.0, -0.6)  # on the measured torque, seen from the link
+    biased = [
+        Capture(c.time_s, {**c.channels, "motor_torque_nm": c.channels["motor_torque_nm"]
+                + b / spec.gear_ratio}, c.meta, c.source)
+        for c, b, spec in zip(caps, bias_link_nm, r.joints, strict=True)
+    ]  # fmt: skip
+    plain = IdentificationSettings(model=model)  # type: ignore[arg-type]
+    clean = identify(caps, r, plain)
+    fooled = identify(biased, r, plain)
+    fitted = identify(biased, r, replace(plain, torque_offset=True))
+    for j, b in enumerate(bias_link_nm):
+        got = fitted.joints[j]
+        assert got.torque_offset_nm == pytest.approx(b, abs=0.15), got.joint
+        assert "off" in got.rel_std_pct
+        assert abs(got.coulomb_nm - clean.joints[j].coulomb_nm) <= max(
+            0.05, 0.5 * abs(fooled.joints[j].coulomb_nm - clean.joints[j].coulomb_nm)
+        ), got.joint
+    assert fitted.nmse_nm < fooled.nmse_nm
+    assert all(j.torque_offset_nm is None for j in clean.joints)
+    assert "torque_offset_nm" in {row.indicator for row in fitted.indicator_rows()}
+
+
 # ------------------------------------------------------------------------------- CLI
 
 

@@ -44,15 +44,17 @@ import time
 from dataclasses import replace
 
 import numpy as np
-import numpy.typing as npt
 
 from agent.capture.model import Capture
 from agent.errors import EstimationError
+from agent.estimation.identification.equations import (
+    DRIVE,
+    fit_elastic,
+    fit_rigid,
+    stiffness_from_link_torque,
+)
 from agent.estimation.identification.filters import decimation_index, parallel_decimate, subgrid
 from agent.estimation.identification.least_squares import (
-    LsqSolution,
-    Method,
-    least_squares,
     single_thread_blas,
 )
 from agent.estimation.identification.model import (
@@ -73,11 +75,6 @@ from agent.estimation.identification.robot_signals import RobotSignals, robot_si
 from agent.models.robot.description import RobotDescription
 from agent.models.robot.friction import friction_torque
 from agent.models.robot.regressor import regressor
-
-DRIVE = ("Ia", "fc", "fv", "k")  # per-joint parameters of the rotor equation
-# A joint's stiffness is taken as seen when its rotor equation alone pins it to this relative
-# standard deviation (%); above, the twist is lost in the encoder quantisation (_fit_elastic).
-STIFFNESS_SEEN_REL_STD_PCT = 5.0
 
 
 class PoorExcitation(EstimationError):
@@ -211,7 +208,9 @@ def _identify(
     rel_k: dict[str, float] = {}
     warnings: list[str] = []
     if settings.model == "elastic":
-        sol, names, groups, twist_rel = _fit_elastic(y_b, dec, slow, settings.method)
+        sol, names, groups, twist_rel = fit_elastic(
+            y_b, dec, slow, settings.method, settings.torque_offset
+        )
         est = dict(zip(names, sol.theta, strict=True))
         k = np.array([est.get(f"k{j + 1}", math.nan) for j in range(n)])
         ia = np.array([est[f"Ia{j + 1}"] for j in range(n)])
@@ -223,12 +222,12 @@ def _identify(
             if math.isnan(k[j])
         ]
     else:
-        sol, names, groups = _fit_rigid(y_b, dec, slow, settings.method)
+        sol, names, groups = fit_rigid(y_b, dec, slow, settings.method, settings.torque_offset)
         est = dict(zip(names, sol.theta, strict=True))
         ia = np.array([j.rotor_inertia_kg_m2 for j in robot.joints])
         k = None
         if settings.use_link_encoder:  # one encoder sees no deflection
-            k, k_std = _stiffness_from_link_torque(y_b, sol.theta[: base.count], dec["delta"])
+            k, k_std = stiffness_from_link_torque(y_b, sol.theta[: base.count], dec["delta"])
             rel_k = {f"k{j + 1}": float(k_std[j]) for j in range(n) if math.isfinite(k_std[j])}
             warnings += [
                 f"joint {robot.joints[j].name}: stiffness not seen (the link and motor encoders "
@@ -243,9 +242,12 @@ def _identify(
         np.array([est[f"fv{j + 1}"] for j in range(n)]),
         k,
         settings.prior_friction if settings.model == "rigid" else None,
+        np.array([est[f"off{j + 1}"] for j in range(n)]) if settings.torque_offset else None,
     )
     predicted = np.einsum("njp,p->nj", y_b, model.link_base) + ia * dec["thdd"]
     predicted += model.coulomb_nm * dec["sgn"] + model.viscous_nm_s_rad * dec["thd"]
+    if model.offset_nm is not None:
+        predicted += model.offset_nm
     if settings.model == "rigid":  # the prior friction that was compensated
         predicted += dec["tau"] - dec["tau_j"] - ia * dec["thdd"]
     total, per_joint = nmse_nm(dec["tau"], predicted, ~slow)
@@ -263,6 +265,7 @@ def _identify(
                 for p in DRIVE
                 if f"{p}{j + 1}" in rel and math.isfinite(rel[f"{p}{j + 1}"])
             },
+            None if model.offset_nm is None else float(model.offset_nm[j]),
         )
         for j, spec in enumerate(robot.joints)
     )
@@ -305,99 +308,3 @@ def _condition(y_b: Array, sgn: Array, thd: Array) -> float:
     w[:, j, b + n + j] = thd
     sv = np.linalg.svd(w.reshape(-1, b + 2 * n), compute_uv=False)
     return float(sv[0] / sv[-1]) if sv[-1] > 0.0 else math.inf
-
-
-def _names(prefixes: tuple[str, ...], n: int) -> list[str]:
-    return [f"{p}{j + 1}" for p in prefixes for j in range(n)]
-
-
-def _twist_seen(dec: dict[str, Array], slow: npt.NDArray[np.bool_]) -> Array:
-    """Relative std (%) of each joint's stiffness from its rotor equation alone."""
-    rel = np.empty(dec["tau"].shape[1])
-    for j in range(rel.size):
-        rows = ~slow[:, j]
-        a = np.stack([dec[key][rows, j] for key in ("thdd", "sgn", "thd", "delta")], axis=1)
-        if rows.sum() <= a.shape[1] or np.any(np.all(a == 0.0, axis=0)):
-            rel[j] = math.inf
-            continue
-        sol = least_squares(a, dec["tau"][rows, j], np.zeros(int(rows.sum()), np.intp), "ols")
-        rel[j] = sol.relative_std_pct[3]
-    return rel
-
-
-def _fit_elastic(
-    y_b: Array, dec: dict[str, Array], slow: npt.NDArray[np.bool_], method: Method
-) -> tuple[LsqSolution, list[str], tuple[str, ...], Array]:
-    """Stacked link and rotor equations (Zollo, Lopez et al. 2014); groups: link j, then rotor j.
-
-    The link equation is homogeneous: only the twist term K_j delta_j in the rotor equation
-    gives it a scale. A joint whose twist stays within a few encoder counts (the PUMA's wrist
-    at K = 2000 N·m/rad) has none, and a weighted fit then drifts towards pi = 0, K = 0, which
-    zeroes those rows. Such a joint is fitted as rigid instead (link + rotor equations summed:
-    Y_j pi + Ia theta'' + friction = tau) and its stiffness is reported as not seen.
-    Returns also the rotor-equation relative std of every stiffness (%).
-    """
-    n_d, n, b = y_b.shape
-    twist_rel = _twist_seen(dec, slow)
-    seen = [j for j in range(n) if twist_rel[j] <= STIFFNESS_SEEN_REL_STD_PCT]
-    kcol = {j: b + 3 * n + i for i, j in enumerate(seen)}
-    p = b + 3 * n + len(seen)
-    blocks, rhs, groups = [], [], []
-    for j in range(n):
-        moving = ~slow[:, j]
-        rotor = np.zeros((n_d, p))
-        for c, key in enumerate(("thdd", "sgn", "thd")):
-            rotor[:, b + c * n + j] = dec[key][:, j]
-        if j in kcol:
-            link = np.zeros((n_d, p))
-            link[:, :b] = y_b[:, j]
-            link[:, kcol[j]] = -dec["delta"][:, j]
-            rotor[:, kcol[j]] = dec["delta"][:, j]
-            blocks += [link, rotor[moving]]
-            rhs += [np.zeros(n_d), dec["tau"][moving, j]]
-            groups += [np.full(n_d, j), np.full(int(moving.sum()), n + j)]
-        else:
-            rotor[:, :b] = y_b[:, j]
-            blocks.append(rotor[moving])
-            rhs.append(dec["tau"][moving, j])
-            groups.append(np.full(int(moving.sum()), n + j))
-    sol = least_squares(np.vstack(blocks), np.concatenate(rhs), np.concatenate(groups), method)
-    names = [f"base{i + 1}" for i in range(b)] + _names(DRIVE[:3], n)
-    names += [f"k{j + 1}" for j in seen]
-    group_names = (*_names(("link",), n), *_names(("rotor",), n))
-    return sol, names, group_names, twist_rel
-
-
-def _fit_rigid(
-    y_b: Array, dec: dict[str, Array], slow: npt.NDArray[np.bool_], method: Method
-) -> tuple[LsqSolution, list[str], tuple[str, ...]]:
-    """IDIM on the rotor-compensated torque (Madsen et al. 2020, eq. 13); groups: joints."""
-    n_d, n, b = y_b.shape
-    j = np.arange(n)
-    a = np.zeros((n_d, n, b + 2 * n))
-    a[..., :b] = y_b
-    a[:, j, b + j] = dec["sgn"]
-    a[:, j, b + n + j] = dec["thd"]
-    # one row holds the rigid body and the friction: a slow joint's row goes whole
-    keep = ~slow
-    rows = a[keep]
-    groups = np.nonzero(keep)[1]
-    sol = least_squares(rows, dec["tau_j"][keep], groups, method)
-    names = [f"base{i + 1}" for i in range(b)] + _names(("fc", "fv"), n)
-    return sol, names, tuple(_names(("joint",), n))
-
-
-def _stiffness_from_link_torque(y_b: Array, pi_b: Array, delta: Array) -> tuple[Array, Array]:
-    """K_j = <tau_link_j, delta_j> / <delta_j, delta_j> with tau_link the model's link torque
-    (the link equation of Zollo, Lopez et al. 2014 with the inertial part fixed); its relative
-    std in %. NaN for a joint whose encoders never disagree (no deflection: 0/0)."""
-    tau_link = np.einsum("njp,p->nj", y_b, pi_b)
-    dd = np.sum(delta * delta, axis=0)
-    seen = dd > 0.0
-    safe_dd = np.where(seen, dd, 1.0)
-    k = np.where(seen, np.sum(tau_link * delta, axis=0) / safe_dd, np.nan)
-    res = tau_link - delta * np.where(seen, k, 0.0)
-    var = np.sum(res * res, axis=0) / max(delta.shape[0] - 1, 1) / safe_dd
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.where(seen & (k != 0.0), 100.0 * np.sqrt(var) / np.abs(k), np.nan)
-    return k, rel

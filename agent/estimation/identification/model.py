@@ -57,6 +57,8 @@ class IdentificationSettings:
     # A log with host-time jitter, repeated records or short gaps is put on its tick first
     # (agent.capture.resample); a gap of more missing ticks than this is refused.
     max_gap_ticks: int = 5
+    # A constant per joint on the measured torque (a sensor's bias), fitted with the rest.
+    torque_offset: bool = False
 
 
 @functools.lru_cache(maxsize=16)
@@ -134,6 +136,7 @@ class DynamicModel:
     viscous_nm_s_rad: Array
     stiffness_nm_rad: Array | None
     prior: FrictionNonlinearity | None = None
+    offset_nm: Array | None = None  # a bias on each joint's measured torque (torque_offset)
 
     def decimated_torque(
         self,
@@ -151,7 +154,8 @@ class DynamicModel:
             # the load-dependent share needs the transmitted torque: the measured one stands in
             tau_j = kin.tau - self.rotor_inertia_kg_m2 * kin.thdd
             drive += friction_torque(robot, self.prior, kin.thd, kin.th, tau_j, linear=False)[0]
-        return rigid + parallel_decimate(drive, kin.flt, keep)
+        out = rigid + parallel_decimate(drive, kin.flt, keep)
+        return out if self.offset_nm is None else out + self.offset_nm
 
 
 def nominal_model(

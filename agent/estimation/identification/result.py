@@ -36,6 +36,7 @@ class JointHealth:
     rotor_inertia_kg_m2: float
     torque_nmse_nm: float
     rel_std_pct: dict[str, float]
+    torque_offset_nm: float | None = None  # fitted only with IdentificationSettings.torque_offset
 
     def rows(self) -> tuple[IndicatorRow, ...]:
         items = [
@@ -44,6 +45,7 @@ class JointHealth:
             ("stiffness_nm_rad", self.stiffness_nm_rad, "N·m/rad", "k"),
             ("rotor_inertia_kg_m2", self.rotor_inertia_kg_m2, "kg·m²", "Ia"),
             ("torque_nmse_nm", self.torque_nmse_nm, "N·m", ""),
+            ("torque_offset_nm", self.torque_offset_nm, "N·m", "off"),
         ]
         return tuple(
             IndicatorRow(self.joint, name, float(v), unit, self.rel_std_pct.get(key))

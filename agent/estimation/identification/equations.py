@@ -1,0 +1,134 @@
+"""The stacked least-squares problems of the two models (agent.estimation.identification.fit
+says what each is): their design matrices, right-hand sides and equation groups, and the
+stiffness that follows from the rigid fit.
+
+With `offset` each joint's measured torque gets a constant of its own (`off<j>`, N·m link-side):
+a torque sensor's bias, or a current sensor's offset times the torque constant. It enters the
+rotor equation (elastic) or the joint's equation (rigid), where the measured torque is.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import numpy.typing as npt
+
+from agent.estimation.identification.least_squares import LsqSolution, Method, least_squares
+from agent.estimation.identification.model import Array
+
+DRIVE = ("Ia", "fc", "fv", "k", "off")  # per-joint parameters of the rotor equation
+# A joint's stiffness is taken as seen when its rotor equation alone pins it to this relative
+# standard deviation (%); above, the twist is lost in the encoder quantisation (fit_elastic).
+STIFFNESS_SEEN_REL_STD_PCT = 5.0
+
+
+def names_of(prefixes: tuple[str, ...], n: int) -> list[str]:
+    return [f"{p}{j + 1}" for p in prefixes for j in range(n)]
+
+
+def _twist_seen(dec: dict[str, Array], slow: npt.NDArray[np.bool_]) -> Array:
+    """Relative std (%) of each joint's stiffness from its rotor equation alone."""
+    rel = np.empty(dec["tau"].shape[1])
+    for j in range(rel.size):
+        rows = ~slow[:, j]
+        a = np.stack([dec[key][rows, j] for key in ("thdd", "sgn", "thd", "delta")], axis=1)
+        if rows.sum() <= a.shape[1] or np.any(np.all(a == 0.0, axis=0)):
+            rel[j] = math.inf
+            continue
+        sol = least_squares(a, dec["tau"][rows, j], np.zeros(int(rows.sum()), np.intp), "ols")
+        rel[j] = sol.relative_std_pct[3]
+    return rel
+
+
+def fit_elastic(
+    y_b: Array,
+    dec: dict[str, Array],
+    slow: npt.NDArray[np.bool_],
+    method: Method,
+    offset: bool = False,
+) -> tuple[LsqSolution, list[str], tuple[str, ...], Array]:
+    """Stacked link and rotor equations (Zollo, Lopez et al. 2014); groups: link j, then rotor j.
+
+    The link equation is homogeneous: only the twist term K_j delta_j in the rotor equation
+    gives it a scale. A joint whose twist stays within a few encoder counts (the PUMA's wrist
+    at K = 2000 N·m/rad) has none, and a weighted fit then drifts towards pi = 0, K = 0, which
+    zeroes those rows. Such a joint is fitted as rigid instead (link + rotor equations summed:
+    Y_j pi + Ia theta'' + friction = tau) and its stiffness is reported as not seen.
+    Returns also the rotor-equation relative std of every stiffness (%).
+    """
+    n_d, n, b = y_b.shape
+    twist_rel = _twist_seen(dec, slow)
+    seen = [j for j in range(n) if twist_rel[j] <= STIFFNESS_SEEN_REL_STD_PCT]
+    kcol = {j: b + 3 * n + i for i, j in enumerate(seen)}
+    p = b + 3 * n + len(seen)
+    off0, p = p, p + (n if offset else 0)
+    blocks, rhs, groups = [], [], []
+    for j in range(n):
+        moving = ~slow[:, j]
+        rotor = np.zeros((n_d, p))
+        for c, key in enumerate(("thdd", "sgn", "thd")):
+            rotor[:, b + c * n + j] = dec[key][:, j]
+        if offset:
+            rotor[:, off0 + j] = 1.0
+        if j in kcol:
+            link = np.zeros((n_d, p))
+            link[:, :b] = y_b[:, j]
+            link[:, kcol[j]] = -dec["delta"][:, j]
+            rotor[:, kcol[j]] = dec["delta"][:, j]
+            blocks += [link, rotor[moving]]
+            rhs += [np.zeros(n_d), dec["tau"][moving, j]]
+            groups += [np.full(n_d, j), np.full(int(moving.sum()), n + j)]
+        else:
+            rotor[:, :b] = y_b[:, j]
+            blocks.append(rotor[moving])
+            rhs.append(dec["tau"][moving, j])
+            groups.append(np.full(int(moving.sum()), n + j))
+    sol = least_squares(np.vstack(blocks), np.concatenate(rhs), np.concatenate(groups), method)
+    names = [f"base{i + 1}" for i in range(b)] + names_of(DRIVE[:3], n)
+    names += [f"k{j + 1}" for j in seen]
+    names += names_of(("off",), n) if offset else []
+    group_names = (*names_of(("link",), n), *names_of(("rotor",), n))
+    return sol, names, group_names, twist_rel
+
+
+def fit_rigid(
+    y_b: Array,
+    dec: dict[str, Array],
+    slow: npt.NDArray[np.bool_],
+    method: Method,
+    offset: bool = False,
+) -> tuple[LsqSolution, list[str], tuple[str, ...]]:
+    """IDIM on the rotor-compensated torque (Madsen et al. 2020, eq. 13); groups: joints."""
+    n_d, n, b = y_b.shape
+    j = np.arange(n)
+    a = np.zeros((n_d, n, b + (3 if offset else 2) * n))
+    a[..., :b] = y_b
+    a[:, j, b + j] = dec["sgn"]
+    a[:, j, b + n + j] = dec["thd"]
+    if offset:
+        a[:, j, b + 2 * n + j] = 1.0
+    # one row holds the rigid body and the friction: a slow joint's row goes whole
+    keep = ~slow
+    rows = a[keep]
+    groups = np.nonzero(keep)[1]
+    sol = least_squares(rows, dec["tau_j"][keep], groups, method)
+    names = [f"base{i + 1}" for i in range(b)] + names_of(("fc", "fv"), n)
+    names += names_of(("off",), n) if offset else []
+    return sol, names, tuple(names_of(("joint",), n))
+
+
+def stiffness_from_link_torque(y_b: Array, pi_b: Array, delta: Array) -> tuple[Array, Array]:
+    """K_j = <tau_link_j, delta_j> / <delta_j, delta_j> with tau_link the model's link torque
+    (the link equation of Zollo, Lopez et al. 2014 with the inertial part fixed); its relative
+    std in %. NaN for a joint whose encoders never disagree (no deflection: 0/0)."""
+    tau_link = np.einsum("njp,p->nj", y_b, pi_b)
+    dd = np.sum(delta * delta, axis=0)
+    seen = dd > 0.0
+    safe_dd = np.where(seen, dd, 1.0)
+    k = np.where(seen, np.sum(tau_link * delta, axis=0) / safe_dd, np.nan)
+    res = tau_link - delta * np.where(seen, k, 0.0)
+    var = np.sum(res * res, axis=0) / max(delta.shape[0] - 1, 1) / safe_dd
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(seen & (k != 0.0), 100.0 * np.sqrt(var) / np.abs(k), np.nan)
+    return k, rel
