@@ -71,6 +71,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cutoff-hz", type=float, help="position filter cut-off (default 5x bandwidth)")
     p.add_argument("--decimation", type=int, default=20)
     p.add_argument(
+        "--validate",
+        nargs="+",
+        type=Path,
+        default=None,
+        metavar="VALID",
+        help="captures held out of the fit (a directory or files): per joint the torque NMSE "
+        "and RMS error of the identified model and of the robot file's (nominal) model on them",
+    )
+    p.add_argument(
         "--torque-offset",
         action="store_true",
         help="fit a constant per joint on the measured torque (a torque or current sensor's "
@@ -183,8 +192,9 @@ def _cmd_identify(args: argparse.Namespace) -> int:
     if args.html is not None:
         identification_report(result, robot.name, where, started, args.html)
         print(f"report: {args.html}", file=sys.stderr)
+    held_out = None if args.validate is None else _held_out(args.validate, result, robot, settings)
     if args.json:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), "validation": held_out})
         return EX_OK
     out = sys.stdout
     print(
@@ -215,6 +225,8 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         f"torque NMSE {result.nmse_nm:.4g} N·m (sum over joints, Madsen et al. 2020 section 4.5)",
         file=out,
     )
+    if held_out is not None:
+        _print_held_out(held_out, out)
     for w in result.warnings:
         print(f"warning    {w}", file=out)
     return EX_OK
@@ -255,3 +267,46 @@ def identification_report(
         )
     report = Report(created_at_iso=started.isoformat(), machines=(machine,), joints=tuple(joints))
     atomic_write_text(path, render_html(report))
+
+
+def _held_out(paths: Sequence[Path], result: Any, robot: Any, settings: Any) -> dict[str, Any]:
+    """The identified and the nominal model on captures the fit did not see."""
+    from agent.estimation.identification.model import nominal_model
+    from agent.estimation.identification.validation import validate
+
+    files = capture_files(paths)
+    captures = load_captures(files)
+    identified = validate(result.dynamic_model, robot, captures, settings)
+    nominal = validate(nominal_model(robot), robot, captures, settings)
+    return {
+        "captures": [str(f) for f in files],
+        "samples": identified.samples,
+        "joints": list(robot.joint_names),
+        "identified": identified.to_dict(),
+        "nominal": nominal.to_dict(),
+    }
+
+
+def _print_held_out(held_out: dict[str, Any], out: Any) -> None:
+    ident, nom = held_out["identified"], held_out["nominal"]
+    print(
+        f"held out   {len(held_out['captures'])} capture file(s), {held_out['samples']} samples: "
+        "torque error on samples the fit did not see",
+        file=out,
+    )
+    print(
+        f"{'joint':16s} {'NMSE ident.':>12s} {'NMSE nominal':>13s} {'RMS ident.':>11s} "
+        f"{'RMS nominal':>12s}  (N·m)",
+        file=out,
+    )
+    for j, name in enumerate(held_out["joints"]):
+        print(
+            f"{name:16s} {ident['per_joint_nm'][j]:12.4g} {nom['per_joint_nm'][j]:13.4g} "
+            f"{ident['rms_nm'][j]:11.4g} {nom['rms_nm'][j]:12.4g}",
+            file=out,
+        )
+    print(
+        f"{'total':16s} {ident['nmse_nm']:12.4g} {nom['nmse_nm']:13.4g}  (nominal: the robot "
+        "file's parameters, its friction included)",
+        file=out,
+    )

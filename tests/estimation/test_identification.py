@@ -377,6 +377,33 @@ def test_cli_identifies_a_directory_of_joint_captures(planar, tmp_path, capsys) 
     assert {j["joint"] for j in d["joints"]} == {"joint_1", "joint_2"}
 
 
+def test_cli_validates_on_held_out_captures_against_the_nominal_model(
+    ur5e, tmp_path, capsys
+) -> None:
+    cad, _, _, caps, vals = ur5e
+    train, held = tmp_path / "train", tmp_path / "held"
+    for folder, captures in ((train, caps), (held, vals[0])):
+        folder.mkdir()
+        for cap, spec in zip(captures, cad.joints, strict=True):
+            save_capture(replace(cap, meta=replace(cap.meta, joint=spec.name)),
+                         folder / f"{spec.name}.npz")  # fmt: skip
+    robot_file = str(ROBOTS / "ur5e.yaml")
+    args = [str(train), "--robot", robot_file, "--model", "rigid", "--validate", str(held)]
+    code, out = jha_identify([*args, "--json"], capsys)
+    assert code == EX_OK
+    v = json.loads(out)["validation"]
+    assert len(v["captures"]) == 6 and v["joints"] == list(cad.joint_names)
+    ident, nominal = v["identified"], v["nominal"]
+    # the arm is not its CAD model: identified from one trajectory, better on another
+    assert ident["nmse_nm"] < nominal["nmse_nm"]
+    assert len(ident["rms_nm"]) == 6 and all(r > 0 for r in ident["rms_nm"])
+    expected = validate(identify(caps, cad, IdentificationSettings(model="rigid")).dynamic_model,
+                        cad, vals[0], IdentificationSettings(model="rigid"))  # fmt: skip
+    assert ident["nmse_nm"] == pytest.approx(expected.nmse_nm, rel=1e-9)
+    code, out = jha_identify(args, capsys)
+    assert code == EX_OK and "held out   6 capture file(s)" in out and "NMSE nominal" in out
+
+
 def test_cli_refusals_exit_65_with_the_reason(planar, tmp_path, capsys) -> None:
     _, _, caps = planar
     save_capture(caps[0], tmp_path / "joint_1.npz")

@@ -8,7 +8,8 @@ values.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -33,11 +34,21 @@ from agent.models.robot.description import RobotDescription
 
 @dataclass(frozen=True)
 class Validation:
+    """Torque error of a model on samples it was not fitted to: the NMSE of Madsen et al. 2020
+    (section 4.5; total and per joint) and the RMS torque error per joint, over moving samples."""
+
     nmse_nm: float
     per_joint_nm: Array
+    rms_nm: Array = field(default_factory=lambda: np.zeros(0))
+    samples: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"nmse_nm": self.nmse_nm, "per_joint_nm": self.per_joint_nm.tolist()}
+        return {
+            "nmse_nm": self.nmse_nm,
+            "per_joint_nm": self.per_joint_nm.tolist(),
+            "rms_nm": self.rms_nm.tolist(),
+            "samples": self.samples,
+        }
 
 
 def validate(
@@ -75,7 +86,13 @@ def validate(
         predicted = model.decimated_torque(robot, kin, keep, sub)
     moving = ~slow_rows(kin.thd, kin.flt, s.min_friction_speed_rad_s)[keep]
     total, per_joint = nmse_nm(measured, predicted, moving)
-    return Validation(total, per_joint)
+    rms = np.array(
+        [
+            float(np.sqrt(np.mean((m[u] - p[u]) ** 2))) if u.any() else math.nan
+            for m, p, u in zip(measured.T, predicted.T, moving.T, strict=True)
+        ]
+    )
+    return Validation(total, per_joint, rms, int(kin.q.shape[0]))
 
 
 def true_parameters(robot: RobotDescription, result: IdentificationResult) -> Array:
@@ -86,6 +103,7 @@ def true_parameters(robot: RobotDescription, result: IdentificationResult) -> Ar
         "fc": m.coulomb_nm,
         "fv": m.viscous_nm_s_rad,
         "k": m.stiffness_nm_rad,
+        "off": np.zeros(robot.n_joints),  # the robot file's sensors have no bias
     }
     out = []
     for name in result.names:
