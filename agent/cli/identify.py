@@ -80,6 +80,12 @@ def register(subparsers: Any) -> None:
         "and RMS error of the identified model and of the robot file's (nominal) model on them",
     )
     p.add_argument(
+        "--feasible",
+        action="store_true",
+        help="also the physically consistent estimate (positive definite pseudo-inertia per "
+        "link, friction >= 0) and what it costs in residual",
+    )
+    p.add_argument(
         "--torque-offset",
         action="store_true",
         help="fit a constant per joint on the measured torque (a torque or current sensor's "
@@ -174,6 +180,7 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         ),
         max_gap_ticks=args.max_gap_ticks,
         torque_offset=args.torque_offset,
+        feasible=args.feasible,
     )
     if args.max_condition is not None:
         settings = replace(settings, max_condition_number=args.max_condition)
@@ -225,6 +232,14 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         f"torque NMSE {result.nmse_nm:.4g} N·m (sum over joints, Madsen et al. 2020 section 4.5)",
         file=out,
     )
+    if result.feasible is not None:
+        fe = result.feasible
+        print(
+            f"feasible   physically consistent estimate: weighted residual +{fe.cost_pct:.3g} % "
+            f"({fe.evaluations} evaluations; {len(fe.violations)} violation(s) of the "
+            "unconstrained one, listed in the warnings)",
+            file=out,
+        )
     if held_out is not None:
         _print_held_out(held_out, out)
     for w in result.warnings:

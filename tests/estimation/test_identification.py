@@ -344,6 +344,59 @@ def test_a_torque_sensor_s_bias_is_fitted_as_an_offset(planar, model: str) -> No
     assert "torque_offset_nm" in {row.indicator for row in fitted.indicator_rows()}
 
 
+def _consistent(pi: np.ndarray) -> bool:
+    """A link's 10 standard parameters: mass > 0 and the inertia at the centre of mass
+    positive definite (which gives the triangle inequalities)."""
+    m, h = pi[0], pi[1:4]
+    xx, xy, yy, xz, yz, zz = pi[4:]
+    i_o = np.array([[xx, xy, xz], [xy, yy, yz], [xz, yz, zz]])
+    c = h / m
+    i_c = i_o - m * (np.dot(c, c) * np.eye(3) - np.outer(c, c))
+    return bool(m > 0 and np.all(np.linalg.eigvalsh(i_c) > 0))
+
+
+def test_the_log_cholesky_parametrisation_is_consistent_and_round_trips() -> None:
+    from agent.estimation.identification.feasible import (
+        cholesky_numbers,
+        pseudo_inertia,
+        standard_from_numbers,
+    )
+
+    rng = np.random.default_rng(2)
+    for x in rng.normal(scale=0.7, size=(200, 10)):
+        assert _consistent(standard_from_numbers(x))
+    for pi in robot("ur5e").standard_parameters():
+        back = standard_from_numbers(cholesky_numbers(pseudo_inertia(pi)))
+        np.testing.assert_allclose(back, pi, rtol=1e-6, atol=1e-9)
+
+
+def test_the_feasible_estimate_is_consistent_and_says_what_it_costs(planar) -> None:
+    r, _, caps = planar
+    settings = IdentificationSettings(model="rigid", feasible=True)
+    fair = identify(caps, r, settings)
+    assert fair.feasible is not None
+    assert all(_consistent(pi) for pi in fair.feasible.links_standard)
+    assert fair.feasible.cost_pct < 1.0 and not fair.feasible.violations  # data the model fits
+    # A drive that reads its torque with the viscous friction taken off twice: the unconstrained
+    # fit gives a negative viscous coefficient; the feasible one stops at 0 and says the cost.
+    fv = [j.viscous_nm_s_rad for j in r.joints]
+    bent = []
+    for c, spec, f in zip(caps, r.joints, fv, strict=True):
+        speed = np.gradient(c.channels["motor_pos_rad"], c.time_s) / spec.gear_ratio
+        tau = c.channels["motor_torque_nm"] - 2.0 * f * speed / spec.gear_ratio
+        bent.append(Capture(c.time_s, {**c.channels, "motor_torque_nm": tau}, c.meta, c.source))
+    res = identify(bent, r, settings)
+    assert res.feasible is not None
+    loose = dict(zip(res.names, res.estimate, strict=True))
+    tight = dict(zip(res.feasible.names, res.feasible.estimate, strict=True))
+    assert loose["fv1"] < 0 and loose["fv2"] < 0
+    assert tight["fv1"] >= 0 and tight["fv2"] >= 0
+    assert res.feasible.cost_pct > 1.0
+    assert any("fv1 = " in v and "< 0" in v for v in res.feasible.violations)
+    assert any(w.startswith("feasible estimate: fv2") for w in res.warnings)
+    assert json.loads(json.dumps(res.to_dict(), allow_nan=False))["feasible"]["cost_pct"] > 1.0
+
+
 # ------------------------------------------------------------------------------- CLI
 
 

@@ -10,6 +10,7 @@ rotor equation (elastic) or the joint's equation (rigid), where the measured tor
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -21,6 +22,15 @@ DRIVE = ("Ia", "fc", "fv", "k", "off")  # per-joint parameters of the rotor equa
 # A joint's stiffness is taken as seen when its rotor equation alone pins it to this relative
 # standard deviation (%); above, the twist is lost in the encoder quantisation (fit_elastic).
 STIFFNESS_SEEN_REL_STD_PCT = 5.0
+
+
+@dataclass(frozen=True)
+class LsqProblem:
+    """The stacked equations A theta = y and the group (weight) of each row, as fitted."""
+
+    a: Array
+    y: Array
+    groups: npt.NDArray[np.intp]
 
 
 def names_of(prefixes: tuple[str, ...], n: int) -> list[str]:
@@ -47,7 +57,7 @@ def fit_elastic(
     slow: npt.NDArray[np.bool_],
     method: Method,
     offset: bool = False,
-) -> tuple[LsqSolution, list[str], tuple[str, ...], Array]:
+) -> tuple[LsqSolution, list[str], tuple[str, ...], Array, LsqProblem]:
     """Stacked link and rotor equations (Zollo, Lopez et al. 2014); groups: link j, then rotor j.
 
     The link equation is homogeneous: only the twist term K_j delta_j in the rotor equation
@@ -84,12 +94,13 @@ def fit_elastic(
             blocks.append(rotor[moving])
             rhs.append(dec["tau"][moving, j])
             groups.append(np.full(int(moving.sum()), n + j))
-    sol = least_squares(np.vstack(blocks), np.concatenate(rhs), np.concatenate(groups), method)
+    problem = LsqProblem(np.vstack(blocks), np.concatenate(rhs), np.concatenate(groups))
+    sol = least_squares(problem.a, problem.y, problem.groups, method)
     names = [f"base{i + 1}" for i in range(b)] + names_of(DRIVE[:3], n)
     names += [f"k{j + 1}" for j in seen]
     names += names_of(("off",), n) if offset else []
     group_names = (*names_of(("link",), n), *names_of(("rotor",), n))
-    return sol, names, group_names, twist_rel
+    return sol, names, group_names, twist_rel, problem
 
 
 def fit_rigid(
@@ -98,7 +109,7 @@ def fit_rigid(
     slow: npt.NDArray[np.bool_],
     method: Method,
     offset: bool = False,
-) -> tuple[LsqSolution, list[str], tuple[str, ...]]:
+) -> tuple[LsqSolution, list[str], tuple[str, ...], LsqProblem]:
     """IDIM on the rotor-compensated torque (Madsen et al. 2020, eq. 13); groups: joints."""
     n_d, n, b = y_b.shape
     j = np.arange(n)
@@ -112,10 +123,11 @@ def fit_rigid(
     keep = ~slow
     rows = a[keep]
     groups = np.nonzero(keep)[1]
-    sol = least_squares(rows, dec["tau_j"][keep], groups, method)
+    problem = LsqProblem(rows, dec["tau_j"][keep], groups)
+    sol = least_squares(rows, problem.y, groups, method)
     names = [f"base{i + 1}" for i in range(b)] + names_of(("fc", "fv"), n)
     names += names_of(("off",), n) if offset else []
-    return sol, names, tuple(names_of(("joint",), n))
+    return sol, names, tuple(names_of(("joint",), n)), problem
 
 
 def stiffness_from_link_torque(y_b: Array, pi_b: Array, delta: Array) -> tuple[Array, Array]:

@@ -208,7 +208,7 @@ def _identify(
     rel_k: dict[str, float] = {}
     warnings: list[str] = []
     if settings.model == "elastic":
-        sol, names, groups, twist_rel = fit_elastic(
+        sol, names, groups, twist_rel, problem = fit_elastic(
             y_b, dec, slow, settings.method, settings.torque_offset
         )
         est = dict(zip(names, sol.theta, strict=True))
@@ -222,7 +222,9 @@ def _identify(
             if math.isnan(k[j])
         ]
     else:
-        sol, names, groups = fit_rigid(y_b, dec, slow, settings.method, settings.torque_offset)
+        sol, names, groups, problem = fit_rigid(
+            y_b, dec, slow, settings.method, settings.torque_offset
+        )
         est = dict(zip(names, sol.theta, strict=True))
         ia = np.array([j.rotor_inertia_kg_m2 for j in robot.joints])
         k = None
@@ -274,6 +276,12 @@ def _identify(
         for name, r in zip(names, sol.relative_std_pct, strict=True)
         if r > 50.0
     ]
+    feasible = None
+    if settings.feasible:
+        from agent.estimation.identification.feasible import feasible_estimate
+
+        feasible = feasible_estimate(problem, sol, names, base, robot)
+        warnings += [f"feasible estimate: {v}" for v in feasible.violations]
     return IdentificationResult(
         robot=robot.name,
         model=settings.model,
@@ -293,6 +301,7 @@ def _identify(
         dynamic_model=model,
         seconds=time.perf_counter() - t0,
         warnings=tuple(warnings),
+        feasible=feasible,
         time_s=keep / flt.sample_rate_hz,
         measured_torque_nm=np.where(slow, np.nan, dec["tau"]),
         predicted_torque_nm=np.where(slow, np.nan, predicted),

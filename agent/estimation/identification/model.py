@@ -59,6 +59,8 @@ class IdentificationSettings:
     max_gap_ticks: int = 5
     # A constant per joint on the measured torque (a sensor's bias), fitted with the rest.
     torque_offset: bool = False
+    # Also the physically consistent estimate (agent.estimation.identification.feasible).
+    feasible: bool = False
 
 
 @functools.lru_cache(maxsize=16)

@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from agent.estimation.identification.filters import ResolvedFilter
 from agent.estimation.identification.least_squares import Method
 from agent.estimation.identification.model import Array, DynamicModel, Model
+
+if TYPE_CHECKING:  # the feasible fit needs scipy, which the daemon never loads
+    from agent.estimation.identification.feasible import FeasibleEstimate
 
 
 class IndicatorRow(NamedTuple):
@@ -82,6 +85,7 @@ class IdentificationResult:
     time_s: Array = field(default_factory=lambda: np.zeros(0), repr=False)
     measured_torque_nm: Array = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     predicted_torque_nm: Array = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
+    feasible: FeasibleEstimate | None = None  # with IdentificationSettings.feasible
 
     def __post_init__(self) -> None:
         for a in (
@@ -129,6 +133,7 @@ class IdentificationResult:
             "nmse_nm": self.nmse_nm,
             "seconds": self.seconds,
             "warnings": list(self.warnings),
+            "feasible": None if self.feasible is None else self.feasible.to_dict(),
         }
 
 
