@@ -57,14 +57,71 @@ def validate(
     captures: tuple[Capture, ...] | list[Capture],
     settings: IdentificationSettings | None = None,
     reference: DynamicModel | None = None,
+    *,
+    filtered: bool = True,
 ) -> Validation:
     """Torque NMSE of `model` on a capture not used for its estimation (Madsen et al. 2020,
     section 5); measured and predicted torques go through the same chain as in the estimation.
+    With `filtered` False the measured torque is taken raw at the same samples (its noise and
+    everything the parallel filter removes count against the model too).
 
     With `reference` (in simulation, the true robot's model) the torque compared against is
     that model's prediction instead of the measured one: the error of the parameters alone,
     without what neither model contains.
     """
+    kin, keep, sub, s = _validation_kinematics(robot, captures, settings)
+    with single_thread_blas():
+        if reference is not None:
+            measured = reference.decimated_torque(robot, kin, keep, sub)
+        elif filtered:
+            measured = parallel_decimate(kin.tau, kin.flt, keep)
+        else:
+            measured = kin.tau[keep]
+        predicted = model.decimated_torque(robot, kin, keep, sub)
+    moving = ~slow_rows(kin.thd, kin.flt, s.min_friction_speed_rad_s)[keep]
+    total, per_joint = nmse_nm(measured, predicted, moving)
+    rms = np.array(
+        [
+            float(np.sqrt(np.mean((m[u] - p[u]) ** 2))) if u.any() else math.nan
+            for m, p, u in zip(measured.T, predicted.T, moving.T, strict=True)
+        ]
+    )
+    return Validation(total, per_joint, rms, int(kin.q.shape[0]))
+
+
+def with_fitted_friction(
+    model: DynamicModel,
+    robot: RobotDescription,
+    captures: tuple[Capture, ...] | list[Capture],
+    settings: IdentificationSettings | None = None,
+) -> DynamicModel:
+    """`model` with its Coulomb and viscous coefficients fitted (per joint, least squares on
+    the moving samples) to what its links and rotors leave of the measured torque: the fair
+    baseline for a comparison with an identified model, whose friction was fitted too."""
+    kin, keep, sub, s = _validation_kinematics(robot, captures, settings)
+    bare = replace(model, coulomb_nm=np.zeros_like(model.coulomb_nm),
+                   viscous_nm_s_rad=np.zeros_like(model.viscous_nm_s_rad), prior=None)  # fmt: skip
+    with single_thread_blas():
+        left = parallel_decimate(kin.tau, kin.flt, keep) - bare.decimated_torque(
+            robot, kin, keep, sub
+        )
+        sgn = parallel_decimate(np.sign(kin.thd), kin.flt, keep)
+        speed = parallel_decimate(kin.thd, kin.flt, keep)
+    moving = ~slow_rows(kin.thd, kin.flt, s.min_friction_speed_rad_s)[keep]
+    fc, fv = model.coulomb_nm.copy(), model.viscous_nm_s_rad.copy()
+    for j in range(robot.n_joints):
+        u = moving[:, j]
+        a = np.stack([sgn[u, j], speed[u, j]], axis=1)
+        if u.sum() > 2:
+            fc[j], fv[j] = np.linalg.lstsq(a, left[u, j], rcond=None)[0]
+    return replace(model, coulomb_nm=fc, viscous_nm_s_rad=fv, prior=None)
+
+
+def _validation_kinematics(
+    robot: RobotDescription,
+    captures: tuple[Capture, ...] | list[Capture],
+    settings: IdentificationSettings | None,
+) -> tuple[Any, Any, Any, IdentificationSettings]:
     s = settings or IdentificationSettings()
     signals = robot_signals(
         captures,
@@ -78,21 +135,7 @@ def validate(
         kin = replace(kin, q=kin.th, qd=kin.thd, qdd=kin.thdd)
     keep = decimation_index(kin.q.shape[0], kin.flt)
     sub = subgrid(kin.q.shape[0], keep, kin.flt)
-    with single_thread_blas():
-        if reference is None:
-            measured = parallel_decimate(kin.tau, kin.flt, keep)
-        else:
-            measured = reference.decimated_torque(robot, kin, keep, sub)
-        predicted = model.decimated_torque(robot, kin, keep, sub)
-    moving = ~slow_rows(kin.thd, kin.flt, s.min_friction_speed_rad_s)[keep]
-    total, per_joint = nmse_nm(measured, predicted, moving)
-    rms = np.array(
-        [
-            float(np.sqrt(np.mean((m[u] - p[u]) ** 2))) if u.any() else math.nan
-            for m, p, u in zip(measured.T, predicted.T, moving.T, strict=True)
-        ]
-    )
-    return Validation(total, per_joint, rms, int(kin.q.shape[0]))
+    return kin, keep, sub, s
 
 
 def true_parameters(robot: RobotDescription, result: IdentificationResult) -> Array:
