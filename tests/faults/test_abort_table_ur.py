@@ -21,7 +21,7 @@ import pytest
 
 from agent.errors import CycleAborted, DriverError
 from agent.kinds.backlash.kind import backlash_cycle
-from agent.service.interlocks import run_guarded_cycle
+from agent.service.interlocks import CycleLimits, run_guarded_cycle
 from agent.service.pose_recovery import return_to_start_pose
 from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller import UrEmulator
@@ -123,7 +123,11 @@ def test_a_fault_in_the_move_back_keeps_the_complete_capture(tmp_path: Path) -> 
             await driver.connect()
             try:
                 # As agent.service.jobs.run_job: the cycle, its capture, then the move back.
-                capture = await run_guarded_cycle(driver, cycle, ctrl.interlocks, joint)
+                # The status watcher's 2 s timeout is not this test's subject: on a loaded
+                # machine a slow dashboard answer aborted the cycle before its move back.
+                capture = await run_guarded_cycle(
+                    driver, cycle, ctrl.interlocks, joint, CycleLimits(status_timeout_s=15.0)
+                )
                 assert driver.returns_by_agent
                 back = await return_to_start_pose(driver, ctrl, cycle, speed_rad_s=math.inf)
                 return capture, back
