@@ -449,8 +449,38 @@ def identification_cycle(quick: bool) -> None:
             )
 
 
+def seven_joint_arm() -> None:
+    """The Panda (modified DH, twists of +-pi/2), refused before the base-parameter fix:
+    simulated and identified through the CLI, its friction against the robot file's."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    print("\n-- a 7-joint arm in modified DH (Panda): jha simulate identification, jha identify")
+    robot_file = ROBOTS / "panda.yaml"
+    panda = robot("panda")
+    with tempfile.TemporaryDirectory() as tmp:
+        capture = str(Path(tmp) / "panda.npz")
+        jha = [sys.executable, "-m", "agent.cli"]
+        started = time.perf_counter()
+        subprocess.run([*jha, "simulate", "identification", "--robot", str(robot_file), "-o",
+                        capture], check=True, capture_output=True)  # fmt: skip
+        simulated = time.perf_counter() - started
+        args = ["identify", capture, "--robot", str(robot_file), "--model", "rigid", "--json"]
+        done = subprocess.run([*jha, *args], check=True, capture_output=True, text=True)
+        identified = time.perf_counter() - started - simulated
+    result = json.loads(done.stdout)
+    print(f"  simulated in {simulated:.1f} s, identified in {identified:.1f} s (CLI, start-up too)")
+    print(f"  {'joint':10s} {'Fc':>8s} {'file':>8s} {'Fv':>8s} {'file':>8s}")
+    for got, spec in zip(result["joints"], panda.joints, strict=True):
+        print(f"  {got['joint']:10s} {got['coulomb_nm']:8.4f} {spec.coulomb_nm:8.4f} "
+              f"{got['viscous_nm_s_rad']:8.4f} {spec.viscous_nm_s_rad:8.4f}")  # fmt: skip
+
+
 def main(quick: bool = False) -> None:
     identifiability()
+    seven_joint_arm()
     r, run = zollo2014_planar(quick)
     snr_sweep(r, run)
     zollo2014_puma(quick)

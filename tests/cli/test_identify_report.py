@@ -33,22 +33,3 @@ def test_identify_writes_a_report_with_torque_evidence_per_joint(tmp_path: Path)
     assert "http://" not in html.replace("http://www.w3.org", "")
     # the indicators of the fit are on the page
     assert "Coulomb" in html or "coulomb" in html
-
-
-def test_a_seven_joint_arm_in_modified_dh_is_identified_end_to_end(tmp_path: Path) -> None:
-    # The Panda (twists of +-pi/2, modified DH) was refused before the fix ("dropped columns
-    # are not combinations of the base (residual 0.94)", exit 65).
-    import json
-
-    robot = ROOT / "config" / "robots" / "panda.yaml"
-    capture = tmp_path / "panda.npz"
-    made = _jha("simulate", "identification", "--robot", str(robot), "-o", str(capture))
-    assert made.returncode == 0, made.stderr
-    done = _jha("identify", str(capture), "--robot", str(robot), "--model", "rigid", "--json")
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
-    assert len(result["joints"]) == 7
-    # the robot file's friction (5 % and 2 % of each joint's torque limit) comes back
-    for joint, limit in zip(result["joints"], (87, 87, 87, 87, 12, 12, 12), strict=True):
-        assert abs(joint["coulomb_nm"] - 0.05 * limit) < 0.02 * 0.05 * limit, joint
-        assert abs(joint["viscous_nm_s_rad"] - 0.02 * limit) < 0.02 * 0.02 * limit, joint
