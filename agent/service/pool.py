@@ -75,3 +75,11 @@ class LazyPool(concurrent.futures.Executor):
                 with contextlib.suppress(Exception):
                     proc.terminate()
         pool.shutdown(wait=wait, cancel_futures=cancel_futures)
+        if not wait:
+            # Let the pool's manager thread see its terminated workers and close its wake-up
+            # pipe now: left running into interpreter exit, it races concurrent.futures'
+            # atexit hook, which then writes to the closed pipe (CPython 3.11: a "Bad file
+            # descriptor" traceback in the journal of a clean stop). Bounded: the stop has 5 s.
+            manager = getattr(pool, "_executor_manager_thread", None)
+            if isinstance(manager, threading.Thread):
+                manager.join(timeout=2.0)
