@@ -5,7 +5,8 @@ A controller samples on its own fixed tick; a log written by a host program stam
 with the host's clock, which jitters, repeats a record when it polls twice within a tick, and
 skips ticks when it is late. `resample_to_tick`:
 
-1. takes the tick as the median step of the time stamps (or the one given);
+1. fits the tick grid to the stamps by least squares (starting from the median span of
+   64 records, or from the tick given), so a slightly wrong tick does not drift away;
 2. puts every record on its nearest tick (the stamps' jitter is the host's, not the
    controller's: moving a sample by less than half a tick undoes it);
 3. keeps the first record of a tick that got two (a repeated record) and counts the rest;
@@ -45,10 +46,6 @@ class ResampleReport:
     filled: int  # ticks with no record, interpolated
     largest_gap_ticks: int  # most ticks missing in a row (0: none)
     jitter_max_ticks: float  # largest distance of a stamp from its tick, in ticks
-
-    @property
-    def changed(self) -> bool:
-        return self.repeated > 0 or self.filled > 0 or self.jitter_max_ticks > 0.0
 
     def describe(self) -> str:
         return (
@@ -150,16 +147,31 @@ def resample_to_tick(
     max_gap_ticks: int = DEFAULT_MAX_GAP_TICKS,
 ) -> tuple[Capture, ResampleReport]:
     """`capture` on a uniform tick (see the module docstring), with what was done."""
-    kept, kk, report, start_s = tick_indices(capture.time_s, capture.source, tick_s, max_gap_ticks)
-    cap = capture_with_positions(capture)
+    captures, report = resample_together([capture], tick_s=tick_s, max_gap_ticks=max_gap_ticks)
+    return captures[0], report
+
+
+def resample_together(
+    captures: list[Capture],
+    *,
+    tick_s: float | None = None,
+    max_gap_ticks: int = DEFAULT_MAX_GAP_TICKS,
+) -> tuple[list[Capture], ResampleReport]:
+    """Captures logged together (one time base, the first one's) put on their tick at once:
+    the grid is fitted to the stamps once and every capture's channels interpolated on it."""
+    first = captures[0]
+    kept, kk, report, start_s = tick_indices(first.time_s, first.source, tick_s, max_gap_ticks)
     grid = np.arange(report.samples_out)
-    channels = {
-        name: np.interp(grid, kk, np.asarray(values, dtype=np.float64)[kept])
-        for name, values in cap.channels.items()
-        if name not in COUNT_CHANNELS
-    }
     time_s = start_s + grid.astype(np.float64) * report.tick_s
-    out = Capture(time_s, channels, cap.meta, cap.source)
+    out = []
+    for capture in captures:
+        cap = capture_with_positions(capture)
+        channels = {
+            name: np.interp(grid, kk, np.asarray(values, dtype=np.float64)[kept])
+            for name, values in cap.channels.items()
+            if name not in COUNT_CHANNELS
+        }
+        out.append(Capture(time_s, channels, cap.meta, cap.source))
     return out, report
 
 

@@ -23,7 +23,7 @@ from agent.capture.resample import (
     DEFAULT_MAX_GAP_TICKS,
     ResampleReport,
     is_uniform,
-    resample_to_tick,
+    resample_together,
 )
 from agent.errors import CaptureError
 from agent.models.robot.description import RobotDescription
@@ -128,8 +128,7 @@ def robot_signals(
         # together (a differing time base is still refused below).
         for cap, spec in zip(caps[1:], robot.joints[1:], strict=True):
             _same_time_base(cap, caps[0], spec.name)
-        done = [resample_to_tick(c, max_gap_ticks=max_gap_ticks) for c in caps]
-        caps, resampled = [c for c, _ in done], done[0][1]
+        caps, resampled = resample_together(caps, max_gap_ticks=max_gap_ticks)
         t = np.asarray(caps[0].time_s, dtype=np.float64)
         n_s = t.size
     link = np.empty((n_s, robot.n_joints))
