@@ -132,7 +132,8 @@ def _runs_alone(item: Any) -> bool:
     overflow the sender never caused."""
     if item.nodeid.startswith(_TIMING_FIRST):
         return True
-    return item.nodeid.startswith("tests/feedrate/test_gcode_stream") and "dnc" in item.name
+    grbl_peer_tests = ("tests/feedrate/test_gcode_stream", "tests/drivers/grbl/")
+    return item.nodeid.startswith(grbl_peer_tests) and "dnc" in item.name
 
 
 def pytest_collection_modifyitems(session: Any, config: Any, items: list[Any]) -> None:
