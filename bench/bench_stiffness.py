@@ -1,6 +1,7 @@
 """Prod. Eng. 2023 reproduced and timed: the A-optimal design for the IRB 6660, optimal versus
-random designs (A, D, E), the coverage of the 95 % ellipsoid, the paper's one-position
-experiment, and the dual-encoder stiffness of the simulated UR5e.
+random designs (A, D, E) at the same force budget, the coverage of the 95 % ellipsoid under the
+paper's conditions and under realistic mismatch, the paper's one-position experiment, and the
+dual-encoder stiffness of the simulated UR5e.
 """
 
 from __future__ import annotations
@@ -9,15 +10,22 @@ import time
 from pathlib import Path
 
 import numpy as np
+from scipy.stats import f as f_dist
 
-from agent.estimation.stiffness.design import TcpDesignSettings, design_tcp, random_feasible_tcp
+from agent.estimation.stiffness.design import TcpDesignSettings, design_tcp
 from agent.estimation.stiffness.design_dual import design_dual_encoder
+from agent.estimation.stiffness.design_random import (
+    RANDOM_FORCES,
+    measurements_to_match,
+    random_design_criteria,
+)
 from agent.estimation.stiffness.design_solver import CRITERIA
 from agent.estimation.stiffness.inference import (
     estimate_dual_encoder,
     estimate_stiffness,
     prior_from_robot,
 )
+from agent.estimation.stiffness.tcp_errors import TcpErrorPrior
 from agent.models.robot.compliance import (
     ComplianceModel,
     InfeasibleRequestError,
@@ -25,9 +33,15 @@ from agent.models.robot.compliance import (
     compliance_model,
     with_payload,
 )
+from agent.models.robot.compliance_errors import (
+    REALISTIC_TCP_MISMATCH,
+    TcpMismatch,
+    draw_mismatch,
+    simulate_tcp_mismatch,
+    unmodelled_share,
+)
 from agent.models.robot.compliance_measurements import (
     simulate_dual_encoder,
-    simulate_tcp_measurements,
 )
 from agent.models.robot.description import load_robot
 
@@ -58,57 +72,122 @@ def bench_design_time() -> None:
 
 
 def bench_optimal_vs_random(randoms: int, starts: int) -> None:
-    """Acceptance: 5 optimal measurements reach a criterion no larger than the median of
-    random feasible designs with 20 (the paper's 'up to 75 % fewer measurements')."""
+    """How many random measurements do as well as 5 optimal ones (the paper: 'up to 75 %
+    fewer', 5 instead of 20), against the fair baseline: random designs with the optimal
+    design's force budget (one force per measurement, each component on its bound). The first
+    baseline (forces uniform in the box, a third of that force energy) is printed beside it
+    for what it is: against it 5 optimal beat 20 random, against the fair one they do not."""
     model = irb()
     prior = prior_from_robot(model, 0.5)
     rng = np.random.default_rng(0)
-    sizes = (5, 10, 20, 40, 80)
+    most = 80
     print(
         f"\noptimal 5-measurement design vs random feasible designs (median of {randoms}), "
         "IRB 6660, forces +-300 N, tool cone 80 deg"
     )
     print(
-        f"  {'crit':4s} {'optimal 5':>12s} {'random 20':>12s} {'ratio':>7s} "
-        f"{'trace opt 5':>12s} {'trace rnd 20':>12s}  random K with median <= optimal 5"
+        "  budget: random forces at the optimal design's budget (each component +-300 N, "
+        "one force per measurement): the fair baseline"
+    )
+    print("  box:    random forces uniform in the box (a third of that force energy): unfair")
+    print(
+        f"  {'crit':4s} {'optimal 5':>11s} {'budget 20':>11s} {'ratio':>6s} {'box 20':>11s} "
+        f"{'ratio':>6s}   random K matching the optimal 5: budget / box; paper's claim"
     )
     for crit in CRITERIA:
         design = design_tcp(model, TcpDesignSettings(5, crit, starts=starts), prior)
-        medians, traces = {}, {}
-        for k in sizes:
-            designs = random_feasible_tcp(model, TcpDesignSettings(k, crit), prior, randoms, rng)
-            medians[k] = float(np.median([d.criterion_value for d in designs]))
-            traces[k] = float(np.median([np.trace(d.covariance) for d in designs]))
-        match = next((k for k in sizes if medians[k] <= design.criterion_value), None)
-        verdict = "PASS" if design.criterion_value <= medians[20] else "FAIL"
+        settings = TcpDesignSettings(most, crit)
+        row, matches = [], []
+        for forces in RANDOM_FORCES:
+            crits = random_design_criteria(model, settings, prior, randoms, rng, forces=forces)
+            row.append(float(np.median(crits[:, 19])))
+            matches.append(measurements_to_match(crits, design.criterion_value))
+        fair, box = row
+        # the paper's claim, 'up to 75 % fewer' (5 instead of 20), held to the fair baseline
+        verdict = "75 % reached" if design.criterion_value <= fair else "75 % not reached"
+        shown = [f"> {most}" if m is None else str(m) for m in matches]
+        saving = "" if matches[0] is None else f" ({100 * (1 - 5 / matches[0]):.0f} % fewer)"
         print(
-            f"  {crit:4s} {design.criterion_value:12.4g} {medians[20]:12.4g} "
-            f"{design.criterion_value / medians[20]:7.3f} {np.trace(design.covariance):12.4g} "
-            f"{traces[20]:12.4g}  {'> 80' if match is None else match:>5}  {verdict}"
+            f"  {crit:4s} {design.criterion_value:11.4g} {fair:11.4g} "
+            f"{design.criterion_value / fair:6.3f} {box:11.4g} {design.criterion_value / box:6.3f}"
+            f"   {shown[0]:>4s}{saving} / {shown[1]}  {verdict}"
         )
 
 
 def bench_coverage(trials: int) -> None:
-    """Acceptance: the 95 % ellipsoid holds the true k in 95 +- 3 % of the trials."""
+    """Acceptance: the 95 % ellipsoid holds the true k in 95 +- 3 % of the trials, under the
+    paper's conditions (the model exact) and under realistic mismatch (links that tilt, a
+    geometry off its table, a turned laser frame, a force sensor off its scale), each with the
+    estimator told the conditions' tolerances. Beside them, for information: the paper's
+    estimator under mismatch, the same with its covariance scaled by the residual variance
+    (s^2 = chi2/dof, F quantile), and the tolerant estimator on exact data."""
     model = irb()
     prior = prior_from_robot(model, 5.0)  # weak prior: frequentist coverage of a fixed k
     design = design_tcp(model, TcpDesignSettings(8, "A", starts=2), prior_from_robot(model))
     assert design.force_n is not None
     k_true = model.nominal_stiffness() * np.array([1.2, 0.85, 1.1, 0.9, 1.15, 0.8])
-    rng = np.random.default_rng(1)
-    started = time.perf_counter()
-    inside = 0
-    for _ in range(trials):
-        data = simulate_tcp_measurements(model, design.q_rad, design.force_n, k_true, 1e-6, rng)
-        inside += estimate_stiffness(model, data, prior).contains(k_true)
-    elapsed = time.perf_counter() - started
-    share = inside / trials
-    verdict = "PASS" if abs(share - 0.95) <= 0.03 else "FAIL"
+    real = REALISTIC_TCP_MISMATCH
+    told = TcpErrorPrior(**vars(real))
+    n_k = model.n_joints
     print(
-        f"\ncoverage of the 95 % ellipsoid (eq. 15), noise 1 um, 8 designed measurements: "
-        f"{100 * share:.1f} % of {trials} trials ({1e3 * elapsed / trials:.2f} ms per "
-        f"estimate) {verdict}"
+        f"\ncoverage of the 95 % ellipsoid (eq. 15), 8 designed measurements, noise 1 um, "
+        f"{trials} trials per condition"
     )
+    print(
+        f"  realistic mismatch: links tilting with {real.link_tilt_ratio:g} of their joint's "
+        f"compliance (exponential spread), geometry sd {1e3 * real.length_sd_m:g} mm and "
+        f"{np.degrees(real.angle_sd_rad):g} deg, laser frame sd "
+        f"{1e3 * real.laser_rotation_sd_rad:g} mrad per axis, force scale sd "
+        f"{100 * real.force_scale_sd:g} %"
+    )
+    for label, mismatch, errors in (
+        ("paper-like (model exact), paper's estimator", TcpMismatch(), None),
+        ("realistic mismatch, estimator told the tolerances", real, told),
+    ):
+        rng = np.random.default_rng(1)
+        inside = inside_other = inside_scaled = 0
+        shares, rel_sd, seconds = [], [], 0.0
+        for _ in range(trials):
+            draw = draw_mismatch(model, mismatch, rng)
+            shares.append(unmodelled_share(model, design.q_rad, design.force_n, k_true, draw))
+            data = simulate_tcp_mismatch(design.q_rad, design.force_n, k_true, 1e-6, draw, rng)
+            started = time.perf_counter()
+            est = estimate_stiffness(model, data, prior, errors=errors)
+            seconds += time.perf_counter() - started
+            inside += est.contains(k_true)
+            rel_sd.append(est.std_nm_rad / k_true)
+            # the other estimator on the same data: the tolerant one on exact data, the
+            # paper's (plain, and scaled by its residual variance) under mismatch
+            other = estimate_stiffness(model, data, prior, errors=told if errors is None else None)
+            inside_other += other.contains(k_true)
+            if errors is not None:
+                dof = data.deviation_m.size - n_k
+                f95 = n_k * float(f_dist.ppf(0.95, n_k, dof))
+                inside_scaled += other.mahalanobis2(k_true) / other.chi2_per_dof <= f95
+        share = inside / trials
+        verdict = "PASS" if abs(share - 0.95) <= 0.03 else "FAIL"
+        print(
+            f"  {label}: {100 * share:.1f} % {verdict} (unmodelled deflection, median "
+            f"{100 * float(np.median(shares)):.1f} % of the modelled one; "
+            f"{1e3 * seconds / trials:.1f} ms per estimate)"
+        )
+        print(
+            "    median sd / k: " + ", ".join(f"{100 * v:.2g} %" for v in np.median(rel_sd, axis=0))
+        )
+        if errors is None:
+            print(
+                f"    the estimator told the realistic tolerances, on these exact data: "
+                f"{100 * inside_other / trials:.1f} % (conservative: it allows for errors "
+                "that are not there)"
+            )
+        else:
+            print(
+                f"    the paper's estimator on these data: {100 * inside_other / trials:.1f} %; "
+                f"with its covariance scaled by the residual variance (F quantile): "
+                f"{100 * inside_scaled / trials:.1f} % (a force scale error leaves no "
+                "residual, and tilting links look like soft joints: residuals cannot show "
+                "what they do to k)"
+            )
 
 
 def bench_paper_experiment() -> None:

@@ -92,6 +92,26 @@ def register(subparsers: Any) -> None:
         "bias) with the rest; reported as torque_offset_nm",
     )
     p.add_argument(
+        "--load-friction",
+        action="store_true",
+        help="fit a friction share growing with the transmitted torque (strain-wave gears), "
+        "mu * sgn(speed) * |torque| per joint",
+    )
+    p.add_argument(
+        "--joint-spring",
+        action="store_true",
+        help="fit a spring on each joint (a cable dress pack, a balancer): k * (q - q0), with "
+        "a torque offset",
+    )
+    p.add_argument(
+        "--torque-constant-tolerance",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="the drives' torque-constant tolerance (0.05 for +-5 %%): a systematic error of the "
+        "measured torque that widens every interval (default 0: calibrated torque sensors)",
+    )
+    p.add_argument(
         "--max-gap-ticks",
         type=int,
         default=5,
@@ -161,12 +181,17 @@ def identification_estimates(
 
 
 def _cmd_identify(args: argparse.Namespace) -> int:
-    from agent.cli.common import print_json, record_joint_estimates, recording_target
+    from agent.cli.common import UsageError, print_json, record_joint_estimates, recording_target
     from agent.estimation.identification.filters import FilterSettings
     from agent.estimation.identification.fit import identify
     from agent.estimation.identification.model import IdentificationSettings
     from agent.models.robot.description import load_robot
 
+    tolerance = args.torque_constant_tolerance
+    if not (math.isfinite(tolerance) and 0.0 <= tolerance < 1.0):  # before anything is read
+        raise UsageError(
+            f"--torque-constant-tolerance: expected a fraction in [0, 1), found {tolerance:g}"
+        )
     target = recording_target(args)  # a bad config or controller fails before the fit
     started = datetime.now(UTC)
     robot = load_robot(args.robot)
@@ -180,6 +205,9 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         ),
         max_gap_ticks=args.max_gap_ticks,
         torque_offset=args.torque_offset,
+        load_friction=args.load_friction,
+        joint_spring=args.joint_spring,
+        torque_constant_tolerance=args.torque_constant_tolerance,
         feasible=args.feasible,
     )
     if args.max_condition is not None:

@@ -17,12 +17,19 @@ from agent.estimation.stiffness.inference import (
     prior_from_robot,
 )
 from agent.estimation.stiffness.posterior import map_fit
+from agent.estimation.stiffness.tcp_errors import TcpErrorPrior
 from agent.models.robot.compliance import (
     InfeasibleRequestError,
     Payload,
     compliance_model,
     tcp_deviation,
     with_payload,
+)
+from agent.models.robot.compliance_errors import (
+    MismatchDraw,
+    TcpMismatch,
+    draw_mismatch,
+    simulate_tcp_mismatch,
 )
 from agent.models.robot.compliance_measurements import (
     TcpMeasurements,
@@ -242,3 +249,108 @@ def test_prior_is_the_robot_file_with_a_relative_sd() -> None:
     assert isinstance(prior, StiffnessPrior)
     with pytest.raises(ValueError, match="rel_std"):
         prior_from_robot(IRB, rel_std=0.0)
+
+
+# -- under model mismatch: the errors the paper's model leaves out ------------------------------
+
+
+REALISTIC = TcpMismatch(0.06, 5e-4, math.radians(0.05), 5e-3, 0.01)
+TOLERANCES = TcpErrorPrior(0.06, 5e-4, math.radians(0.05), 5e-3, 0.01)
+
+
+def test_the_papers_ellipsoid_misses_under_mismatch_and_the_tolerant_one_covers() -> None:
+    """30 experiments, each with its own tilting links, geometry, laser frame and force scale:
+    the paper's estimator is confidently wrong (bench: 0 % coverage), the one told the
+    tolerances covers (bench: 95 % over 1000)."""
+    q, f = experiment(8, seed=11)
+    k_true = IRB.nominal_stiffness() * np.array([1.2, 0.85, 1.1, 0.9, 1.15, 0.8])
+    prior = prior_from_robot(IRB, rel_std=5.0)
+    rng = np.random.default_rng(12)
+    plain = tolerant = 0
+    for _ in range(30):
+        draw = draw_mismatch(IRB, REALISTIC, rng)
+        data = simulate_tcp_mismatch(q, f, k_true, 1e-6, draw, rng)
+        plain += estimate_stiffness(IRB, data, prior).contains(k_true)
+        tolerant += estimate_stiffness(IRB, data, prior, errors=TOLERANCES).contains(k_true)
+    assert plain <= 3
+    assert tolerant >= 25
+
+
+def test_a_force_scale_error_leaves_no_residual_but_the_tolerance_widens_the_interval() -> None:
+    """A 2 % force scale moves every k by 2 % and fits perfectly: only its tolerance can
+    make the interval honest."""
+    q, f = experiment(8, seed=13)
+    k_true = IRB.nominal_stiffness()
+    draw = MismatchDraw(IRB, np.zeros((6, 2)), np.eye(3), 1.02)
+    data = simulate_tcp_mismatch(q, f, k_true, 1e-6, draw, np.random.default_rng(16))
+    prior = prior_from_robot(IRB, rel_std=5.0)
+    plain = estimate_stiffness(IRB, data, prior)
+    assert plain.chi2_per_dof < 2.0  # nothing to see in the residuals
+    assert not plain.contains(k_true)
+    told = estimate_stiffness(IRB, data, prior, errors=TcpErrorPrior(force_scale_sd=0.02))
+    assert told.contains(k_true)
+    assert np.all(told.std_nm_rad > plain.std_nm_rad)
+    assert set(told.nuisance) == {"force_scale"}
+
+
+def test_tilting_links_show_in_the_residuals_and_their_tolerance_widens_the_interval() -> None:
+    q, f = experiment(8, seed=15)
+    k_true = IRB.nominal_stiffness()
+    tilt = 0.06 * np.ones((6, 2)) / k_true[:, None]
+    draw = MismatchDraw(IRB, tilt, np.eye(3), 1.0)
+    data = simulate_tcp_mismatch(q, f, k_true, 1e-6, draw, np.random.default_rng(16))
+    prior = prior_from_robot(IRB, rel_std=5.0)
+    plain = estimate_stiffness(IRB, data, prior)
+    assert plain.chi2_per_dof > 4.0
+    assert any("times the stated noise" in w for w in plain.warnings)
+    assert np.all(plain.k_nm_rad[:5] < k_true[:5])  # the links' give is put on the joints
+    told = estimate_stiffness(IRB, data, prior, errors=TcpErrorPrior(link_tilt_ratio=0.06))
+    assert told.contains(k_true)
+    assert np.all(told.std_nm_rad > plain.std_nm_rad)
+    assert "link_tilt_ratio_2_x" in told.nuisance
+
+
+def test_zero_tolerances_are_the_papers_estimator() -> None:
+    q, f = experiment(5, seed=17)
+    data = simulate_tcp_mismatch(
+        q,
+        f,
+        IRB.nominal_stiffness(),
+        1e-6,
+        MismatchDraw(IRB, np.zeros((6, 2)), np.eye(3), 1.0),
+        np.random.default_rng(18),
+    )
+    prior = prior_from_robot(IRB)
+    a = estimate_stiffness(IRB, data, prior)
+    b = estimate_stiffness(IRB, data, prior, errors=TcpErrorPrior())
+    assert np.array_equal(a.k_nm_rad, b.k_nm_rad) and b.nuisance == {}
+    with pytest.raises(ValueError, match="link_tilt_ratio"):
+        TcpErrorPrior(link_tilt_ratio=-1.0)
+
+
+def test_a_wide_interval_is_symmetric_in_compliance_not_in_stiffness() -> None:
+    """Deflections are linear in 1/k: a joint known to tens of percent gets an interval that
+    reaches further up than down, and the ellipsoid is taken in 1/k."""
+    q, f = experiment(4, seed=20)
+    k_true = IRB.nominal_stiffness()
+    data = simulate_tcp_mismatch(
+        q,
+        f,
+        k_true,
+        3e-6,
+        MismatchDraw(IRB, np.zeros((6, 2)), np.eye(3), 1.0),
+        np.random.default_rng(20),
+    )
+    est = estimate_stiffness(IRB, data, prior_from_robot(IRB, rel_std=5.0))
+    lo, hi = est.intervals_nm_rad.T
+    k = est.k_nm_rad
+    rel = est.std_nm_rad / k
+    wide, narrow = int(np.argmax(rel)), int(np.argmin(rel))
+    assert rel[wide] > 0.2 and rel[narrow] < 0.05
+    assert hi[wide] - k[wide] > 3 * (k[wide] - lo[wide])
+    z = 1.959964
+    assert hi[narrow] - lo[narrow] == pytest.approx(2 * z * est.std_nm_rad[narrow], rel=0.02)
+    assert np.all(lo < k) and np.all(k < hi)
+    c = est.compliance_covariance
+    assert c == pytest.approx(est.covariance / np.outer(k**2, k**2))
+    assert est.mahalanobis2(k) == 0.0

@@ -12,9 +12,15 @@ from agent.estimation.stiffness.design import (
     TcpDesignSettings,
     design_tcp,
     given_information,
-    random_feasible_tcp,
 )
 from agent.estimation.stiffness.design_dual import design_dual_encoder
+from agent.estimation.stiffness.design_random import (
+    measurements_to_match,
+    random_design_criteria,
+    random_feasible_poses,
+    random_feasible_tcp,
+    random_forces_n,
+)
 from agent.estimation.stiffness.design_solver import criterion_value
 from agent.estimation.stiffness.inference import prior_from_robot
 from agent.models.robot.compliance import (
@@ -43,15 +49,52 @@ def test_criteria_of_eq_16() -> None:
 
 
 @pytest.mark.parametrize("criterion", ["A", "D", "E"])
-def test_five_optimal_measurements_beat_the_median_of_twenty_random_ones(criterion: str) -> None:
-    """Acceptance (smaller than the bench): the paper's 'up to 75 % fewer measurements'."""
+def test_five_optimal_measurements_beat_eight_random_ones_at_the_same_force_budget(
+    criterion: str,
+) -> None:
+    """The honest form of the paper's 'fewer measurements' (bench: 5 optimal match 10-18
+    random at the same budget; 20 only against random forces of a third the energy)."""
     settings = TcpDesignSettings(5, criterion, starts=2, seed=1)  # type: ignore[arg-type]
     design = design_tcp(IRB, settings, PRIOR)
-    twenty = TcpDesignSettings(20, criterion)  # type: ignore[arg-type]
-    random20 = random_feasible_tcp(IRB, twenty, PRIOR, 15, np.random.default_rng(2))
-    median = float(np.median([d.criterion_value for d in random20]))
-    assert design.criterion_value <= median
+    longer = TcpDesignSettings(8, criterion)  # type: ignore[arg-type]
+    fair = random_design_criteria(IRB, longer, PRIOR, 15, np.random.default_rng(2))
+    assert design.criterion_value <= float(np.median(fair[:, 7]))
+    assert design.criterion_value < float(np.median(fair[:, 4]))  # optimal 5 beat random 5
     assert design.criterion_value < design.prior_criterion_value
+
+
+def test_random_forces_at_the_budget_sit_on_the_bounds_one_force_per_measurement() -> None:
+    settings = TcpDesignSettings(1, "A", force_min_n=(-300, -200, 0), force_max_n=(300, 200, 100))
+    rng = np.random.default_rng(3)
+    budget = random_forces_n(settings, 200, rng, "budget")
+    assert budget.shape == (200, 3)  # one force vector per measurement
+    bounds = np.array([settings.force_min_n, settings.force_max_n])
+    assert np.all((budget == bounds[0]) | (budget == bounds[1]))  # every component on a bound
+    assert len({tuple(f) for f in budget}) == 8  # every corner (direction) drawn
+    box = random_forces_n(settings, 200, rng, "box")
+    assert np.all((box >= bounds[0]) & (box <= bounds[1]))
+    # the unfair baseline: about a third of the budget's force energy
+    ratio = np.mean(np.sum(box**2, axis=1)) / np.mean(np.sum(budget**2, axis=1))
+    assert 0.25 < ratio < 0.45
+    with pytest.raises(ValueError, match="forces"):
+        random_forces_n(settings, 1, rng, "sphere")  # type: ignore[arg-type]
+
+
+def test_random_designs_are_feasible_and_nested() -> None:
+    settings = TcpDesignSettings(12, "A")
+    rng = np.random.default_rng(4)
+    q = random_feasible_poses(IRB, settings, PRIOR, 30, rng)
+    check_poses(IRB, q)  # joint limits and the parallelogram range
+    designs = random_feasible_tcp(IRB, TcpDesignSettings(3, "A"), PRIOR, 2, rng)
+    assert all(d.force_n is not None and np.all(np.abs(d.force_n) == 300) for d in designs)
+    crits = random_design_criteria(IRB, settings, PRIOR, 6, rng)
+    assert crits.shape == (6, 12)
+    assert np.all(np.diff(crits, axis=1) <= 0)  # each added measurement only adds information
+    # the same forces with less energy leave more uncertainty: the box baseline is weaker
+    box = random_design_criteria(IRB, settings, PRIOR, 6, rng, forces="box")
+    assert np.median(box[:, -1]) > np.median(crits[:, -1])
+    assert measurements_to_match(crits, float(np.median(crits[:, 4]))) == 5
+    assert measurements_to_match(crits, 0.0) is None
 
 
 def test_designs_respect_bounds_and_the_nonlinear_constraints() -> None:

@@ -5,6 +5,7 @@ and the TCP deviation under a force with its uncertainty."""
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,6 +48,27 @@ def register(sub: Any) -> None:
     add_method_options(e)
     e.add_argument("file", type=Path, metavar="MEAS.csv")
     e.add_argument("--alpha", type=float, default=0.05, help="1 - confidence (0.05)")
+    tol = e.add_argument_group(
+        "tolerances (tcp method)",
+        "what the paper's model leaves out, marginalised as nuisance parameters so that the "
+        "intervals hold under them (default 0: the paper's estimator, exact model assumed)",
+    )
+    tol.add_argument(
+        "--link-tilt-ratio",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help="links and bearings tilt: mean and sd of each link's tilt compliance as a "
+        "fraction of its joint's 1/k (e.g. 0.06)",
+    )
+    tol.add_argument("--geometry-sd-mm", type=float, default=0.0, help="DH lengths, tool offset")
+    tol.add_argument("--geometry-sd-deg", type=float, default=0.0, help="DH alpha, theta offset")
+    tol.add_argument(
+        "--laser-rotation-sd-mrad", type=float, default=0.0, help="laser frame vs base frame"
+    )
+    tol.add_argument(
+        "--force-scale-sd-percent", type=float, default=0.0, help="force sensor scale error"
+    )
     e.add_argument("-o", "--output", type=Path, metavar="ESTIMATE.json")
     add_record_options(e)
     e.set_defaults(func=_cmd_estimate)
@@ -80,7 +102,8 @@ def stiffness_estimates(
         lo, hi = est.intervals_nm_rad[i]
         detail = {
             "std": float(est.std_nm_rad[i]),
-            "interval": [float(lo), float(hi)],
+            # an infinite upper end (1/k = 0, a rigid joint, is inside) is stored as null
+            "interval": [float(lo), float(hi) if math.isfinite(hi) else None],
             "confidence": 1.0 - est.alpha,
             "method": est.method,
             "source": source,
@@ -92,6 +115,7 @@ def stiffness_estimates(
 
 def _cmd_estimate(args: argparse.Namespace) -> int:
     from agent.estimation.stiffness.inference import estimate_dual_encoder, estimate_stiffness
+    from agent.estimation.stiffness.tcp_errors import TcpErrorPrior
 
     target = recording_target(args)  # a bad config or controller fails before the fit
     started = datetime.now(UTC)
@@ -102,7 +126,14 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
         est = estimate_dual_encoder(model, dual, prior, joints=joints_of(args), alpha=args.alpha)
     else:
         tcp = load_tcp_measurements(args.file, model.n_joints, args.noise_um * 1e-6)
-        est = estimate_stiffness(model, tcp, prior, alpha=args.alpha)
+        errors = TcpErrorPrior(
+            link_tilt_ratio=args.link_tilt_ratio,
+            length_sd_m=args.geometry_sd_mm * 1e-3,
+            angle_sd_rad=math.radians(args.geometry_sd_deg),
+            laser_rotation_sd_rad=args.laser_rotation_sd_mrad * 1e-3,
+            force_scale_sd=args.force_scale_sd_percent * 1e-2,
+        )
+        est = estimate_stiffness(model, tcp, prior, alpha=args.alpha, errors=errors)
     data = {"robot": str(args.robot), "measurements": str(args.file), **est.to_dict()}
     if args.output:
         atomic_write_text(args.output, strict_json_text(data))

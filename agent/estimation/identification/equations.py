@@ -2,9 +2,12 @@
 says what each is): their design matrices, right-hand sides and equation groups, and the
 stiffness that follows from the rigid fit.
 
-With `offset` each joint's measured torque gets a constant of its own (`off<j>`, N·m link-side):
-a torque sensor's bias, or a current sensor's offset times the torque constant. It enters the
-rotor equation (elastic) or the joint's equation (rigid), where the measured torque is.
+`extra` adds per-joint columns where the measured torque is, in the rotor equation (elastic)
+or the joint's equation (rigid), each named by its prefix (EXTRA says what they are): a
+constant (`off<j>`, N·m link-side: a torque sensor's bias, or a current sensor's offset times
+the torque constant), a load-dependent friction share (`mu<j>`: sgn(theta') |tau|, the
+strain-wave gear's friction growing with the torque it carries) and a spring on the joint
+(`ks<j>`, N·m/rad: a cable dress pack or a balancer; with the offset, k (q - q0)).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import numpy.typing as npt
 from agent.estimation.identification.least_squares import LsqSolution, Method, least_squares
 from agent.estimation.identification.model import Array
 
-DRIVE = ("Ia", "fc", "fv", "k", "off")  # per-joint parameters of the rotor equation
+DRIVE = ("Ia", "fc", "fv", "k", "off", "mu", "ks")  # per-joint parameters of the rotor equation
+EXTRA = ("off", "mu", "ks")  # optional ones, in this column order
 # A joint's stiffness is taken as seen when its rotor equation alone pins it to this relative
 # standard deviation (%); above, the twist is lost in the encoder quantisation (fit_elastic).
 STIFFNESS_SEEN_REL_STD_PCT = 5.0
@@ -56,7 +60,7 @@ def fit_elastic(
     dec: dict[str, Array],
     slow: npt.NDArray[np.bool_],
     method: Method,
-    offset: bool = False,
+    extra: dict[str, Array] | None = None,
 ) -> tuple[LsqSolution, list[str], tuple[str, ...], Array, LsqProblem]:
     """Stacked link and rotor equations (Zollo, Lopez et al. 2014); groups: link j, then rotor j.
 
@@ -72,15 +76,17 @@ def fit_elastic(
     seen = [j for j in range(n) if twist_rel[j] <= STIFFNESS_SEEN_REL_STD_PCT]
     kcol = {j: b + 3 * n + i for i, j in enumerate(seen)}
     p = b + 3 * n + len(seen)
-    off0, p = p, p + (n if offset else 0)
+    extras = _ordered(extra)
+    x0 = p
+    p += n * len(extras)
     blocks, rhs, groups = [], [], []
     for j in range(n):
         moving = ~slow[:, j]
         rotor = np.zeros((n_d, p))
         for c, key in enumerate(("thdd", "sgn", "thd")):
             rotor[:, b + c * n + j] = dec[key][:, j]
-        if offset:
-            rotor[:, off0 + j] = 1.0
+        for i, (_, values) in enumerate(extras):
+            rotor[:, x0 + i * n + j] = values[:, j]
         if j in kcol:
             link = np.zeros((n_d, p))
             link[:, :b] = y_b[:, j]
@@ -98,7 +104,7 @@ def fit_elastic(
     sol = least_squares(problem.a, problem.y, problem.groups, method)
     names = [f"base{i + 1}" for i in range(b)] + names_of(DRIVE[:3], n)
     names += [f"k{j + 1}" for j in seen]
-    names += names_of(("off",), n) if offset else []
+    names += names_of(tuple(k for k, _ in extras), n)
     group_names = (*names_of(("link",), n), *names_of(("rotor",), n))
     return sol, names, group_names, twist_rel, problem
 
@@ -108,17 +114,18 @@ def fit_rigid(
     dec: dict[str, Array],
     slow: npt.NDArray[np.bool_],
     method: Method,
-    offset: bool = False,
+    extra: dict[str, Array] | None = None,
 ) -> tuple[LsqSolution, list[str], tuple[str, ...], LsqProblem]:
     """IDIM on the rotor-compensated torque (Madsen et al. 2020, eq. 13); groups: joints."""
     n_d, n, b = y_b.shape
     j = np.arange(n)
-    a = np.zeros((n_d, n, b + (3 if offset else 2) * n))
+    extras = _ordered(extra)
+    a = np.zeros((n_d, n, b + (2 + len(extras)) * n))
     a[..., :b] = y_b
     a[:, j, b + j] = dec["sgn"]
     a[:, j, b + n + j] = dec["thd"]
-    if offset:
-        a[:, j, b + 2 * n + j] = 1.0
+    for i, (_, values) in enumerate(extras):
+        a[:, j, b + (2 + i) * n + j] = values
     # one row holds the rigid body and the friction: a slow joint's row goes whole
     keep = ~slow
     rows = a[keep]
@@ -126,8 +133,15 @@ def fit_rigid(
     problem = LsqProblem(rows, dec["tau_j"][keep], groups)
     sol = least_squares(rows, problem.y, groups, method)
     names = [f"base{i + 1}" for i in range(b)] + names_of(("fc", "fv"), n)
-    names += names_of(("off",), n) if offset else []
+    names += names_of(tuple(k for k, _ in extras), n)
     return sol, names, tuple(names_of(("joint",), n)), problem
+
+
+def _ordered(extra: dict[str, Array] | None) -> list[tuple[str, Array]]:
+    unknown = set(extra or {}) - set(EXTRA)
+    if unknown:
+        raise ValueError(f"unknown extra columns {sorted(unknown)}; expected some of {EXTRA}")
+    return [(k, (extra or {})[k]) for k in EXTRA if k in (extra or {})]
 
 
 def stiffness_from_link_torque(y_b: Array, pi_b: Array, delta: Array) -> tuple[Array, Array]:

@@ -41,8 +41,8 @@ from agent.estimation.identification.least_squares import LsqSolution
 from agent.estimation.identification.model import Array
 from agent.models.robot.description import RobotDescription
 
-# Drive parameters that are >= 0 in every real drive (offsets, "off", are signed).
-NON_NEGATIVE = ("Ia", "fc", "fv", "k")
+# Drive parameters that are >= 0 in every real drive (offsets "off" and springs "ks" are signed).
+NON_NEGATIVE = ("Ia", "fc", "fv", "k", "mu")
 MAX_ITERATIONS = 400  # residual evaluations of the trust-region solver
 PRIOR_PULL = 1e-6  # of the residual's size per unit of x: holds the directions data cannot see
 _TRIL = np.tril_indices(4, -1)

@@ -72,6 +72,7 @@ from agent.estimation.identification.result import (
     JointHealth,
 )
 from agent.estimation.identification.robot_signals import RobotSignals, robot_signals
+from agent.estimation.identification.uncertainty import robust_covariance
 from agent.models.robot.description import RobotDescription
 from agent.models.robot.friction import friction_torque
 from agent.models.robot.regressor import regressor
@@ -200,7 +201,19 @@ def _identify(
                 robot, settings.prior_friction, kin.thd, kin.th, tau_j, linear=False
             )[0]
         cols["tau_j"] = tau_j
+    if settings.load_friction:
+        load = cols["tau_j"] if settings.model == "rigid" else kin.tau
+        cols["load"] = np.sign(kin.thd) * np.abs(load)
+    if settings.joint_spring:
+        cols["q"] = kin.q
     dec = {k: parallel_decimate(v, flt, keep) for k, v in cols.items()}
+    extra = {}
+    if settings.torque_offset or settings.joint_spring:
+        extra["off"] = np.ones_like(dec["tau"])
+    if settings.load_friction:
+        extra["mu"] = dec["load"]
+    if settings.joint_spring:
+        extra["ks"] = dec["q"]
     cond = _condition(y_b, dec["sgn"], dec["thd"])
     if not cond <= settings.max_condition_number:
         raise PoorExcitation(cond, settings.max_condition_number)
@@ -208,9 +221,7 @@ def _identify(
     rel_k: dict[str, float] = {}
     warnings: list[str] = []
     if settings.model == "elastic":
-        sol, names, groups, twist_rel, problem = fit_elastic(
-            y_b, dec, slow, settings.method, settings.torque_offset
-        )
+        sol, names, groups, twist_rel, problem = fit_elastic(y_b, dec, slow, settings.method, extra)
         est = dict(zip(names, sol.theta, strict=True))
         k = np.array([est.get(f"k{j + 1}", math.nan) for j in range(n)])
         ia = np.array([est[f"Ia{j + 1}"] for j in range(n)])
@@ -222,9 +233,7 @@ def _identify(
             if math.isnan(k[j])
         ]
     else:
-        sol, names, groups, problem = fit_rigid(
-            y_b, dec, slow, settings.method, settings.torque_offset
-        )
+        sol, names, groups, problem = fit_rigid(y_b, dec, slow, settings.method, extra)
         est = dict(zip(names, sol.theta, strict=True))
         ia = np.array([j.rotor_inertia_kg_m2 for j in robot.joints])
         k = None
@@ -244,16 +253,33 @@ def _identify(
         np.array([est[f"fv{j + 1}"] for j in range(n)]),
         k,
         settings.prior_friction if settings.model == "rigid" else None,
-        np.array([est[f"off{j + 1}"] for j in range(n)]) if settings.torque_offset else None,
+        _per_joint(est, "off", n),
+        _per_joint(est, "mu", n),
+        _per_joint(est, "ks", n),
     )
     predicted = np.einsum("njp,p->nj", y_b, model.link_base) + ia * dec["thdd"]
     predicted += model.coulomb_nm * dec["sgn"] + model.viscous_nm_s_rad * dec["thd"]
     if model.offset_nm is not None:
         predicted += model.offset_nm
+    if model.load_friction is not None:
+        predicted += model.load_friction * dec["load"]
+    if model.spring_nm_rad is not None:
+        predicted += model.spring_nm_rad * dec["q"]
     if settings.model == "rigid":  # the prior friction that was compensated
         predicted += dec["tau"] - dec["tau_j"] - ia * dec["thdd"]
     total, per_joint = nmse_nm(dec["tau"], predicted, ~slow)
-    rel = {**dict(zip(names, sol.relative_std_pct, strict=True)), **rel_k}
+    w_rows = sol.weights[problem.groups]
+    robust = robust_covariance(
+        problem.a * w_rows[:, None],
+        sol.residual * w_rows,
+        problem.y * w_rows,
+        problem.groups,
+        torque_constant_tolerance=settings.torque_constant_tolerance,
+    )
+    # What a user sees per joint is the robust figure: the textbook one assumes white residuals
+    # of a model that contains the truth, and is several times too small on real captures.
+    rel_robust = _relative_pct(robust.std, sol.theta)
+    rel = {**dict(zip(names, rel_robust, strict=True)), **rel_k}
     joints = tuple(
         JointHealth(
             spec.name,
@@ -302,10 +328,22 @@ def _identify(
         seconds=time.perf_counter() - t0,
         warnings=tuple(warnings),
         feasible=feasible,
+        robust=robust,
         time_s=keep / flt.sample_rate_hz,
         measured_torque_nm=np.where(slow, np.nan, dec["tau"]),
         predicted_torque_nm=np.where(slow, np.nan, predicted),
     )
+
+
+def _per_joint(est: dict[str, float], prefix: str, n: int) -> Array | None:
+    if f"{prefix}1" not in est:
+        return None
+    return np.array([est[f"{prefix}{j + 1}"] for j in range(n)])
+
+
+def _relative_pct(std: Array, theta: Array) -> Array:
+    with np.errstate(divide="ignore"):
+        return np.where(theta != 0.0, 100.0 * std / np.abs(theta), np.inf)
 
 
 def _condition(y_b: Array, sgn: Array, thd: Array) -> float:

@@ -61,6 +61,21 @@ class IdentificationSettings:
     torque_offset: bool = False
     # Also the physically consistent estimate (agent.estimation.identification.feasible).
     feasible: bool = False
+    # A friction share growing with the transmitted torque (strain-wave gears), fitted as
+    # mu * sgn(theta') * |tau| per joint; and a spring on each joint (a cable dress pack, a
+    # balancer), fitted with a torque offset as k * (q - q0).
+    load_friction: bool = False
+    joint_spring: bool = False
+    # The drives' torque-constant tolerance (+-, relative: 0.05 for +-5 %): a systematic error
+    # of the measured torque that enters every interval (agent.estimation.identification
+    # .uncertainty). 0 when the torque is measured by calibrated sensors.
+    torque_constant_tolerance: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.torque_constant_tolerance < 1.0:
+            raise ValueError(
+                f"torque_constant_tolerance must be in [0, 1), got {self.torque_constant_tolerance}"
+            )
 
 
 @functools.lru_cache(maxsize=16)
@@ -139,6 +154,8 @@ class DynamicModel:
     stiffness_nm_rad: Array | None
     prior: FrictionNonlinearity | None = None
     offset_nm: Array | None = None  # a bias on each joint's measured torque (torque_offset)
+    load_friction: Array | None = None  # mu: friction per N·m transmitted (load_friction)
+    spring_nm_rad: Array | None = None  # joint_spring
 
     def decimated_torque(
         self,
@@ -152,10 +169,14 @@ class DynamicModel:
         rigid = parallel_decimate(np.einsum("njp,p->nj", y, self.link_base), kin.flt, keep, sub)
         drive = self.rotor_inertia_kg_m2 * kin.thdd + self.coulomb_nm * np.sign(kin.thd)
         drive += self.viscous_nm_s_rad * kin.thd
+        # the load-dependent shares need the transmitted torque: the measured one stands in
+        tau_j = kin.tau - self.rotor_inertia_kg_m2 * kin.thdd
         if self.prior is not None:
-            # the load-dependent share needs the transmitted torque: the measured one stands in
-            tau_j = kin.tau - self.rotor_inertia_kg_m2 * kin.thdd
             drive += friction_torque(robot, self.prior, kin.thd, kin.th, tau_j, linear=False)[0]
+        if self.load_friction is not None:
+            drive += self.load_friction * np.sign(kin.thd) * np.abs(tau_j)
+        if self.spring_nm_rad is not None:
+            drive += self.spring_nm_rad * kin.q
         out = rigid + parallel_decimate(drive, kin.flt, keep)
         return out if self.offset_nm is None else out + self.offset_nm
 

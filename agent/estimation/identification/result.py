@@ -18,6 +18,10 @@ from agent.estimation.identification.model import Array, DynamicModel, Model
 
 if TYPE_CHECKING:  # the feasible fit needs scipy, which the daemon never loads
     from agent.estimation.identification.feasible import FeasibleEstimate
+    from agent.estimation.identification.uncertainty import RobustCovariance
+
+# two-sided 95 % quantile of the normal distribution
+Z_95 = 1.959963984540054
 
 
 class IndicatorRow(NamedTuple):
@@ -30,7 +34,8 @@ class IndicatorRow(NamedTuple):
 
 @dataclass(frozen=True)
 class JointHealth:
-    """Wear indicators of one joint, with the relative standard deviation of each estimate."""
+    """Wear indicators of one joint, with the relative standard deviation of each estimate
+    (the robust one: HAC and the torque-constant tolerance, IdentificationResult.robust)."""
 
     joint: str
     coulomb_nm: float
@@ -86,6 +91,9 @@ class IdentificationResult:
     measured_torque_nm: Array = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     predicted_torque_nm: Array = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     feasible: FeasibleEstimate | None = None  # with IdentificationSettings.feasible
+    # HAC + torque-constant covariance (agent.estimation.identification.uncertainty);
+    # rel_std_pct above is the textbook one, as Madsen et al. 2020's Table 4 gives it.
+    robust: RobustCovariance | None = None
 
     def __post_init__(self) -> None:
         for a in (
@@ -100,6 +108,18 @@ class IdentificationResult:
 
     def value(self, name: str) -> float:
         return float(self.estimate[self.names.index(name)])
+
+    @property
+    def std_robust(self) -> Array:
+        """Robust standard deviation of every estimate (the textbook one without `robust`)."""
+        if self.robust is None:
+            return self.rel_std_pct * np.abs(self.estimate) / 100.0
+        return self.robust.std
+
+    def interval_95(self) -> Array:
+        """(n, 2) lower and upper bound of each estimate's 95 % interval (robust std)."""
+        half = Z_95 * self.std_robust
+        return np.stack([self.estimate - half, self.estimate + half], axis=1)
 
     def indicator_rows(self) -> tuple[IndicatorRow, ...]:
         return tuple(r for j in self.joints for r in j.rows())
@@ -120,9 +140,29 @@ class IdentificationResult:
             "model": self.model,
             "method": self.method,
             "parameters": [
-                {"name": n, "value": float(v), "rel_std_pct": _finite(s)}
-                for n, v, s in zip(self.names, self.estimate, self.rel_std_pct, strict=True)
+                {
+                    "name": n,
+                    "value": float(v),
+                    "rel_std_pct": _finite(s),
+                    "std_robust": _finite(r),
+                    "interval_95": [_finite(lo), _finite(hi)],
+                }
+                for n, v, s, r, (lo, hi) in zip(
+                    self.names,
+                    self.estimate,
+                    self.rel_std_pct,
+                    self.std_robust,
+                    self.interval_95().tolist(),
+                    strict=True,
+                )
             ],
+            "uncertainty": None
+            if self.robust is None
+            else {
+                "method": "Newey-West HAC per equation group + torque-constant type B",
+                "lags": list(self.robust.lags),
+                "torque_constant_tolerance": self.robust.torque_constant_tolerance,
+            },
             "combinations": list(self.combinations),
             "group_sigma": dict(zip(self.group_names, map(_finite, self.group_sigma), strict=True)),
             "condition_number": self.condition_number,

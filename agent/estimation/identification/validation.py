@@ -30,6 +30,7 @@ from agent.estimation.identification.model import (
 from agent.estimation.identification.result import IdentificationResult
 from agent.estimation.identification.robot_signals import robot_signals
 from agent.models.robot.description import RobotDescription
+from agent.models.robot.friction import FrictionNonlinearity
 
 
 @dataclass(frozen=True)
@@ -138,15 +139,27 @@ def _validation_kinematics(
     return kin, keep, sub, s
 
 
-def true_parameters(robot: RobotDescription, result: IdentificationResult) -> Array:
-    """The values a perfect identification of `result`'s parameters would give (simulation)."""
+def true_parameters(
+    robot: RobotDescription,
+    result: IdentificationResult,
+    friction: FrictionNonlinearity | None = None,
+) -> Array:
+    """The values a perfect identification of `result`'s parameters would give (simulation);
+    `friction` is the simulation's torques beyond Coulomb + viscous, for the load-dependent
+    share and the joint spring (a spring relaxed at q0 shows as an offset of -k q0)."""
     m = nominal_model(robot)
+    n = robot.n_joints
+    nl = friction or FrictionNonlinearity.none(n)
+    spring = np.asarray(nl.cable_nm_rad or (0.0,) * n, dtype=np.float64)
+    neutral = np.asarray(nl.cable_neutral_rad or (0.0,) * n, dtype=np.float64)
     drive = {
         "Ia": m.rotor_inertia_kg_m2,
         "fc": m.coulomb_nm,
         "fv": m.viscous_nm_s_rad,
         "k": m.stiffness_nm_rad,
-        "off": np.zeros(robot.n_joints),  # the robot file's sensors have no bias
+        "off": -spring * neutral,  # the robot file's sensors have no bias
+        "mu": np.full(n, nl.load_fraction),
+        "ks": spring,
     }
     out = []
     for name in result.names:

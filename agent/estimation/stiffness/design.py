@@ -19,7 +19,8 @@ criterion is taken on the stiffness block of the posterior, the encoder offsets 
 (agent.estimation.stiffness.design_dual).
 
 The criteria, the design dataclass and the multi-start SLSQP live in
-agent.estimation.stiffness.design_solver; this module states the paper's TCP problem.
+agent.estimation.stiffness.design_solver; this module states the paper's TCP problem; the
+random designs it is compared with are agent.estimation.stiffness.design_random's.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ class TcpDesignSettings:
 # -- TCP force and laser deviation (the paper) -------------------------------------------------
 
 
-def _tcp_problem(
+def tcp_problem(
     model: ComplianceModel,
     settings: TcpDesignSettings,
     prior: StiffnessPrior,
@@ -191,7 +192,7 @@ def design_tcp(
             raise ValueError("given_q needs given_force")
         extra = given_information(model, prior, given_q, given_force, settings.noise_m, k)
         given = int(np.atleast_2d(np.asarray(given_q)).shape[0])
-    problem, f_scale = _tcp_problem(model, settings, prior, k, extra, k_n)
+    problem, f_scale = tcp_problem(model, settings, prior, k, extra, k_n)
     rng = np.random.default_rng(settings.seed)
     n_starts = max(settings.starts, 1)
     if settings.target_m is None:
@@ -199,7 +200,7 @@ def design_tcp(
     else:
         _check_reach(model, settings.target_m)
         # with a target position, random poses are infeasible: start from projected ones
-        single, _ = _tcp_problem(model, settings, prior, k, extra, 1)
+        single, _ = tcp_problem(model, settings, prior, k, extra, 1)
         target = np.asarray(settings.target_m, dtype=np.float64)
         rows, viol, worst = _feasible_rows(model, single, target, rng, k_n * n_starts)
         if not rows:
@@ -321,51 +322,3 @@ def _tcp_start(problem: Problem, rng: np.random.Generator, k_n: int, n: int) -> 
     corner = rng.integers(0, 2, (k_n, 3)).astype(bool)
     x[:, n:] = np.where(corner, hi[:, n:], lo[:, n:])
     return np.asarray(x.ravel())
-
-
-def random_feasible_tcp(
-    model: ComplianceModel,
-    settings: TcpDesignSettings,
-    prior: StiffnessPrior,
-    count: int,
-    rng: np.random.Generator,
-) -> list[StiffnessDesign]:
-    """Random designs that satisfy the bounds and constraints (rejection sampling of poses,
-    forces uniform in the box): the baseline the optimal design is compared with. Not for a
-    target position (the poses would need inverse kinematics)."""
-    if settings.target_m is not None:
-        raise ValueError("random_feasible_tcp does not support a target position")
-    k_n, n = settings.measurements, model.n_joints
-    problem, f_scale = _tcp_problem(model, settings, prior, prior.mean_nm_rad, np.zeros((n, n)), 1)
-    out = []
-    for _ in range(count):
-        rows: list[Array] = []
-        for _ in range(1000):
-            cand = rng.uniform(problem.lower, problem.upper, (64, n + 3))
-            _, ineq, _ = problem.evaluate(cand)
-            rows += list(cand[np.all(ineq >= 0, axis=1)])
-            if len(rows) >= k_n:
-                break
-        else:
-            raise InfeasibleRequestError("constraints", "no random pose meets them")
-        u = np.array(rows[:k_n])
-        q, f = u[:, :n], u[:, n:] * f_scale
-        info = given_information(model, prior, q, f, settings.noise_m)
-        cov = problem.covariance(info[None, :, :])[0]
-        out.append(
-            StiffnessDesign(
-                StiffnessMethod.TCP_DEVIATION,
-                settings.criterion,
-                model.joint_names,
-                q,
-                f,
-                forward(model.chain, q).tcp_pos,
-                cov,
-                criterion_value(cov, settings.criterion),
-                math.nan,
-                0,
-                0,
-                0.0,
-            )
-        )
-    return out

@@ -106,6 +106,14 @@ def map_fit(
     return MapFit(p, _inverse_spd(h), s, z - eta, it, converged)
 
 
+def effective_parameters(fit: MapFit, sigma: Array) -> float:
+    """How many parameters the data determine: tr(S C_post S^T Sigma^-1), the trace of the
+    hat matrix (each parameter counts 1 when its prior is negligible, 0 when the data add
+    nothing to it)."""
+    w = 1.0 / sigma**2
+    return float(np.einsum("ij,jk,ik,i->", fit.sensitivity, fit.covariance, fit.sensitivity, w))
+
+
 def _inverse_spd(a: Array) -> Array:
     # scaled to unit diagonal first: stiffness and offset columns differ by ~1e12
     d = 1.0 / np.sqrt(np.diag(a))

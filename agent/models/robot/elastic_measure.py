@@ -59,6 +59,7 @@ def measure(
     counts_per_turn: int | None = None,
     snr_db: float | None = None,
     torque_noise_nm: npt.ArrayLike | None = None,
+    torque_constant_error: npt.ArrayLike | None = None,
     seed: int = 0,
     cycle: str = "excitation",
 ) -> tuple[Capture, ...]:
@@ -66,7 +67,9 @@ def measure(
 
     Link and motor shaft are each read by an encoder of counts_per_turn (default the robot's;
     None there too: no quantisation); snr_db adds sensor noise to every channel;
-    torque_noise_nm (per joint, link side) adds drive torque noise on top.
+    torque_noise_nm (per joint, link side) adds drive torque noise on top;
+    torque_constant_error (per joint, measured / true - 1) scales the torque the drive reports,
+    as a torque constant off its nominal value does (current times the nominal constant).
     """
     rng = np.random.default_rng(seed)
     counts = counts_per_turn or robot.encoder_counts_per_turn
@@ -74,6 +77,11 @@ def measure(
     link = run.link_pos_rad
     shaft = run.motor_pos_rad * ratio
     torque = run.motor_torque_nm / ratio
+    if torque_constant_error is not None:
+        err = np.broadcast_to(
+            np.asarray(torque_constant_error, dtype=np.float64), (robot.n_joints,)
+        )
+        torque = torque * (1.0 + err)
     if counts:
         link, shaft = quantise(link, counts), quantise(shaft, counts)
     if snr_db is not None:

@@ -141,6 +141,12 @@ def _frames(chain: Chain, qa: Array) -> Array:
     return frames
 
 
+def body_frames(chain: Chain, q: npt.ArrayLike) -> Array:
+    """(B, n, 4, 4) body frames of the actuated angles q: z is joint i's axis, x and y turn
+    with link i (the compliance errors tilt links about them)."""
+    return _frames(chain, as_poses(q, chain.n_joints))
+
+
 def forward(chain: Chain, q: npt.ArrayLike) -> ChainPose:
     """Forward kinematics of the actuated angles q, (B, n) or (n,).
 
