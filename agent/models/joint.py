@@ -265,7 +265,9 @@ def simulate_constant_speed(
         j = i - n_pre
         if j >= 0:
             out_t[j] = j / test.sample_rate_hz
-            out_counts[j] = floor(reading / rad_per_count + noise[k_noise - 1])
+            # the encoder read now (the controller's last reading is older than this sample)
+            now_reading = theta_m + ecc * sin(theta_m + ecc_phase) if ecc else theta_m
+            out_counts[j] = floor(now_reading / rad_per_count + noise[k_noise - 1])
             out_motor[j] = theta_m
             out_load[j] = theta_l
             out_tau[j] = tau_m
