@@ -30,19 +30,7 @@ def trend_svg(
     scale, unit = display_unit(indicator, stored_unit)
     days = days_since(history)
     values = np.array([p.value for p in history]) * scale
-    has_bars = any(p.interval is not None for p in history)
-    low = np.array([np.nan if p.low is None else p.low for p in history]) * scale
-    high = np.array([np.nan if p.high is None else p.high for p in history]) * scale
-    series = [
-        Series(
-            f"{info.label} per cycle" + (" (bars: 95 % interval)" if has_bars else ""),
-            days,
-            values,
-            markers=True,
-            y_low=low if has_bars else None,
-            y_high=high if has_bars else None,
-        )
-    ]
+    series = [Series(f"{info.label} per cycle", days, values, markers=True)]
     if tr is not None:
         # The line is drawn over the points it was fitted to: after a change of slope, from
         # the break on (Trend.basis), so the plot shows which regime the forecast follows.
