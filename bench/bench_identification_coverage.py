@@ -57,12 +57,12 @@ SETTINGS: dict[str, tuple[Conditions, IdentificationSettings]] = {
 }
 
 
-def _trial(args: tuple[str, int, float]) -> tuple[list[str], list[bool], list[bool], float]:
-    which, seed, period_s = args
+def _trial(
+    args: tuple[str, int, tuple[np.ndarray, ...]],
+) -> tuple[list[str], list[bool], list[bool], float]:
+    which, seed, (t, q, qd, qdd) = args
     make, settings = SETTINGS[which]
     r = load_robot(ROBOTS / "planar2.yaml")
-    ex = design_excitation(r, ExcitationSettings(period_s=period_s, harmonics=4, maxiter=20))
-    t, q, qd, qdd = ex.trajectory.sample(1000.0, 1, 0.3)
     cond = make(r, seed)
     run = er.simulate(cond.truth, t, q, qd, qdd, friction=cond.friction, model=r)
     caps = measure(
@@ -85,7 +85,10 @@ def _trial(args: tuple[str, int, float]) -> tuple[list[str], list[bool], list[bo
 
 def coverage(which: str, trials: int, period_s: float) -> None:
     started = time.perf_counter()
-    jobs = [(which, 1000 + k, period_s) for k in range(trials)]
+    r = load_robot(ROBOTS / "planar2.yaml")
+    ex = design_excitation(r, ExcitationSettings(period_s=period_s, harmonics=4, maxiter=20))
+    samples = ex.trajectory.sample(1000.0, 1, 0.3)  # one excitation for every trial
+    jobs = [(which, 1000 + k, samples) for k in range(trials)]
     with multiprocessing.get_context("spawn").Pool(2) as pool:
         out = pool.map(_trial, jobs)
     names = out[0][0]

@@ -37,6 +37,7 @@ from agent.models.robot.compliance import (
     load_case,
 )
 from agent.models.robot.compliance_errors import (
+    TcpMismatch,
     geometry_is_length,
     tilt_columns,
     with_geometry_errors,
@@ -49,19 +50,10 @@ GEOMETRY_STEP = 1e-6  # m or rad: the Jacobian is smooth; 1e-6 keeps round-off b
 
 
 @dataclass(frozen=True)
-class TcpErrorPrior:
-    """Tolerances of what the compliance model leaves out (prior sd, one value per kind)."""
-
-    link_tilt_ratio: float = 0.0  # tilt compliance of a link / its joint's 1 / k0: mean and sd
-    length_sd_m: float = 0.0  # DH a, d and each tool offset component
-    angle_sd_rad: float = 0.0  # DH alpha and theta offset
-    laser_rotation_sd_rad: float = 0.0  # about each axis of the base frame
-    force_scale_sd: float = 0.0  # relative
-
-    def __post_init__(self) -> None:
-        for name, value in vars(self).items():
-            if not value >= 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
+class TcpErrorPrior(TcpMismatch):
+    """Tolerances of what the compliance model leaves out (prior sd, one value per kind): the
+    quantities TcpMismatch draws a simulated experiment from, as the estimator assumes them
+    (link_tilt_ratio is then both the mean and the sd of a link's tilt compliance ratio)."""
 
     @property
     def is_zero(self) -> bool:
