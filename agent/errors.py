@@ -8,6 +8,7 @@ from typing import Any
 EX_OK = 0
 EX_USAGE = 64
 EX_DATAERR = 65
+EX_NOINPUT = 66  # an input file, or the history a command reads, does not exist
 EX_UNAVAILABLE = 69  # the daemon or the stream asked for cannot be reached
 EX_SOFTWARE = 70
 EX_IOERR = 74
@@ -35,6 +36,20 @@ class CaptureError(AgentError):
         super().__init__(f"{source}: {problem}")
         self.source = source
         self.problem = problem
+
+
+class InputMissing(CaptureError):
+    """An input file named on the command line (or in a config) does not exist."""
+
+    exit_code = EX_NOINPUT
+
+
+def unreadable(source: str, exc: OSError) -> CaptureError:
+    """The error for an input that cannot be opened: InputMissing (exit 66) when it does not
+    exist, else a CaptureError (65) with the system's reason."""
+    if isinstance(exc, FileNotFoundError):
+        return InputMissing(source, "no such file")
+    return CaptureError(source, f"cannot read: {exc.strerror or exc}")
 
 
 class EstimationError(AgentError):

@@ -73,12 +73,14 @@ def _trial(
         seed=seed,
     )
     res = identify(caps, r, settings)
-    err = np.abs(res.estimate - true_parameters(cond.truth, res, cond.friction))
+    truth = true_parameters(cond.truth, res, cond.friction)
+    err = np.abs(res.estimate - truth)
     textbook = res.rel_std_pct * np.abs(res.estimate) / 100.0
+    low, high = res.interval_95().T
     return (
         list(res.names),
         (err <= Z_95 * textbook).tolist(),
-        (err <= Z_95 * res.std_robust).tolist(),
+        ((low <= truth) & (truth <= high)).tolist(),
         float(np.median(res.std_robust / np.maximum(textbook, 1e-300))),
     )
 

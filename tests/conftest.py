@@ -7,8 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from agent.config.model import BacklashCycleSettings, JointSettings
+
+# Generation speed is the machine's load, not the code's behaviour: a loaded CI host must not
+# fail a property test for drawing its examples slowly (each test's own settings add to this).
+settings.register_profile("jha", suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("jha")
 
 # The test of Giovannitti et al. 2022: 100 motor rev/s through a 40:1 gear, so one load turn
 # lasts T_f = 0.4 s.
@@ -103,6 +109,7 @@ _FAILED_CHECKS: set[str] = set()
 # them in the same pytest process, and never when they run first (docs/drivers/ur_rtde.md,
 # "Timing in the test suite"): they run first, in their usual order, until that is understood.
 _TIMING_FIRST = ("tests/drivers/ur_rtde/", "tests/faults/test_ur_")
+_CLOCK_STEP = "tests/faults/test_clock_jump.py"
 
 
 def pytest_sessionfinish(session: Any, exitstatus: int) -> None:
@@ -129,8 +136,12 @@ def _runs_alone(item: Any) -> bool:
     while the GRBL peer (one Python loop that also parses and plans) reads its pty between
     steps. With four test workers on two cores, peers at the same real-time priority hold each
     other up and one reads late, finding more bytes than a UART ever delivers unthrottled: an
-    overflow the sender never caused."""
-    if item.nodeid.startswith(_TIMING_FIRST):
+    overflow the sender never caused.
+
+    Also the wall-clock step test: its daemon runs paced sim cycles with overrun deadlines, and
+    with four workers beside two busy cores a cycle's physics overran its stop and was aborted
+    (rightly) in each phase, so no capture came to test the clock with."""
+    if item.nodeid.startswith(_TIMING_FIRST) or item.nodeid.startswith(_CLOCK_STEP):
         return True
     grbl_peer_tests = ("tests/feedrate/test_gcode_stream", "tests/drivers/grbl/")
     return item.nodeid.startswith(grbl_peer_tests) and "dnc" in item.name

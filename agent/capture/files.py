@@ -34,7 +34,7 @@ from agent.capture.checks import (
 )
 from agent.capture.metadata import check_meta, merge_meta, meta_from_mapping, read_sidecar
 from agent.capture.model import CHANNEL_UNITS, Array, Capture, CaptureMeta
-from agent.errors import CaptureError
+from agent.errors import CaptureError, unreadable
 
 StrPath = str | os.PathLike[str]
 
@@ -179,7 +179,7 @@ def _read_bounded(path: StrPath, source: str) -> bytes:
             f.seek(0)
             data = f.read(size + 1)
     except OSError as e:
-        raise CaptureError(source, f"cannot read: {e.strerror or e}") from None
+        raise unreadable(source, e) from None
     if len(data) > size:
         raise CaptureError(source, "the file grew while it was read; read it once it is complete")
     return data
@@ -252,7 +252,7 @@ def _npz_entries(path: StrPath, source: str) -> dict[str, np.ndarray]:
     try:
         fh = open(path, "rb")  # noqa: SIM115 - closed below, after the archive is read
     except OSError as e:
-        raise CaptureError(source, f"cannot read: {e.strerror or e}") from None
+        raise unreadable(source, e) from None
     with fh:
         head = fh.read(len(np.lib.format.MAGIC_PREFIX))
         fh.seek(0)

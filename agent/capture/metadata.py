@@ -21,7 +21,7 @@ import yaml
 
 from agent.capture.encoder import MAX_BITS, MIN_BITS, counts_per_turn
 from agent.capture.model import CaptureMeta
-from agent.errors import CaptureError
+from agent.errors import CaptureError, unreadable
 from agent.schema.yaml_lines import TextLines, physical_line
 
 _STR_FIELDS = ("machine", "joint", "cycle", "started_at")
@@ -163,7 +163,7 @@ def read_sidecar(path: Path) -> CaptureMeta:
     except UnicodeDecodeError as e:
         raise CaptureError(source, f"not UTF-8 text (byte {e.start})") from None
     except OSError as e:
-        raise CaptureError(source, f"cannot read: {e.strerror or e}") from None
+        raise unreadable(source, e) from None
     loader: yaml.SafeLoader | None = None
     try:
         # One parse: the node tree gives the key lines, the same tree builds the values.

@@ -20,7 +20,7 @@ import numpy as np
 from agent.atomic import atomic_writer
 from agent.capture.bounds import bounded_json, check_npz_archive
 from agent.capture.model import CHANNEL_UNITS, Array, Capture, CaptureMeta
-from agent.errors import CaptureError
+from agent.errors import CaptureError, unreadable
 
 FORMAT = "jha-multi-capture"
 FORMAT_VERSION = 1
@@ -203,7 +203,7 @@ def load_multi_capture(path: StrPath) -> MultiCapture:
     except CaptureError:
         raise
     except OSError as e:
-        raise CaptureError(source, f"cannot read: {e.strerror or e}") from None
+        raise unreadable(source, e) from None
     except Exception as e:  # zipfile, zlib and numpy each raise their own on a damaged file
         problem = f"corrupt or truncated .npz archive ({type(e).__name__})"
         raise CaptureError(source, problem) from None

@@ -17,6 +17,7 @@ def register(subparsers: Any) -> None:
 def _cmd_drivers(args: argparse.Namespace) -> int:
     from drivers.base import Capability, available_drivers, load_driver_class
 
+    rows = [("DRIVER", "ENTRY POINT", "CAPABILITIES")]
     for name, ep in sorted(available_drivers().items()):
         try:
             caps = load_driver_class(name).capabilities
@@ -30,5 +31,8 @@ def _cmd_drivers(args: argparse.Namespace) -> int:
             )
         except Exception as exc:  # a broken plugin is listed, not fatal
             text = f"cannot load: {exc}"
-        print(f"{name:10s} {ep.value:32s} {text}")
+        rows.append((name, ep.value, text))
+    widths = [max(len(r[k]) for r in rows) for k in range(2)]
+    for name, entry, text in rows:
+        print(f"{name:{widths[0]}}  {entry:{widths[1]}}  {text}")
     return EX_OK

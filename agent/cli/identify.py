@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.errors import EX_OK, CaptureError
+from agent.errors import EX_OK, CaptureError, InputMissing
 from agent.history.records import Estimate, Outcome
 
 if TYPE_CHECKING:  # the estimator loads scipy: imported by the command, not by `jha --help`
@@ -161,7 +161,7 @@ def capture_files(paths: Sequence[Path]) -> list[Path]:
         elif path.is_file():
             files.append(path)
         else:
-            raise CaptureError(str(path), "no such file or directory")
+            raise InputMissing(str(path), "no such file")
     return files
 
 

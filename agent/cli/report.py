@@ -1,6 +1,7 @@
 """`jha report [--config FILE] [--html FILE] [--json] [--controller NAME]`: the joint-health
 report from the history alone (nothing runs): the terminal table, or JSON on stdout, and the
-HTML page written to FILE (the report itself: agent.report.history).
+HTML page written to FILE (the report itself: agent.report.history). With no history, or none
+of the chosen controllers in it, it says so and exits 66 (EX_NOINPUT): nothing was judged.
 
 Every joint of a controller seen in `<state_dir>/history.sqlite` appears: joints with backlash
 cycles are judged against their configured limits; joints with other indicators only (a robot
@@ -26,7 +27,7 @@ from agent.cli.common import (
     run_standalone,
 )
 from agent.config.load import load_config
-from agent.errors import EX_OK
+from agent.errors import EX_NOINPUT, EX_OK
 from agent.history.store import HistoryStore
 from agent.report.history import merge_reports, report_from_history
 
@@ -44,7 +45,6 @@ def _cmd_report(args: argparse.Namespace) -> int:
     created = datetime.now(UTC)
     if not path.exists():
         # A report reads: it never creates the daemon's database (nor its state_dir).
-        print(f"jha: no history yet at {path}: the report lists no joint", file=sys.stderr)
         from agent.report.model import Report
 
         report = Report(
@@ -64,6 +64,18 @@ def _cmd_report(args: argparse.Namespace) -> int:
                     for c in chosen
                 ]
             )
+    if not (report.joints or report.indicator_joints):
+        # An empty table would read "worst: OK": nothing was judged, and the caller must know.
+        names = ", ".join(c.name for c in chosen)
+        where = "no history yet" if not path.exists() else "no joint of " + names + " in history"
+        print(
+            f"jha: {where} at {path}: nothing to report (has the agent run a cycle with this"
+            " config's state_dir?)",
+            file=sys.stderr,
+        )
+        if args.json:
+            print_json(report_to_dict(report))
+        return EX_NOINPUT
     if args.html is not None:
         atomic_write_text(args.html, render_html(report))
     if args.json:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agent.cli.common import UsageError
 from agent.errors import EX_OK, ConfigError
 
 
@@ -107,11 +108,21 @@ def _cmd_simulate_identification(args: argparse.Namespace) -> int:
     )
     from agent.config.model import ControllerSettings
     from agent.kinds.identification.analysis import excitation_cycle
+    from agent.models.robot.description import load_robot
     from drivers.sim.excitation import simulate_excitation
     from drivers.sim.settings import SimJointWear, SimRobotSettings
 
     friction = _scales(args.friction_scale, "--friction-scale")
     stiffness = _scales(args.stiffness_scale, "--stiffness-scale")
+    # Before the excitation design and the simulation (tens of seconds), not after them.
+    names = load_robot(args.robot).joint_names
+    for option, scales in (("--friction-scale", friction), ("--stiffness-scale", stiffness)):
+        unknown = sorted(set(scales) - set(names))
+        if unknown:
+            raise UsageError(
+                f"{option}: no joint {', '.join(unknown)} in {args.robot}; its joints are "
+                + ", ".join(names)
+            )
     wear = {
         j: SimJointWear(friction_scale=friction.get(j, 1.0), stiffness_scale=stiffness.get(j, 1.0))
         for j in {*friction, *stiffness}

@@ -9,6 +9,7 @@ through their entry points, and imported only when their settings are checked.
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import replace
 from difflib import get_close_matches
 from pathlib import Path
@@ -231,17 +232,39 @@ def _seq(node: Node | None, key: str) -> Node | None:
 
 
 def _duplicate_names(root: Node, file: str) -> list[ConfigIssue]:
-    """Names and indexes must be unique; checked on the tree so other mistakes do not hide them."""
+    """Names must be identifiers and unique, indexes unique; checked on the tree so other
+    mistakes do not hide them."""
     controllers = _seq(root, "controllers")
     if controllers is None:
         return []
-    out = _duplicates(controllers, "controllers", "name", str, file)
+    out = _identifiers(controllers, "controllers", file)
+    out += _duplicates(controllers, "controllers", "name", str, file)
     for i, c in enumerate(controllers.items):
         joints = _seq(c, "joints")
         if joints is not None:
             base = f"controllers[{i}].joints"
+            out += _identifiers(joints, base, file)
             out += _duplicates(joints, base, "name", str, file)
             out += _duplicates(joints, base, "index", int, file)
+    return out
+
+
+# A name becomes a directory under state_dir, an MQTT topic level and a report's anchor: a letter
+# first, then letters, digits, _ or - (no '', '..', '/', '+', '#' or spaces).
+NAME_RE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
+
+
+def _identifiers(items: Node, base: str, file: str) -> list[ConfigIssue]:
+    out = []
+    for i, item in enumerate(items.items):
+        node = item.get("name") if item.kind == "mapping" else None
+        if node is None or not isinstance(node.value, str) or NAME_RE.fullmatch(node.value):
+            continue  # missing or mistyped: the schema reports it
+        msg = (
+            "expected a name of 1 to 64 letters, digits, _ or - starting with a letter, "
+            f"found {node.value!r}"
+        )
+        out.append(ConfigIssue(file, node.line, join_path(f"{base}[{i}]", "name"), msg))
     return out
 
 

@@ -12,6 +12,7 @@ import dataclasses
 import difflib
 import enum
 import math
+import re
 import types
 from collections.abc import Mapping
 from typing import Any, Literal, Union, get_args, get_origin
@@ -100,6 +101,10 @@ def _plural(args: tuple[Any, ...], meta: Mapping[str, Any]) -> str:
     return "items"
 
 
+_YAML11_BOOLS = frozenset({"yes", "no", "on", "off", "y", "n"})
+_SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")
+
+
 def _show(value: Any) -> str:
     if isinstance(value, str):
         return repr(value)
@@ -124,10 +129,13 @@ def found(node: Node) -> str:
     if v is None:
         return "an empty value" if node.text == "" else f"{node.text} (null)"
     if isinstance(v, bool):
-        if node.text.lower() in ("true", "false"):
-            return node.text
-        return f"{node.text} (YAML reads it as {'true' if v else 'false'})"
+        return node.text
     if isinstance(v, str):
+        # Files are read as YAML 1.2: what YAML 1.1 tools made a boolean or a number is text.
+        if v.lower() in _YAML11_BOOLS:
+            return f"{_clip(repr(v))} (text in YAML 1.2, not a boolean: write true or false)"
+        if _SEXAGESIMAL.fullmatch(v):
+            return f"{_clip(repr(v))} (text, not the base-60 number YAML 1.1 read)"
         return _clip(repr(v))
     if isinstance(v, int | float):
         text = _clip(node.text)

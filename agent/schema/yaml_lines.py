@@ -3,8 +3,9 @@
 Built on PyYAML's safe loader at the node level (compose, not construct), so each error can
 name file:line. On top of plain PyYAML:
   * a key written twice in one mapping is an error naming both lines (PyYAML keeps the last);
-  * `2e5` and `1.0e3` are floats, as in YAML 1.2 (PyYAML's YAML 1.1 rules make them strings,
-    a trap in a file full of SI values);
+  * plain scalars resolve by YAML 1.2's core schema: `2e5` is a float (a string in YAML 1.1, a
+    trap in a file full of SI values), `1:20` and `yes` are strings (80 and true in YAML 1.1),
+    `010` is ten;
   * merge keys (`<<: *defaults`) are applied, explicit keys winning;
   * aliases that contain themselves or expand to a huge tree are errors, not hangs.
 
@@ -177,14 +178,48 @@ class Node:
 
 
 class _Loader(yaml.SafeLoader):
-    """Safe loader that also reads exponent-only floats (2e5, 1.0e3) as floats."""
+    """Safe loader with the YAML 1.2 core schema's plain scalars (see _core_schema)."""
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        text = str(self.construct_scalar(node))
+        sign, digits = (-1, text[1:]) if text[:1] == "-" else (1, text.lstrip("+"))
+        if digits[:2] == "0o":
+            return sign * int(digits[2:], 8)
+        if digits[:2] == "0x":
+            return sign * int(digits[2:], 16)
+        return sign * int(digits, 10)  # 010 is ten, as in YAML 1.2 (YAML 1.1: eight)
 
 
-_Loader.add_implicit_resolver(
-    _YAML_TAG + "float",
-    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
-    list("-+0123456789."),
-)
+def _core_schema() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
+    """PyYAML's implicit resolvers with YAML 1.1's bool, int and float rules replaced by YAML
+    1.2's core schema (https://yaml.org/spec/1.2.2/#1032-tag-resolution). YAML 1.1 reads
+    `gear_ratio: 1:20` as the base-60 number 80, `on`/`no` as booleans and `010` as eight;
+    under 1.2 the first two are strings (the schema then names the line) and `010` is ten.
+    Exponent-only floats (2e5) are floats, as an SI-valued file needs."""
+    replaced = {_YAML_TAG + t for t in ("bool", "int", "float")}
+    table: dict[Any, list[tuple[str, re.Pattern[str]]]] = {
+        first: [(tag, rx) for tag, rx in rules if tag not in replaced]
+        for first, rules in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    core = [
+        ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+        ("int", r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+", "-+0123456789"),
+        (
+            "float",
+            r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)",
+            "-+0123456789.",
+        ),
+    ]
+    for tag, rx, firsts in core:
+        pattern = re.compile(f"^(?:{rx})$")
+        for first in firsts:
+            table.setdefault(first, []).append((_YAML_TAG + tag, pattern))
+    return table
+
+
+_Loader.yaml_implicit_resolvers = _core_schema()
+_Loader.add_constructor(_YAML_TAG + "int", _Loader.construct_yaml_int)
 
 
 def load_yaml(path: str | Path) -> Node:

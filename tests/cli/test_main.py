@@ -392,6 +392,11 @@ def test_simulate_then_analyze_as_commands(tmp_path: Path) -> None:
 def test_drivers_lists_sim_with_its_capabilities(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["drivers"]) == EX_OK
     lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["DRIVER", "ENTRY", "POINT", "CAPABILITIES"]
+    # aligned: every row's entry point and capabilities start in the header's columns
+    for column in ("ENTRY POINT", "CAPABILITIES"):
+        at = lines[0].index(column)
+        assert all(line[at - 2 : at] == "  " and line[at] != " " for line in lines[1:])
     (sim,) = [line for line in lines if line.split()[0] == "sim"]
     assert "drivers.sim:SimDriver" in sim
     assert sim.rstrip().endswith(

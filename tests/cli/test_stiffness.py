@@ -15,7 +15,7 @@ from agent.cli.stiffness.measurements import (
     save_tcp_measurements,
     tcp_columns,
 )
-from agent.errors import EX_DATAERR, EX_OK, CaptureError, EstimationError
+from agent.errors import EX_DATAERR, EX_NOINPUT, EX_OK, CaptureError, EstimationError, InputMissing
 from agent.models.robot.compliance import InfeasibleRequestError
 from agent.models.robot.compliance_measurements import TcpMeasurements
 from tests.support.paths import ROBOTS
@@ -263,8 +263,9 @@ def test_csv_round_trip_and_errors_name_file_and_line(tmp_path: Path) -> None:
     path.write_text("# comment\nq1_rad,fx_n\n0,1\n")
     with pytest.raises(CaptureError, match=rf"{path}:2: header lacks q2_rad"):
         load_tcp_measurements(path, 6)
-    with pytest.raises(CaptureError, match="cannot read"):
+    with pytest.raises(InputMissing, match=r"missing\.csv: no such file") as missing:
         load_tcp_measurements(tmp_path / "missing.csv", 6)
+    assert missing.value.exit_code == EX_NOINPUT
 
 
 def test_bad_requests_raise_typed_errors(tmp_path: Path) -> None:

@@ -42,6 +42,19 @@ def test_joint_names_and_indexes_are_unique_within_a_controller(tmp_path: Path) 
     assert problems(tmp_path, MINIMAL + other) == []
 
 
+@pytest.mark.parametrize("name", ["''", "../../etc", "cell 1", "robot/1", "a+", "1st", "x" * 65])
+def test_controller_and_joint_names_are_identifiers(tmp_path: Path, name: str) -> None:
+    """A name becomes a directory, an MQTT topic level and an anchor: no '', '..', '/', '+'."""
+    expected = "expected a name of 1 to 64 letters, digits, _ or - starting with a letter, found "
+    shown = repr(name) if name != "''" else "''"
+    found = problems(tmp_path, MINIMAL.replace("name: r1", f"name: {name}", 1))
+    assert found == [f"c.yaml:2: controllers[0].name: {expected}{shown}"]
+    found = problems(tmp_path, MINIMAL.replace("name: j1", f"name: {name}", 1))
+    assert found == [f"c.yaml:5: controllers[0].joints[0].name: {expected}{shown}"]
+    # what real cells are called passes
+    assert problems(tmp_path, MINIMAL.replace("name: r1", "name: Cell-4_robot2", 1)) == []
+
+
 def test_joint_names_unique_even_when_another_joint_is_wrong(tmp_path: Path) -> None:
     dup = JOINT2.replace("name: j2", "name: j1").replace("gear_ratio: 50", "gear_ratio: x")
     assert problems(tmp_path, MINIMAL + dup) == [

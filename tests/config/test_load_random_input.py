@@ -67,7 +67,7 @@ def _assert_only_config_errors(path: Path, text: str) -> None:
     max_examples=200,
     deadline=None,
     derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 def test_scalar_garbage_at_known_fields_only_raises_config_errors(
     scratch: Path, changes: list[tuple[tuple[Any, ...], Any]]
@@ -89,7 +89,7 @@ def test_scalar_garbage_at_known_fields_only_raises_config_errors(
     max_examples=200,
     deadline=None,
     derandomize=True,
-    suppress_health_check=[HealthCheck.function_scoped_fixture],
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 def test_any_text_only_raises_config_errors(scratch: Path, text: str) -> None:
     _assert_only_config_errors(scratch, text)

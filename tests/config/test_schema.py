@@ -154,6 +154,25 @@ def test_exponent_floats_are_floats_as_in_yaml_1_2() -> None:
     assert root.plain() == {"a": 2e5, "b": 1e3, "c": -1e-3, "d": "1e", "e": 12, "f": 1.5e-4}
 
 
+def test_plain_scalars_follow_yaml_1_2_not_yaml_1_1() -> None:
+    """YAML 1.1 reads 1:20 as base-60 80, yes/on/off as booleans and 010 as octal eight."""
+    root = parse_yaml("a: 1:20\nb: yes\nc: off\nd: 010\ne: 0o17\nf: 0x1F\ng: .inf\nh: False\n", F)
+    assert root.plain() == {
+        "a": "1:20",
+        "b": "yes",
+        "c": "off",
+        "d": 10,
+        "e": 15,
+        "f": 31,
+        "g": float("inf"),
+        "h": False,
+    }
+    # so a ratio written as 1:20, or a switch as `yes`, is refused at its line
+    found = issues(Kinds, "s: x\ni: 3\nf: 1:20\nb: yes\n")
+    assert any(m.startswith(f"{F}:3: f: ") and "'1:20'" in m for m in found), found
+    assert any(m.startswith(f"{F}:4: b: ") and "'yes'" in m for m in found), found
+
+
 def test_load_yaml_reports_unreadable_files(tmp_path: Path) -> None:
     missing = tmp_path / "nope.yaml"
     with pytest.raises(ConfigError) as exc:
@@ -202,7 +221,7 @@ def test_every_kind_converts_to_its_python_type() -> None:
 s: hello
 i: 3.0
 f: 2
-b: yes
+b: true
 lit: 3
 opt: 2.5
 many: [0, 1.5]
@@ -248,7 +267,15 @@ def test_defaults_and_explicit_null_for_optional() -> None:
         ("i: -6", "i: expected an integer >= -5 and <= 5, found -6"),
         ("f: '1.5'", "f: expected a number, found '1.5'"),
         ("f: false", "f: expected a number, found false"),
-        ("f: off", "f: expected a number, found off (YAML reads it as false)"),
+        (
+            "f: off",
+            "f: expected a number, found 'off'"
+            " (text in YAML 1.2, not a boolean: write true or false)",
+        ),
+        (
+            "f: 1:20",
+            "f: expected a number, found '1:20' (text, not the base-60 number YAML 1.1 read)",
+        ),
         ("f: .nan", "f: expected a number, found .nan (not a finite number)"),
         ("f: -.inf", "f: expected a number, found -.inf (not a finite number)"),
         (

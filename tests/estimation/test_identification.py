@@ -14,7 +14,7 @@ import pytest
 from agent.capture.files import save_capture
 from agent.capture.model import Capture
 from agent.cli.identify import register
-from agent.errors import EX_DATAERR, EX_OK, AgentError, CaptureError, EstimationError
+from agent.errors import EX_DATAERR, EX_NOINPUT, EX_OK, AgentError, CaptureError, EstimationError
 from agent.estimation.identification.excitation import (
     ExcitationSettings,
     design_excitation,
@@ -494,4 +494,4 @@ def test_cli_refusals_exit_65_with_the_reason(planar, tmp_path, capsys) -> None:
     code, out = jha_identify([str(tmp_path), "--robot", robot_file, "--max-condition", "2"], capsys)
     assert code == EX_DATAERR and "exceeds the limit 2" in out
     code, out = jha_identify([str(tmp_path / "nothing"), "--robot", robot_file], capsys)
-    assert code == EX_DATAERR and "no such file" in out
+    assert code == EX_NOINPUT and "no such file" in out

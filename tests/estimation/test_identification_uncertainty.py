@@ -9,7 +9,11 @@ import scipy.signal
 
 from agent.estimation.identification.model import IdentificationSettings
 from agent.estimation.identification.result import Z_95
-from agent.estimation.identification.uncertainty import andrews_bandwidth, robust_covariance
+from agent.estimation.identification.uncertainty import (
+    andrews_bandwidth,
+    coverage_half_width,
+    robust_covariance,
+)
 
 
 def ar1(rng: np.random.Generator, n: int, rho: float) -> np.ndarray:
@@ -76,3 +80,52 @@ def test_the_torque_constant_term_is_the_refit_s_shift_under_a_scaled_torque() -
 def test_a_torque_constant_tolerance_outside_0_to_1_is_refused(tolerance: float) -> None:
     with pytest.raises(ValueError, match="torque_constant_tolerance"):
         IdentificationSettings(torque_constant_tolerance=tolerance)
+
+
+def _coverage_by_quadrature(std: float, half_ranges: list[float], h: float) -> float:
+    """P(|N(0, std^2) + sum U(-a_g, a_g)| <= h), by a midpoint grid over the uniforms: an
+    independent check of the Monte Carlo."""
+    from math import erf, sqrt
+
+    grids = np.meshgrid(*[np.linspace(-a, a, 401)[:-1] + a / 400 for a in half_ranges])
+    shift = sum(g.ravel() for g in grids)
+    phi = np.vectorize(lambda x: 0.5 * (1.0 + erf(x / sqrt(2.0))))
+    return float(np.mean(phi((h - shift) / std) - phi((-h - shift) / std)))
+
+
+def test_the_95_interval_of_a_lone_uniform_error_is_0_95_of_its_half_range() -> None:
+    h = coverage_half_width(np.array([0.0, 1e-12]), np.array([[2.0, 2.0]]))
+    assert h == pytest.approx([1.9, 1.9], rel=3e-3)  # GUM G.2.3: not 1.96 x 2 / sqrt(3) = 2.26
+
+
+def test_the_95_interval_without_uniform_terms_is_1_96_sigma() -> None:
+    h = coverage_half_width(np.array([0.5, 3.0]), np.zeros((2, 2)))
+    assert h == pytest.approx(Z_95 * np.array([0.5, 3.0]), rel=1e-12)
+
+
+def test_the_95_interval_of_a_normal_and_two_uniforms_matches_quadrature() -> None:
+    std, ranges = 1.0, [1.5, 0.7]
+    h = float(coverage_half_width(np.array([std]), np.array([[ranges[0]], [ranges[1]]]))[0])
+    assert _coverage_by_quadrature(std, ranges, h) == pytest.approx(0.95, abs=2e-3)
+    # between the normal-only quantile of the combined variance and 1.96 x it: shorter tails
+    combined = np.sqrt(std**2 + sum(a * a / 3.0 for a in ranges))
+    assert 1.85 * combined < h < Z_95 * combined
+
+
+def test_a_fit_s_interval_uses_the_monte_carlo_half_width() -> None:
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=(400, 2))
+    y = a @ np.array([2.0, -1.0]) + rng.normal(scale=0.1, size=400)
+    theta, *_ = np.linalg.lstsq(a, y, rcond=None)
+    cov = robust_covariance(
+        a, y - a @ theta, y, np.zeros(400, dtype=np.intp), torque_constant_tolerance=0.05
+    )
+    # dominated by the torque-constant term: shorter than 1.96 of the combined std
+    assert np.all(cov.half_width_95 < Z_95 * cov.std)
+    assert np.all(cov.half_width_95 > 1.6 * cov.std)
+
+
+@pytest.mark.parametrize("level", [0.0, 1.0, -0.5])
+def test_a_coverage_level_outside_0_to_1_is_refused(level: float) -> None:
+    with pytest.raises(ValueError, match="level"):
+        coverage_half_width(np.ones(1), np.ones((1, 1)), level)

@@ -15,7 +15,7 @@ from agent.cli import identify as cli_identify
 from agent.cli import report as cli_report
 from agent.cli import stiffness as cli_stiffness
 from agent.cli.common import record_joint_estimates
-from agent.errors import EX_CONFIG, EX_OK, EX_USAGE, AgentError
+from agent.errors import EX_CONFIG, EX_NOINPUT, EX_OK, EX_USAGE, AgentError
 from agent.estimation.identification.result import IndicatorRow
 from agent.history.records import Estimate
 from agent.history.store import HistoryStore
@@ -395,11 +395,26 @@ def test_report_command_outputs_and_an_empty_history(
 ) -> None:
     state = tmp_path / "state"
     capsys.readouterr()
-    # No history yet: an empty report, and the reader creates nothing.
-    assert jha("report", "--config", str(config), "--json") == EX_OK
+    # No history yet: an empty report that says so and fails, and the reader creates nothing.
+    assert jha("report", "--config", str(config), "--json") == EX_NOINPUT
     out = capsys.readouterr()
     assert json.loads(out.out)["joints"] == [] and "no history yet" in out.err
+    assert jha("report", "--config", str(config)) == EX_NOINPUT
+    out = capsys.readouterr()
+    assert "worst" not in out.out and "nothing to report" in out.err
     assert not state.exists()
+    # A history without this controller's joints is no report either.
+    with HistoryStore(state / "history.sqlite") as store:
+        store.record_cycle(
+            controller="other_cell",
+            joint="axis_1",
+            kind="backlash",
+            started_at=datetime(2026, 1, 1, tzinfo=UTC),
+            finished_at=None,
+            estimates=[Estimate("backlash_rad", 5e-4, "rad")],
+        )
+    assert jha("report", "--config", str(config)) == EX_NOINPUT
+    assert "no joint of cell1 in history" in capsys.readouterr().err
     with HistoryStore(state / "history.sqlite") as store:
         store.record_cycle(
             controller="cell1",

@@ -19,7 +19,7 @@ from agent.capture.multi import (
 )
 from agent.cli.main import main
 from agent.config.identification import IdentificationCycleSettings
-from agent.errors import EX_OK
+from agent.errors import EX_OK, EX_USAGE
 from agent.kinds.identification.analysis import (
     MAX_EVIDENCE_POINTS,
     IdentificationRefused,
@@ -160,6 +160,10 @@ def test_jha_simulate_identification_then_identify(tmp_path, capsys) -> None:
     fc = {j["joint"]: j["coulomb_nm"] for j in d["joints"]}
     assert fc["joint_1"] == pytest.approx(4.0, rel=0.1)
     assert fc["joint_2"] == pytest.approx(1.0, rel=0.1)
-    code = main([*argv, "--friction-scale", "joint_9=2"])
-    assert code == 74 and "joint_9" in capsys.readouterr().err  # DriverError: no such joint
+    # An unknown joint is a usage error found before anything is designed or simulated.
+    code = main([*argv, "--friction-scale", "joint_9=2", "--stiffness-scale", "joint_1=1.1"])
+    err = capsys.readouterr()
+    assert code == EX_USAGE and not out.with_suffix(".tmp").exists()
+    assert "--friction-scale: no joint joint_9" in (err.err + err.out)
+    assert "its joints are joint_1, joint_2" in (err.err + err.out)
     assert math.isfinite(d["nmse_nm"])

@@ -13,7 +13,7 @@ import yaml
 from agent.capture.encoder import angle_to_counts
 from agent.capture.files import load_capture
 from agent.capture.model import Capture, CaptureMeta
-from agent.errors import EX_DATAERR, CaptureError
+from agent.errors import EX_DATAERR, EX_NOINPUT, CaptureError, InputMissing
 
 BITS = 19
 META = CaptureMeta(
@@ -71,5 +71,8 @@ def write(name: str, text: str, meta: dict | None = None) -> str:
 def refused(path: str, meta: CaptureMeta | None = None) -> str:
     with pytest.raises(CaptureError) as info:
         load_capture(path, meta)
-    assert info.value.exit_code == EX_DATAERR
+    # a file that is not there is no input (66); one that is there but wrong is bad data (65)
+    expected = EX_NOINPUT if isinstance(info.value, InputMissing) else EX_DATAERR
+    assert info.value.exit_code == expected
+    assert not (isinstance(info.value, InputMissing) and Path(path).exists())
     return str(info.value)

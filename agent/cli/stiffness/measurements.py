@@ -10,7 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from agent.atomic import atomic_write_text
-from agent.errors import CaptureError, EstimationError
+from agent.errors import CaptureError, EstimationError, unreadable
 from agent.models.robot.compliance import ComplianceModel
 from agent.models.robot.compliance_measurements import (
     DualEncoderMeasurements,
@@ -39,7 +39,7 @@ def _read_csv(path: Path, required: tuple[str, ...], optional: tuple[str, ...]) 
     try:
         lines = path.read_text().splitlines()
     except OSError as exc:
-        raise CaptureError(str(path), f"cannot read: {exc.strerror or exc}") from None
+        raise unreadable(str(path), exc) from None
     rows = [(n, t.strip()) for n, t in enumerate(lines, 1) if t.strip() and not t.startswith("#")]
     if not rows:
         raise CaptureError(str(path), "empty file: expected a header row and measurements")

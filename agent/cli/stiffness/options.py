@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.errors import CaptureError
+from agent.errors import CaptureError, unreadable
 from agent.models.robot.compliance import ComplianceModel, Payload, compliance_model, with_payload
 from agent.models.robot.description import load_robot
 
@@ -84,7 +84,7 @@ def read_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(Path(path).read_text())
     except OSError as exc:
-        raise CaptureError(str(path), f"cannot read: {exc.strerror or exc}") from None
+        raise unreadable(str(path), exc) from None
     except json.JSONDecodeError as exc:
         raise CaptureError(f"{path}:{exc.lineno}", f"invalid JSON: {exc.msg}") from None
     if not isinstance(data, dict):

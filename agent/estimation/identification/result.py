@@ -117,8 +117,10 @@ class IdentificationResult:
         return self.robust.std
 
     def interval_95(self) -> Array:
-        """(n, 2) lower and upper bound of each estimate's 95 % interval (robust std)."""
-        half = Z_95 * self.std_robust
+        """(n, 2) lower and upper bound of each estimate's 95 % interval: the robust one (its
+        normal HAC part and uniform torque-constant part combined as JCGM 101 does), else
+        1.96 textbook standard deviations."""
+        half = Z_95 * self.std_robust if self.robust is None else self.robust.half_width_95
         return np.stack([self.estimate - half, self.estimate + half], axis=1)
 
     def indicator_rows(self) -> tuple[IndicatorRow, ...]:
@@ -159,7 +161,8 @@ class IdentificationResult:
             "uncertainty": None
             if self.robust is None
             else {
-                "method": "Newey-West HAC per equation group + torque-constant type B",
+                "method": "Newey-West HAC per equation group + torque-constant type B"
+                " (95 % interval by JCGM 101 Monte Carlo)",
                 "lags": list(self.robust.lags),
                 "torque_constant_tolerance": self.robust.torque_constant_tolerance,
             },
