@@ -24,6 +24,10 @@ from agent.health.status import Status, TrendPoint
 from agent.health.verdicts import indicator_info
 
 SECONDS_PER_DAY = 86_400.0
+# Below these the line is shown but not extrapolated: five cycles two minutes apart say nothing
+# about the rate per day, and a forecast from them ("watch in ~0 d") would be acted on.
+MIN_FORECAST_POINTS = 3  # the line itself needs as many
+MIN_FORECAST_SPAN_DAYS = 1.0
 
 
 class LimitName(StrEnum):
@@ -110,6 +114,8 @@ class Trend:
     break_time_iso: str | None = None
     break_p_value: float | None = None  # Davies' p-value of the change of slope
     points_after_break: int = 0  # points later than the break's own
+    # Why no forecast was made from this line (too few points or too short a span), else None.
+    forecast_withheld: str | None = None
 
     def line_at(self, days: float) -> float:
         """The trend line at `days` after its first point (first_time_iso)."""
@@ -167,6 +173,7 @@ class Trend:
             "break_time": self.break_time_iso,
             "break_p_value": self.break_p_value,
             "points_after_break": self.points_after_break,
+            "forecast_withheld": self.forecast_withheld,
         }
 
     def describe(self) -> str:
@@ -180,7 +187,9 @@ class Trend:
         for fc in (self.forecast_watch, self.forecast_alert):
             if fc is not None:
                 parts.append(fc.describe())
-        if self.forecast_watch is None and self.forecast_alert is None:
+        if self.forecast_withheld is not None:
+            parts.append(self.forecast_withheld)
+        elif self.forecast_watch is None and self.forecast_alert is None:
             parts.append("no limit crossing forecast (slope not positive or no limits)")
         return "; ".join(parts)
 
@@ -239,27 +248,55 @@ def trend(
         high = max(high, brk.slope_after)
     # scipy's intercept is at x = 0, which is the first used point's time here.
     level_now = intercept + slope * float(x[-1])
+    span = float(x[-1] - x[0])
+    withheld = forecast_withheld(len(used), span)
+    fc_watch = _forecast(LimitName.WATCH, watch, level_now, slope, low, high)
+    fc_alert = _forecast(LimitName.ALERT, alert, level_now, slope, low, high)
+    if withheld is not None:
+        # A line already past a limit says so (no extrapolation); no date for one ahead.
+        fc_watch = fc_watch if fc_watch is not None and fc_watch.reached else None
+        fc_alert = fc_alert if fc_alert is not None and fc_alert.reached else None
     return Trend(
         indicator=indicator,
         n_points=len(used),
         first_time_iso=used[0].time_iso,
         last_time_iso=used[-1].time_iso,
-        span_days=float(x[-1] - x[0]),
+        span_days=span,
         slope_per_day=slope,
         slope_low_per_day=low,
         slope_high_per_day=high,
         confidence=confidence,
         intercept=intercept,
         level_now=level_now,
-        forecast_watch=_forecast(LimitName.WATCH, watch, level_now, slope, low, high),
-        forecast_alert=_forecast(LimitName.ALERT, alert, level_now, slope, low, high),
+        forecast_watch=fc_watch,
+        forecast_alert=fc_alert,
         basis=basis,
         history_points=len(finite),
         history_first_time_iso=finite[0].time_iso,
         break_time_iso=None if brk is None else finite[brk.index].time_iso,
         break_p_value=None if brk is None else brk.p_value,
         points_after_break=0 if brk is None else len(finite) - 1 - brk.index,
+        forecast_withheld=withheld,
     )
+
+
+def forecast_withheld(n_points: int, span_days: float) -> str | None:
+    """Why a line of n_points over span_days is not extrapolated to a limit, or None."""
+    if n_points >= MIN_FORECAST_POINTS and span_days >= MIN_FORECAST_SPAN_DAYS:
+        return None
+    return (
+        f"not enough history yet for a forecast: {n_points} cycles over {_span_text(span_days)}"
+        f" (a forecast needs at least {MIN_FORECAST_POINTS} over at least "
+        f"{MIN_FORECAST_SPAN_DAYS:g} day)"
+    )
+
+
+def _span_text(days: float) -> str:
+    if days >= 1.0:
+        return f"{days:.3g} days"
+    if days * 24.0 >= 1.0:
+        return f"{days * 24.0:.3g} h"
+    return f"{days * 1440.0:.3g} min"
 
 
 def _forecast(
@@ -303,6 +340,13 @@ def forecast_sentence(tr: Trend | None, n_points: int = 0, passed: LimitName | N
     `passed` is the limit the last value is already at or past (see passed_limit)."""
     if tr is None:
         return f"{n_points} point(s) in the history: a trend needs at least 3 at different times."
+    if tr.forecast_withheld is not None:
+        # No rate either: a slope per day from minutes of data reads as a fact it is not.
+        text = tr.forecast_withheld[0].upper() + tr.forecast_withheld[1:] + "."
+        reached = [f for f in (tr.forecast_alert, tr.forecast_watch) if f is not None]
+        if reached:
+            text += f" The line is already at or past the {reached[0].limit_name} limit."
+        return text
     info = indicator_info(tr.indicator)
     rate = f"{tr.slope_per_day * info.scale:+.3g} {info.display_unit}/day".replace(" /", "/")
     parts = [f"{tr.over_text('cycles')} {info.label} changes by {rate}."]

@@ -16,7 +16,13 @@ from agent.config.model import ThresholdSettings
 from agent.errors import ConfigError
 from agent.estimation.backlash.result import BacklashResult
 from agent.health.status import Ne107, Status, TrendPoint, ne107_of, worst
-from agent.health.trend import forecast_sentence, next_forecast, passed_limit, trend
+from agent.health.trend import (
+    MIN_FORECAST_SPAN_DAYS,
+    forecast_sentence,
+    next_forecast,
+    passed_limit,
+    trend,
+)
 from agent.health.verdicts import Verdict, assess, assess_backlash
 
 T0 = datetime(2024, 1, 1, tzinfo=UTC)
@@ -240,7 +246,12 @@ def test_forecast_reaches_the_limit(
     values = [level + slope * d for d in days]
     watch = values[-1] + gap
     tr = trend(history(days, values), watch=watch, alert=watch * 2)
-    assert tr is not None and tr.forecast_watch is not None
+    assert tr is not None
+    if days[-1] < MIN_FORECAST_SPAN_DAYS:  # too short a history to extrapolate
+        assert tr.forecast_watch is None and tr.forecast_alert is None
+        assert tr.forecast_withheld is not None and "not enough history" in tr.forecast_withheld
+        return
+    assert tr.forecast_watch is not None and tr.forecast_withheld is None
     fc = tr.forecast_watch
     assert math.isclose(tr.level_now + tr.slope_per_day * fc.days, watch, rel_tol=1e-6)
     assert fc.days_low <= fc.days * (1 + 1e-9)
@@ -248,6 +259,28 @@ def test_forecast_reaches_the_limit(
 
 
 # -- forecasts: falling, past the limit, sentences, interval coverage, NE 107 --------------------
+
+
+def test_no_forecast_from_a_history_of_minutes() -> None:
+    """Five cycles two minutes apart: the line is kept, no date is forecast, and the sentence
+    gives no rate per day (the issue's "watch in ~0 d", "-0.303 mrad/day")."""
+    minutes = [k * 2.0 / 1440.0 for k in range(5)]
+    tr = trend(history(minutes, [5e-4 + 2e-6 * k for k in range(5)]), 6e-4, 8e-4, "backlash_rad")
+    assert tr is not None and tr.forecast_watch is None and tr.forecast_alert is None
+    assert tr.forecast_withheld == (
+        "not enough history yet for a forecast: 5 cycles over 8 min (a forecast needs at least "
+        "3 over at least 1 day)"
+    )
+    text = forecast_sentence(tr, 5)
+    assert text.startswith("Not enough history yet") and "/day" not in text
+    assert tr.to_dict()["forecast_withheld"] == tr.forecast_withheld
+    # a line already past a limit still says so: no extrapolation is needed for that
+    past = trend(history(minutes, [9e-4] * 5), 5e-4, 8e-4, "backlash_rad")
+    assert past is not None and past.forecast_alert is not None and past.forecast_alert.reached
+    assert "already at or past the alert limit" in forecast_sentence(past, 5)
+    # a day of history is enough
+    days = [0.0, 0.5, 1.0]
+    assert trend(history(days, [1.0, 2.0, 3.0]), 10.0).forecast_watch is not None  # type: ignore[union-attr]
 
 
 def test_a_falling_line_already_past_a_limit_has_reached_it() -> None:
