@@ -1,5 +1,6 @@
 """`jha analyze backlash CAPTURE`: the backlash signature fit (Giovannitti et al. 2022) of one
-capture file, with the delta = f(A) calibration when a CSV of pairs is given."""
+capture file, with the delta = f(A) calibration when a CSV of pairs is given (`jha analyze
+calibration` exports a configured joint's pairs: agent.cli.calibration)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,9 @@ def register(subparsers: Any) -> None:
     bl.add_argument("--json", action="store_true")
     bl.add_argument("--plot", type=Path, metavar="FILE.svg")
     bl.set_defaults(func=_cmd_analyze_backlash)
+    from agent.cli.calibration import add_parser
+
+    add_parser(ana)
 
 
 def _cmd_analyze_backlash(args: argparse.Namespace) -> int:

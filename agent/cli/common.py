@@ -61,8 +61,16 @@ def controller_of(config: Config, name: str) -> ControllerSettings:
     raise ConfigError(f"{config.source}: no controller named {name!r} (controllers: {known})")
 
 
-def recording_target(args: argparse.Namespace) -> tuple[Path, str] | None:
-    """(history file, controller) when --record is given, checked before any estimation runs."""
+def recording_target(
+    args: argparse.Namespace, joints: Sequence[str] = ()
+) -> tuple[Path, str] | None:
+    """(history file, controller) when --record is given, checked before any estimation runs.
+
+    The `joints` about to be recorded must belong to that controller, else the history gains
+    phantom joints under it (a UR5e's six recorded under a two-joint cell): every one of them
+    when the controller names a robot file (`robot:` or `identification.robot`), at least one
+    of its configured joints otherwise (a robot file's other joints are kept as indicator-only
+    joints, by design)."""
     if not args.record:
         if args.config is not None or args.controller is not None:
             raise UsageError("--config and --controller only go with --record")
@@ -70,8 +78,36 @@ def recording_target(args: argparse.Namespace) -> tuple[Path, str] | None:
     if args.config is None or args.controller is None:
         raise UsageError("--record needs --config FILE and --controller NAME")
     config = load_config(args.config)
-    controller_of(config, args.controller)
+    controller = controller_of(config, args.controller)
+    problem = _foreign_joints(controller, joints)
+    if problem:
+        raise UsageError(
+            f"--record: {problem}; record under the controller these measurements come from"
+        )
     return history_path(config), args.controller
+
+
+def _foreign_joints(controller: ControllerSettings, joints: Sequence[str]) -> str:
+    from agent.models.robot.description import load_robot
+
+    files = {controller.robot} | (
+        set() if controller.identification is None else {controller.identification.robot}
+    )
+    for file in sorted(f for f in files if f):
+        own = load_robot(file).joint_names
+        unknown = [j for j in joints if j not in own]
+        if unknown:
+            return (
+                f"controller {controller.name}'s robot file {file} has no joint "
+                f"{', '.join(unknown)} (its joints: {', '.join(own)})"
+            )
+    configured = [j.name for j in controller.joints]
+    if joints and configured and not set(joints) & set(configured):
+        return (
+            f"controller {controller.name} has none of the joints {', '.join(joints)} "
+            f"(its joints: {', '.join(configured)})"
+        )
+    return ""
 
 
 def record_joint_estimates(

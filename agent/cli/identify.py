@@ -192,9 +192,10 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         raise UsageError(
             f"--torque-constant-tolerance: expected a fraction in [0, 1), found {tolerance:g}"
         )
-    target = recording_target(args)  # a bad config or controller fails before the fit
-    started = datetime.now(UTC)
     robot = load_robot(args.robot)
+    # a bad config, controller or joint mismatch fails before the fit
+    target = recording_target(args, robot.joint_names)
+    started = datetime.now(UTC)
     files = capture_files(args.capture)
     captures = load_captures(files)
     settings = IdentificationSettings(

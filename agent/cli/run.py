@@ -25,6 +25,13 @@ def register(subparsers: Any) -> None:
     )
     run.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     run.add_argument(
+        "--log-format",
+        choices=["logfmt", "json"],
+        default="logfmt",
+        help="stderr lines as logfmt (default) or one JSON object each; under systemd both "
+        "carry the journal's priority prefix",
+    )
+    run.add_argument(
         "--dry-run",
         action="store_true",
         help="everything but motion: status read, interlocks checked, cycles logged as dry_run",
@@ -39,7 +46,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from agent.service.sd_notify import Notifier
 
     config = load_config(args.config)
-    setup_logging(args.log_level or config.agent.log_level)
+    setup_logging(args.log_level or config.agent.log_level, log_format=args.log_format)
     notifier = Notifier()
     agent = Agent(
         config,

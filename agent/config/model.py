@@ -20,6 +20,18 @@ PAPER_SWEEP_BACKLASH_RAD = (0.0, 3e-4, 5e-4, 7e-4, 9e-4, 11e-4, 13e-4, 15e-4, 17
 
 
 @dataclass(frozen=True)
+class RetentionSettings:
+    """How long captures and reports are kept (agent.service.retention), applied after each
+    stop; null switches a limit off. Each joint's latest evidence and what an open watch or
+    alert points to are always kept."""
+
+    max_age_days: float | None = field(default=365.0, metadata={"gt": 0.0})
+    max_mb: float | None = field(
+        default=2000.0, metadata={"gt": 0.0, "doc": "captures + reports size budget, MB"}
+    )
+
+
+@dataclass(frozen=True)
 class AgentSettings:
     state_dir: str = field(default="var", metadata={"doc": "history, captures, reports go here"})
     log_level: LogLevel = "info"
@@ -32,6 +44,7 @@ class AgentSettings:
     # Free space a stop must leave in state_dir after its captures and reports, or its cycles
     # are not started (agent.service.preflight).
     disk_reserve_mb: float = field(default=50.0, metadata={"ge": 0.0})
+    retention: RetentionSettings = field(default_factory=RetentionSettings)
 
 
 @dataclass(frozen=True)

@@ -336,6 +336,31 @@ class HistoryStore:
         found = self._records(row)
         return found[0] if found else None
 
+    def evidence_to_keep(self) -> list[tuple[str | None, str | None]]:
+        """(capture path, report path) of the cycles retention must not prune: each joint's
+        latest cycle of each kind (and its latest with a capture), and each joint's latest
+        judged cycle when that verdict is watch or alert (an open finding)."""
+        return self._conn.execute(
+            """
+            WITH captured AS (
+                SELECT id, ROW_NUMBER() OVER (PARTITION BY controller, joint, kind
+                                              ORDER BY seq_at DESC, id DESC) AS rn
+                FROM cycles WHERE capture_path IS NOT NULL),
+            latest AS (
+                SELECT id, ROW_NUMBER() OVER (PARTITION BY controller, joint, kind
+                                              ORDER BY seq_at DESC, id DESC) AS rn
+                FROM cycles),
+            judged AS (
+                SELECT c.id, v.status, ROW_NUMBER() OVER (PARTITION BY c.controller, c.joint
+                                                          ORDER BY c.seq_at DESC, c.id DESC) AS rn
+                FROM cycles c JOIN verdicts v ON v.cycle_id = c.id)
+            SELECT c.capture_path, r.path FROM cycles c LEFT JOIN reports r ON r.id = c.report_id
+            WHERE c.id IN (SELECT id FROM captured WHERE rn = 1)
+               OR c.id IN (SELECT id FROM latest WHERE rn = 1)
+               OR c.id IN (SELECT id FROM judged WHERE rn = 1 AND status IN ('watch', 'alert'))
+            """
+        ).fetchall()
+
     def report(self, message_id: str) -> ReportRecord | None:
         """A recorded report with the ids of its cycles, oldest first."""
         row = self._conn.execute(

@@ -33,6 +33,7 @@ Non-finite numbers are written as null so that the file is strict JSON.
 from __future__ import annotations
 
 import math
+import socket
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -206,7 +207,8 @@ class Report:
     machines: tuple[str, ...]
     joints: tuple[JointReport, ...]
     agent_version: str = __version__
-    host: str = ""
+    # the machine the agent runs on: reports from a plant's many agents say whose they are
+    host: str = field(default_factory=socket.gethostname)
     # Joints with other indicators only (no backlash cycle): shown, but given no status.
     indicator_joints: tuple[JointReport, ...] = ()
     # One per report, kept by every copy of it (file, MQTT message): exactly-once accounting.

@@ -33,6 +33,7 @@ from agent.service.pool import LazyPool
 from agent.service.publishers import Publishers, publishers_to_start
 from agent.service.recording import record_and_report
 from agent.service.recovery import Orphan, find_orphans, recover
+from agent.service.retention import prune_and_index
 from agent.service.runner import (
     ControllerRunner,
     RunnerEnv,
@@ -286,8 +287,24 @@ class Agent:
             self.out.write(written.table + "\n")
             self.out.write(f"report: {written.html_path}\n")
             self.out.flush()
+        await self._retention()
         if written.report is not None:
             await self._publish(written.report)
+
+    async def _retention(self) -> None:
+        """Prune captures and reports to the retention budget and rewrite the reports index
+        (in a thread: file-system work), logged; a failure is logged and the agent goes on."""
+        loop = asyncio.get_running_loop()
+        try:
+            result = await loop.run_in_executor(
+                None, prune_and_index, self.state_dir, self.config.agent.retention
+            )
+        except Exception as exc:  # retention must never take the daemon down
+            log.error(kv("retention_failed", error=str(exc)))
+            return
+        if result.deleted or result.over_budget:
+            # over budget with only protected files left: someone must look at the disk
+            (log.warning if result.over_budget else log.info)(result.to_log())
 
     async def _start_publishers(self) -> None:
         self.publishers = publishers_to_start(self.publishers, self.config.publish, self.state_dir)

@@ -79,6 +79,32 @@ def test_config_check_accepts_the_demo(capsys: pytest.CaptureFixture[str]) -> No
     assert capsys.readouterr().out.strip() == f"{demo}: OK"
 
 
+@pytest.mark.parametrize(
+    ("file", "kind"),
+    [
+        ("robots/ur5e.yaml", "robot"),
+        ("robots/panda.yaml", "robot"),
+        ("machines/farouki2022.yaml", "machine"),
+    ],
+)
+def test_config_check_knows_robot_and_machine_files(
+    file: str, kind: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not "unknown key ... expected controllers": each kind is checked by its own loader."""
+    path = ROOT / "config" / file
+    assert main(["config", "check", str(path)]) == EX_OK
+    assert capsys.readouterr().out.strip() == f"{path}: OK ({kind} file)"
+    # a mistake in one is found at its line
+    text = path.read_text()
+    broken = tmp_path / "broken.yaml"
+    key = "encoder_counts_per_turn:" if kind == "robot" else "eps_m:"
+    broken.write_text(text.replace(key, key + " -3 #", 1))
+    assert main(["config", "check", str(broken)]) == EX_CONFIG
+    err = capsys.readouterr().err
+    line = text[: text.index(key)].count("\n") + 1
+    assert f"{broken}:{line}:" in err and "controllers" not in err
+
+
 BROKEN = """\
 controllers:
   - name: robot

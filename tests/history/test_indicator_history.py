@@ -219,6 +219,44 @@ def test_unknown_controller_or_missing_options_are_refused(
         == EX_CONFIG
     )
     assert jha("report", "--config", str(config), "--controller", "nope") == EX_CONFIG
+    # A UR5e's joints recorded under a cell whose joints have other names: refused before the
+    # capture is read, naming both sets; nothing is written.
+    capsys.readouterr()
+    ur5e = str(ROBOTS / "ur5e.yaml")
+    code = jha(
+        "identify",
+        str(tmp_path / "none"),
+        "--robot",
+        ur5e,
+        "--record",
+        "--config",
+        str(config),
+        "--controller",
+        "cell1",
+    )
+    out = capsys.readouterr().out
+    assert code == EX_USAGE and "controller cell1 has none of the joints shoulder_pan" in out
+    assert "(its joints: axis_2)" in out
+    # with a robot file in the controller, every recorded joint must be one of its joints
+    named = tmp_path / "named.yaml"
+    named.write_text(
+        config.read_text().replace("    driver: sim\n", f"    driver: sim\n    robot: {IRB}\n")
+    )
+    code = jha(
+        "stiffness",
+        "estimate",
+        str(measurements),
+        "--robot",
+        ur5e,
+        "--record",
+        "--config",
+        str(named),
+        "--controller",
+        "cell1",
+    )
+    out = capsys.readouterr().out
+    assert code == EX_USAGE and f"robot file {IRB} has no joint shoulder_pan" in out
+    assert not (tmp_path / "state" / "history.sqlite").exists()
 
 
 def test_identification_rows_are_recorded_per_joint_with_their_uncertainty(

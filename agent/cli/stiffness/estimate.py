@@ -117,9 +117,10 @@ def _cmd_estimate(args: argparse.Namespace) -> int:
     from agent.estimation.stiffness.inference import estimate_dual_encoder, estimate_stiffness
     from agent.estimation.stiffness.tcp_errors import TcpErrorPrior
 
-    target = recording_target(args)  # a bad config or controller fails before the fit
-    started = datetime.now(UTC)
     model = model_of(args)
+    # a bad config, controller or joint mismatch fails before the fit
+    target = recording_target(args, model.joint_names)
+    started = datetime.now(UTC)
     prior = prior_of(model, args)
     if args.method == "dual-encoder":
         dual = load_dual_encoder_measurements(args.file, model, args.noise_counts)
