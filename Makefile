@@ -11,7 +11,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,all]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -59,9 +59,9 @@ clean:
 	rm -rf $(VENV) var build *.egg-info
 
 # Install as a systemd service (docs/service.md); as root, or into DESTDIR= for a staged tree.
-# PREFIX, SYSCONFDIR, UNITDIR, SYSUSERSDIR, PYTHON, JHA_DEPS_SITE: see scripts/install.sh.
+# PREFIX, SYSCONFDIR, UNITDIR, SYSUSERSDIR, PYTHON, EXTRAS, JHA_DEPS_SITE: see scripts/install.sh.
 INSTALL_VARS = DESTDIR='$(DESTDIR)' PREFIX='$(PREFIX)' SYSCONFDIR='$(SYSCONFDIR)' \
-	UNITDIR='$(UNITDIR)' SYSUSERSDIR='$(SYSUSERSDIR)' JHA_DEPS_SITE='$(JHA_DEPS_SITE)'
+	UNITDIR='$(UNITDIR)' SYSUSERSDIR='$(SYSUSERSDIR)' JHA_DEPS_SITE='$(JHA_DEPS_SITE)' EXTRAS='$(EXTRAS)'
 .PHONY: install uninstall
 install:
 	$(INSTALL_VARS) $(if $(INSTALL_PYTHON),PYTHON='$(INSTALL_PYTHON)') scripts/install.sh

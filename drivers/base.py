@@ -12,6 +12,7 @@ import asyncio
 import datetime as dt
 import enum
 import importlib.metadata
+import importlib.util
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, TypeAlias, TypeVar
@@ -238,6 +239,9 @@ class Driver(abc.ABC):
     # The frozen dataclass the driver's `settings:` section is validated into
     # (agent.schema.validate).
     settings_type: ClassVar[type[Any] | None] = None
+    # Modules the driver imports only when it runs (in a worker, at connect): checked by `jha
+    # config check` and `jha drivers`, naming the package extra (DRIVER_EXTRAS) that installs them.
+    requires: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, controller: str, settings: Any, joints: tuple[Any, ...]) -> None:
         self.controller = controller
@@ -319,12 +323,42 @@ def available_drivers() -> dict[str, importlib.metadata.EntryPoint]:
     return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
 
 
+# Which extra of the package installs each driver's dependencies (pyproject.toml).
+# The others' dependencies are the core's own (asyncua, pyserial serve agent.publish and
+# agent.feedrate too).
+DRIVER_EXTRAS = {"ur_rtde": "ur", "can": "can"}
+
+
+def install_hint(driver: str, missing: str) -> str:
+    extra = DRIVER_EXTRAS.get(driver)
+    where = f": pip install 'joint-health-agent[{extra}]'" if extra else ""
+    return f"driver {driver!r} needs the Python module {missing!r}, not installed{where}"
+
+
+def missing_modules(cls: type[Driver]) -> list[str]:
+    """The driver's run-time modules (Driver.requires) that cannot be found."""
+    out = []
+    for module in cls.requires:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            out.append(module)
+    return out
+
+
 def load_driver_class(name: str) -> type[Driver]:
     eps = available_drivers()
     if name not in eps:
         known = ", ".join(sorted(eps)) or "none installed"
         raise DriverError(f"unknown driver {name!r} (installed: {known})")
-    cls = eps[name].load()
+    try:
+        cls = eps[name].load()
+    except ModuleNotFoundError as exc:
+        if exc.name and not exc.name.startswith(("drivers", "agent")):
+            raise DriverError(install_hint(name, exc.name)) from exc
+        raise
     if not (isinstance(cls, type) and issubclass(cls, Driver)):
         raise DriverError(f"entry point {name!r} does not name a Driver subclass")
     return cls

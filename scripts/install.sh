@@ -12,6 +12,8 @@
 #   SYSUSERSDIR    where the sysusers.d file goes             (/etc/sysusers.d)
 #   PYTHON         interpreter of the venv; must be outside /home and /root, which the unit
 #                  hides (ProtectHome=yes)                    (/usr/bin/python3)
+#   EXTRAS         the drivers' dependencies to install: comma-separated extras of the package
+#                  (ur, can; all = both)                                            (all)
 #   JHA_DEPS_SITE  test mode: a site-packages directory that already holds the dependencies
 #                  (e.g. the checkout's .venv); the package is installed with --no-deps and
 #                  the venv reads the dependencies from there through a .pth file. Without it
@@ -93,7 +95,7 @@ if [ -n "$JHA_DEPS_SITE" ]; then
     $PIP install --no-deps "$BUILD"
     say "dependencies from $JHA_DEPS_SITE (test mode)"
 else
-    $PIP install "$BUILD"
+    $PIP install "$BUILD[${EXTRAS:-all}]"
 fi
 
 if [ -n "$D" ]; then

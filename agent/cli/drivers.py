@@ -15,19 +15,31 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_drivers(args: argparse.Namespace) -> int:
-    from drivers.base import Capability, available_drivers, load_driver_class
+    from drivers.base import (
+        Capability,
+        available_drivers,
+        install_hint,
+        load_driver_class,
+        missing_modules,
+    )
 
     rows = [("DRIVER", "ENTRY POINT", "CAPABILITIES")]
     for name, ep in sorted(available_drivers().items()):
         try:
-            caps = load_driver_class(name).capabilities
+            cls = load_driver_class(name)
+            caps = cls.capabilities
+            missing = missing_modules(cls)
             text = (
-                ", ".join(
-                    (c.name or "").lower()
-                    for c in Capability
-                    if c is not Capability.NONE and c in caps
+                install_hint(name, missing[0])
+                if missing
+                else (
+                    ", ".join(
+                        (c.name or "").lower()
+                        for c in Capability
+                        if c is not Capability.NONE and c in caps
+                    )
+                    or "none"
                 )
-                or "none"
             )
         except Exception as exc:  # a broken plugin is listed, not fatal
             text = f"cannot load: {exc}"

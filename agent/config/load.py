@@ -372,7 +372,7 @@ def _driver_runs_cycles(name: str) -> bool:
 
 def _settings_type(name: str) -> tuple[type | None, str | None]:
     """(driver's settings_type, None) or (None, why the driver cannot be used)."""
-    from drivers.base import available_drivers, load_driver_class
+    from drivers.base import available_drivers, install_hint, load_driver_class, missing_modules
 
     entry_points = available_drivers()
     if name not in entry_points:
@@ -393,4 +393,7 @@ def _settings_type(name: str) -> tuple[type | None, str | None]:
         return None, str(exc)
     except Exception as exc:  # a broken plugin must not crash `jha config check`
         return None, f"driver {name!r} cannot be loaded: {type(exc).__name__}: {exc}"
+    missing = missing_modules(cls)
+    if missing:
+        return None, install_hint(name, missing[0])
     return cls.settings_type, None

@@ -75,6 +75,8 @@ class UrRtdeDriver(Driver):
         | Capability.RETURN_MOVE
     )
     settings_type: ClassVar[type[Any] | None] = UrRtdeSettings
+    # imported by the worker process only (drivers.ur_rtde.worker.cycle)
+    requires: ClassVar[tuple[str, ...]] = ("rtde_control", "rtde_receive")
 
     def __init__(self, controller: str, settings: Any, joints: tuple[Any, ...]) -> None:
         super().__init__(controller, settings, joints)
