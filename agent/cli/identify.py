@@ -196,7 +196,11 @@ def _cmd_identify(args: argparse.Namespace) -> int:
     # a bad config, controller or joint mismatch fails before the fit
     target = recording_target(args, robot.joint_names)
     started = datetime.now(UTC)
+    from agent.cli.progress import Steps
+
+    steps = Steps(2)
     files = capture_files(args.capture)
+    steps.step(f"reading {len(files)} capture file(s)")
     captures = load_captures(files)
     settings = IdentificationSettings(
         method=args.method,
@@ -214,7 +218,9 @@ def _cmd_identify(args: argparse.Namespace) -> int:
     if args.max_condition is not None:
         settings = replace(settings, max_condition_number=args.max_condition)
     where = str(args.capture[0]) if len(args.capture) == 1 else f"{len(files)} capture files"
+    steps.step(f"identifying {robot.name} ({settings.model}, {settings.method})")
     result = identify(captures, robot, settings, where=where)
+    steps.done(f"identified in {result.seconds:.1f} s")
     if target is not None:
         detail = {"method": result.method, "model": result.model, "source": where}
         recorded = identification_estimates(result.indicator_rows(), detail)

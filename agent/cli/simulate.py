@@ -139,10 +139,17 @@ def _cmd_simulate_identification(args: argparse.Namespace) -> int:
             seed=args.seed,
         ),
     )
+    from agent.cli.progress import Steps
+
+    steps = Steps(3)
+    steps.step(f"designing the excitation (up to {args.maxiter} optimiser iterations)")
     cycle = excitation_cycle(ControllerSettings(name="sim", driver="sim", identification=settings))
     truth = SimRobotSettings(robot=str(args.robot), wear=wear, torque_noise_nm=args.torque_noise_nm)
+    steps.step(f"simulating {cycle.periods} x {cycle.period_s:g} s of {args.robot}")
     capture = simulate_excitation(cycle, truth, args.seed, "sim")
+    steps.step(f"writing {args.output}")
     save_multi_capture(capture, args.output)
+    steps.done()
     print(
         f"{args.output}: {len(capture)} samples of {len(capture.joints)} joints at "
         f"{capture.sample_rate_hz:g} Hz ({cycle.robot}, {cycle.periods} x {cycle.period_s:g} s)"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -97,15 +98,23 @@ async def finish_jobs(
     ctrl: ControllerSettings,
     jobs: list[JointJob],
     on_jobs: Callable[[ControllerSettings, list[JointJob]], Awaitable[None]],
+    on_progress: Callable[[str], None] | None = None,
 ) -> bool:
     """Await every job's analysis (a refusal or a failure becomes the job's outcome), then hand
     the jobs to `on_jobs` (record, report, publish). A failure is logged, never raised: the
     controller goes on (False says the stop was not recorded). On cancellation no analysis is
-    left running."""
+    left running. Each finished analysis is logged (`event=analysed`, k of n, seconds since the
+    stop's first) and said to `on_progress`: fits take tens of seconds, and silence reads as a
+    hang."""
+    started = time.monotonic()
+    total = sum(1 for job in jobs if job.analysis is not None)
+    done = 0
     try:
         for job in jobs:
             if job.analysis is None:
                 continue
+            if on_progress is not None:
+                on_progress(f"{done}/{total} fitted, fitting {job.joint_name}")
             try:
                 job.result = await job.analysis
             except AnalysisRefused as exc:  # measured, but not to be trusted: no data
@@ -118,6 +127,12 @@ async def finish_jobs(
                 log.exception(kv("analysis_failed", controller=ctrl.name, joint=job.joint_name))
                 job.outcome = Outcome.ERROR
                 job.error = f"analysis failed: {type(exc).__name__}: {exc}"
+            done += 1
+            seconds = round(time.monotonic() - started, 1)
+            log.info(kv("analysed", controller=ctrl.name, joint=job.joint_name,
+                        done=f"{done}/{total}", seconds=seconds))  # fmt: skip
+        if on_progress is not None:
+            on_progress(f"{done}/{total} fitted, recording and reporting")
         await on_jobs(ctrl, [job.for_pool() for job in jobs])
         return True
     except asyncio.CancelledError:
@@ -142,10 +157,12 @@ class Finishing:
         on_jobs: Callable[[ControllerSettings, list[JointJob]], Awaitable[None]],
         on_done: Callable[[], None],
         limit: int = MAX_FINISHING,
+        on_progress: Callable[[str], None] | None = None,
     ) -> None:
         self.ctrl = ctrl
         self.on_jobs = on_jobs
         self.on_done = on_done
+        self.on_progress = on_progress
         self.limit = limit
         self._tasks: set[asyncio.Task[None]] = set()
         self.failures = 0  # stops whose record or report failed
@@ -163,7 +180,7 @@ class Finishing:
         task.add_done_callback(self._tasks.discard)
 
     async def _finish(self, jobs: list[JointJob]) -> None:
-        if not await finish_jobs(self.ctrl, jobs, self.on_jobs):
+        if not await finish_jobs(self.ctrl, jobs, self.on_jobs, self.on_progress):
             self.failures += 1
         self.on_done()
 

@@ -74,7 +74,10 @@ class ControllerRunner:
         self.busy = False  # inside a stop's cycles: not an idle point
         self.task: asyncio.Task[int] | None = None
         # Analyses, records and reports of past stops, finishing while the next stop may start.
-        self._finishing = Finishing(ctrl, env.on_jobs, env.on_state)
+        self._finishing = Finishing(
+            ctrl, env.on_jobs, env.on_state, on_progress=self._analysis_progress
+        )
+        self._analysis_text = ""
         self._retire = False
         self._wake = asyncio.Event()
         self._ran_this_stop = False
@@ -182,7 +185,7 @@ class ControllerRunner:
                 return 0
             code = await self._loop(driver)
             if self._finishing:  # --once and reloads: the last stop's results first
-                self._set_state("analysing")
+                self._set_state(f"analysing ({self._analysis_text or 'started'})")
                 await self._finishing.wait()
             if self.env.once and code == 0:
                 return once_exit_code(self._once_jobs, self._finishing.failures)
@@ -364,10 +367,20 @@ class ControllerRunner:
         self.queue, plannable = self._ident.plannable(self.queue)
         return plannable
 
+    def _analysis_progress(self, text: str) -> None:
+        """From the background analyses: into STATUS= and `jha status` at once."""
+        self._analysis_text = text
+        waiting = "analysing the last stop's captures"
+        if self.state.startswith(waiting) and "; " in self.state:
+            self._set_state(f"{waiting} ({text}); {self.state.split('; ', 1)[1]}")
+        elif self.state.startswith("analysing"):
+            self._set_state(f"analysing ({text})")
+
     def _idle_text(self, status: ControllerStatus | None) -> str:
         text = self._waiting_text(status)
         if self._finishing:
-            return f"analysing the last stop's captures; {text}"
+            done = f" ({self._analysis_text})" if self._analysis_text else ""
+            return f"analysing the last stop's captures{done}; {text}"
         return text
 
     def _waiting_text(self, status: ControllerStatus | None) -> str:

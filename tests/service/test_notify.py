@@ -176,6 +176,9 @@ def test_ready_watchdog_status_reload_rejected_and_stopping(
     statuses = [m for _, m in d.messages[ready : done + 1] if m.startswith("STATUS=")]
     assert len(statuses) >= 4, statuses  # it said what it was doing at each step
     assert any("analysing" in s for s in statuses), statuses
+    # the fits' progress is in STATUS= too (k of n fitted), and in the log
+    assert any("fitted" in s for s in statuses), statuses
+    assert "event=analysed" in d.log() and "done=2/2" in d.log()
 
     pings = [t for t, m in d.messages[ready : done + 1] if m == "WATCHDOG=1"]
     cycle_start = d.messages[first_cycle][0]
