@@ -8,6 +8,7 @@ NEEDED=(
   "chromium:chromium"    # headless screenshot test of the HTML report
   "systemd-analyze:systemd"  # verify and security-score the unit
   "faketime:faketime"    # libfaketime: the wall clock stepped under the daemon (tests/faults)
+  "prometheus:prometheus"  # a real Prometheus scrapes the metrics endpoint (tests/publish)
 )
 missing=()
 for entry in "${NEEDED[@]}"; do

@@ -18,4 +18,8 @@ def publishers_for(settings: PublishSettings, state_dir: Path) -> list[HealthPub
         from agent.publish.opcua_server.server import OpcUaHealthServer
 
         out.append(OpcUaHealthServer(settings.opcua_server, state_dir))
+    if settings.prometheus is not None:
+        from agent.publish.prometheus.exporter import PrometheusExporter
+
+        out.append(PrometheusExporter(settings.prometheus))
     return out

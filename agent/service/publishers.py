@@ -29,7 +29,7 @@ def publishers_to_start(
     publisher module cannot be loaded (logged: the cycles run on without it)."""
     if given is not None:
         return given
-    if settings.mqtt is None and not settings.opcua_server:
+    if settings.mqtt is None and not settings.opcua_server and settings.prometheus is None:
         return []  # nothing imported: the publishers pull in the report model
     from agent.publish.factory import publishers_for
 

@@ -1,0 +1,12 @@
+"""`publish.prometheus`: an opt-in scrape endpoint (agent.publish.prometheus.exporter)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class PrometheusSettings:
+    # Loopback by default: open it to the plant network deliberately (and firewall it).
+    listen: str = field(default="127.0.0.1", metadata={"min_len": 1})
+    port: int = field(default=9464, metadata={"ge": 0, "le": 65535, "doc": "0: any free port"})

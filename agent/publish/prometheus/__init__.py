@@ -1,0 +1,1 @@
+"""An opt-in Prometheus scrape endpoint for the joint health (agent.publish.prometheus.exporter)."""
