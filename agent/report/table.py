@@ -66,8 +66,18 @@ def reason_text(j: JointReport) -> str:
     return j.verdict_reason
 
 
+DRY_RUN = "dry_run"  # agent.history.records.Outcome.DRY_RUN (the report layer reads no store)
+
+
+def status_text(j: JointReport) -> str:
+    """The STATUS column: a dry run is no verdict, and says so in the column of its own."""
+    return "DRY RUN" if j.outcome == DRY_RUN else j.status.value.upper()
+
+
 def short_reason(j: JointReport) -> str:
     """The reason in a few words for the terminal table (the value has its own column)."""
+    if j.outcome == DRY_RUN:
+        return (j.error or "").removeprefix("dry run: ") or "interlocks checked, nothing moved"
     if j.error:
         return f"error: {j.error}"
     info = indicator_info(j.indicator_name)
@@ -183,7 +193,7 @@ def summary_table(report: Report, width: int = TABLE_WIDTH) -> str:
             row(
                 f"{j.controller}/{j.joint}",
                 value_text(j),
-                j.status.value.upper(),
+                status_text(j),
                 j.signal.letter,
                 short_reason(j),
             )

@@ -188,6 +188,7 @@ def test_a_dry_run_checks_everything_but_never_moves(
         wait_for_stop_s=10,
         dry_run=True,
         driver_factory=lambda c: CountingSim(c.name, c.settings, c.joints),
+        out=(out := io.StringIO()),
     )
     with caplog.at_level(logging.INFO, logger="agent.service"):
         assert asyncio.run(agent.run()) == 0
@@ -198,6 +199,10 @@ def test_a_dry_run_checks_everything_but_never_moves(
     (directory,) = agent.reports
     data = json.loads((directory / "report.json").read_text())
     assert all("dry run" in (j["error"] or "") for j in data["joints"])
+    # the terminal table: "DRY RUN" in the status column, the reason not shown as an error
+    rows = [r for r in out.getvalue().splitlines() if r.startswith("robot/")]
+    assert len(rows) == 2 and all("DRY RUN" in r and "error" not in r for r in rows), rows
+    assert all("interlocks hold, no motion" in r for r in rows), rows
 
 
 def test_a_dry_run_still_refuses_on_an_interlock(tmp_path: Path) -> None:
