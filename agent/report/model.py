@@ -55,6 +55,7 @@ from agent.health.status import Ne107, Status, TrendPoint, ne107_of, worst
 from agent.health.trend import Trend, forecast_sentence, passed_limit, trend
 from agent.health.verdicts import assess_backlash, indicator_info
 from agent.history.records import Outcome
+from agent.report.action import Recommendation, recommend
 from agent.report.evidence import EvidencePlot
 
 REPORT_SCHEMA = "jha.report/1"
@@ -151,6 +152,22 @@ class JointReport:
         if self.outcome is not None:
             return self.outcome == Outcome.ERROR
         return self.error is not None
+
+    @property
+    def recommendation(self) -> Recommendation:
+        """What to do and by when (agent.report.action)."""
+        signal = self.signal
+        if self.indicator_only and self.identification is not None:
+            signal = self.identification.ne107
+        return recommend(
+            self.status,
+            signal,
+            self.trend,
+            error=self.error,
+            outcome=self.outcome,
+            has_value=self.value is not None,
+            reason=self.verdict_reason,
+        )
 
     @property
     def signal(self) -> Ne107:
@@ -309,6 +326,7 @@ def joint_to_dict(j: JointReport, evidence: bool = False) -> dict[str, Any]:
         "status": j.status.value,
         "ne107": j.signal.value,
         "reason": j.verdict_reason,
+        "recommendation": j.recommendation.to_dict(),
         "forecast": j.forecast,
         "indicator": j.indicator_name,
         "value": j.value,

@@ -12,6 +12,7 @@ import unicodedata
 from agent.health.identification.joint import JointIdentificationVerdict
 from agent.health.status import Status
 from agent.health.verdicts import indicator_info
+from agent.report.action import by_severity
 from agent.report.model import JointReport, Report
 
 TABLE_WIDTH = 100
@@ -188,7 +189,7 @@ def summary_table(report: Report, width: int = TABLE_WIDTH) -> str:
         row("JOINT", "BACKLASH", "STATUS", "NE", "REASON"),
         "-" * min(width, jw + vw + sw + nw + rw + 8),
     ]
-    for j in report.joints:
+    for j in by_severity(report.joints):
         lines.append(
             row(
                 f"{j.controller}/{j.joint}",

@@ -422,7 +422,8 @@ def test_report_from_history_ne107_after_an_error_or_a_refusal(
     capsys.readouterr()
     assert jha("report", "--config", str(config)) == EX_OK
     table = capsys.readouterr().out.splitlines()
-    assert table[3].startswith("cell1/axis_3") and "0.6 mrad  UNKNOWN  F   error: " in table[3]
+    # the failed joint (NE 107 F) comes before the refused one (C): act on it first
+    assert table[2].startswith("cell1/axis_3") and "0.6 mrad  UNKNOWN  F   error: " in table[2]
 
 
 def test_report_command_outputs_and_an_empty_history(

@@ -29,6 +29,7 @@ from agent.config.model import ThresholdSettings
 from agent.estimation.backlash.result import BacklashResult
 from agent.health.status import Ne107, Status, TrendPoint
 from agent.health.trend import trend
+from agent.report.action import by_severity
 from agent.report.evidence import EvidencePlot, EvidenceSeries
 from agent.report.html.page import render_html
 from agent.report.model import IndicatorSummary, JointReport, Report, joint_report
@@ -366,12 +367,13 @@ def test_every_joint_is_shown_once_with_its_plots(rendered: Rendered) -> None:
     everyone = (*report.joints, *report.indicator_joints)
     assert len(everyone) >= 8
     dom = rendered.dom
-    by_machine = [j for m in report.machines for j in everyone if j.controller == m]
+    # per machine, the joint to act on first comes first (agent.report.action)
+    by_machine = [j for m in report.machines for j in by_severity(everyone) if j.controller == m]
     assert len(dom["joints"]) == len(by_machine) == len(everyone)
     for j, heading in zip(by_machine, dom["joints"], strict=True):
         assert heading.startswith(clean_text(j.joint))  # the text itself, not markup
         assert clean_text(j.joint) in dom["text"]
-    assert dom["summaryJoints"] == [clean_text(j.joint) for j in everyone]
+    assert dom["summaryJoints"] == [clean_text(j.joint) for j in by_severity(everyone)]
     assert dom["machines"] == ["Machine robot-1", "Machine cnc-2"]
     assert HOSTILE in dom["text"]  # shown as text: it did not become markup
     # Signatures (6 results), judged trends (7 with history), other-indicator trends (3 + 1),

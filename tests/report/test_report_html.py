@@ -52,12 +52,13 @@ def test_summary_table_fits_one_screen() -> None:
     lines = table.splitlines()
     assert all(_columns(line) <= 100 for line in lines)
     assert lines[0].split()[:5] == ["JOINT", "BACKLASH", "STATUS", "NE", "REASON"]
-    assert "robot1/J1" in lines[2] and "1.2 mrad" in lines[2]
-    assert lines[2].split()[3:5] == ["WATCH", "M"]
-    assert "alert in ~" in lines[2]
-    assert "A 0.03 rad/s" in lines[3] and "OK" in lines[3]
-    assert lines[4].split()[2:4] == ["UNKNOWN", "F"] and "interlock" in lines[4]
-    assert "ALERT" in lines[5] and "\x1b" not in table
+    # most severe first: alert (S), a failed cycle (F), watch (M), then the rest
+    assert lines[2].split()[-6:-4] == ["ALERT", "S"] and "\x1b" not in table
+    assert lines[3].split()[2:4] == ["UNKNOWN", "F"] and "interlock" in lines[3]
+    assert "robot1/J1" in lines[4] and "1.2 mrad" in lines[4]
+    assert lines[4].split()[3:5] == ["WATCH", "M"]
+    assert "alert in ~" in lines[4]
+    assert "A 0.03 rad/s" in lines[5] and "OK" in lines[5]
     assert lines[-1].startswith("worst: ALERT")
 
 

@@ -67,6 +67,7 @@ def test_report_json_schema() -> None:
         "status",
         "ne107",
         "reason",
+        "recommendation",
         "forecast",
         "indicator",
         "value",

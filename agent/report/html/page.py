@@ -13,6 +13,7 @@ nothing that colour told.
 
 from __future__ import annotations
 
+from agent.report.action import by_severity
 from agent.report.html.joint import joint_section
 from agent.report.html.markup import badge, esc, ne107_badge
 from agent.report.model import REPORT_SCHEMA, JointReport, Report
@@ -64,11 +65,16 @@ def _summary_html(everyone: tuple[JointReport, ...]) -> str:
         link = f'<a href="#joint-{i}">{esc(j.joint)}</a>'
         v = j.identification
         if j.indicator_only and v is None:
-            cells = f'<td class="num">-</td><td>-</td><td>-</td><td>{esc(others_text(j))}</td>'
+            cells = (
+                '<td class="num">-</td><td>-</td><td>-</td><td>-</td>'
+                f"<td>{esc(others_text(j))}</td>"
+            )
         elif not j.indicator_only:
             cells = (
                 f'<td class="num">{esc(value_text(j))}</td><td>{badge(j.status)}</td>'
-                f"<td>{ne107_badge(j.signal)}</td><td>{esc(reason_text(j))}</td>"
+                f"<td>{ne107_badge(j.signal)}</td>"
+                f'<td class="action">{esc(j.recommendation.action)}</td>'
+                f"<td>{esc(reason_text(j))}</td>"
             )
         if not (j.indicator_only and v is not None):
             rows.append(f"<tr><td>{esc(j.controller)}</td><td>{link}</td>{cells}</tr>")
@@ -77,11 +83,11 @@ def _summary_html(everyone: tuple[JointReport, ...]) -> str:
             rows.append(
                 f"<tr><td>{esc(j.controller)}</td><td>{link}{what}</td>"
                 f'<td class="num">{esc(identification_value(v))}</td><td>{badge(v.status)}</td>'
-                f"<td>{ne107_badge(v.ne107)}</td><td>{esc(v.reason)}</td></tr>"
+                f"<td>{ne107_badge(v.ne107)}</td><td>-</td><td>{esc(v.reason)}</td></tr>"
             )
     return (
         '<table class="summary"><thead><tr><th>machine</th><th>joint</th><th>value</th>'
-        "<th>status</th><th>NE 107</th><th>reason</th></tr></thead><tbody>"
+        "<th>status</th><th>NE 107</th><th>action</th><th>reason</th></tr></thead><tbody>"
         + "".join(rows)
         + "</tbody></table>"
     )
@@ -98,7 +104,8 @@ def _machines(report: Report) -> list[str]:
 
 def render_html(report: Report) -> str:
     """The whole report as one self-contained HTML page (also well-formed XML)."""
-    everyone = (*report.joints, *report.indicator_joints)
+    # the joint to act on first comes first, in the summary and in each machine's section
+    everyone = tuple(by_severity((*report.joints, *report.indicator_joints)))
     machines = _machines(report)
     head = (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8"/>\n'
