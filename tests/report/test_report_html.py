@@ -166,3 +166,28 @@ def test_trend_plot_shows_limits_and_the_forecast_line() -> None:
     dashed = [p for p in root.iter(f"{{{SVG_NS}}}polyline") if p.get("stroke-dasharray")]
     assert len(dashed) == 2  # trend line and its forecast continuation
     assert "reaches the alert limit 2 mrad in about 40.1 days" in jr.forecast
+
+
+def test_trend_axes_fit_the_history() -> None:
+    """Minutes of history are plotted in hours (in days they piled up at x = 0); a forecast
+    line drawn shorter than the forecast says so in its label."""
+    from datetime import UTC, datetime, timedelta
+
+    from agent.health.status import TrendPoint
+    from agent.health.trend import trend
+
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    short = [
+        TrendPoint((t0 + timedelta(minutes=2 * k)).isoformat(), 5e-4 + 1e-6 * k) for k in range(5)
+    ]
+    svg = trend_svg(short, trend(short, 8e-4, 1e-3, "backlash_rad"), "backlash_rad", (8e-4, 1e-3))
+    assert "hours since" in svg and "days since" not in svg
+    assert "forecast:" not in svg  # too little history: no forecast line either
+    weeks = [
+        TrendPoint((t0 + timedelta(days=2 * k)).isoformat(), 5e-4 + 1e-6 * k) for k in range(6)
+    ]
+    tr = trend(weeks, 8e-4, 1e-3, "backlash_rad")
+    assert tr is not None and tr.forecast_watch is not None and tr.forecast_watch.days > 10
+    svg = trend_svg(weeks, tr, "backlash_rad", (8e-4, 1e-3))
+    assert "days since" in svg
+    assert f"watch limit in {tr.forecast_watch.days:.3g} days (drawn for the next 10 days)" in svg

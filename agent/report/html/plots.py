@@ -29,8 +29,10 @@ def trend_svg(
     info = indicator_info(indicator)
     scale, unit = display_unit(indicator, stored_unit)
     days = days_since(history)
+    # A history of hours is plotted in hours: in days its points pile up at x = 0.
+    per, x_unit = (24.0, "hours") if days.size and float(days[-1]) < 2.0 else (1.0, "days")
     values = np.array([p.value for p in history]) * scale
-    series = [Series(f"{info.label} per cycle", days, values, markers=True)]
+    series = [Series(f"{info.label} per cycle", days * per, values, markers=True)]
     if tr is not None:
         # The line is drawn over the points it was fitted to: after a change of slope, from
         # the break on (Trend.basis), so the plot shows which regime the forecast follows.
@@ -44,7 +46,7 @@ def trend_svg(
         series.append(
             Series(
                 label,
-                x_line,
+                x_line * per,
                 np.array([tr.line_at(x - start) for x in x_line]) * scale,
                 color="#555555",
                 dashed=True,
@@ -56,10 +58,11 @@ def trend_svg(
             # (a line to a crossing years away would squash the measured part of the plot).
             ahead = min(fc.days, max(tr.span_days, 1.0))
             x_fc = np.array([float(days[-1]), float(days[-1]) + ahead])
+            shown = "" if ahead >= fc.days else f" (drawn for the next {ahead:.3g} days)"
             series.append(
                 Series(
-                    f"forecast: {fc.limit_name} limit in {fc.days:.3g} days",
-                    x_fc,
+                    f"forecast: {fc.limit_name} limit in {fc.days:.3g} days{shown}",
+                    x_fc * per,
                     np.array([tr.line_at(x - start) for x in x_fc]) * scale,
                     color="#8e44ad",
                     dashed=True,
@@ -74,7 +77,7 @@ def trend_svg(
     return line_plot(
         series,
         title=f"Trend of {info.label}",
-        x_label=f"days since {when(history[0].time_iso)}",
+        x_label=f"{x_unit} since {when(history[0].time_iso)}",
         y_label=f"{info.label} [{unit}]" if unit else info.label,
         hlines=hlines,
         xmlns=False,
