@@ -26,7 +26,7 @@ def write_report(report: Report, directory: str | Path) -> tuple[Path, Path]:
     json_path, html_path = out / "report.json", out / "report.html"
     text = json.dumps(report_to_dict(report), indent=2, allow_nan=False)
     atomic_write_text(json_path, text + "\n")
-    atomic_write_text(html_path, render_html(report))
+    atomic_write_text(html_path, render_html(report, json_beside=True))
     return json_path, html_path
 
 

@@ -191,3 +191,14 @@ def test_trend_axes_fit_the_history() -> None:
     svg = trend_svg(weeks, tr, "backlash_rad", (8e-4, 1e-3))
     assert "days since" in svg
     assert f"watch limit in {tr.forecast_watch.days:.3g} days (drawn for the next 10 days)" in svg
+
+
+def test_only_a_page_with_report_json_beside_it_says_so(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """`jha report --html F` and `jha identify --html F` write no report.json: no claim."""
+    from agent.report.write import write_report
+
+    report = sample_report()
+    assert "report.json beside" not in render_html(report)
+    _, html_path = write_report(report, tmp_path / "r")
+    assert "report.json beside this file" in html_path.read_text()
+    assert (tmp_path / "r" / "report.json").exists()

@@ -104,7 +104,7 @@ def test_write_report_files(tmp_path: Path) -> None:
     assert (json_path.name, html_path.name) == ("report.json", "report.html")
     assert json.loads(json_path.read_text(encoding="utf-8")) == report_to_dict(rep)
     page = html_path.read_text(encoding="utf-8")
-    assert page == render_html(rep)
+    assert page == render_html(rep, json_beside=True)
     assert sorted(p.name for p in json_path.parent.iterdir()) == ["report.html", "report.json"]
 
 

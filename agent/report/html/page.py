@@ -102,8 +102,9 @@ def _machines(report: Report) -> list[str]:
     return found
 
 
-def render_html(report: Report) -> str:
-    """The whole report as one self-contained HTML page (also well-formed XML)."""
+def render_html(report: Report, json_beside: bool = False) -> str:
+    """The whole report as one self-contained HTML page (also well-formed XML). `json_beside`:
+    the writer puts report.json next to it (agent.report.write), and the footer says so."""
     # the joint to act on first comes first, in the summary and in each machine's section
     everyone = tuple(by_severity((*report.joints, *report.indicator_joints)))
     machines = _machines(report)
@@ -137,8 +138,9 @@ def render_html(report: Report) -> str:
             + (body or '<p class="note">No joint of this machine in the history.</p>')
             + "\n</section>"
         )
+    beside = "; the same data is in report.json beside this file" if json_beside else ""
     foot = (
-        f'\n<p class="note">Report {esc(report.message_id)}, schema {esc(REPORT_SCHEMA)}; the '
-        "same data is in report.json beside this file.</p>\n</body>\n</html>\n"
+        f'\n<p class="note">Report {esc(report.message_id)}, schema {esc(REPORT_SCHEMA)}'
+        f"{beside}.</p>\n</body>\n</html>\n"
     )
     return head + header + summary + "\n".join(sections) + foot
