@@ -202,3 +202,15 @@ def test_only_a_page_with_report_json_beside_it_says_so(tmp_path) -> None:  # ty
     _, html_path = write_report(report, tmp_path / "r")
     assert "report.json beside this file" in html_path.read_text()
     assert (tmp_path / "r" / "report.json").exists()
+
+
+def test_the_raw_fit_values_are_folded_under_details() -> None:
+    page = render_html(sample_report())
+    folded = re.findall(
+        r'<details class="diag"><summary>Fit details \((\d+) values\)</summary>', page
+    )
+    assert folded and max(int(n) for n in folded) >= 10  # a fitted joint: ~15 raw values
+    assert '<details class="diag" open' not in page  # collapsed until someone opens it
+    # the planner's lines are outside it: verdict and action in the summary table
+    summary = page[page.index('<table class="summary">') : page.index("</table>")]
+    assert "plan service" in summary or "service now" in summary

@@ -116,7 +116,12 @@ def _diagnostics_html(j: JointReport) -> str:
         rows.append(("last cycle", j.outcome))
     rows.append(("capture", j.capture_path or "n/a"))
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows)
-    return f'<table class="diag"><tbody>{body}</tbody></table>'
+    # Folded: a planner reads the verdict, the action and the trend; the raw fit is for whoever
+    # checks the estimate.
+    return (
+        f'<details class="diag"><summary>Fit details ({len(rows)} values)</summary>'
+        f'<table class="diag"><tbody>{body}</tbody></table></details>'
+    )
 
 
 def _other_trends(indicators: tuple[IndicatorSummary, ...]) -> list[str]:
