@@ -188,16 +188,17 @@ def joint_section(anchor: str, j: JointReport) -> str:
     ident = [] if j.identification is None else [_identification_html(j.identification)]
     if j.indicator_only:
         badges = "" if j.identification is None else f" {badge(j.status)} {ne107_badge(j.signal)}"
-        verdict = (
-            "indicators only, no verdict."
+        # Said only where it matters: with an identification verdict the joint has one.
+        note = (
+            ['<p class="note">Indicators only: no test cycle of its own, so no verdict.</p>']
             if j.identification is None
-            else "the verdict is the identification's."
+            else []
         )
         return "\n".join(
             [
                 f'<section class="joint" id="{anchor}">',
                 f"<h3>{esc(j.joint)} <small>({esc(j.controller)})</small>{badges}</h3>",
-                f'<p class="note">No backlash cycle recorded: {verdict}</p>',
+                *note,
                 *ident,
                 "<h4>Indicators</h4>",
                 _indicators_table(j),
