@@ -364,6 +364,11 @@ def test_screenshot_decodes_and_is_not_blank(rendered: Rendered) -> None:
 
 def test_every_joint_is_shown_once_with_its_plots(rendered: Rendered) -> None:
     report = nine_joints()
+    page = render_html(report)
+    # an indicator-only joint without an identification verdict says why it has none, once
+    bare = [j for j in report.indicator_joints if j.identification is None]
+    assert page.count("Indicators only: no test cycle of its own") == len(bare) > 0
+    assert "No backlash cycle recorded" not in page
     everyone = (*report.joints, *report.indicator_joints)
     assert len(everyone) >= 8
     dom = rendered.dom
