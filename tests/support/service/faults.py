@@ -23,6 +23,7 @@ from typing import Any
 import yaml
 
 from agent.capture.files import load_capture
+from agent.report.index import report_dirs
 from tests.support.paths import ROOT
 
 # 200 motor rev/s through 40:1 is 0.2 s per load turn: 0.1 s settle + 2 turns = 0.5 s a cycle
@@ -175,7 +176,9 @@ def audit(state: Path) -> Audit:
             load_capture(npz)  # validates: >= 2 samples, finite, time strictly increasing
         except Exception as exc:  # any failure to load is a torn capture
             out.problems.append(f"{npz}: does not load: {type(exc).__name__}: {exc}")
-    for report_json in sorted(state.glob("reports/*/report.json")):
+    # reports/latest is a link to one of them, not a report of its own (agent.report.index)
+    kept = sorted(d for d in report_dirs(state / "reports")) if (state / "reports").is_dir() else []
+    for report_json in [d / "report.json" for d in kept if (d / "report.json").exists()]:
         try:
             json.loads(report_json.read_text())
         except (ValueError, UnicodeDecodeError) as exc:
@@ -185,7 +188,7 @@ def audit(state: Path) -> Audit:
             out.orphan_reports += 1
         elif not html.exists():
             out.problems.append(f"{html}: missing, though the history names its report")
-    for html in sorted(state.glob("reports/*/report.html")):
+    for html in [d / "report.html" for d in kept if (d / "report.html").exists()]:
         if not html.read_text(errors="replace").rstrip().endswith("</html>"):
             out.problems.append(f"{html}: incomplete (does not end with </html>)")
     return out
