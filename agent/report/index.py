@@ -34,14 +34,14 @@ def _summary(directory: Path) -> tuple[str, str, str]:
 def report_dirs(reports: Path) -> list[Path]:
     """Report directories, newest first (their names are UTC stamps, -N for a repeat)."""
     found = [d for d in reports.glob("*") if d.is_dir() and not d.is_symlink() and d.name != LATEST]
-    return sorted(
-        found,
-        key=lambda d: (
-            (d / "report.json").stat().st_mtime if (d / "report.json").exists() else 0.0,
-            d.name,
-        ),
-        reverse=True,
-    )
+    return sorted(found, key=lambda d: (_mtime(d / "report.json"), d.name), reverse=True)
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:  # no report.json (yet): oldest
+        return 0.0
 
 
 def write_index(state_dir: Path) -> Path | None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from agent.config.model import RetentionSettings
 from agent.history.store import HistoryStore
 from agent.logfmt import kv
+from agent.report.index import report_dirs
 
 log = logging.getLogger(__name__)
 SECONDS_PER_DAY = 86_400.0
@@ -77,9 +78,10 @@ def capture_items(state_dir: Path) -> list[Item]:
 
 
 def report_items(state_dir: Path) -> list[Item]:
+    """Report directories (never the `latest` link), newest first, as report_dirs lists them."""
     items = []
-    for d in (state_dir / "reports").glob("*"):
-        if d.is_dir() and not d.is_symlink() and (d / "report.json").exists():
+    for d in report_dirs(state_dir / "reports"):
+        if (d / "report.json").exists():
             files = tuple(p for p in d.rglob("*") if p.is_file())
             items.append(Item(d, files, _size(files), (d / "report.json").stat().st_mtime))
     return items
@@ -102,15 +104,15 @@ def apply_retention(
 ) -> RetentionResult:
     """Delete what the age and the size budget let go, oldest first (see the module doc)."""
     now_s = time.time() if now_s is None else now_s
-    items = capture_items(state_dir) + report_items(state_dir)
+    reports = report_items(state_dir)
+    items = capture_items(state_dir) + reports
     history = state_dir / "history.sqlite"
     protected: set[Path] = set()
     if history.exists():
         with HistoryStore(history) as store:
             protected = protected_paths(store)
-    reports = [i for i in items if i.path.parent.name == "reports"]
-    if reports:
-        protected.add(max(reports, key=lambda i: (i.mtime_s, i.path.name)).path.resolve())
+    if reports:  # newest first: the `latest` link's target
+        protected.add(reports[0].path.resolve())
     items.sort(key=lambda i: (i.mtime_s, str(i.path)))
     keep = [i for i in items if i.path.resolve() in protected]
     candidates = [i for i in items if i.path.resolve() not in protected]

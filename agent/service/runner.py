@@ -46,6 +46,9 @@ EX_NO_STOP = 75  # EX_TEMPFAIL: --once saw no production stop in time
 EX_NO_CONTROLLER = 74  # EX_IOERR: --once could not connect to the controller in time
 
 
+_ANALYSING_IDLE = "analysing the last stop's captures"
+
+
 @dataclass
 class RunnerEnv:
     """What a controller task gets from the daemon."""
@@ -78,6 +81,7 @@ class ControllerRunner:
             ctrl, env.on_jobs, env.on_state, on_progress=self._analysis_progress
         )
         self._analysis_text = ""
+        self._waiting = ""  # the last waiting text, for a progress update of the idle state
         self._retire = False
         self._wake = asyncio.Event()
         self._ran_this_stop = False
@@ -370,18 +374,18 @@ class ControllerRunner:
     def _analysis_progress(self, text: str) -> None:
         """From the background analyses: into STATUS= and `jha status` at once."""
         self._analysis_text = text
-        waiting = "analysing the last stop's captures"
-        if self.state.startswith(waiting) and "; " in self.state:
-            self._set_state(f"{waiting} ({text}); {self.state.split('; ', 1)[1]}")
+        if self.state.startswith(_ANALYSING_IDLE):
+            self._set_state(self._analysing_idle())
         elif self.state.startswith("analysing"):
             self._set_state(f"analysing ({text})")
 
+    def _analysing_idle(self) -> str:
+        done = f" ({self._analysis_text})" if self._analysis_text else ""
+        return f"{_ANALYSING_IDLE}{done}; {self._waiting}"
+
     def _idle_text(self, status: ControllerStatus | None) -> str:
-        text = self._waiting_text(status)
-        if self._finishing:
-            done = f" ({self._analysis_text})" if self._analysis_text else ""
-            return f"analysing the last stop's captures{done}; {text}"
-        return text
+        self._waiting = self._waiting_text(status)
+        return self._analysing_idle() if self._finishing else self._waiting
 
     def _waiting_text(self, status: ControllerStatus | None) -> str:
         pending = len(self.queue)

@@ -37,14 +37,13 @@ controllers:
 """
 
 
-def _check_without(
-    modules: list[str], config: Path, *command: str
-) -> subprocess.CompletedProcess[str]:
+def _jha_without(modules: list[str], *argv: str) -> subprocess.CompletedProcess[str]:
+    """`jha ARGV` in a child interpreter where `modules` count as not installed."""
     code = (
         "import sys\n"
         + "".join(f"sys.modules[{m!r}] = None\n" for m in modules)
         + "from agent.cli.main import main\n"
-        + f"sys.exit(main({[*command, str(config)]!r}))\n"
+        + f"sys.exit(main({list(argv)!r}))\n"
     )
     return subprocess.run(
         [sys.executable, "-c", code],
@@ -68,31 +67,21 @@ def test_a_driver_without_its_extra_is_a_config_error_naming_it(
 ) -> None:
     config = tmp_path / "c.yaml"
     config.write_text(text.format(robot=ROOT / "config" / "robots" / "ur5e.yaml"))
-    done = _check_without(missing, config, "config", "check")
+    done = _jha_without(missing, "config", "check", str(config))
     assert done.returncode == 78, done.stderr
     assert f"{config}:{line}: controllers[0].driver: driver" in done.stderr
     hint = f"pip install 'joint-health-agent[{extra}]'"
     assert f"needs the Python module {missing[0]!r}, not installed: {hint}" in done.stderr
     # with the extra installed (this venv: make test installs .[dev,all]) the driver loads
-    done = _check_without([], config, "config", "check")
+    done = _jha_without([], "config", "check", str(config))
     assert "needs the Python module" not in done.stderr
     # (the CAN config lacks its DBC file: a different mistake, at its own line)
     assert done.returncode == 0 or "settings.dbc: required key" in done.stderr, done.stderr
 
 
 def test_jha_drivers_names_the_missing_extra() -> None:
-    code = (
-        "import sys\nsys.modules['rtde_receive'] = None\n"
-        "from agent.cli.main import main\nsys.exit(main(['drivers']))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        check=True,
-        timeout=120,
-    )
+    done = _jha_without(["rtde_receive"], "drivers")
+    assert done.returncode == 0, done.stderr
     (ur,) = [line for line in done.stdout.splitlines() if line.startswith("ur_rtde ")]
     hint = "pip install 'joint-health-agent[ur]'"
     assert ur.endswith(f"needs the Python module 'rtde_receive', not installed: {hint}")
