@@ -1,5 +1,7 @@
 """Giovannitti et al. 2022 reproduced and timed: simulator speed, fit speed vs a plain CMA-ES, the
-noise experiment (Table 2), and backlash recovery through a simulation calibration.
+noise experiment (Table 2), and backlash recovery through a simulation calibration; then the
+intervals (bench.backlash_uncertainty): Cramer-Rao, fit time, calibration under mismatch,
+coverage, motor-revolution disturbances.
 """
 
 from __future__ import annotations
@@ -283,7 +285,16 @@ def bench_calibration(seeds: int) -> None:
 
 
 def main(quick: bool = False) -> None:
+    from bench import backlash_uncertainty as unc
+
     bench_simulator()
     bench_fit_speed(seeds=5 if quick else 30, baseline_seeds=2 if quick else 10)
     bench_noise_experiment(runs=3 if quick else 30, harsh_ratio=1.0)
     bench_calibration(seeds=1 if quick else 5)
+    joint, cycle = demo_joint()
+    unc.bench_fit_time(joint, cycle, seeds=5 if quick else 30)
+    unc.bench_cramer_rao(joint, cycle, runs=20 if quick else 200)
+    cal = unc.calibrate(joint, cycle)
+    unc.bench_mismatch(joint, cycle, cal, (1.2e-3,) if quick else (3e-4, 1.2e-3, 2.1e-3))
+    unc.bench_coverage(joint, cycle, cal, trials=30 if quick else 240, quick=quick)
+    unc.bench_disturbances(joint)

@@ -108,8 +108,20 @@ def _cmd_analyze_backlash(args: argparse.Namespace) -> int:
             if result.backlash_rad is None
             else (f"{result.backlash_rad * 1e3:.4f} mrad")
         )
-        print(f"amplitude  {result.amplitude_rad_s:.5g} rad/s")
+        amp_band = result.amplitude_interval_rad_s
+        if amp_band is not None:
+            print(
+                f"amplitude  {result.amplitude_rad_s:.5g} rad/s "
+                f"(95 % interval {amp_band[0]:.4g}-{amp_band[1]:.4g})"
+            )
+        else:
+            print(f"amplitude  {result.amplitude_rad_s:.5g} rad/s")
+        band = result.backlash_interval_rad
+        if band is not None:
+            delta += f" (95 % interval {band[0] * 1e3:.4f}-{band[1] * 1e3:.4f})"
         print(f"backlash   {delta}")
+        if result.ambiguous:
+            print("ambiguous  yes: equally good optima with different amplitudes (see warnings)")
         print(
             f"rmse       {result.rmse_rad_s:.4g} rad/s "
             f"({100 * result.explained_fraction:.1f} % of the residual explained)"

@@ -74,6 +74,18 @@ class CalibrationPoint:
 
 
 @dataclass(frozen=True)
+class ModelToleranceSettings:
+    """How far the real joint may be from its `model:`, as the range 9 joints in 10 lie in
+    (+-rel, or a factor either way). A simulation calibration measures what delta = f(A) reads
+    on joints at the ends of each tolerance: the model term of the backlash interval. 0 (a
+    factor of 1) leaves a parameter out; all left out: no model term."""
+
+    stiffness_rel: float = field(default=0.2, metadata={"ge": 0.0, "lt": 1.0})
+    load_inertia_rel: float = field(default=0.3, metadata={"ge": 0.0, "lt": 1.0})
+    damping_factor: float = field(default=2.0, metadata={"ge": 1.0, "le": 10.0})
+
+
+@dataclass(frozen=True)
 class CalibrationSettings:
     """delta = f(A) of Giovannitti et al. 2022, eq. 10: from a simulation sweep or from bench
     measurements."""
@@ -81,6 +93,7 @@ class CalibrationSettings:
     source: Literal["none", "simulation", "points"] = "none"
     points: tuple[CalibrationPoint, ...] = ()
     sweep_backlash_rad: tuple[float, ...] = PAPER_SWEEP_BACKLASH_RAD
+    model_tolerance: ModelToleranceSettings = field(default_factory=ModelToleranceSettings)
 
 
 @dataclass(frozen=True)

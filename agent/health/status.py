@@ -73,12 +73,30 @@ def ne107_of(status: Status, *, running: bool = False, failed: bool = False) -> 
 
 @dataclass(frozen=True)
 class TrendPoint:
+    """One recorded value; `low`/`high` its 95 % interval when the estimate came with one
+    (backlash, amplitude), `ambiguous` when its fit was."""
+
     time_iso: str
     value: float
+    low: float | None = None
+    high: float | None = None
+    ambiguous: bool = False
 
     @property
     def time(self) -> datetime:
         return datetime.fromisoformat(self.time_iso)
 
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        if self.low is None or self.high is None:
+            return None
+        return self.low, self.high
+
     def to_dict(self) -> dict[str, Any]:
-        return {"time": self.time_iso, "value": self.value}
+        found: dict[str, Any] = {"time": self.time_iso, "value": self.value}
+        # Only what is known: points without an interval keep the two keys they always had.
+        if self.interval is not None:
+            found["low"], found["high"] = self.interval
+        if self.ambiguous:
+            found["ambiguous"] = True
+        return found

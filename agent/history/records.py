@@ -61,6 +61,10 @@ CLOCKED_TRIGGERS = tuple(
 
 # What a backlash cycle records (estimates_for); every other indicator is "other" to the report.
 BACKLASH_INDICATORS = ("amplitude_rad_s", "backlash_rad")
+# Keys of an estimate's detail that the history reads back with the value (TrendPoint): its
+# 95 % interval and whether its fit was ambiguous. Estimates recorded before intervals were
+# (or of indicators without one) simply lack them.
+INTERVAL_LOW, INTERVAL_HIGH, AMBIGUOUS = "interval_low", "interval_high", "ambiguous"
 
 
 @dataclass(frozen=True)
@@ -143,12 +147,33 @@ class ReportRecord:
 
 
 def estimates_for(result: BacklashResult) -> tuple[Estimate, ...]:
-    """The indicators a backlash fit contributes to the history (fit details on the amplitude)."""
-    detail = result.to_dict(evidence=False)
+    """The indicators a backlash fit contributes to the history (fit details on the amplitude),
+    each with its interval when the fit gave one."""
+    detail = {**result.to_dict(evidence=False), **_interval(result, "amplitude_rad_s")}
     found = [Estimate("amplitude_rad_s", result.amplitude_rad_s, "rad/s", detail)]
     if result.backlash_rad is not None:
-        found.append(Estimate("backlash_rad", result.backlash_rad, "rad"))
+        band = result.uncertainty.get("backlash", {})
+        found.append(
+            Estimate(
+                "backlash_rad",
+                result.backlash_rad,
+                "rad",
+                {**_interval(result, "backlash_rad"), **({"uncertainty": band} if band else {})},
+            )
+        )
     return tuple(found)
+
+
+def _interval(result: BacklashResult, indicator: str) -> dict[str, Any]:
+    pair = result.interval_of(indicator)
+    if pair is None:
+        return {}
+    return {
+        INTERVAL_LOW: pair[0],
+        INTERVAL_HIGH: pair[1],
+        AMBIGUOUS: result.ambiguous,
+        "interval_confidence": result.interval_confidence,
+    }
 
 
 def verdict_ne107(status: str, outcome: str, given: str | None) -> str:
@@ -172,6 +197,19 @@ def detail_json(detail: Mapping[str, Any]) -> str:
     """An estimate's detail as its column holds it: strict JSON with sorted keys, NaN/inf as
     null; anything json cannot encode raises TypeError."""
     return json.dumps(_json_safe(dict(detail)), allow_nan=False, sort_keys=True)
+
+
+def detail_key_sql(key: str) -> str:
+    """SQL for one top-level key of an estimate's detail (alias e): NULL where the key is absent
+    or the detail is not JSON (json_valid keeps one damaged row from failing a whole query)."""
+    return f"CASE WHEN json_valid(e.detail_json) THEN json_extract(e.detail_json, '$.{key}') END"
+
+
+def finite_number(value: Any) -> float | None:
+    """A number read back from a detail, or None for anything else (text, null, a boolean)."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def _json_safe(value: Any) -> Any:

@@ -21,9 +21,12 @@ from typing import Any
 
 from agent.health.status import TrendPoint
 from agent.history.records import (
+    AMBIGUOUS,
     BACKLASH_INDICATORS,
     CLOCK_STEP_S,
     CLOCKED_TRIGGERS,
+    INTERVAL_HIGH,
+    INTERVAL_LOW,
     OUTCOMES,
     TRIGGERS,
     CycleRecord,
@@ -31,6 +34,8 @@ from agent.history.records import (
     Outcome,
     ReportRecord,
     detail_json,
+    detail_key_sql,
+    finite_number,
     verdict_ne107,
 )
 from agent.history.schema import (
@@ -267,13 +272,19 @@ class HistoryStore:
         """Values of one indicator from successful cycles, oldest first (the last `limit`);
         in the order the cycles ran, which is time order unless the clock was stepped back
         (CLOCKED_TRIGGERS)."""
+        # The interval comes from the detail where one was recorded (records.detail_key_sql).
         rows = self._conn.execute(
-            "SELECT c.started_at, e.value FROM estimates e JOIN cycles c ON c.id = e.cycle_id"
+            f"SELECT c.started_at, e.value, {detail_key_sql(INTERVAL_LOW)},"
+            f" {detail_key_sql(INTERVAL_HIGH)}, {detail_key_sql(AMBIGUOUS)}"
+            " FROM estimates e JOIN cycles c ON c.id = e.cycle_id"
             " WHERE c.controller = ? AND c.joint = ? AND e.indicator = ? AND c.outcome = ?"
             " ORDER BY c.seq_at DESC, c.id DESC LIMIT ?",
             (controller, joint, indicator, Outcome.OK, -1 if limit is None else int(limit)),
         ).fetchall()
-        return [TrendPoint(t, float(v)) for t, v in reversed(rows)]
+        return [
+            TrendPoint(t, float(v), finite_number(lo), finite_number(hi), amb == 1)
+            for t, v, lo, hi, amb in reversed(rows)
+        ]
 
     def history_with_detail(
         self, controller: str, joint: str, indicator: str

@@ -12,6 +12,11 @@ turn gravity changes sign, the load crosses the gap and strikes the other tooth 
 excites the joint's resonance, seen as a damped oscillation on the motor speed with alternating
 sign, larger for a larger gap (the load falls longer before it strikes).
 
+Two disturbances real drives add, both locked to the motor's rotation, can be switched on:
+encoder eccentricity (a reading error of e sin(theta_m + phi), once per motor revolution: the
+code disc's centre is off the shaft's axis) and cogging (a torque c sin(p theta_m) on the motor,
+p times per revolution). The servo loop acts on the eccentric reading, as a real one does.
+
 The integrator is a plain-Python symplectic Euler loop at >= 10 kHz: the contact mode near 40 Hz
 is resolved with a phase error below 1e-4 per period, and 12 s of a 2 kHz capture take about
 half a second (numpy per-step overhead would be slower for one joint).
@@ -48,6 +53,11 @@ class JointModelSettings:
     speed_loop_hz: float = field(default=25.0, metadata={"gt": 0.0})
     position_loop_hz: float = field(default=4.0, metadata={"ge": 0.0})
     smoothing_alpha_per_rad: float = field(default=2e5, metadata={"gt": 0.0, "doc": "eq. 8 alpha"})
+    encoder_eccentricity_rad: float = field(
+        default=0.0, metadata={"ge": 0.0, "doc": "motor encoder reading error, once per turn"}
+    )
+    cogging_torque_nm: float = field(default=0.0, metadata={"ge": 0.0})
+    cogging_periods_per_turn: int = field(default=6, metadata={"ge": 1, "le": 1000})
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,10 @@ class JointPhysics:
     smoothing_alpha_per_rad: float = 2e5
     torque_constant_nm_a: float = 0.5
     motor_torque_limit_nm: float = 10.0
+    encoder_eccentricity_rad: float = 0.0  # amplitude of the once-per-revolution reading error
+    encoder_eccentricity_phase_rad: float = 0.3
+    cogging_torque_nm: float = 0.0  # amplitude of the cogging torque on the motor
+    cogging_periods_per_turn: int = 6
 
     def __post_init__(self) -> None:
         positive = {
@@ -84,8 +98,14 @@ class JointPhysics:
         for name, value in positive.items():
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {value!r}")
-        if not (math.isfinite(self.backlash_rad) and self.backlash_rad >= 0):
-            raise ValueError(f"backlash_rad must be >= 0, got {self.backlash_rad!r}")
+        for name in ("backlash_rad", "encoder_eccentricity_rad", "cogging_torque_nm"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ValueError(f"{name} must be >= 0, got {value!r}")
+        if self.cogging_periods_per_turn < 1:
+            raise ValueError(
+                f"cogging_periods_per_turn must be >= 1, got {self.cogging_periods_per_turn!r}"
+            )
 
     @property
     def reflected_inertia_kg_m2(self) -> float:
@@ -177,7 +197,10 @@ def simulate_constant_speed(
     inv_pi = 1.0 / math.pi
     atan = math.atan
     cos = math.cos
+    sin = math.sin
     floor = math.floor
+    ecc, ecc_phase = joint.encoder_eccentricity_rad, joint.encoder_eccentricity_phase_rad
+    cog, cog_periods = joint.cogging_torque_nm, float(joint.cogging_periods_per_turn)
 
     # Start at rest, teeth loaded by gravity: solve K_s (dth - delta*sign) = tau_g for dth.
     theta_l = test.start_angle_rad
@@ -189,7 +212,8 @@ def simulate_constant_speed(
     omega_l = 0.0
     theta_m0 = theta_m
     integ = tau_g0 / n  # integrator pre-loaded with the holding torque: no sag at start
-    meas_prev = floor(theta_m / rad_per_count) * rad_per_count
+    reading = theta_m + ecc * sin(theta_m + ecc_phase)
+    meas_prev = floor(reading / rad_per_count) * rad_per_count
     speed_meas = 0.0
 
     out_t = np.empty(n_out)
@@ -210,7 +234,8 @@ def simulate_constant_speed(
             else:
                 v_ref = v_cmd
                 p_ref = theta_m0 + 0.5 * accel * ramp_s * ramp_s + v_cmd * (t - ramp_s)
-            meas = floor(theta_m / rad_per_count + noise[k_noise]) * rad_per_count
+            reading = theta_m + ecc * sin(theta_m + ecc_phase) if ecc else theta_m
+            meas = floor(reading / rad_per_count + noise[k_noise]) * rad_per_count
             k_noise += 1
             speed_meas += speed_filter * ((meas - meas_prev) / dt - speed_meas)
             meas_prev = meas
@@ -231,7 +256,8 @@ def simulate_constant_speed(
             sgn = 1.0 if dth > 0 else (-1.0 if dth < 0 else 0.0)
             tau_c = (dth - delta * sgn + ds / ks * dom) * k_bl
             # Symplectic Euler: speeds first, then positions with the new speeds.
-            omega_m += dt * (tau_m - tau_c / n - bm * omega_m) / jm
+            tau_cog = cog * sin(cog_periods * theta_m) if cog else 0.0
+            omega_m += dt * (tau_m - tau_cog - tau_c / n - bm * omega_m) / jm
             omega_l += dt * (tau_c - mgr * cos(theta_l) - bl * omega_l) / jl
             theta_m += dt * omega_m
             theta_l += dt * omega_l
@@ -239,7 +265,9 @@ def simulate_constant_speed(
         j = i - n_pre
         if j >= 0:
             out_t[j] = j / test.sample_rate_hz
-            out_counts[j] = floor(theta_m / rad_per_count + noise[k_noise - 1])
+            # the encoder read now (the controller's last reading is older than this sample)
+            now_reading = theta_m + ecc * sin(theta_m + ecc_phase) if ecc else theta_m
+            out_counts[j] = floor(now_reading / rad_per_count + noise[k_noise - 1])
             out_motor[j] = theta_m
             out_load[j] = theta_l
             out_tau[j] = tau_m

@@ -133,6 +133,8 @@ def report_from_history(
                 capture_path=None if latest is None else latest.capture_path,
                 indicator=name,
                 latest_value=points[-1].value,
+                latest_interval=points[-1].interval,
+                latest_ambiguous=points[-1].ambiguous,
                 indicators=summaries,
                 outcome=None if last is None else last.outcome,
             )

@@ -5,8 +5,10 @@ JSON schema "jha.report/1" (keys only ever get added within a major version):
   agent_version, host, machines[], summary{worst_status, counts{status: n},
   ne107_counts{signal: n}},
   joints[]{controller, joint, status, ne107, reason, forecast, indicator, value, unit,
+           interval{low, high, confidence} (the value's 95 % interval, or null), ambiguous,
            limits{watch, alert}, error, outcome, capture_path, result (BacklashResult.to_dict,
-           or null), trend (Trend.to_dict, or null), history[]{time, value},
+           or null), trend (Trend.to_dict, or null), history[]{time, value, low, high,
+           ambiguous} (low/high only where the point has an interval, ambiguous only if true),
            indicators[] (see below), identification (see below), evidence[] (EvidencePlot.to_dict;
            only with evidence=True)}
   (indicators, identification, evidence, indicator_joints and summary.identification are there
@@ -59,6 +61,7 @@ from agent.report.action import Recommendation, recommend
 from agent.report.evidence import EvidencePlot
 
 REPORT_SCHEMA = "jha.report/1"
+INTERVAL_CONFIDENCE = 0.95  # every interval the estimators give is a 95 % one
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,10 @@ class JointReport:
     ne107: Ne107 | None = None
     # The identification indicators' verdict; None -> the worst of the indicators' verdicts.
     identification: JointIdentificationVerdict | None = None
+    # The judged value's 95 % interval and ambiguity when there is no result in hand (from the
+    # history's last point); with a result, the result's.
+    latest_interval: tuple[float, float] | None = None
+    latest_ambiguous: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "history", tuple(self.history))
@@ -191,6 +198,18 @@ class JointReport:
         if self.indicator_name == "backlash_rad":
             return self.result.backlash_rad
         return self.result.amplitude_rad_s
+
+    @property
+    def interval(self) -> tuple[float, float] | None:
+        """The judged value's 95 % interval, when its estimate came with one."""
+        if self.result is None:
+            return self.latest_interval
+        return self.result.interval_of(self.indicator_name)
+
+    @property
+    def ambiguous(self) -> bool:
+        """The judged value's fit was ambiguous (equally good optima, different amplitudes)."""
+        return self.latest_ambiguous if self.result is None else self.result.ambiguous
 
     @property
     def limits(self) -> tuple[float | None, float | None]:
@@ -331,6 +350,10 @@ def joint_to_dict(j: JointReport, evidence: bool = False) -> dict[str, Any]:
         "indicator": j.indicator_name,
         "value": j.value,
         "unit": indicator_info(j.indicator_name).unit,
+        "interval": None
+        if j.interval is None
+        else {"low": j.interval[0], "high": j.interval[1], "confidence": INTERVAL_CONFIDENCE},
+        "ambiguous": j.ambiguous,
         "limits": {"watch": watch, "alert": alert},
         "error": j.error,
         "outcome": j.outcome,

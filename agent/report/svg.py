@@ -49,6 +49,9 @@ class Series:
     color: str | None = None
     dashed: bool = False
     markers: bool = False
+    # An interval per point (NaN where a point has none), drawn as a vertical bar.
+    y_low: Sequence[float] | npt.NDArray[np.float64] | None = None
+    y_high: Sequence[float] | npt.NDArray[np.float64] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,8 +132,10 @@ def line_plot(
 ) -> str:
     """An SVG document (or, with xmlns=False, an element for inline HTML5) of line series."""
     clean = [_clean(s) for s in series]
+    bars = [_bars(s) for s in series]
     xs = [v for _, x, _ in clean if len(x) for v in (x.min(), x.max())]
     ys = [v for _, _, y in clean if len(y) for v in (y.min(), y.max())]
+    ys += [v for b in bars for _, lo, hi in b for v in (lo, hi)]
     ys += [h.value for h in hlines if math.isfinite(h.value)]
     x_lo, x_hi = _widen(min(xs, default=0.0), max(xs, default=1.0))
     y_lo, y_hi = _widen(min(ys, default=0.0), max(ys, default=1.0))
@@ -206,6 +211,11 @@ def line_plot(
             f'<polyline points="{pts}" fill="none" stroke={quoteattr(color)} '
             f'stroke-width="1.4"{dash}/>'
         )
+        out.extend(
+            f'<line x1="{px(a):.1f}" y1="{py(lo):.1f}" x2="{px(a):.1f}" y2="{py(hi):.1f}" '
+            f'stroke={quoteattr(color)} stroke-width="1"/>'
+            for a, lo, hi in bars[i]
+        )
         if s.markers:
             out.extend(
                 f'<circle cx="{px(a):.1f}" cy="{py(b):.1f}" r="2.5" fill={quoteattr(color)}/>'
@@ -257,6 +267,20 @@ def _clean(s: Series) -> tuple[Series, npt.NDArray[np.float64], npt.NDArray[np.f
     ok = np.isfinite(x) & np.isfinite(y)
     x, y = decimate(x[ok], y[ok])
     return s, x, y
+
+
+def _bars(s: Series) -> list[tuple[float, float, float]]:
+    """(x, low, high) of each point with a finite interval; none for a series without one or
+    too long to draw a bar per point."""
+    if s.y_low is None or s.y_high is None:
+        return []
+    x = np.asarray(s.x, dtype=float).ravel()
+    lo = np.asarray(s.y_low, dtype=float).ravel()
+    hi = np.asarray(s.y_high, dtype=float).ravel()
+    if not (x.shape == lo.shape == hi.shape) or x.size > MAX_POINTS:
+        return []
+    ok = np.isfinite(x) & np.isfinite(lo) & np.isfinite(hi)
+    return [(float(a), float(b), float(c)) for a, b, c in zip(x[ok], lo[ok], hi[ok], strict=True)]
 
 
 def _widen(lo: float, hi: float) -> tuple[float, float]:

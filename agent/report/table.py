@@ -106,16 +106,23 @@ def short_reason(j: JointReport) -> str:
         text += f"; {fc.limit_name} in ~{fc.days:.0f} d ({fc.days_low:.0f}-{high})"
     if j.result is not None and not j.result.converged:
         text += "; fit not converged"
+    if j.ambiguous:  # first: the value column's number is one of several equally good ones
+        text = "ambiguous fit; " + text
     return text
 
 
 def value_text(j: JointReport) -> str:
-    """Backlash in mrad, or the amplitude A when uncalibrated."""
+    """Backlash in mrad, or the amplitude A when uncalibrated; then its 95 % interval in the
+    same unit, when the estimate came with one."""
     if j.value is None:
         return "-"
     info = indicator_info(j.indicator_name)
     prefix = "A " if j.indicator_name == "amplitude_rad_s" else ""
-    return prefix + info.format(j.value)
+    text = prefix + info.format(j.value)
+    if j.interval is not None:
+        lo, hi = (v * info.scale for v in j.interval)
+        text += f" ({lo:.3g}-{hi:.3g})"
+    return text
 
 
 def others_text(j: JointReport) -> str:
@@ -173,10 +180,11 @@ def identification_reason(v: JointIdentificationVerdict) -> str:
 
 
 def summary_table(report: Report, width: int = TABLE_WIDTH) -> str:
-    """One screen: joint, backlash (or amplitude), status, NE 107 letter, short reason; at most
-    `width` wide. A joint with identification indicators gets a line for their verdict
-    (`<joint> ident`), whose value is the worst indicator's change on its baseline."""
-    jw, vw, sw, nw = 26, 16, 7, 2
+    """One screen: joint, backlash (or amplitude) with its 95 % interval, status, NE 107
+    letter, short reason; at most `width` wide. A joint with identification indicators gets a
+    line for their verdict (`<joint> ident`), whose value is the worst indicator's change on
+    its baseline."""
+    jw, vw, sw, nw = 24, 22, 7, 2
     rw = max(10, width - jw - vw - sw - nw - 8)
 
     def row(a: str, b: str, c: str, n: str, d: str) -> str:

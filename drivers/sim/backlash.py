@@ -51,6 +51,9 @@ def joint_physics(joint: ModelledJoint, backlash_rad: float) -> JointPhysics:
         speed_loop_hz=m.speed_loop_hz,
         position_loop_hz=m.position_loop_hz,
         smoothing_alpha_per_rad=m.smoothing_alpha_per_rad,
+        encoder_eccentricity_rad=m.encoder_eccentricity_rad,
+        cogging_torque_nm=m.cogging_torque_nm,
+        cogging_periods_per_turn=m.cogging_periods_per_turn,
     )
 
 

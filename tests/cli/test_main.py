@@ -187,6 +187,10 @@ def test_analyze_with_a_calibration_and_a_plot(
     assert main(["analyze", "backlash", str(worn_csv), *args]) == EX_OK
     data = json.loads(capsys.readouterr().out)
     assert data["backlash_rad"] == pytest.approx(WORN_RAD, rel=0.15)
+    # With its interval; measured pairs say nothing of model mismatch, and the result says so.
+    low, high = data["backlash_interval_rad"]
+    assert low <= data["backlash_rad"] <= high and data["ambiguous"] is False
+    assert any("without a model-mismatch term" in w for w in data["warnings"])
 
     root = ET.parse(plot).getroot()  # well-formed XML
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
@@ -261,6 +265,7 @@ def test_analyze_prints_a_summary_without_json(
     assert main(["analyze", "backlash", str(worn_csv), *SPEED]) == EX_OK
     out = capsys.readouterr().out
     assert out.startswith("amplitude ")
+    assert "(95 % interval " in out.splitlines()[0]
     assert "n/a (no calibration)" in out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
@@ -386,3 +387,47 @@ def test_latest_of_a_kind_and_the_report_link(db: Path) -> None:
         store.record_report("3a1f0c6e-7c1d-4e5b-9b8a-0f0e0d0c0b0a", T0, "/r/report.json", [first])
         linked = store.latest("robot", "j1", kind="backlash")
         assert linked is not None and linked.report_path == "/r/report.json"
+
+
+def test_intervals_round_trip_with_the_values(db: Path) -> None:
+    """Each backlash estimate's interval and ambiguity come back with its point of history."""
+    r = replace(
+        result(), amplitude_low_rad_s=0.018, amplitude_high_rad_s=0.022, backlash_low_rad=7e-4,
+        backlash_high_rad=9.5e-4, ambiguous=True, uncertainty={"backlash": {"low_rad": 7e-4}},
+    )  # fmt: skip
+    with HistoryStore(db) as store:
+        store.record_cycle(
+            controller="robot", joint="j1", kind="backlash", started_at=T0, finished_at=None,
+            estimates=estimates_for(r),
+        )  # fmt: skip
+        (amp,) = store.history("robot", "j1", "amplitude_rad_s")
+        (gap,) = store.history("robot", "j1", "backlash_rad")
+        rec = store.latest("robot", "j1")
+    assert amp == TrendPoint(amp.time_iso, 0.02, 0.018, 0.022, True)
+    assert gap == TrendPoint(gap.time_iso, 8e-4, 7e-4, 9.5e-4, True)
+    assert rec is not None
+    detail = rec.estimate("backlash_rad")
+    assert detail is not None and detail.detail["uncertainty"] == {"low_rad": 7e-4}
+
+
+def test_old_and_damaged_rows_load_without_an_interval(db: Path) -> None:
+    """Rows recorded before intervals were (no such keys in their detail), and a detail that is
+    not JSON at all, still load: their points simply have no interval."""
+    with HistoryStore(db) as store:
+        for day in range(3):
+            store.record_cycle(
+                controller="r", joint="j", kind="backlash",
+                started_at=T0 + timedelta(days=day), finished_at=None,
+                estimates=[Estimate("backlash_rad", 1e-3 + day * 1e-4, "rad")],
+            )  # fmt: skip
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE estimates SET detail_json = 'not json' WHERE id = 2")
+        conn.execute(
+            "UPDATE estimates SET detail_json = ? WHERE id = 3",
+            ('{"interval_low": "x", "interval_high": null, "ambiguous": 1}',),
+        )
+    with HistoryStore(db) as store:
+        hist = store.history("r", "j", "backlash_rad")
+    assert [p.value for p in hist] == pytest.approx([1e-3, 1.1e-3, 1.2e-3])
+    assert all(p.interval is None for p in hist)
+    assert hist[2].ambiguous and not hist[1].ambiguous

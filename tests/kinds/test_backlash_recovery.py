@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from agent.config.model import (
     CalibrationSettings,
     ControllerSettings,
     JointSettings,
+    ModelToleranceSettings,
 )
 from agent.estimation.backlash.calibration import fit_calibration
 from agent.estimation.backlash.fit import fit_backlash
@@ -43,7 +46,11 @@ def test_delta_recovered_within_10_percent_on_independent_runs() -> None:
 
 def test_healthy_joint_reads_near_zero_and_calibration_is_cached(tmp_path) -> None:  # type: ignore[no-untyped-def]
     joint, cycle = joint_and_cycle()
+    # No model-mismatch sweep here, to keep the test short (the daemon's test runs one).
+    tolerance = ModelToleranceSettings(stiffness_rel=0.0, load_inertia_rel=0.0, damping_factor=1)
+    joint = replace(joint, calibration=replace(joint.calibration, model_tolerance=tolerance))
     cal = simulated_calibration(joint, cycle, tmp_path)
+    assert cal.sensitivity == ()
     assert len(list(tmp_path.glob("backlash-*.json"))) == 1
     again = simulated_calibration(joint, cycle, tmp_path)  # from the cache: identical
     assert again == cal

@@ -72,6 +72,8 @@ def test_report_json_schema() -> None:
         "indicator",
         "value",
         "unit",
+        "interval",
+        "ambiguous",
         "limits",
         "error",
         "outcome",
@@ -92,6 +94,8 @@ def test_report_json_schema() -> None:
     assert "evidence" not in j1["result"]
     assert j1["trend"]["forecast_alert"]["limit"] == 2e-3
     assert len(j1["history"]) == 4 and set(j1["history"][0]) == {"time", "value"}
+    # A hand-made fit without intervals (as one recorded before they were) has none to show.
+    assert j1["interval"] is None and j1["ambiguous"] is False
     assert d["joints"][2]["result"] is None and d["joints"][2]["error"]
     json.dumps(d, allow_nan=False)
     with_evidence = report_to_dict(sample_report(), evidence=True)

@@ -362,10 +362,16 @@ def test_a_simulation_sweep_calibrates_the_worn_joint(tmp_path: Path) -> None:
     """The worn joint is calibrated by a sweep of its model (the healthy one by points, to keep
     the test short): the sweep runs in the pool, is cached, and gives the backlash back."""
     sweep = [0.0, 6e-4, 1.2e-3, 1.8e-3, 2.4e-3]
+    # The model-mismatch sweep on the stiffness only (3 levels x 3 runs), to keep the test short.
+    tolerance = {"load_inertia_rel": 0.0, "damping_factor": 1.0}
     config = write_config(
         tmp_path,
         backlash_rad={"j1": 0.0, "j2": WORN_RAD},
-        calibration={"source": "simulation", "sweep_backlash_rad": sweep},
+        calibration={
+            "source": "simulation",
+            "sweep_backlash_rad": sweep,
+            "model_tolerance": tolerance,
+        },
         calibrate_only=("j2",),
     )
     run = run_agent(config, wait_for_stop_s=10.0)
@@ -381,5 +387,13 @@ def test_a_simulation_sweep_calibrates_the_worn_joint(tmp_path: Path) -> None:
     assert [d for _, d in data["points"]] == sweep
     amplitudes = [a for a, _ in data["points"]]
     assert amplitudes == sorted(amplitudes)  # the sweep's signature grows with the backlash
+    # The mismatch sweep ran in the pool too: the worn joint's backlash comes with an interval
+    # that has a model term, and holds the truth.
+    assert {(m["parameter"], m["backlash_rad"]) for m in data["sensitivity"]} == {
+        ("stiffness_nm_rad", d) for d in (6e-4, 1.8e-3, 2.4e-3)
+    }
+    low, high = joints["j2"]["interval"]["low"], joints["j2"]["interval"]["high"]
+    assert low <= WORN_RAD <= high
+    assert joints["j2"]["result"]["uncertainty"]["backlash"]["model_half_width_rad"] > 0
     html = (run.agent.reports[0] / "report.html").read_text()
     ET.fromstring(html[html.index("<svg") : html.index("</svg>") + len("</svg>")])

@@ -10,6 +10,13 @@ What the implementation adds to the paper, and why:
   harmonics of the load-turn frequency are projected out of r(t) and of every candidate (they are
   reported as nuisance terms). The signature's own content there is small: it rings at the
   joint resonance, tens of harmonics higher.
+- Encoder eccentricity and cogging repeat every motor revolution: at 100 rev/s sampled at
+  500 Hz their harmonics alias onto 100 and 200 Hz, inside the resonance search band. With the
+  motor speed known they are projected out the same way (the first `motor_harmonics` harmonics,
+  at the frequencies they alias to, each frequency once).
+- Every estimate comes with a 95 % interval (agent.estimation.backlash.uncertainty for A,
+  BacklashCalibration.interval for the backlash), and a fit whose restarts found equally good
+  optima with different amplitudes is flagged ambiguous instead of printing one of them.
 - The search starts from a deterministic scan (resonance from the spectrum, start time and decay
   on a grid), then CMA-ES refines and IPOP restarts from random points confirm the optimum.
 - A whole population is evaluated as one array operation.
@@ -22,6 +29,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -33,6 +41,7 @@ from agent.estimation.backlash.period import estimate_period
 from agent.estimation.backlash.result import BacklashResult
 from agent.estimation.backlash.search import DIMENSIONS, TD, TF, SignatureProblem, search
 from agent.estimation.backlash.signature import peak_amplitude, to_paper_params
+from agent.estimation.backlash.uncertainty import amplitude_uncertainty
 
 Array = npt.NDArray[np.float64]
 
@@ -46,6 +55,10 @@ class BacklashFitSettings:
     # instead (a joint whose load friction shifts the second gap closure).
     half_turn_tolerance: float = 0.0
     harmonics: int = 3  # load-turn harmonics projected out with the offset
+    # Motor-revolution harmonics projected out when the motor speed is known (eccentricity is
+    # 1-2 per revolution, cogging a few more; 0 turns it off).
+    motor_harmonics: int = 12
+    intervals: bool = True  # the 95 % intervals (the plain fit without them, for benchmarks)
     seed: int = 1
     max_restarts: int = 2
     max_evaluations: int = 40_000
@@ -77,7 +90,7 @@ def fit_backlash(
 ) -> BacklashResult:
     """Fit the backlash signature to a constant-speed capture; raises EstimationError."""
     settings = settings or BacklashFitSettings()
-    residual, _, warnings = residual_from_capture(capture)
+    residual, speed_rad_s, warnings = residual_from_capture(capture)
     return fit_backlash_residual(
         capture.time_s,
         residual,
@@ -86,6 +99,9 @@ def fit_backlash(
         calibration=calibration,
         source=capture.source,
         warnings=warnings,
+        # Eccentricity and cogging follow the motor's actual turning: the commanded speed, or
+        # the measured one standing in for it.
+        motor_turn_period_s=2.0 * math.pi / abs(speed_rad_s) if speed_rad_s else None,
     )
 
 
@@ -98,6 +114,7 @@ def fit_backlash_residual(
     calibration: BacklashCalibration | None = None,
     source: str = "<capture>",
     warnings: list[str] | None = None,
+    motor_turn_period_s: float | None = None,
 ) -> BacklashResult:
     started = time.perf_counter()
     notes = list(warnings or [])
@@ -137,8 +154,12 @@ def fit_backlash_residual(
                 f"{settings.resonance_hz[0]:g}-{settings.resonance_hz[1]:g} Hz"
             )
 
-    nuisance_basis = _nuisance_basis(t, tf_center, settings.harmonics)
-    q, _ = np.linalg.qr(nuisance_basis)
+    nuisance_basis, n_motor = _nuisance_basis(
+        t, tf_center, settings.harmonics, motor_turn_period_s, settings.motor_harmonics
+    )
+    # Aliased harmonics can coincide: an orthonormal basis of what the columns span.
+    u_svd, sv, _ = np.linalg.svd(nuisance_basis, full_matrices=False)
+    q = u_svd[:, sv > 1e-9 * sv[0]]
     r_proj = r - q @ (q.T @ r)
     problem = SignatureProblem(
         t=t,
@@ -184,8 +205,15 @@ def fit_backlash_residual(
         params[f"harmonic{k + 1}_rad_s"] = float(
             math.hypot(nuisance_coef[1 + 2 * k], nuisance_coef[2 + 2 * k])
         )
+    if n_motor:
+        motor = nuisance_basis[:, -n_motor:] @ nuisance_coef[-n_motor:]
+        params["motor_harmonics_rms_rad_s"] = float(np.sqrt(np.mean(motor**2)))
     fitted = problem.project(signature)
     backlash = None
+    intervals: dict[str, Any] = {}
+    if settings.intervals:
+        intervals = _intervals(problem, found.runs, found.x, a_sin, b_cos, amplitude,
+                               r_proj - fitted, calibration, notes)  # fmt: skip
     if calibration is not None:
         backlash = calibration.backlash_rad(amplitude)
         if not calibration.covers(amplitude):
@@ -215,6 +243,7 @@ def fit_backlash_residual(
         period_estimated_s=tf_est,
         period_mismatch=mismatch,
         warnings=tuple(notes),
+        **intervals,
         time_s=t,
         residual_rad_s=r_proj,
         fitted_rad_s=fitted,
@@ -265,10 +294,74 @@ def _load_turn_period(
     return est, est, None, 0.005
 
 
-def _nuisance_basis(t: Array, tf: float, harmonics: int) -> Array:
-    """Offset and the first load-turn harmonics: what the servo loop leaves of gravity."""
+def _intervals(
+    problem: SignatureProblem,
+    runs: list[tuple[Array, float]],
+    x: Array,
+    a_sin: float,
+    b_cos: float,
+    amplitude: float,
+    residual: Array,
+    calibration: BacklashCalibration | None,
+    notes: list[str],
+) -> dict[str, Any]:
+    """The interval fields of the result (see BacklashResult)."""
+    optima = []
+    for x_run, rmse_run in runs:
+        _, a_run, b_run = problem.solve(x_run[None, :])
+        _, tau_run, om_run, dur_run, _, _ = (float(v[0]) for v in problem.decode(x_run))
+        optima.append(
+            (rmse_run, peak_amplitude(float(a_run[0]), float(b_run[0]), tau_run, om_run, dur_run))
+        )
+    unc = amplitude_uncertainty(problem, x, a_sin, b_cos, amplitude, residual, optima)
+    if unc.note:
+        notes.append(unc.note)
+    fields: dict[str, Any] = {
+        "amplitude_sd_rad_s": unc.sd_rad_s,
+        "amplitude_low_rad_s": unc.low_rad_s,
+        "amplitude_high_rad_s": unc.high_rad_s,
+        "ambiguous": unc.ambiguous,
+        "interval_confidence": unc.confidence,
+    }
+    details: dict[str, Any] = {"amplitude": unc.to_dict()}
+    if calibration is not None:
+        # An ambiguous fit's backlash is any of its equally good optima's.
+        amps = unc.tied_rad_s if unc.ambiguous else (amplitude,)
+        band = calibration.interval(amps, unc.sd_rad_s, unc.confidence)
+        fields["backlash_low_rad"] = band.low_rad
+        fields["backlash_high_rad"] = band.high_rad
+        details["backlash"] = band.to_dict()
+        if band.model_half_width_rad is None:
+            notes.append(
+                "backlash interval without a model-mismatch term: the calibration "
+                f"({calibration.source}) says nothing of how far the joint may be from it"
+            )
+    fields["uncertainty"] = details
+    return fields
+
+
+def _nuisance_basis(
+    t: Array, tf: float, harmonics: int, motor_period_s: float | None, motor_harmonics: int
+) -> tuple[Array, int]:
+    """Offset and the first load-turn harmonics (what the servo loop leaves of gravity), then
+    the motor-revolution harmonics at the frequencies they alias to; with the number of the
+    latter columns (they come last)."""
     cols = [np.ones_like(t)]
     w = 2.0 * math.pi / tf
     for k in range(1, harmonics + 1):
         cols += [np.cos(k * w * t), np.sin(k * w * t)]
-    return np.column_stack(cols)
+    n_motor = 0
+    if motor_period_s is not None and motor_period_s > 0 and motor_harmonics > 0:
+        fs = 1.0 / float(np.median(np.diff(t)))
+        # Two frequencies closer than a quarter of the capture's resolution are one column.
+        tol = 0.25 / max(float(t[-1] - t[0]), 1e-12)
+        taken = [0.0] + [k / tf for k in range(1, harmonics + 1)]
+        for k in range(1, motor_harmonics + 1):
+            alias = (k / motor_period_s) % fs
+            alias = min(alias, fs - alias)
+            if any(abs(alias - f) < tol for f in taken):
+                continue
+            taken.append(alias)
+            cols += [np.cos(2 * math.pi * alias * t), np.sin(2 * math.pi * alias * t)]
+            n_motor += 2
+    return np.column_stack(cols), n_motor

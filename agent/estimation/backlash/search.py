@@ -104,6 +104,9 @@ class SearchOutcome:
     converged: bool = False
     stop_reason: str = ""
     history: list[float] = field(default_factory=list)
+    # The optimum of every run (scan's run, then each restart): the uncertainty of the fit is
+    # checked against how far apart equally good optima lie.
+    runs: list[tuple[Array, float]] = field(default_factory=list)
 
 
 def _initial_point(problem: SignatureProblem) -> Array:
@@ -182,6 +185,7 @@ def search(
     out = SearchOutcome(x=x, rmse=f, evaluations=evals, stop_reason=reason)
     out.converged = bool(set(reason.split(",")) & _CONVERGED_REASONS)
     out.history.append(f)
+    out.runs.append((x, f))
     popsize = base_pop
     agreed = max_restarts == 0
     for _ in range(max_restarts):
@@ -199,6 +203,7 @@ def search(
         out.evaluations += evals
         out.restarts += 1
         out.history.append(f)
+        out.runs.append((x, f))
         same = abs(f - out.rmse) <= 1e-3 * out.rmse
         if f < out.rmse:
             out.x, out.rmse, out.stop_reason = x, f, reason

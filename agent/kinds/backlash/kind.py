@@ -93,11 +93,33 @@ def sweep_calibration_point(
     return sweep_point(joint, cycle, backlash_rad, 1.0, 101)
 
 
-def calibration_from_sweep(points: list[tuple[float, float]], path: Path) -> dict[str, Any]:
-    """Pool entry point: fit delta = f(A) to the sweep and cache it."""
+def mismatch_jobs_of(joint: JointSettings) -> list[tuple[str | None, float, float]]:
+    """Pool entry point: the runs of the joint's model-mismatch sweep."""
+    from agent.kinds.backlash.calibration import mismatch_jobs
+
+    return mismatch_jobs(joint)
+
+
+def mismatch_calibration_point(
+    joint: JointSettings, cycle: BacklashCycle, job: tuple[str | None, float, float]
+) -> float:
+    """Pool entry point: one run of the model-mismatch sweep."""
+    from agent.kinds.backlash.calibration import mismatch_point
+
+    return mismatch_point(joint, cycle, job)
+
+
+def calibration_from_sweep(
+    points: list[tuple[float, float]],
+    path: Path,
+    jobs: list[tuple[str | None, float, float]] | None = None,
+    amplitudes: list[float] | None = None,
+) -> dict[str, Any]:
+    """Pool entry point: fit delta = f(A) to the sweep (with the mismatch sweep's
+    sensitivities) and cache it."""
     from agent.kinds.backlash.calibration import calibration_from_points
 
-    return calibration_from_points(points, path).to_dict()
+    return calibration_from_points(points, path, jobs, amplitudes).to_dict()
 
 
 class BacklashKind:
@@ -144,7 +166,7 @@ class BacklashKind:
         shaping = replace(cycle, controller="", joint="", joint_index=0)
         key = (
             f"backlash:{cal.source}:{joint.model}:{joint.estimator}:{cal.sweep_backlash_rad}:"
-            f"{joint.gear_ratio}:{joint.encoder_bits}:{shaping}"
+            f"{cal.model_tolerance}:{joint.gear_ratio}:{joint.encoder_bits}:{shaping}"
         )
         if cal.source != "simulation":
             key = "backlash:none"  # points are fitted with each analysis, in the worker
@@ -167,14 +189,33 @@ class BacklashKind:
         )
         if cached is not None:
             return cached
-        log.info(kv("calibration_sweep", joint=joint.name, points=len(cal.sweep_backlash_rad)))
-        points = await asyncio.gather(
-            *(
-                loop.run_in_executor(ctx.pool(), sweep_calibration_point, joint, cycle, delta)
-                for delta in cal.sweep_backlash_rad
+        jobs = await loop.run_in_executor(ctx.pool(), mismatch_jobs_of, joint)
+        log.info(
+            kv(
+                "calibration_sweep",
+                joint=joint.name,
+                points=len(cal.sweep_backlash_rad),
+                mismatch_runs=len(jobs),
             )
         )
-        return await loop.run_in_executor(ctx.pool(), calibration_from_sweep, list(points), path)
+        # Both sweeps at once: the pool's workers stay busy to the end.
+        points, amplitudes = await asyncio.gather(
+            asyncio.gather(
+                *(
+                    loop.run_in_executor(ctx.pool(), sweep_calibration_point, joint, cycle, delta)
+                    for delta in cal.sweep_backlash_rad
+                )
+            ),
+            asyncio.gather(
+                *(
+                    loop.run_in_executor(ctx.pool(), mismatch_calibration_point, joint, cycle, job)
+                    for job in jobs
+                )
+            ),
+        )
+        return await loop.run_in_executor(
+            ctx.pool(), calibration_from_sweep, list(points), path, jobs, list(amplitudes)
+        )
 
     def record(self, store: HistoryStore, job: JointJob) -> list[int]:
         from agent.health.verdicts import assess_backlash

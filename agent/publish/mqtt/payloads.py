@@ -36,7 +36,7 @@ from typing import Any
 from agent import __version__
 from agent.health.verdicts import indicator_info
 from agent.publish.mqtt.message import MessageKind, OutMessage
-from agent.report.model import JointReport, Report, report_to_dict
+from agent.report.model import INTERVAL_CONFIDENCE, JointReport, Report, report_to_dict
 
 __all__ = [
     "HEALTH_SCHEMA",
@@ -231,6 +231,7 @@ def indicator_entries(joint: JointReport) -> list[dict[str, Any]]:
     """Every indicator of the joint with its value and SI unit; the judged one comes first."""
     watch, alert = joint.limits
     judged = joint.indicator_name
+    band = joint.interval
     entries = [
         {
             "name": judged,
@@ -239,6 +240,19 @@ def indicator_entries(joint: JointReport) -> list[dict[str, Any]]:
             "judged": True,
             "limits": {"watch": watch, "alert": alert},
             "time": None,
+            # Only for an estimate that came with one (keys are only ever added to the schema).
+            **(
+                {}
+                if band is None
+                else {
+                    "interval": {
+                        "low": band[0],
+                        "high": band[1],
+                        "confidence": INTERVAL_CONFIDENCE,
+                    },
+                    "ambiguous": joint.ambiguous,
+                }
+            ),
         }
     ]
     if joint.result is not None:

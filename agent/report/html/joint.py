@@ -3,6 +3,8 @@ of its indicators, their trend plots, the evidence and the fit diagnostics."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from agent.health.identification.baseline import LimitKind
 from agent.health.identification.joint import JointIdentificationVerdict
 from agent.health.status import Status
@@ -29,6 +31,7 @@ def _indicator_row(
     tr: Trend | None,
     limits: tuple[float | None, float | None],
     passed: LimitName | None = None,
+    interval: tuple[float, float] | None = None,
 ) -> str:
     info = indicator_info(name)
     scale, unit = display_unit(name, stored_unit)
@@ -36,12 +39,16 @@ def _indicator_row(
     def shown(v: float | None, fmt: str = ".4g") -> str:
         return "-" if v is None else num(v * scale, fmt, unit)
 
+    latest_text = shown(latest)
+    if interval is not None and latest is not None:
+        latest_text += f" (95 %: {interval[0] * scale:.3g}-{interval[1] * scale:.3g})"
+
     slope = "n/a" if tr is None else num(tr.slope_per_day * scale, "+.3g", f"{unit}/day")
     fc = next_forecast(tr, passed)
     ahead = "-" if fc is None else f"{fc.limit_name} in {fc.days:.3g} d"
     cells = [
         info.label,
-        shown(latest),
+        latest_text,
         shown(limits[0]),
         shown(limits[1]),
         slope,
@@ -64,6 +71,7 @@ def _indicators_table(j: JointReport) -> str:
                 j.trend,
                 j.limits,
                 passed_limit(j.status),
+                j.interval,
             )
         )
     for s in j.indicators:
@@ -91,13 +99,17 @@ def _diagnostics_html(j: JointReport) -> str:
     rows: list[tuple[str, str]] = []
     if r is not None:
         rows += [
-            ("amplitude A", num(r.amplitude_rad_s, unit="rad/s")),
+            (
+                "amplitude A",
+                num(r.amplitude_rad_s, unit="rad/s") + _band(r.amplitude_interval_rad_s),
+            ),
             (
                 "backlash",
                 "not calibrated"
                 if r.backlash_rad is None
-                else num(r.backlash_rad * 1e3, ".4g", "mrad"),
+                else num(r.backlash_rad * 1e3, ".4g", "mrad") + _band(r.backlash_interval_rad, 1e3),
             ),
+            *_uncertainty_rows(r.uncertainty, r.ambiguous),
             ("fit RMSE", num(r.rmse_rad_s, unit="rad/s")),
             ("residual RMS before the fit", num(r.residual_rms_rad_s, unit="rad/s")),
             ("explained share of the residual", num(100 * r.explained_fraction, ".1f", "%")),
@@ -122,6 +134,50 @@ def _diagnostics_html(j: JointReport) -> str:
         f'<details class="diag"><summary>Fit details ({len(rows)} values)</summary>'
         f'<table class="diag"><tbody>{body}</tbody></table></details>'
     )
+
+
+def _band(pair: tuple[float, float] | None, scale: float = 1.0) -> str:
+    return "" if pair is None else f" (95 % interval {pair[0] * scale:.4g}-{pair[1] * scale:.4g})"
+
+
+def _uncertainty_rows(u: dict[str, Any], ambiguous: bool) -> list[tuple[str, str]]:
+    """What the intervals are made of (BacklashResult.uncertainty)."""
+    rows = []
+    amp = u.get("amplitude")
+    if isinstance(amp, dict):
+        rows.append(
+            (
+                "A's standard uncertainty (random part of the residual)",
+                f"{num(amp.get('sd_rad_s'), '.3g', 'rad/s')} (white noise would give "
+                f"{num(amp.get('sd_white_rad_s'), '.3g', 'rad/s')}; noise RMS "
+                f"{num(amp.get('noise_rms_rad_s'), '.3g', 'rad/s')})",
+            )
+        )
+    band = u.get("backlash")
+    if isinstance(band, dict):
+        model = band.get("model_half_width_rad")
+        noise = num(_scaled(band.get("noise_half_width_rad")), ".3g", "mrad")
+        fit_rms = num(_scaled(band.get("calibration_rmse_rad")), ".3g", "mrad")
+        rows.append(
+            (
+                "backlash interval made of (half-widths)",
+                f"noise {noise}, model mismatch within the joint model's tolerances "
+                + ("not known" if model is None else num(_scaled(model), ".3g", "mrad"))
+                + f", calibration residual {fit_rms} RMS",
+            )
+        )
+    if u:
+        rows.append(
+            (
+                "ambiguous fit",
+                "yes: equally good optima, the interval spans them" if ambiguous else "no",
+            )
+        )
+    return rows
+
+
+def _scaled(value: Any, scale: float = 1e3) -> float | None:
+    return float(value) * scale if isinstance(value, int | float) else None
 
 
 def _other_trends(indicators: tuple[IndicatorSummary, ...]) -> list[str]:

@@ -32,7 +32,19 @@ def trend_svg(
     # A history of hours is plotted in hours: in days its points pile up at x = 0.
     per, x_unit = (24.0, "hours") if days.size and float(days[-1]) < 2.0 else (1.0, "days")
     values = np.array([p.value for p in history]) * scale
-    series = [Series(f"{info.label} per cycle", days * per, values, markers=True)]
+    has_bars = any(p.interval is not None for p in history)
+    low = np.array([np.nan if p.low is None else p.low for p in history]) * scale
+    high = np.array([np.nan if p.high is None else p.high for p in history]) * scale
+    series = [
+        Series(
+            f"{info.label} per cycle" + (" (bars: 95 % interval)" if has_bars else ""),
+            days * per,
+            values,
+            markers=True,
+            y_low=low if has_bars else None,
+            y_high=high if has_bars else None,
+        )
+    ]
     if tr is not None:
         # The line is drawn over the points it was fitted to: after a change of slope, from
         # the break on (Trend.basis), so the plot shows which regime the forecast follows.
