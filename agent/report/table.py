@@ -184,7 +184,10 @@ def summary_table(report: Report, width: int = TABLE_WIDTH) -> str:
     letter, short reason; at most `width` wide. A joint with identification indicators gets a
     line for their verdict (`<joint> ident`), whose value is the worst indicator's change on
     its baseline."""
-    jw, vw, sw, nw = 24, 22, 7, 2
+    # The value column is as wide as its widest cell (intervals need 22), so a table without
+    # intervals keeps its width for the reasons.
+    values = [value_text(j) for j in report.joints]
+    jw, vw, sw, nw = 24, min(22, max([16, *map(len, values)])), 7, 2
     rw = max(10, width - jw - vw - sw - nw - 8)
 
     def row(a: str, b: str, c: str, n: str, d: str) -> str:

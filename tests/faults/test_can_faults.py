@@ -74,10 +74,11 @@ def _scenario(
     spoil: str,
     *,
     load_turns: float | None = None,
+    peer_options: tuple[str, ...] = (),
     **settings: Any,
 ) -> tuple[Peer, Capture | None, str, CanDriver]:
     """One guarded cycle of j1 with the fault `spoil`; the row in the summary, N asserted 0."""
-    peer, ctrl = socketcand(f"--fault={spoil}")
+    peer, ctrl = socketcand(f"--fault={spoil}", *peer_options)
     ctrl = dataclasses.replace(ctrl, settings=dataclasses.replace(ctrl.settings, **settings))
     if load_turns is not None:
         j1 = ctrl.joints[0]
@@ -168,7 +169,13 @@ def test_a_burst_the_bus_carries_is_taken_whole(socketcand: Start) -> None:
 def test_a_stream_that_stops_while_the_status_goes_on_aborts(socketcand: Start) -> None:
     # The link and the status frames stay up (CAPTURING), only the samples stop.
     peer, capture, message, driver = _scenario(
-        socketcand, "stalled samples (link and status up)", "mute@1:200", load_turns=10.0
+        socketcand,
+        "stalled samples (link and status up)",
+        "mute@1:200",
+        load_turns=10.0,
+        # The controller's own watchdog (agent heartbeat silent 0.5 s) would race the agent's
+        # stall detection (0.5 s) on a loaded machine; given 3 s, the stop is the agent's.
+        peer_options=("--watchdog=3",),
     )
     assert capture is None and "encoder stream stalled for" in message, message
     assert "after sample 200 of 2001" in message

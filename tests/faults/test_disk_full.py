@@ -149,4 +149,8 @@ def test_a_full_disk_is_logged_and_recording_resumes_when_space_is_freed(
     outcome: Outcome,
 ) -> None:
     assert outcome.recorded_after_free >= 2, outcome.full_log[-3000:]
-    assert "No space left on device" in outcome.full_log, outcome.full_log[-3000:]
+    # Named either by a write that hit it (a stop under way when the disk filled) or by the
+    # preflight of the next stop (its 4 KiB probe fits the page the filler gave back; the free
+    # space does not): which one comes first depends on where the stop was when it filled.
+    named = ("No space left on device", "MB free, the stop needs")
+    assert any(text in outcome.full_log for text in named), outcome.full_log[-3000:]
