@@ -3,7 +3,10 @@
 Topics (every name part sanitised by `topic_part`):
   <prefix>/<controller>/<joint>/health   retained, "jha.health/1": latest health of one joint
                                          (its backlash verdict, and under `identification` the
-                                         verdict on its identification indicators, or null)
+                                         verdict on its identification indicators, or null;
+                                         `recommendation`, `history` (the newest 32 points)
+                                         and `forecast.last_time`, the time the forecast's
+                                         days count from, for the fleet's plan)
   <prefix>/<controller>/report           not retained, "jha.report/1" plus message_id, queued_at
   <prefix>/agent/<client_id>/status      retained, "jha.agent_status/1": online / offline
 
@@ -56,6 +59,7 @@ __all__ = [
 ]
 
 HEALTH_SCHEMA = "jha.health/1"
+HEALTH_HISTORY_POINTS = 32  # of the judged indicator's history in each health message
 STATUS_SCHEMA = "jha.agent_status/1"
 
 _ENCODE = frozenset("/+#%")
@@ -197,10 +201,17 @@ def health_document(
             "confidence": trend.confidence,
             "n_points": trend.n_points,
             "level_now": trend.level_now,
+            # The forecasts' days count from here (added in jha.health/1: keys only get added).
+            "last_time": trend.last_time_iso,
             "watch": None if trend.forecast_watch is None else trend.forecast_watch.to_dict(),
             "alert": None if trend.forecast_alert is None else trend.forecast_alert.to_dict(),
         },
         "identification": identification_health(joint),
+        # What to do and by when, as in the report: a plan built from health alone needs it.
+        "recommendation": joint.recommendation.to_dict(),
+        # The judged indicator's newest points, for a trend line without the full report (the
+        # outbox drops full reports first); bounded so the retained message stays small.
+        "history": [p.to_dict() for p in joint.history[-HEALTH_HISTORY_POINTS:]],
         "agent_version": __version__,
     }
 
