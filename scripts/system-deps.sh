@@ -9,10 +9,16 @@ NEEDED=(
   "systemd-analyze:systemd"  # verify and security-score the unit
   "faketime:faketime"    # libfaketime: the wall clock stepped under the daemon (tests/faults)
   "prometheus:prometheus"  # a real Prometheus scrapes the metrics endpoint (tests/publish)
+  # Throwaway clusters of the fleet tests (tests/peers/postgres.py). Debian keeps initdb in
+  # /usr/lib/postgresql/<version>/bin, off PATH: checked there too (below).
+  "initdb:postgresql"
 )
 missing=()
 for entry in "${NEEDED[@]}"; do
   cmd=${entry%%:*}; pkg=${entry##*:}
+  if [ "$cmd" = initdb ] && compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+    continue
+  fi
   command -v "$cmd" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -eq 0 ]; then

@@ -18,6 +18,7 @@ from agent.cli import (
     control,
     drivers,
     feedrate,
+    fleet,
     identify,
     report,
     run,
@@ -38,6 +39,7 @@ _FAMILIES = (
     identify,
     report,
     control,
+    fleet,
 )
 
 

@@ -1,0 +1,347 @@
+"""What the fleet accepts from the broker: the agents' messages, parsed and held to their schema
+before anything is stored. A message that breaks a rule raises PayloadError with the reason; the
+ingest logs and counts it, and acknowledges it (a bad message redelivered forever would block
+the session).
+
+Topics (agent.publish.mqtt.payloads, which this package does not import: it pulls numpy):
+  <prefix>/<controller>/report          "jha.report/1"
+  <prefix>/<controller>/<joint>/health  "jha.health/1"
+  <prefix>/agent/<client_id>/status     "jha.agent_status/1"
+Names in topics are percent-encoded by the agent; the payload's own names must match them, so a
+message cannot claim another machine's joint by its topic alone.
+
+Strings holding NUL or unpaired surrogates are refused: PostgreSQL stores neither.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+from typing import Any
+from urllib.parse import unquote
+
+from agent.health.status import Ne107, Status
+
+MAX_DEPTH = 64  # JSON nesting; the agents' deepest is about 8
+MAX_NAME = 256  # characters of a machine or joint name
+
+
+class Kind(StrEnum):
+    REPORT = "report"
+    HEALTH = "health"
+    STATUS = "status"
+
+
+class PayloadError(ValueError):
+    """Why a message is refused (no part of the payload beyond short names is quoted)."""
+
+
+@dataclass(frozen=True)
+class Topic:
+    kind: Kind
+    prefix: str
+    machine: str  # the controller, or for a status the agent's client id
+    joint: str | None = None
+
+
+@dataclass(frozen=True)
+class ReportMessage:
+    report_id: str
+    prefix: str
+    machine: str
+    host: str | None
+    created_at: datetime
+    document: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """When the joint's trend line reaches its next limit, with the 95 % interval."""
+
+    limit_name: str
+    at: datetime | None
+    low: datetime | None  # the early end
+    high: datetime | None  # None: the interval reaches "never"
+
+
+@dataclass(frozen=True)
+class HealthMessage:
+    message_id: str
+    report_id: str
+    prefix: str
+    machine: str
+    joint: str
+    status: Status
+    ne107: Ne107
+    indicator: str
+    value: float | None
+    unit: str | None
+    estimated_at: datetime
+    report_created_at: datetime
+    forecast: Forecast | None
+    document: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StatusMessage:
+    prefix: str
+    client_id: str
+    state: str
+    at: datetime | None
+    document: dict[str, Any]
+
+
+Message = ReportMessage | HealthMessage | StatusMessage
+
+
+def parse_topic(topic: str, prefixes: tuple[str, ...]) -> Topic:
+    """The kind and names of a topic under one of `prefixes` (the longest that fits)."""
+    for prefix in sorted(prefixes, key=len, reverse=True):
+        if not topic.startswith(prefix + "/"):
+            continue
+        levels = topic[len(prefix) + 1 :].split("/")
+        if len(levels) == 3 and levels[0] == "agent" and levels[2] == "status":
+            return Topic(Kind.STATUS, prefix, _name(levels[1]))
+        if len(levels) == 2 and levels[1] == "report":
+            return Topic(Kind.REPORT, prefix, _name(levels[0]))
+        if len(levels) == 3 and levels[2] == "health":
+            return Topic(Kind.HEALTH, prefix, _name(levels[0]), _name(levels[1]))
+        raise PayloadError("topic is not a report, health or status topic")
+    raise PayloadError("topic is under no configured prefix")
+
+
+def parse_message(topic: str, payload: bytes, prefixes: tuple[str, ...], limit: int) -> Message:
+    where = parse_topic(topic, prefixes)
+    if len(payload) > limit:
+        raise PayloadError(f"payload of {len(payload)} bytes, over max_payload_bytes {limit}")
+    doc = _json(payload)
+    if where.kind is Kind.REPORT:
+        return _report(where, doc)
+    if where.kind is Kind.HEALTH:
+        return _health(where, doc)
+    return _status(where, doc)
+
+
+def _json(payload: bytes) -> dict[str, Any]:
+    try:
+        text = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PayloadError("payload is not UTF-8") from None
+    if _depth(text) > MAX_DEPTH:
+        raise PayloadError(f"JSON nested deeper than {MAX_DEPTH}")
+    try:
+        doc = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:
+        raise PayloadError(f"payload is not JSON: {type(exc).__name__}") from None
+    if not isinstance(doc, dict):
+        raise PayloadError("payload is not a JSON object")
+    _storable(doc)
+    return doc
+
+
+def _depth(text: str) -> int:
+    """An upper bound of the nesting (brackets inside strings count too), before parsing."""
+    depth = top = 0
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+            top = max(top, depth)
+        elif ch in "]}":
+            depth -= 1
+    return top
+
+
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _storable(value: Any) -> None:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, str):
+            _text(v)
+        elif isinstance(v, float) and not math.isfinite(v):
+            # 1e999 parses as infinity, which JSON (and so jsonb) cannot hold.
+            raise PayloadError("a number out of range")
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                _text(k)
+                stack.append(item)
+        elif isinstance(v, list):
+            stack.extend(v)
+
+
+def _text(s: str) -> None:
+    if "\x00" in s:
+        raise PayloadError("a string holds NUL")
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise PayloadError("a string holds an unpaired surrogate") from None
+
+
+def _name(level: str) -> str:
+    name = unquote(level, errors="strict") if "%" in level else level
+    if not name:
+        raise PayloadError("empty name in topic")
+    return name
+
+
+def _schema(doc: dict[str, Any], family: str) -> None:
+    schema = doc.get("schema")
+    if not isinstance(schema, str) or not schema.startswith(f"{family}/"):
+        raise PayloadError(f"schema: expected {family}/1")
+    if schema.split("/", 1)[1] != "1":  # a later major version changes meanings
+        raise PayloadError(f"schema: expected {family}/1, found another major version")
+
+
+def _str(doc: dict[str, Any], key: str, *, optional: bool = False) -> str | None:
+    v = doc.get(key)
+    if v is None and optional:
+        return None
+    if not isinstance(v, str) or not v or len(v) > MAX_NAME:
+        raise PayloadError(f"{key}: expected a string of 1 to {MAX_NAME} characters")
+    return v
+
+
+def _uuid(doc: dict[str, Any], key: str) -> str:
+    v = doc.get(key)
+    try:
+        return str(uuid.UUID(v)) if isinstance(v, str) and len(v) <= 45 else _bad(key)
+    except ValueError:
+        return _bad(key)
+
+
+def _bad(key: str) -> str:
+    raise PayloadError(f"{key}: expected a UUID")
+
+
+def _time(v: Any, key: str, *, optional: bool = False) -> datetime | None:
+    if v is None and optional:
+        return None
+    if not isinstance(v, str) or len(v) > 40:
+        raise PayloadError(f"{key}: expected an ISO 8601 time")
+    try:
+        t = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        raise PayloadError(f"{key}: expected an ISO 8601 time") from None
+    if t.tzinfo is None:
+        raise PayloadError(f"{key}: expected a time with its UTC offset")
+    if not 1970 <= t.year <= 9000:
+        raise PayloadError(f"{key}: time out of range")
+    return t
+
+
+def _number(v: Any, key: str) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise PayloadError(f"{key}: expected a number")
+    if abs(v) > 1e300:
+        raise PayloadError(f"{key}: number out of range")
+    return float(v)
+
+
+def _report(where: Topic, doc: dict[str, Any]) -> ReportMessage:
+    _schema(doc, "jha.report")
+    machines = doc.get("machines")
+    if not isinstance(machines, list) or where.machine not in machines:
+        raise PayloadError("machines: expected a list naming the topic's controller")
+    joints = doc.get("joints")
+    if not isinstance(joints, list) or not all(isinstance(j, dict) for j in joints):
+        raise PayloadError("joints: expected a list of objects")
+    for j in (*joints, *(doc.get("indicator_joints") or [])):
+        if not isinstance(j, dict) or j.get("controller") != where.machine:
+            raise PayloadError("joints: a joint of another controller than the topic's")
+    created = _time(doc.get("created_at"), "created_at")
+    assert created is not None
+    return ReportMessage(
+        _uuid(doc, "message_id"),
+        where.prefix,
+        where.machine,
+        _str(doc, "host", optional=True),
+        created,
+        doc,
+    )
+
+
+def _health(where: Topic, doc: dict[str, Any]) -> HealthMessage:
+    _schema(doc, "jha.health")
+    if doc.get("controller") != where.machine or doc.get("joint") != where.joint:
+        raise PayloadError("controller/joint: expected the names in the topic")
+    try:
+        status = Status(str(doc.get("status")))
+        ne107 = Ne107(str((doc.get("ne107") or {}).get("status")))
+    except (ValueError, AttributeError):
+        raise PayloadError("status, ne107: expected the agent's values") from None
+    indicators = doc.get("indicators")
+    if not isinstance(indicators, list) or not indicators or not isinstance(indicators[0], dict):
+        raise PayloadError("indicators: expected a list whose first is the judged indicator")
+    first = indicators[0]
+    estimated = _time(doc.get("estimated_at"), "estimated_at")
+    created = _time(doc.get("report_created_at"), "report_created_at")
+    assert estimated is not None and created is not None
+    unit = first.get("unit")
+    return HealthMessage(
+        _uuid(doc, "message_id"),
+        _uuid(doc, "report_message_id"),
+        where.prefix,
+        where.machine,
+        str(where.joint),
+        status,
+        ne107,
+        _str(doc, "indicator") or "",
+        _number(first.get("value"), "indicators[0].value"),
+        unit if isinstance(unit, str) and len(unit) <= MAX_NAME else None,
+        estimated,
+        created,
+        _forecast(doc.get("forecast"), status, estimated),
+        doc,
+    )
+
+
+def _forecast(v: Any, status: Status, estimated: datetime) -> Forecast | None:
+    """The forecast of the joint's next limit: watch while below it, else alert."""
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        raise PayloadError("forecast: expected an object or null")
+    # Older agents (before forecast.last_time) count the days from the estimate's time.
+    base = _time(v.get("last_time"), "forecast.last_time", optional=True) or estimated
+    order = ("alert",) if status in (Status.WATCH, Status.ALERT) else ("watch", "alert")
+    for name in order:
+        f = v.get(name)
+        if f is None:
+            continue
+        if not isinstance(f, dict):
+            raise PayloadError(f"forecast.{name}: expected an object or null")
+        return Forecast(
+            name,
+            _after(base, _number(f.get("days"), f"forecast.{name}.days")),
+            _after(base, _number(f.get("days_low"), f"forecast.{name}.days_low")),
+            _after(base, _number(f.get("days_high"), f"forecast.{name}.days_high")),
+        )
+    return None
+
+
+def _after(base: datetime, days: float | None) -> datetime | None:
+    if days is None or not 0 <= days < 1e6:  # past a few thousand years: never, in practice
+        return None
+    return base + timedelta(days=days)
+
+
+def _status(where: Topic, doc: dict[str, Any]) -> StatusMessage:
+    _schema(doc, "jha.agent_status")
+    if doc.get("client_id") != where.machine:
+        raise PayloadError("client_id: expected the name in the topic")
+    state = doc.get("state")
+    if state not in ("online", "offline"):
+        raise PayloadError("state: expected online or offline")
+    return StatusMessage(
+        where.prefix, where.machine, str(state), _time(doc.get("at"), "at", optional=True), doc
+    )

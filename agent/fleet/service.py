@@ -1,0 +1,130 @@
+"""`jha fleet`: the service's start, run and stop. It starts in this order, each part refusing
+with a clear error before the next: settings and secret files, the database (migrated to this
+version's schema), the web side's own read-only connection, the HTTP listener, then the MQTT
+session. SIGTERM or SIGINT stops it: the ingest disconnects (what it did not acknowledge stays
+queued at the broker for the next start), then the listener closes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from agent.fleet.ingest import Ingest
+from agent.fleet.plan import PlanReader
+from agent.fleet.secrets import read_secret_file
+from agent.fleet.settings import FleetSettings
+from agent.fleet.store import Placement, Store, connect
+from agent.fleet.web import PlanServer
+from agent.logfmt import kv, register_secret
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Secrets:
+    token: str
+    broker_password: str | None
+    database_password: str | None
+
+
+def read_secrets(s: FleetSettings) -> Secrets:
+    found = Secrets(
+        read_secret_file(s.http.token_file, "token file"),
+        None
+        if s.broker.password_file is None
+        else read_secret_file(s.broker.password_file, "broker password file"),
+        None
+        if s.database.password_file is None
+        else read_secret_file(s.database.password_file, "database password file"),
+    )
+    for value in (found.token, found.broker_password, found.database_password):
+        if value is not None:
+            register_secret(value)  # the log filter redacts it wherever it would appear
+    return found
+
+
+class FleetService:
+    def __init__(self, settings: FleetSettings) -> None:
+        self.settings = settings
+        self.secrets = read_secrets(settings)
+        placements = {s.topic_prefix: Placement(s.site, s.line) for s in settings.sources}
+        self._placements = placements
+        db = settings.database
+        self.store = Store(connect(db.conninfo, self.secrets.database_password), placements)
+        applied = self.store.migrate()
+        log.info(kv("fleet_database_ready", migrations_applied=",".join(applied) or "none"))
+        reader_conn = connect(db.conninfo, self.secrets.database_password)
+        reader_conn.autocommit = True  # reads only: no transaction left open between requests
+        self.reader = PlanReader(reader_conn, settings.stale_after_s)
+        self.ingest = Ingest(
+            settings, self.store, self.secrets.broker_password, reconnect_store=self._new_store
+        )
+        self.web = PlanServer(
+            settings.http.host,
+            settings.http.port,
+            self.secrets.token,
+            self.reader,
+            lambda: self.ingest.stats().to_dict(),
+        )
+
+    def _new_store(self) -> Store:
+        db = self.settings.database
+        return Store(connect(db.conninfo, self.secrets.database_password), self._placements)
+
+    def start(self) -> None:
+        self.web.start()
+        self.ingest.start()
+        host, port = self.web.address
+        log.info(
+            kv("fleet_started", http=f"http://{host}:{port}/", broker=self.settings.broker.host)
+        )
+
+    def stop(self) -> None:
+        self.ingest.stop()
+        self.web.stop()
+        stats = self.ingest.stats()
+        log.info(
+            kv(
+                "fleet_stopped",
+                received=stats.received,
+                stored=stats.stored,
+                duplicates=stats.duplicates,
+                rejected=stats.rejected,
+            )
+        )
+
+
+def run(settings: FleetSettings) -> int:
+    """Run until SIGTERM or SIGINT; 0 after a clean stop."""
+    done = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: done.set())
+    service = FleetService(settings)
+    service.start()
+    _notify("READY=1")
+    while not done.wait(timeout=15.0):
+        s = service.ingest.stats()
+        _notify(f"STATUS=stored {s.stored}, duplicates {s.duplicates}, rejected {s.rejected}")
+    _notify("STOPPING=1")
+    service.stop()
+    return 0
+
+
+def _notify(state: str) -> None:
+    """sd_notify(3) without a library: one datagram to $NOTIFY_SOCKET, if systemd set one."""
+    address: Any = os.environ.get("NOTIFY_SOCKET")
+    if not address:
+        return
+    if address.startswith("@"):
+        address = "\0" + address[1:]
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.sendto(state.encode(), address)
+    except OSError as exc:
+        log.warning(kv("fleet_notify_failed", error=str(exc)))

@@ -1,0 +1,161 @@
+"""Settings of `jha fleet`: one YAML file of its own, validated like the agent's config (every
+mistake at file:line, agent.schema.validate), plus the secret files it names, checked at their
+line by `jha fleet check` and again when the service starts.
+
+    broker:   the plant broker (TLS verified by default, like the agent's publisher)
+    sources:  which agents' topic prefixes to subscribe to, with the site and line they are on
+    database: a libpq connection string without the password (password_file holds that)
+    http:     where the plan is served, and the token file its clients must present
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.config.mqtt import topic_prefix_problems
+from agent.errors import ConfigError
+from agent.fleet.secrets import SecretFileError, read_secret_file
+from agent.schema.validate import validate
+from agent.schema.yaml_lines import ConfigIssue, config_error, issues_of, load_yaml
+
+DEFAULT_FLEET_CONFIG = Path("/etc/joint-health-agent/fleet.yaml")
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    host: str = field(metadata={"min_len": 1, "doc": "the plant broker"})
+    # Fixed, because the broker keeps the persistent session (and what it queued while the
+    # service was away) under this id.
+    client_id: str = field(metadata={"min_len": 1, "doc": "fixed: the persistent session's id"})
+    port: int = field(default=8883, metadata={"ge": 1, "le": 65535})
+    tls: bool = field(default=True, metadata={"doc": "false only for a broker on this host"})
+    ca_file: str | None = field(default=None, metadata={"min_len": 1})
+    cert_file: str | None = field(default=None, metadata={"min_len": 1})
+    key_file: str | None = field(default=None, metadata={"min_len": 1})
+    tls_insecure: bool = False
+    username: str | None = field(default=None, metadata={"min_len": 1})
+    password_file: str | None = field(default=None, metadata={"min_len": 1})
+    keepalive_s: int = field(default=60, metadata={"ge": 5, "le": 65535})
+    reconnect_min_s: float = field(default=1.0, metadata={"gt": 0.0, "le": 60.0})
+    reconnect_max_s: float = field(default=60.0, metadata={"gt": 0.0, "le": 3600.0})
+    # Messages the broker may send before their acknowledgement (each waits for its commit).
+    max_inflight: int = field(default=100, metadata={"ge": 1, "le": 65535})
+
+    def check(self) -> list[tuple[str, str]]:
+        out: list[tuple[str, str]] = []
+        if (self.cert_file is None) != (self.key_file is None):
+            missing = "key_file" if self.key_file is None else "cert_file"
+            out.append((missing, "cert_file and key_file go together: expected both or neither"))
+        if not self.tls:
+            for name in ("ca_file", "cert_file", "key_file"):
+                if getattr(self, name) is not None:
+                    out.append((name, f"{name} needs tls: true"))
+            if self.tls_insecure:
+                out.append(("tls_insecure", "tls_insecure needs tls: true"))
+        if self.password_file is not None and self.username is None:
+            out.append(("password_file", "a password_file needs a username"))
+        if self.reconnect_max_s < self.reconnect_min_s:
+            out.append(("reconnect_max_s", "expected a number >= reconnect_min_s"))
+        return out
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """Agents publishing under `topic_prefix` (their publish.mqtt.topic_prefix)."""
+
+    topic_prefix: str = field(metadata={"min_len": 1})
+    site: str = field(metadata={"min_len": 1})
+    line: str = field(metadata={"min_len": 1})
+
+    def check(self) -> list[tuple[str, str]]:
+        return [("topic_prefix", m) for m in topic_prefix_problems(self.topic_prefix)]
+
+
+@dataclass(frozen=True)
+class DatabaseSettings:
+    conninfo: str = field(
+        metadata={"min_len": 1, "doc": "libpq string, e.g. 'host=/run/postgresql dbname=jha'"}
+    )
+    password_file: str | None = field(default=None, metadata={"min_len": 1})
+
+    def check(self) -> list[tuple[str, str]]:
+        if "password" in self.conninfo.lower():
+            return [("conninfo", "expected no password in conninfo: put it in password_file")]
+        return []
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    token_file: str = field(metadata={"min_len": 1, "doc": "bearer token, mode 0600 or 0400"})
+    host: str = field(default="127.0.0.1", metadata={"min_len": 1})
+    port: int = field(default=8470, metadata={"ge": 0, "le": 65535})
+
+
+@dataclass(frozen=True)
+class FleetSettings:
+    broker: BrokerSettings
+    sources: tuple[SourceSettings, ...] = field(metadata={"min_len": 1})
+    database: DatabaseSettings
+    http: HttpSettings
+    # A machine with no report for this long is shown as stale.
+    stale_after_s: float = field(default=36 * 3600.0, metadata={"gt": 0.0, "le": 3.2e7})
+    # Bigger messages are refused unparsed (logged, counted): the agents' own cap is 1 MiB.
+    max_payload_bytes: int = field(default=1024 * 1024, metadata={"ge": 1024, "le": 268_435_455})
+
+    def check(self) -> list[tuple[str, str]]:
+        out = []
+        seen: dict[str, int] = {}
+        for i, s in enumerate(self.sources):
+            if s.topic_prefix in seen:
+                first = seen[s.topic_prefix]
+                msg = f"expected a unique topic_prefix, found it again (first in sources[{first}])"
+                out.append((f"sources[{i}].topic_prefix", msg))
+            seen.setdefault(s.topic_prefix, i)
+        return out
+
+
+# (dotted path, what it is) of every secret file the settings may name.
+_SECRET_FILES = (
+    (("broker", "password_file"), "broker password file"),
+    (("database", "password_file"), "database password file"),
+    (("http", "token_file"), "token file"),
+)
+
+
+def fleet_issues(path: str | Path) -> tuple[FleetSettings | None, list[ConfigIssue]]:
+    """(settings, []) or (None, every mistake sorted by line), secret files included."""
+    file = str(path)
+    try:
+        root = load_yaml(path)
+    except ConfigError as exc:
+        return None, issues_of(exc)
+    settings, issues = validate(FleetSettings, root, file)
+    if issues or settings is None:
+        return None, issues
+    found = []
+    for parts, what in _SECRET_FILES:
+        section = getattr(settings, parts[0])
+        name = getattr(section, parts[1])
+        if name is None:
+            continue
+        try:
+            read_secret_file(name, what)
+        except SecretFileError as exc:
+            found.append(ConfigIssue(file, root.line_of(parts), ".".join(parts), _expected(exc)))
+    return (None, found) if found else (settings, [])
+
+
+def load_fleet_settings(path: str | Path) -> FleetSettings:
+    settings, issues = fleet_issues(path)
+    if issues or settings is None:
+        raise config_error(issues)
+    return settings
+
+
+def _expected(exc: SecretFileError) -> str:
+    hint = " (run it as root or as the service user)" if exc.access_denied else ""
+    return (
+        "expected a file that only the service user may read or write (mode 0600 or 0400), "
+        f"found {exc}{hint}"
+    )

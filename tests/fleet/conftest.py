@@ -1,0 +1,100 @@
+"""Real peers of the fleet tests: one throwaway PostgreSQL cluster for the package (a fresh
+database per test), a mosquitto broker per test, and the fleet's settings file for both."""
+
+from __future__ import annotations
+
+import itertools
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.peers.mosquitto_broker import MosquittoBroker
+from tests.peers.postgres import PostgresCluster
+
+TOKEN = "s3cret-fleet-token"
+_numbers = itertools.count()
+
+
+@pytest.fixture(scope="package")
+def cluster() -> Iterator[PostgresCluster]:
+    with PostgresCluster(dbname="postgres_setup") as pg:
+        yield pg
+
+
+@pytest.fixture
+def database(cluster: PostgresCluster) -> str:
+    """The conninfo of a new, empty database."""
+    name = f"fleet_{next(_numbers)}"
+    setup = cluster.conninfo.replace(f"dbname={cluster.dbname}", "dbname=postgres")
+    with psycopg.connect(setup, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return cluster.conninfo.replace(f"dbname={cluster.dbname}", f"dbname={name}")
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
+    with MosquittoBroker(tmp_path / "broker", persistence=True) as b:
+        yield b
+
+
+@dataclass(frozen=True)
+class FleetFiles:
+    config: Path
+    token_file: Path
+
+
+def write_fleet_config(
+    directory: Path,
+    broker_port: int,
+    conninfo: str,
+    *,
+    http_port: int = 0,
+    stale_after_s: float = 86400.0,
+    client_id: str = "jha-fleet-test",
+    sources: str = "",
+) -> FleetFiles:
+    directory.mkdir(parents=True, exist_ok=True)
+    token = directory / "token"
+    token.write_text(TOKEN + "\n")
+    token.chmod(0o600)
+    sources = sources or textwrap.dedent("""\
+        sources:
+          - topic_prefix: jha
+            site: plant-a
+            line: line-1
+          - topic_prefix: site-b/jha
+            site: plant-b
+            line: line-7
+        """)
+    config = directory / "fleet.yaml"
+    config.write_text(
+        textwrap.dedent(f"""\
+        broker:
+          host: 127.0.0.1
+          port: {broker_port}
+          tls: false
+          client_id: {client_id}
+          reconnect_min_s: 0.05
+          reconnect_max_s: 0.5
+        """)
+        + sources
+        + textwrap.dedent(f"""\
+        database:
+          conninfo: "{conninfo}"
+        http:
+          host: 127.0.0.1
+          port: {http_port}
+          token_file: {token}
+        stale_after_s: {stale_after_s}
+        """)
+    )
+    return FleetFiles(config, token)
+
+
+@pytest.fixture
+def fleet_files(tmp_path: Path, broker: MosquittoBroker, database: str) -> FleetFiles:
+    return write_fleet_config(tmp_path / "fleet", broker.port, database)
