@@ -1,0 +1,122 @@
+"""`jha fleet check --config FILE`: every mistake at its file:line, the secret files held to the
+MQTT password file's rules, and nothing started. And the schema migrations."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from agent.cli.main import main
+from agent.errors import ConfigError
+from agent.fleet.migrate import migrate, migrations
+from tests.fleet.conftest import write_fleet_config
+
+
+def check(config: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, list[str]]:
+    code = main(["fleet", "check", "--config", str(config)])
+    return code, capsys.readouterr().err.splitlines()
+
+
+def line_of(config: Path, text: str) -> int:
+    for n, line in enumerate(config.read_text().splitlines(), 1):
+        if text in line:
+            return n
+    raise AssertionError(f"{text!r} not in {config}")
+
+
+def test_a_valid_file_passes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = write_fleet_config(tmp_path, 1883, "host=/nonexistent dbname=jha")
+    assert main(["fleet", "check", "--config", str(files.config)]) == 0
+    assert capsys.readouterr().out.strip() == f"{files.config}: OK"
+
+
+def test_mistakes_are_reported_at_their_lines(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = write_fleet_config(tmp_path, 1883, "host=/run/postgresql password=hunter2")
+    text = files.config.read_text()
+    text = text.replace("port: 1883", "port: eighty")
+    text = text.replace("  client_id: jha-fleet-test\n", "")
+    text = text.replace("stale_after_s:", "stale_afte_s:")
+    text = text.replace("topic_prefix: site-b/jha", "topic_prefix: jha")
+    files.config.write_text(text)
+    code, errors = check(files.config, capsys)
+    assert code == 78
+    c = str(files.config)
+    expected = {
+        line_of(files.config, "port: eighty"): "broker.port",
+        # A missing key is reported where its mapping's first key is.
+        line_of(files.config, "host: 127.0.0.1"): "broker.client_id",
+        line_of(files.config, "stale_afte_s"): "stale_afte_s",
+    }
+    for line, field in expected.items():
+        assert any(e.startswith(f"{c}:{line}: {field}") for e in errors), (line, field, errors)
+    assert any("did you mean 'stale_after_s'" in e for e in errors)
+    assert errors[-1] == f"{c}: {len(errors) - 1} error(s)"
+    assert all(re.match(rf"{re.escape(c)}:\d+: ", e) for e in errors[:-1])
+
+
+def test_cross_field_rules(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = write_fleet_config(tmp_path, 1883, "host=/run/postgresql password=hunter2")
+    text = files.config.read_text().replace("topic_prefix: site-b/jha", "topic_prefix: jha")
+    files.config.write_text(text)
+    code, errors = check(files.config, capsys)
+    assert code == 78
+    c = str(files.config)
+    conninfo = line_of(files.config, "conninfo:")
+    assert any(
+        e.startswith(f"{c}:{conninfo}: database.conninfo: expected no password") for e in errors
+    )
+    second = [n for n, t in enumerate(text.splitlines(), 1) if "topic_prefix: jha" in t][1]
+    assert any(
+        e.startswith(f"{c}:{second}: sources[1].topic_prefix: expected a unique") for e in errors
+    )
+    assert "hunter2" not in "\n".join(errors)
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
+def test_a_token_file_others_may_read_is_refused_at_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], mode: int
+) -> None:
+    files = write_fleet_config(tmp_path, 1883, "host=/nonexistent dbname=jha")
+    files.token_file.chmod(mode)
+    code, errors = check(files.config, capsys)
+    assert code == 78
+    line = line_of(files.config, "token_file:")
+    assert errors[0].startswith(
+        f"{files.config}:{line}: http.token_file: expected a file that only"
+    )
+    assert f"{mode:04o}" in errors[0]
+    assert "s3cret" not in "\n".join(errors)
+
+
+def test_check_as_a_command_starts_nothing(tmp_path: Path) -> None:
+    # A broker port nobody listens on and a database that does not exist: check does not care.
+    files = write_fleet_config(tmp_path, 1, "host=/nonexistent dbname=nothing")
+    done = subprocess.run(
+        [sys.executable, "-m", "agent.cli.main", "fleet", "check", "--config", str(files.config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith(": OK")
+
+
+def test_migrations_apply_once_in_order(database: str) -> None:
+    known = migrations()
+    assert [m.version for m in known] == list(range(1, len(known) + 1))
+    with psycopg.connect(database) as conn:
+        assert migrate(conn) == [m.name for m in known]
+        assert migrate(conn) == []  # already at the newest version
+        versions = conn.execute("SELECT version, name FROM schema_version ORDER BY 1").fetchall()
+        assert versions == [(m.version, m.name) for m in known]
+        conn.execute("INSERT INTO schema_version (version, name) VALUES (999, 'from_the_future')")
+        conn.commit()
+        with pytest.raises(ConfigError, match="schema version 999, newer than this jha"):
+            migrate(conn)

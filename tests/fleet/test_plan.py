@@ -1,0 +1,199 @@
+"""The plan over HTTP, from messages the agent's payload builder made, stored by the real
+service: the JSON API's sort order and filters, the page (hostile names escaped, a stale
+machine, sparklines, the link to the stored report), and the token."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
+from typing import Any
+
+import pytest
+
+from agent.report.model import Report
+from tests.fleet.agents import RawPublisher, machine_report, messages_of
+from tests.fleet.conftest import TOKEN, FleetFiles
+from tests.fleet.running import base_url, get, running_fleet
+from tests.peers.mosquitto_broker import MosquittoBroker, wait_until
+from tests.support.summary import security
+
+HOSTILE_MACHINE = "<img src=x onerror=alert(1)>"
+HOSTILE_JOINT = "\"><script>alert('j')</script>"
+
+
+@dataclass(frozen=True)
+class Plant:
+    base: str
+    reports: dict[str, Report]
+
+
+@pytest.fixture
+def plant(broker: MosquittoBroker, fleet_files: FleetFiles) -> Iterator[Plant]:
+    now = datetime.now(UTC)
+    reports = {
+        "press1": machine_report(
+            "press1",
+            {
+                "J1": [2.1e-3, 2.3e-3, 2.5e-3],  # alert
+                "J2": [1.0e-3, 1.3e-3, 1.6e-3],  # watch, the alert limit in about a day
+                "J3": [3e-4, 3e-4, 3e-4],  # ok
+            },
+        ),
+        "hostile": machine_report(HOSTILE_MACHINE, {HOSTILE_JOINT: [1.0e-3, 1.05e-3, 1.1e-3]}),
+        "old": machine_report("old-robot", {"J1": [2e-4, 2e-4, 2e-4]}, end=now - timedelta(days=3)),
+    }
+    prefixes = {"press1": "jha", "hostile": "site-b/jha", "old": "site-b/jha"}
+    sender = RawPublisher(broker.port)
+    try:
+        with running_fleet(fleet_files.config) as fleet:
+            total = 0
+            for key, report in reports.items():
+                messages = messages_of(report, prefixes[key])
+                total += len(messages)
+                sender.send_messages(messages)
+            wait_until(lambda: fleet.ingest.stats().stored == total, 30, "every message")
+            yield Plant(base_url(fleet), reports)
+    finally:
+        sender.close()
+
+
+def plan(p: Plant, query: str = "") -> list[dict[str, Any]]:
+    r = get(p.base, f"/api/plan{query}")
+    assert r.status == 200, r.text
+    joints: list[dict[str, Any]] = r.json()["joints"]
+    return joints
+
+
+def test_plan_sorted_by_status_then_forecast_date(plant: Plant) -> None:
+    rows = plan(plant)
+    keys = [(r["machine"], r["joint"], r["status"]) for r in rows]
+    assert keys[:3] == [
+        ("press1", "J1", "alert"),
+        ("press1", "J2", "watch"),  # alert limit forecast sooner than the next watch joint's
+        (HOSTILE_MACHINE, HOSTILE_JOINT, "watch"),
+    ]
+    assert sorted(keys[3:]) == [("old-robot", "J1", "ok"), ("press1", "J3", "ok")]
+    first_watch, second_watch = rows[1]["forecast"], rows[2]["forecast"]
+    assert first_watch["at"] < second_watch["at"]
+    for r in rows[1:3]:
+        low, high = r["forecast"]["interval"]
+        assert low <= r["forecast"]["at"] and (high is None or r["forecast"]["at"] <= high)
+    stale = {r["machine"]: r["stale"] for r in rows}
+    assert stale == {"press1": False, HOSTILE_MACHINE: False, "old-robot": True}
+    assert {(r["machine"], r["site"], r["line"]) for r in rows} == {
+        ("press1", "plant-a", "line-1"),
+        (HOSTILE_MACHINE, "plant-b", "line-7"),
+        ("old-robot", "plant-b", "line-7"),
+    }
+
+
+def test_plan_filters(plant: Plant) -> None:
+    assert {r["machine"] for r in plan(plant, "?site=plant-b")} == {HOSTILE_MACHINE, "old-robot"}
+    assert {r["machine"] for r in plan(plant, "?line=line-1")} == {"press1"}
+    assert [r["joint"] for r in plan(plant, "?machine=press1")] == ["J1", "J2", "J3"]
+    assert [r["joint"] for r in plan(plant, "?machine=press1&line=line-7")] == []
+    assert len(plan(plant, "?indicator=backlash_rad")) == 5
+    # A further indicator of every joint (the fit's amplitude), not the judged one.
+    assert len(plan(plant, "?indicator=amplitude_rad_s")) == 5
+    assert plan(plant, "?indicator=stiffness_nm_per_rad") == []
+    assert get(plant.base, "/api/plan?colour=red").status == 400
+    assert get(plant.base, "/api/plan?site=a%00b").status == 400
+
+
+class Elements(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+
+def parse(html: str) -> Elements:
+    e = Elements()
+    e.feed(html)
+    return e
+
+
+def test_page_escapes_names_marks_stale_draws_trends_and_links_reports(plant: Plant) -> None:
+    r = get(plant.base, "/")
+    assert r.status == 200
+    assert r.headers["Content-Type"].startswith("text/html")
+    assert "default-src 'none'" in r.headers["Content-Security-Policy"]
+    page = parse(r.text)
+    tags = [t for t, _ in page.tags]
+    assert "script" not in tags and "img" not in tags  # the hostile names stayed text
+    text = "".join(page.text)
+    assert HOSTILE_MACHINE in text and HOSTILE_JOINT in text
+    rows = [a for t, a in page.tags if t == "tr" and a.get("class")]
+    assert len(rows) == 5
+    assert sum("stale" in (a["class"] or "") for a in rows) == 1
+    assert tags.count("polyline") == 5  # every joint has three points
+    links = sorted(
+        {a["href"] or "" for t, a in page.tags if t == "a" and "/reports/" in (a["href"] or "")}
+    )
+    assert links == sorted(f"/reports/{r.message_id}" for r in plant.reports.values())
+    # The link serves the report the agent sent, as a page and as its JSON.
+    hostile = plant.reports["hostile"]
+    shown = get(plant.base, f"/reports/{hostile.message_id}")
+    assert shown.status == 200
+    assert "script" not in [t for t, _ in parse(shown.text).tags]
+    assert HOSTILE_JOINT in "".join(parse(shown.text).text)
+    doc = get(plant.base, f"/api/reports/{hostile.message_id}").json()
+    assert doc["message_id"] == hostile.message_id
+    assert doc["joints"][0]["joint"] == HOSTILE_JOINT
+    assert get(plant.base, "/reports/00000000-0000-0000-0000-000000000000").status == 404
+    assert get(plant.base, "/reports/..%2F..%2Fetc%2Fpasswd").status == 404
+
+
+def test_every_request_needs_the_token(plant: Plant) -> None:
+    for path in ("/", "/api/plan", "/api/stats", f"/reports/{plant.reports['old'].message_id}"):
+        refused = get(plant.base, path, token=None)
+        assert refused.status == 401
+        assert refused.headers["WWW-Authenticate"].startswith("Basic")
+        assert b"joint" not in refused.body
+        assert get(plant.base, path, token="wrong-token").status == 401
+        assert get(plant.base, path, token=TOKEN[:-1]).status == 401
+        assert get(plant.base, path, token=TOKEN, basic=True).status == 200
+    security("fleet: the plan refuses requests without the token", passed=True)
+
+
+def test_the_plan_is_read_only(plant: Plant) -> None:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        plant.base + "/api/plan",
+        data=b"{}",
+        method="POST",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 405
+
+
+def test_stale_after_is_the_configured_time(
+    broker: MosquittoBroker, database: str, tmp_path: Any
+) -> None:
+    from tests.fleet.conftest import write_fleet_config
+
+    files = write_fleet_config(tmp_path / "f", broker.port, database, stale_after_s=7 * 86400.0)
+    report = machine_report(
+        "old-robot", {"J1": [2e-4, 2e-4]}, end=datetime.now(UTC) - timedelta(days=3)
+    )
+    sender = RawPublisher(broker.port)
+    try:
+        with running_fleet(files.config) as fleet:
+            sender.send_messages(messages_of(report))
+            wait_until(lambda: fleet.ingest.stats().stored == 2, 30, "the report")
+            (row,) = get(base_url(fleet), "/api/plan").json()["joints"]
+    finally:
+        sender.close()
+    assert row["stale"] is False  # 3 days old, stale only after 7
