@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.errors import EX_CONFIG, EX_OK
+from agent.errors import EX_CONFIG, EX_OK, EX_UNAVAILABLE
 
 
 def register(subparsers: Any) -> None:
@@ -30,22 +30,34 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from agent.fleet.settings import fleet_issues
+    from agent.fleet.settings import fleet_issues, fleet_notes
 
-    _, issues = fleet_issues(args.config)
-    if issues:
+    settings, issues = fleet_issues(args.config)
+    if issues or settings is None:
         for issue in issues:
             print(issue, file=sys.stderr)
         print(f"{args.config}: {len(issues)} error(s)", file=sys.stderr)
         return EX_CONFIG
+    for note in fleet_notes(args.config, settings):
+        print(note, file=sys.stderr)
     print(f"{args.config}: OK")
     return EX_OK
 
 
 def _cmd_fleet(args: argparse.Namespace) -> int:
-    from agent.fleet.service import run
     from agent.fleet.settings import load_fleet_settings
     from agent.logfmt import setup_logging
 
     setup_logging(args.log_level, log_format=args.log_format)
-    return run(load_fleet_settings(args.config))
+    settings = load_fleet_settings(args.config)
+    try:
+        from agent.fleet.service import run
+    except ModuleNotFoundError as exc:
+        if exc.name != "psycopg":
+            raise
+        print(
+            "jha: jha fleet needs psycopg: pip install 'joint-health-agent[fleet]'",
+            file=sys.stderr,
+        )
+        return EX_UNAVAILABLE
+    return run(settings)

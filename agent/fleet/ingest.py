@@ -113,6 +113,9 @@ class Ingest:
         self.client.loop_stop()
         self._writer.join(timeout=30)
 
+    def alive(self) -> bool:
+        return self._writer.is_alive()
+
     def stats(self) -> IngestStats:
         with self._lock:
             return IngestStats(

@@ -15,6 +15,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+import psycopg
+
+from agent.errors import EX_UNAVAILABLE, AgentError
 from agent.fleet.ingest import Ingest
 from agent.fleet.plan import PlanReader
 from agent.fleet.secrets import read_secret_file
@@ -24,6 +27,12 @@ from agent.fleet.web import PlanServer
 from agent.logfmt import kv, register_secret
 
 log = logging.getLogger(__name__)
+
+
+class Unavailable(AgentError):
+    """The database or the listen address cannot be reached (exit 69)."""
+
+    exit_code = EX_UNAVAILABLE
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,9 @@ class FleetService:
             kv("fleet_started", http=f"http://{host}:{port}/", broker=self.settings.broker.host)
         )
 
+    def alive(self) -> bool:
+        return self.ingest.alive() and self.web.alive()
+
     def stop(self) -> None:
         self.ingest.stop()
         self.web.stop()
@@ -105,12 +117,22 @@ def run(settings: FleetSettings) -> int:
     done = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
-    service = FleetService(settings)
-    service.start()
+    try:
+        service = FleetService(settings)
+        service.start()
+    except (psycopg.OperationalError, OSError) as exc:
+        # The database or the listen address is not there (yet): exit 69, systemd retries.
+        raise Unavailable(f"jha fleet cannot start: {' '.join(str(exc).split())}") from None
     _notify("READY=1")
     while not done.wait(timeout=15.0):
         s = service.ingest.stats()
         _notify(f"STATUS=stored {s.stored}, duplicates {s.duplicates}, rejected {s.rejected}")
+        # The watchdog is fed only while both halves live: a dead writer thread would leave
+        # messages unacknowledged forever behind a listener that still answers.
+        if service.alive():
+            _notify("WATCHDOG=1")
+        else:
+            log.error(kv("fleet_part_died", ingest=service.ingest.alive(), web=service.web.alive()))
     _notify("STOPPING=1")
     service.stop()
     return 0

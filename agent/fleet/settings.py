@@ -19,7 +19,9 @@ from agent.fleet.secrets import SecretFileError, read_secret_file
 from agent.schema.validate import validate
 from agent.schema.yaml_lines import ConfigIssue, config_error, issues_of, load_yaml
 
-DEFAULT_FLEET_CONFIG = Path("/etc/joint-health-agent/fleet.yaml")
+DEFAULT_FLEET_CONFIG = Path("/etc/jha-fleet/fleet.yaml")  # systemd/jha-fleet.service
+# systemd's LoadCredential= puts the service's copies here only while the service runs.
+CREDENTIALS_DIR = "/run/credentials/"
 
 
 @dataclass(frozen=True)
@@ -139,11 +141,28 @@ def fleet_issues(path: str | Path) -> tuple[FleetSettings | None, list[ConfigIss
         name = getattr(section, parts[1])
         if name is None:
             continue
+        if name.startswith(CREDENTIALS_DIR) and not Path(name).exists():
+            continue  # systemd's LoadCredential= makes it when the service starts: see notes
         try:
             read_secret_file(name, what)
         except SecretFileError as exc:
             found.append(ConfigIssue(file, root.line_of(parts), ".".join(parts), _expected(exc)))
     return (None, found) if found else (settings, [])
+
+
+def fleet_notes(path: str | Path, settings: FleetSettings) -> list[ConfigIssue]:
+    """Warnings of a valid file: secret files only the running service will see."""
+    root = load_yaml(path)
+    notes = []
+    for parts, what in _SECRET_FILES:
+        name = getattr(getattr(settings, parts[0]), parts[1])
+        if name is not None and name.startswith(CREDENTIALS_DIR) and not Path(name).exists():
+            note = (
+                f"warning: the {what} {name} is not there to check: systemd's LoadCredential= "
+                "creates it when the service starts; its source file is not checked here"
+            )
+            notes.append(ConfigIssue(str(path), root.line_of(parts), ".".join(parts), note))
+    return notes
 
 
 def load_fleet_settings(path: str | Path) -> FleetSettings:

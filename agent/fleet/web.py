@@ -62,6 +62,9 @@ class PlanServer:
     def start(self) -> None:
         self._thread.start()
 
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def stop(self) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()

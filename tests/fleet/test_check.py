@@ -120,3 +120,17 @@ def test_migrations_apply_once_in_order(database: str) -> None:
         conn.commit()
         with pytest.raises(ConfigError, match="schema version 999, newer than this jha"):
             migrate(conn)
+
+
+def test_a_systemd_credential_is_noted_not_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = write_fleet_config(tmp_path, 1883, "host=/nonexistent dbname=jha")
+    credential = "/run/credentials/jha-fleet.service/token"
+    files.config.write_text(files.config.read_text().replace(str(files.token_file), credential))
+    code = main(["fleet", "check", "--config", str(files.config)])
+    out = capsys.readouterr()
+    assert code == 0
+    line = line_of(files.config, "token_file:")
+    assert out.err.startswith(f"{files.config}:{line}: http.token_file: warning: the token file")
+    assert "LoadCredential=" in out.err
