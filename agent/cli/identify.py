@@ -23,11 +23,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent.errors import EX_OK, CaptureError, InputMissing
-from agent.history.records import Estimate, Outcome
+from agent.history.records import Estimate
 
 if TYPE_CHECKING:  # the estimator loads scipy: imported by the command, not by `jha --help`
     from agent.capture.model import Capture
+    from agent.config.identification_limits import IdentificationLimitSettings
     from agent.estimation.identification.result import IdentificationResult, IndicatorRow
+    from agent.models.robot.description import RobotDescription
 
 CAPTURE_SUFFIXES = (".npz", ".csv")
 
@@ -232,7 +234,8 @@ def _cmd_identify(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if args.html is not None:
-        identification_report(result, robot.name, where, started, args.html)
+        judged = None if target is None else (*target, _limits(args))
+        identification_report(result, robot, where, started, args.html, judged)
         print(f"report: {args.html}", file=sys.stderr)
     held_out = None if args.validate is None else _held_out(args.validate, result, robot, settings)
     if args.json:
@@ -283,40 +286,58 @@ def _cmd_identify(args: argparse.Namespace) -> int:
 
 
 def identification_report(
-    result: IdentificationResult, machine: str, where: str, started: datetime, path: Path
+    result: IdentificationResult,
+    robot: RobotDescription,
+    where: str,
+    started: datetime,
+    path: Path,
+    recorded: tuple[Path, str, IdentificationLimitSettings | None] | None = None,
 ) -> None:
-    """A self-contained report page of one identification: the indicators of every joint with
-    the torque evidence they come from (the same page the daemon writes)."""
+    """A self-contained report page of one identification: every joint's indicators judged as
+    the daemon judges them (against the history when `recorded` names where this one was
+    recorded, else against the robot file's nominal values), the measured vs predicted torque
+    and the fit's warnings (agent.report.identification)."""
     from agent.atomic import atomic_write_text
-    from agent.config.model import ThresholdSettings
-    from agent.health.status import TrendPoint
-    from agent.history.schema import iso_utc
+    from agent.history.store import HistoryStore
     from agent.kinds.identification.analysis import torque_evidence
     from agent.report.html.page import render_html
-    from agent.report.model import IndicatorSummary, Report, joint_report
+    from agent.report.identification import one_off_report, recorded_report
 
     evidence = torque_evidence(result)
-    rows = identification_estimates(result.indicator_rows(), {"source": where})
-    when = iso_utc(started)
-    joints = []
-    for health in result.joints:
-        summaries = tuple(
-            IndicatorSummary(e.indicator, e.unit, (TrendPoint(when, e.value),), None)
-            for e in rows.get(health.joint, [])
-        )
-        joints.append(
-            joint_report(
-                machine,
-                health.joint,
-                None,
-                ThresholdSettings(),
-                indicators=summaries,
-                evidence=evidence.get(health.joint, ()),
-                outcome=Outcome.OK,
+    if recorded is not None:
+        history, controller, limits = recorded
+        with HistoryStore(history) as store:
+            report = recorded_report(
+                store,
+                controller,
+                [j.joint for j in result.joints],
+                limits,
+                evidence,
+                result.warnings,
+                started,
             )
-        )
-    report = Report(created_at_iso=started.isoformat(), machines=(machine,), joints=tuple(joints))
+    else:
+        nominal = {
+            j.name: {
+                "coulomb_friction_nm": j.coulomb_nm,
+                "viscous_friction_nm_s_rad": j.viscous_nm_s_rad,
+                **({} if j.stiffness_nm_rad is None else {"stiffness_nm_rad": j.stiffness_nm_rad}),
+            }
+            for j in robot.joints
+        }
+        rows = identification_estimates(result.indicator_rows(), {"source": where})
+        report = one_off_report(robot.name, rows, nominal, evidence, result.warnings, started)
     atomic_write_text(path, render_html(report))
+
+
+def _limits(args: argparse.Namespace) -> IdentificationLimitSettings | None:
+    """The identification limits of the --record controller (None: it has no identification
+    section, and the history's recorded limits or the defaults apply)."""
+    from agent.cli.common import controller_of
+    from agent.config.load import load_config
+
+    ctrl = controller_of(load_config(args.config), args.controller)
+    return None if ctrl.identification is None else ctrl.identification.limits
 
 
 def _held_out(paths: Sequence[Path], result: Any, robot: Any, settings: Any) -> dict[str, Any]:

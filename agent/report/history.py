@@ -165,4 +165,5 @@ def merge_reports(reports: Sequence[Report]) -> Report:
         machines=tuple(m for r in reports for m in r.machines),
         joints=tuple(j for r in reports for j in r.joints),
         indicator_joints=tuple(j for r in reports for j in r.indicator_joints),
+        warnings=tuple(w for r in reports for w in r.warnings),
     )

@@ -11,8 +11,10 @@ JSON schema "jha.report/1" (keys only ever get added within a major version):
            ambiguous} (low/high only where the point has an interval, ambiguous only if true),
            indicators[] (see below), identification (see below), evidence[] (EvidencePlot.to_dict;
            only with evidence=True)}
-  (indicators, identification, evidence, indicator_joints and summary.identification are there
-  only when not empty.)
+  warnings[] (the estimator's warnings, e.g. those `jha identify` prints), basis (what the
+  verdicts were judged against, in words)
+  (indicators, identification, evidence, indicator_joints, summary.identification, warnings and
+  basis are there only when not empty.)
   indicator_joints[]: joints with no backlash cycle but other indicators (stiffness,
            identification); same keys as joints[], not counted in summary; status "unknown",
            or the identification verdict's status, NE 107 and reason when there is one.
@@ -163,16 +165,18 @@ class JointReport:
     @property
     def recommendation(self) -> Recommendation:
         """What to do and by when (agent.report.action)."""
-        signal = self.signal
+        signal, has_value = self.signal, self.value is not None
         if self.indicator_only and self.identification is not None:
+            # judged on its identification: a verdict other than unknown is a valid estimate
             signal = self.identification.ne107
+            has_value = self.identification.status is not Status.UNKNOWN
         return recommend(
             self.status,
             signal,
             self.trend,
             error=self.error,
             outcome=self.outcome,
-            has_value=self.value is not None,
+            has_value=has_value,
             reason=self.verdict_reason,
         )
 
@@ -249,11 +253,17 @@ class Report:
     indicator_joints: tuple[JointReport, ...] = ()
     # One per report, kept by every copy of it (file, MQTT message): exactly-once accounting.
     message_id: str = field(default_factory=lambda: str(uuid.uuid4()))
+    # What the estimator warned about while making this report's estimates (the same lines
+    # `jha identify` prints): a page that hid them would look surer than the terminal.
+    warnings: tuple[str, ...] = ()
+    # What the verdicts were judged against, when the page must say (a one-off identification).
+    basis: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "machines", tuple(self.machines))
         object.__setattr__(self, "joints", tuple(self.joints))
         object.__setattr__(self, "indicator_joints", tuple(self.indicator_joints))
+        object.__setattr__(self, "warnings", tuple(self.warnings))
 
     @property
     def worst_status(self) -> Status:
@@ -312,7 +322,9 @@ def joint_report(
     name = indicator or verdict.indicator
     status, reason = verdict.status, verdict.reason
     if error is not None:
-        status, reason = Status.UNKNOWN, f"cycle failed: {error}"
+        # A dry run moved nothing on purpose: no failure to report, only that.
+        said = error if outcome == Outcome.DRY_RUN else f"cycle failed: {error}"
+        status, reason = Status.UNKNOWN, said
     watch, alert = limits_for(name, thresholds)
     failed = outcome == Outcome.ERROR if outcome is not None else error is not None
     return JointReport(
@@ -396,6 +408,10 @@ def report_to_dict(report: Report, evidence: bool = False) -> dict[str, Any]:
     judged = report.identification_verdicts
     if judged:
         found["summary"]["identification"] = verdict_counts(judged)
+    if report.warnings:
+        found["warnings"] = list(report.warnings)
+    if report.basis:
+        found["basis"] = report.basis
     return json_safe(found)
 
 

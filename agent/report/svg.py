@@ -52,6 +52,7 @@ class Series:
     # An interval per point (NaN where a point has none), drawn as a vertical bar.
     y_low: Sequence[float] | npt.NDArray[np.float64] | None = None
     y_high: Sequence[float] | npt.NDArray[np.float64] | None = None
+    width: float = 1.4  # stroke width in px
 
 
 @dataclass(frozen=True)
@@ -199,17 +200,17 @@ def line_plot(
         f'transform="rotate(-90 14 {top + ph / 2:.1f})">{_t(y_label)}</text>'
     )
 
-    legend: list[tuple[str, str, bool]] = []
+    legend: list[tuple[str, str, bool, float]] = []
     for i, (s, x_arr, y_arr) in enumerate(clean):
         color = s.color or PALETTE[i % len(PALETTE)]
-        legend.append((s.label, color, s.dashed))
+        legend.append((s.label, color, s.dashed, max(2.0, s.width)))
         if not len(x_arr):
             continue
         dash = ' stroke-dasharray="6 4"' if s.dashed else ""
         pts = " ".join(f"{px(a):.1f},{py(b):.1f}" for a, b in zip(x_arr, y_arr, strict=True))
         out.append(
             f'<polyline points="{pts}" fill="none" stroke={quoteattr(color)} '
-            f'stroke-width="1.4"{dash}/>'
+            f'stroke-width="{s.width:g}"{dash}/>'
         )
         out.extend(
             f'<line x1="{px(a):.1f}" y1="{py(lo):.1f}" x2="{px(a):.1f}" y2="{py(hi):.1f}" '
@@ -224,7 +225,7 @@ def line_plot(
     for h in hlines:
         if not math.isfinite(h.value):
             continue
-        legend.append((h.label, h.color, h.dashed))
+        legend.append((h.label, h.color, h.dashed, 2.0))
         dash = ' stroke-dasharray="4 3"' if h.dashed else ""
         y = py(h.value)
         out.append(
@@ -232,12 +233,12 @@ def line_plot(
             f'stroke={quoteattr(h.color)} stroke-width="1.2"{dash}/>'
         )
 
-    for (label, color, dashed), (lx, row) in zip(legend, places, strict=True):
+    for (label, color, dashed, stroke), (lx, row) in zip(legend, places, strict=True):
         ly = 36 + 16 * row
         dash = ' stroke-dasharray="6 4"' if dashed else ""
         out.append(
             f'<line x1="{lx:.1f}" y1="{ly - 4}" x2="{lx + 22:.1f}" y2="{ly - 4}" '
-            f'stroke={quoteattr(color)} stroke-width="2"{dash}/>'
+            f'stroke={quoteattr(color)} stroke-width="{stroke:g}"{dash}/>'
         )
         out.append(f'<text x="{lx + 27:.1f}" y="{ly}">{_t(label)}</text>')
     out.append("</svg>")

@@ -126,12 +126,29 @@ def value_text(j: JointReport) -> str:
 
 
 def others_text(j: JointReport) -> str:
-    """The further indicators' latest values, for a joint that has no verdict."""
+    """The further indicators' latest values, for a joint that has no verdict (the terminal
+    table's short form, by the names the JSON and the MQTT payloads use)."""
     return ", ".join(
         f"{s.indicator} {num(s.latest.value, '.4g', s.unit)}"
         for s in j.indicators
         if s.latest is not None
     )
+
+
+def others_words(j: JointReport) -> str:
+    """others_text in words for the page: labels and display units, no field names."""
+    return ", ".join(
+        f"{indicator_info(s.indicator).label} {_shown(s.indicator, s.latest.value, s.unit)}"
+        for s in j.indicators
+        if s.latest is not None
+    )
+
+
+def _shown(indicator: str, value: float, stored_unit: str) -> str:
+    info = indicator_info(indicator)
+    if info.display_unit:
+        return num(value * info.scale, ".4g", info.display_unit)
+    return num(value, ".4g", stored_unit)
 
 
 def identification_value(v: JointIdentificationVerdict) -> str:

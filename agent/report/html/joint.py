@@ -13,6 +13,7 @@ from agent.health.verdicts import indicator_info
 from agent.report.html.markup import (
     badge,
     display_unit,
+    dry_run_badge,
     esc,
     figure,
     ne107_badge,
@@ -20,7 +21,8 @@ from agent.report.html.markup import (
 )
 from agent.report.html.plots import evidence_svg, signature_svg, trend_svg
 from agent.report.model import IndicatorSummary, JointReport
-from agent.report.table import num
+from agent.report.table import DRY_RUN, num
+from agent.report.words import joint_words, verdict_words
 
 
 def _indicator_row(
@@ -43,7 +45,14 @@ def _indicator_row(
     if interval is not None and latest is not None:
         latest_text += f" (95 %: {interval[0] * scale:.3g}-{interval[1] * scale:.3g})"
 
-    slope = "n/a" if tr is None else num(tr.slope_per_day * scale, "+.3g", f"{unit}/day")
+    # A rate per day from minutes of history is noise made to look like a finding (issue 16
+    # point 7): the forecast sentence says why there is none, and so does this cell.
+    if tr is None:
+        slope = "n/a"
+    elif tr.forecast_withheld:
+        slope = "not enough history"
+    else:
+        slope = num(tr.slope_per_day * scale, "+.3g", f"{unit}/day")
     fc = next_forecast(tr, passed)
     ahead = "-" if fc is None else f"{fc.limit_name} in {fc.days:.3g} d"
     cells = [
@@ -56,7 +65,8 @@ def _indicator_row(
         str(n_points),
     ]
     tds = "".join(f'<td class="num">{esc(c)}</td>' for c in cells[1:])
-    return f"<tr><td>{esc(cells[0])} <small>({esc(name)})</small></td>{tds}</tr>"
+    # The JSON field name is for whoever matches the page to report.json: a tooltip, not text.
+    return f'<tr><td title="{esc(name)}">{esc(cells[0])}</td>{tds}</tr>'
 
 
 def _indicators_table(j: JointReport) -> str:
@@ -226,11 +236,11 @@ def _identification_html(v: JointIdentificationVerdict) -> str:
             + f"<td>{badge(w.status)} {ne107_letter(w.ne107)}</td></tr>"
         )
         if w.status is not Status.OK or "within the noise" in w.reason:
-            notes.append(f"<li>{esc(w.reason)}</li>")
+            notes.append(f"<li>{esc(verdict_words(w))}</li>")
     return "\n".join(
         [
             f"<h4>Identification verdict {badge(v.status)} {ne107_badge(v.ne107)}</h4>",
-            f'<p class="reason">{esc(v.reason)}</p>',
+            f'<p class="reason">{esc(joint_words(v))}</p>',
             f'<p class="forecast">{esc(v.forecast_text)}</p>',
             '<table class="identification"><thead><tr><th>indicator</th><th>latest</th>'
             "<th>baseline</th><th>change</th><th>watch / alert</th><th>next limit</th>"
@@ -263,14 +273,15 @@ def joint_section(anchor: str, j: JointReport) -> str:
                 "</section>",
             ]
         )
+    dry = j.outcome == DRY_RUN
     parts = [
         f'<section class="joint" id="{anchor}">',
-        f"<h3>{esc(j.joint)} <small>({esc(j.controller)})</small> {badge(j.status)} "
-        f"{ne107_badge(j.signal)}</h3>",
+        f"<h3>{esc(j.joint)} <small>({esc(j.controller)})</small> "
+        f"{dry_run_badge() if dry else badge(j.status)} {ne107_badge(j.signal)}</h3>",
     ]
-    if not (j.error and j.error in j.verdict_reason):
+    if dry or not (j.error and j.error in j.verdict_reason):
         parts.append(f'<p class="reason">{esc(j.verdict_reason)}</p>')
-    if j.error:
+    if j.error and not dry:  # a dry run moved nothing on purpose: it did not fail
         parts.append(f'<p class="error">Cycle failed: {esc(j.error)}</p>')
     parts.append(f'<p class="forecast">{esc(j.forecast)}</p>')
     parts += [*ident, "<h4>Indicators</h4>", _indicators_table(j)]

@@ -31,6 +31,11 @@ def badge(status: Status) -> str:
     return f'<span class="badge status s-{esc(status.value)}">{esc(status.value.upper())}</span>'
 
 
+def dry_run_badge() -> str:
+    """The status cell of a dry run: no verdict was made, and the cell says so."""
+    return '<span class="badge status s-dry">DRY RUN</span>'
+
+
 def ne107_letter(signal: Ne107) -> str:
     """The NE 107 badge with the letter only, for narrow table cells."""
     return (

@@ -13,11 +13,15 @@ nothing that colour told.
 
 from __future__ import annotations
 
-from agent.report.action import by_severity
+from agent.health.identification.baseline import LimitKind
+from agent.health.identification.joint import JointIdentificationVerdict
+from agent.health.verdicts import indicator_info
+from agent.report.action import by_severity, recommend
 from agent.report.html.joint import joint_section
-from agent.report.html.markup import badge, esc, ne107_badge
+from agent.report.html.markup import badge, dry_run_badge, esc, ne107_badge
 from agent.report.model import REPORT_SCHEMA, JointReport, Report
-from agent.report.table import identification_value, others_text, reason_text, value_text
+from agent.report.table import DRY_RUN, others_words, reason_text, value_text
+from agent.report.words import joint_words
 
 _CSS = """
 body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 64em; color: #222;
@@ -35,6 +39,8 @@ td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: now
 .status { color: #fff; }
 .s-ok { background: #2b8a3e; } .s-watch { background: #e8a200; color: #222; }
 .s-alert { background: #c0392b; } .s-unknown { background: #777; }
+.s-dry { background: #3f51b5; }
+ul.warnings li { color: #8a5300; }
 .ne107 { background: #fff; color: #222; border-color: #222; }
 .ne-F { background: #c0392b; color: #fff; } .ne-C { background: #e67e22; color: #222; }
 .ne-S { background: #f1c40f; color: #222; } .ne-M { background: #1f5fa8; color: #fff; }
@@ -50,13 +56,25 @@ section.joint { margin-top: 1.5em; }
   section.machine + section.machine { break-before: page; page-break-before: always; }
   figure, svg.plot, table, tr, p.forecast { break-inside: avoid; page-break-inside: avoid; }
   h2, h3, h4 { break-after: avoid; page-break-after: avoid; }
-  .badge, .status, .ne107, .s-ok, .s-watch, .s-alert, .s-unknown,
+  .badge, .status, .ne107, .s-ok, .s-watch, .s-alert, .s-unknown, .s-dry,
   .ne-F, .ne-C, .ne-S, .ne-M, .ne-N {
     background: #fff !important; color: #000 !important; border: 1.5pt solid #000; }
   .error { color: #000; }
   a { color: inherit; text-decoration: none; }
 }
 """
+
+
+def identification_value(v: JointIdentificationVerdict) -> str:
+    """The worst identification indicator's change on its baseline, in words: 'viscous
+    friction +40 %' (the terminal table's short symbols are for 100 columns)."""
+    w = v.worst
+    info = indicator_info(w.indicator)
+    if w.change is None:
+        return f"{info.label} {info.format(w.value)}"
+    if w.limits.kind == LimitKind.RATIO:
+        return f"{info.label} x{w.change + 1.0:.3g}"
+    return f"{info.label} {100 * w.change:+.2g} %"
 
 
 def _summary_html(everyone: tuple[JointReport, ...]) -> str:
@@ -67,23 +85,28 @@ def _summary_html(everyone: tuple[JointReport, ...]) -> str:
         if j.indicator_only and v is None:
             cells = (
                 '<td class="num">-</td><td>-</td><td>-</td><td>-</td>'
-                f"<td>{esc(others_text(j))}</td>"
+                f'<td class="reason">{esc(others_words(j))}</td>'
             )
         elif not j.indicator_only:
+            status = dry_run_badge() if j.outcome == DRY_RUN else badge(j.status)
             cells = (
-                f'<td class="num">{esc(value_text(j))}</td><td>{badge(j.status)}</td>'
+                f'<td class="num">{esc(value_text(j))}</td><td class="status">{status}</td>'
                 f"<td>{ne107_badge(j.signal)}</td>"
                 f'<td class="action">{esc(j.recommendation.action)}</td>'
-                f"<td>{esc(reason_text(j))}</td>"
+                f'<td class="reason">{esc(reason_text(j))}</td>'
             )
         if not (j.indicator_only and v is not None):
             rows.append(f"<tr><td>{esc(j.controller)}</td><td>{link}</td>{cells}</tr>")
         if v is not None:
             what = "" if j.indicator_only else " <small>(identification)</small>"
+            # an indicator-only joint's recommendation is its identification verdict's
+            action = j.recommendation.action if j.indicator_only else _ident_action(v)
             rows.append(
                 f"<tr><td>{esc(j.controller)}</td><td>{link}{what}</td>"
-                f'<td class="num">{esc(identification_value(v))}</td><td>{badge(v.status)}</td>'
-                f"<td>{ne107_badge(v.ne107)}</td><td>-</td><td>{esc(v.reason)}</td></tr>"
+                f'<td class="num">{esc(identification_value(v))}</td>'
+                f'<td class="status">{badge(v.status)}</td>'
+                f'<td>{ne107_badge(v.ne107)}</td><td class="action">{esc(action)}</td>'
+                f'<td class="reason">{esc(joint_words(v))}</td></tr>'
             )
     return (
         '<table class="summary"><thead><tr><th>machine</th><th>joint</th><th>value</th>'
@@ -91,6 +114,22 @@ def _summary_html(everyone: tuple[JointReport, ...]) -> str:
         + "".join(rows)
         + "</tbody></table>"
     )
+
+
+def _ident_action(v: JointIdentificationVerdict) -> str:
+    """What to do about a joint's identification verdict (agent.report.action's words)."""
+    return recommend(v.status, v.ne107, None, reason=joint_words(v)).action
+
+
+def _warnings_html(report: Report) -> str:
+    """The estimator's warnings (what `jha identify` printed), and what was judged against."""
+    parts = []
+    if report.basis:
+        parts.append(f'<p class="note basis">{esc(report.basis)}</p>')
+    if report.warnings:
+        items = "".join(f"<li>{esc(w)}</li>" for w in report.warnings)
+        parts.append(f'<h2>Warnings</h2>\n<ul class="warnings">{items}</ul>')
+    return "\n".join(parts) + ("\n" if parts else "")
 
 
 def _machines(report: Report) -> list[str]:
@@ -115,16 +154,20 @@ def render_html(report: Report, json_beside: bool = False) -> str:
         f"<style>{_CSS}</style>\n</head>\n<body>\n"
     )
     worst_ident = report.identification_worst
-    ident_worst = (
-        "" if worst_ident is None else f"; identification indicators: {badge(worst_ident)}"
-    )
+    if not report.joints and worst_ident is not None:
+        # Identification only (jha identify --html): no backlash verdict to call the worst.
+        worst = f"Worst identification status: {badge(worst_ident)}"
+    else:
+        ident_worst = (
+            "" if worst_ident is None else f"; identification indicators: {badge(worst_ident)}"
+        )
+        worst = f"Worst status: {badge(report.worst_status)}{ident_worst}"
     header = (
         f'<h1>Joint health report</h1>\n<p class="meta">Created {esc(report.created_at_iso)}'
         f" on {esc(report.host or 'unknown host')} by jha {esc(report.agent_version)}."
-        f" Machines: {esc(', '.join(machines) or 'none')}. Worst status: "
-        f"{badge(report.worst_status)}{ident_worst}</p>\n"
+        f" Machines: {esc(', '.join(machines) or 'none')}. {worst}</p>\n"
     )
-    summary = f"<h2>Summary</h2>\n{_summary_html(everyone)}\n"
+    summary = f"<h2>Summary</h2>\n{_summary_html(everyone)}\n{_warnings_html(report)}"
     sections = []
     for i, machine in enumerate(machines):
         body = "\n".join(

@@ -117,12 +117,29 @@ def signature_svg(r: BacklashResult) -> str:
     )
 
 
+# (colour, dashed, width) of evidence series in order. The first is the measurement, the others
+# a model's prediction of it. A good model lies on the measurement, so the measurement is a wide
+# light band under it and each prediction a thin dashed dark line on top: both stay visible where
+# they agree and where they part.
+_STYLES = (
+    ("#9cc3e6", False, 4.0),
+    ("#b34700", True, 1.6),
+    ("#2b8a3e", True, 1.6),
+    ("#8e44ad", True, 1.6),
+)
+
+
 def evidence_svg(plot: EvidencePlot) -> str:
-    """Any evidence plot (e.g. measured vs predicted torque): one line per series."""
+    """Any evidence plot (e.g. measured vs predicted torque): one line per series, the first
+    (the measurement) under the others, each in its own colour and style, with a legend."""
     if not plot.series:
         return f'<p class="note">{esc(plot.title)}: no data.</p>'
+    styles = [_STYLES[min(i, len(_STYLES) - 1)] for i in range(len(plot.series))]
     return line_plot(
-        [Series(s.label, s.x, s.y) for s in plot.series],
+        [
+            Series(s.label, s.x, s.y, color=color, dashed=dashed, width=width)
+            for s, (color, dashed, width) in zip(plot.series, styles, strict=True)
+        ],
         title=plot.title,
         x_label=plot.x_label,
         y_label=plot.y_label,

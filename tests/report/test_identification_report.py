@@ -1,0 +1,96 @@
+"""The identification report (`jha identify --html`): judged by the daemon's rule, against the
+robot file's nominal values or against the history, its reasons in words, its warnings kept."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+from agent.config.identification_limits import IdentificationLimitSettings
+from agent.health.identification.joint import joint_verdict
+from agent.health.status import Ne107, Status
+from agent.history.records import Estimate
+from agent.history.store import HistoryStore
+from agent.report.html.page import render_html
+from agent.report.identification import NOMINAL_BASIS, one_off_report, recorded_report
+from agent.report.indicators import indicator_summaries
+from agent.report.model import report_to_dict
+from tests.support.identification.history import T0, WEEK, record_identification
+
+NOW = datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
+
+
+def est(name: str, value: float, unit: str, rel: float | None = 1.0) -> Estimate:
+    return Estimate(name, value, unit, {"rel_std_pct": rel})
+
+
+def test_a_one_off_identification_is_judged_against_the_robot_files_nominal_values() -> None:
+    estimates = {
+        "joint_1": [
+            est("coulomb_friction_nm", 2.8, "N·m"),  # 1.4 x nominal: past the +30 % watch
+            est("viscous_friction_nm_s_rad", 1.5, "N·m·s/rad"),
+            est("stiffness_nm_rad", 1.8e4, "N·m/rad"),
+            est("rotor_inertia_kg_m2", 1.0, "kg·m²"),
+            est("torque_nmse_nm", 1e-3, "N·m"),
+        ],
+        # a robot file without friction values (0): no baseline, so not judged
+        "joint_2": [est("coulomb_friction_nm", 0.4, "N·m"), est("torque_nmse_nm", 1e-3, "N·m")],
+    }
+    nominal = {
+        "joint_1": {
+            "coulomb_friction_nm": 2.0,
+            "viscous_friction_nm_s_rad": 1.5,
+            "stiffness_nm_rad": 1.8e4,
+        },
+        "joint_2": {"coulomb_friction_nm": 0.0},
+    }
+    report = one_off_report("planar2", estimates, nominal, {}, ("fc2: noisy",), NOW)
+    one, two = report.indicator_joints
+    assert report.joints == () and report.worst_status is Status.OK  # no backlash verdicts
+    assert (one.status, one.signal) == (Status.WATCH, Ne107.MAINTENANCE_REQUIRED)
+    v = one.identification
+    assert v is not None and report.identification_worst is Status.WATCH
+    # the NMSE has no nominal value: shown with the indicators, kept out of the verdict
+    assert [w.indicator for w in v.indicators] == [
+        "coulomb_friction_nm", "viscous_friction_nm_s_rad", "stiffness_nm_rad"
+    ]  # fmt: skip
+    assert any(s.indicator == "torque_nmse_nm" for s in one.indicators)
+    # nothing with a baseline: every verdict is kept, and each says why it is not judged
+    assert two.status is Status.UNKNOWN and two.identification is not None
+    assert one.recommendation.action.startswith("plan service")
+    doc = report_to_dict(report)
+    assert doc["warnings"] == ["fc2: noisy"] and doc["basis"] == NOMINAL_BASIS
+    page = render_html(report)
+    assert "Worst identification status:" in page and "Worst status:" not in page
+    assert "Coulomb friction rose 40 % (2 -&gt; 2.8 N·m), past the watch limit +30 %" in page
+    assert "<li>fc2: noisy</li>" in page
+    assert "report.json" not in page
+
+
+def test_a_recorded_identification_is_judged_as_the_daemons_report_judges_it(
+    tmp_path: Path,
+) -> None:
+    limits = IdentificationLimitSettings(viscous_rise_watch=0.2, viscous_rise_alert=0.5)
+    with HistoryStore(tmp_path / "history.sqlite") as store:
+        for week, viscous in enumerate([1.0, 1.02, 0.98, 1.3]):
+            record_identification(
+                store,
+                T0 + week * WEEK,
+                {"joint_2": [est("viscous_friction_nm_s_rad", viscous, "N·m·s/rad", 2.0)]},
+                limits,
+            )
+        report = recorded_report(store, "cell1", ["joint_2"], limits, {}, (), NOW)
+        daemon = joint_verdict(
+            [
+                s.verdict
+                for s in indicator_summaries(store, "cell1", "joint_2", limits=limits)
+                if s.verdict is not None
+            ]
+        )
+    (joint,) = report.indicator_joints
+    assert joint.identification == daemon
+    assert daemon is not None and daemon.status is Status.WATCH  # +30 % past the +20 % watch
+    page = render_html(report)
+    assert "viscous friction rose 30 % (1 -&gt; 1.3 N·m·s/rad), past the watch limit +20 %" in page
+    assert "against the median of the first 3 identifications" in page
+    assert "viscous_friction_nm_s_rad" not in page.replace('title="viscous_friction_nm_s_rad"', "")
