@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import re
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -34,7 +32,7 @@ from agent.report.evidence import EvidencePlot, EvidenceSeries
 from agent.report.html.page import render_html
 from agent.report.model import IndicatorSummary, JointReport, Report, joint_report
 from agent.report.svg import clean_text
-from tests.support.report.chromium import CHROMIUM, Browser, decode_png
+from tests.support.report.chromium import Browser, chromium, decode_png, save_screenshot
 
 T0 = datetime(2026, 1, 5, 6, 0, tzinfo=UTC)
 LIMITS = ThresholdSettings(
@@ -166,6 +164,16 @@ def nine_joints() -> Report:
         joint_report(
             "cnc-2", "X", result(0.12, None, 8), LIMITS, points([0.08, 0.1, 0.12]), outcome="ok"
         ),
+        # `jha run --dry-run`: interlocks checked, nothing moved (agent.service.jobs)
+        joint_report(
+            "cnc-2",
+            "Y",
+            None,
+            LIMITS,
+            error="dry run: interlocks hold, no motion",
+            outcome="dry_run",
+            indicator="backlash_rad",
+        ),
         joint_report(
             "cnc-2",
             HOSTILE,
@@ -206,46 +214,8 @@ def nine_joints() -> Report:
 
 @pytest.fixture(scope="module")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
-    assert CHROMIUM.exists(), "chromium is a system dependency (scripts/system-deps.sh)"
-    profile = tmp_path_factory.mktemp("chromium-profile")
-    to_chrome_r, to_chrome_w = os.pipe()
-    from_chrome_r, from_chrome_w = os.pipe()
-
-    def pipes_on_3_and_4() -> None:  # runs in the child, before exec
-        a, b = os.dup(to_chrome_r), os.dup(from_chrome_w)  # out of the way of 3 and 4 first
-        os.dup2(a, 3)
-        os.dup2(b, 4)
-
-    proc = subprocess.Popen(
-        [
-            str(CHROMIUM),
-            "--headless=new",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--no-first-run",
-            "--remote-debugging-pipe",
-            f"--user-data-dir={profile}",
-            "about:blank",
-        ],
-        preexec_fn=pipes_on_3_and_4,
-        close_fds=False,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    os.close(to_chrome_r)
-    os.close(from_chrome_w)
-    b = Browser(proc, to_chrome_w, from_chrome_r)
-    try:
+    with chromium(tmp_path_factory.mktemp("chromium-profile")) as b:
         yield b
-    finally:
-        try:
-            b.send("Browser.close")
-            proc.wait(timeout=10)
-        except (OSError, subprocess.TimeoutExpired):
-            proc.kill()
-            proc.wait(timeout=10)
-        os.close(to_chrome_w)
-        os.close(from_chrome_r)
 
 
 @dataclass(frozen=True)
@@ -286,6 +256,14 @@ def rendered(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Rend
         joints: [...document.querySelectorAll('section.joint h3')].map(h => h.textContent),
         summaryJoints: [...document.querySelectorAll('table.summary tbody tr td:nth-child(2)')]
                        .map(td => td.textContent),
+        summaryHeads: [...document.querySelectorAll('table.summary thead th')]
+                      .map(th => th.textContent),
+        summaryRows: [...document.querySelectorAll('table.summary tbody tr')]
+                     .map(tr => [...tr.cells].map(td => td.textContent)),
+        meta: document.querySelector('p.meta').textContent,
+        openDetails: document.querySelectorAll('details[open]').length,
+        foldedTables: [...document.querySelectorAll('details.diag')]
+                      .map(d => d.querySelector('table') !== null).length,
         machines: [...document.querySelectorAll('section.machine h2')].map(h => h.textContent),
         scripts: document.scripts.length,
         plots: document.querySelectorAll('svg.plot').length,
@@ -348,6 +326,7 @@ def test_no_console_errors_exceptions_or_failed_loads(rendered: Rendered) -> Non
 
 
 def test_screenshot_decodes_and_is_not_blank(rendered: Rendered) -> None:
+    save_screenshot("run-report", rendered.png)
     img = decode_png(rendered.png)
     assert img.shape[:2] == (4000, 1280)
     rgb = img[..., :3].astype(np.float64)
@@ -412,3 +391,29 @@ def test_print_media_black_on_white_badges_and_page_per_machine(rendered: Render
     assert pdf.startswith(b"%PDF-") and pdf.rstrip().endswith(b"%%EOF")
     pages = [int(n) for n in re.findall(rb"/Count (\d+)", pdf)]
     assert pages and max(pages) >= 3  # nine joints over two machines: several pages
+
+
+def test_the_planner_reads_action_severity_host_and_dry_run(rendered: Rendered) -> None:
+    """Issue 16 points 6, 8 and 9 as the browser shows them."""
+    dom = rendered.dom
+    assert dom["summaryHeads"] == [
+        "machine", "joint", "value", "status", "NE 107", "action", "reason"
+    ]  # fmt: skip
+    rows = {r[1]: r for r in dom["summaryRows"]}
+    assert rows["axis_3"][5] == "service now: past the alert limit"
+    assert rows["axis_2"][5].startswith("plan service")
+    # the dry run has DRY RUN in the status column, and its reason is no failure
+    assert rows["Y"][3] == "DRY RUN"
+    assert "failed" not in rows["Y"][6] and "dry run" in rows["Y"][6]
+    # sorted by severity: out of specification first, then failure, maintenance, check, normal
+    # (a dry run measured nothing and asks for nothing: it goes with the normal ones)
+    rank = {"S": 4, "F": 3, "M": 2, "C": 1, "N": 0}
+    shown = [
+        rank[r[4][7]]
+        for r in dom["summaryRows"]
+        if r[4].startswith("NE 107 ") and r[3] != "DRY RUN"
+    ]
+    assert shown == sorted(shown, reverse=True) and shown[0] == 4 and shown[-1] == 0
+    assert "on edge-7 by jha" in dom["meta"] and "unknown host" not in dom["meta"]
+    # raw fit values folded away
+    assert dom["openDetails"] == 0 and dom["foldedTables"] >= 6
