@@ -8,12 +8,28 @@ is the publisher's business, logged, never the daemon's failure.
 from __future__ import annotations
 
 import abc
+from typing import Protocol
 
 from agent.report.model import Report
 
 
+class WatchdogProbe(Protocol):
+    """The daemon's systemd watchdog as a publisher may report it
+    (agent.service.sd_notify.Notifier)."""
+
+    watchdog_s: float | None  # the timeout systemd asked for; None: no watchdog
+
+    def lateness_s(self) -> float | None:
+        """How late its pings come (the worst of the last minute), None before the first."""
+        ...
+
+
 class HealthPublisher(abc.ABC):
     name: str = "abstract"
+
+    def watch_watchdog(self, probe: WatchdogProbe) -> None:  # noqa: B027 - optional hook
+        """The daemon hands its watchdog over before start(). Publishers that report on the
+        agent itself (the Prometheus endpoint) keep it; the others have no use for it."""
 
     @abc.abstractmethod
     async def start(self) -> None:

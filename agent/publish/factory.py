@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.config.publish import PublishSettings
@@ -10,10 +11,13 @@ from agent.publish.base import HealthPublisher
 
 def publishers_for(settings: PublishSettings, state_dir: Path) -> list[HealthPublisher]:
     out: list[HealthPublisher] = []
+    depth: Callable[[], int] | None = None
     if settings.mqtt is not None:
         from agent.publish.mqtt.publisher import MqttPublisher
 
-        out.append(MqttPublisher(settings.mqtt, state_dir))
+        mqtt = MqttPublisher(settings.mqtt, state_dir)
+        out.append(mqtt)
+        depth = lambda: mqtt.stats().queued  # noqa: E731 - the metrics endpoint reads it
     if settings.opcua_server is not None:
         from agent.publish.opcua_server.server import OpcUaHealthServer
 
@@ -21,5 +25,5 @@ def publishers_for(settings: PublishSettings, state_dir: Path) -> list[HealthPub
     if settings.prometheus is not None:
         from agent.publish.prometheus.exporter import PrometheusExporter
 
-        out.append(PrometheusExporter(settings.prometheus))
+        out.append(PrometheusExporter(settings.prometheus, outbox_depth=depth))
     return out

@@ -308,6 +308,8 @@ class Agent:
 
     async def _start_publishers(self) -> None:
         self.publishers = publishers_to_start(self.publishers, self.config.publish, self.state_dir)
+        for pub in self.publishers:  # the metrics endpoint reports the watchdog's lateness
+            pub.watch_watchdog(self.notifier)
         await self._publishers.start(self.publishers)
 
     async def _publish(self, report: Report) -> None:

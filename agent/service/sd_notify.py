@@ -11,10 +11,16 @@ import asyncio
 import logging
 import os
 import socket
+import threading
 import time
+from collections import deque
 from collections.abc import Mapping
 
 log = logging.getLogger(__name__)
+
+# The worst lateness of the watchdog pings over this long is what lateness_s() reports: a
+# scraper that looks every 15-60 s still sees a ping that came late between two looks.
+LATENESS_WINDOW_S = 60.0
 
 
 def _address(raw: str) -> str | bytes:
@@ -48,6 +54,11 @@ class Notifier:
         self.watchdog_s = watchdog_period_s(env) if raw else None
         self._sock: socket.socket | None = None
         self._status: str | None = None
+        # (monotonic time, seconds late) of each ping in the window, and when the next is due;
+        # read from a metrics thread, hence the lock.
+        self._late: deque[tuple[float, float]] = deque()
+        self._next_ping_at: float | None = None
+        self._late_lock = threading.Lock()
         if self._address is not None:
             self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
             self._sock.setblocking(False)
@@ -96,12 +107,35 @@ class Notifier:
         half_s = self.watchdog_s / 2
         next_at = loop.time()
         while True:
+            self._pinged(loop.time() - next_at)
             self.watchdog()
             next_at += half_s
             now = loop.time()
             if next_at < now:  # the loop was blocked: ping now, then resume the rhythm
                 next_at = now
+            with self._late_lock:  # on the monotonic clock lateness_s() reads from any thread
+                self._next_ping_at = next_at + (time.monotonic() - loop.time())
             await asyncio.sleep(next_at - now)
+
+    def _pinged(self, late_s: float) -> None:
+        now = time.monotonic()
+        with self._late_lock:
+            self._late.append((now, max(0.0, late_s)))
+            while self._late and self._late[0][0] < now - LATENESS_WINDOW_S:
+                self._late.popleft()
+
+    def lateness_s(self) -> float | None:
+        """How late the watchdog pings came: the worst over the last LATENESS_WINDOW_S, or how
+        far the next one is overdue now if that is more (an event loop that hangs pings no
+        more; this tells it while systemd's timeout runs). None before the first ping (or
+        without a watchdog)."""
+        now = time.monotonic()
+        with self._late_lock:
+            if self._next_ping_at is None:
+                return None
+            recent = [late for at, late in self._late if at >= now - LATENESS_WINDOW_S]
+            overdue = now - self._next_ping_at
+        return max([*recent, overdue, 0.0])
 
     def close(self) -> None:
         if self._sock is not None:

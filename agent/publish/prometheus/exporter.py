@@ -11,11 +11,19 @@ What a plant's Grafana needs from an agent, each labelled by controller and join
   of the newest measurement is `time() - jha_last_report_timestamp_seconds`).
 The values come from the reports the daemon hands every publisher; nothing here reads the
 controller. The server is prometheus_client's own (a thread), bound to the configured address.
+
+And the agent itself, read at each scrape (agent.publish.prometheus.agent_metrics):
+- `jha_mqtt_outbox_messages`: messages in the MQTT outbox not yet acknowledged by the broker
+  (grows while the broker is away; with MQTT configured);
+- `jha_watchdog_lateness_seconds`: how late the systemd watchdog pings came, the worst of the
+  last minute or how overdue the next one is now, and `jha_watchdog_timeout_seconds`, systemd's
+  timeout (under systemd with WatchdogSec; a lateness near the timeout is a restart coming).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -24,7 +32,8 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from agent.config.prometheus import PrometheusSettings
 from agent.health.status import Ne107, Status
 from agent.logfmt import kv
-from agent.publish.base import HealthPublisher
+from agent.publish.base import HealthPublisher, WatchdogProbe
+from agent.publish.prometheus.agent_metrics import AgentCollector
 from agent.report.model import Report
 
 log = logging.getLogger(__name__)
@@ -33,9 +42,14 @@ log = logging.getLogger(__name__)
 class PrometheusExporter(HealthPublisher):
     name = "prometheus"
 
-    def __init__(self, settings: PrometheusSettings) -> None:
+    def __init__(
+        self, settings: PrometheusSettings, outbox_depth: Callable[[], int] | None = None
+    ) -> None:
+        """`outbox_depth`: the MQTT publisher's count of messages waiting in its outbox."""
         self.settings = settings
         self.registry = CollectorRegistry()
+        self.agent = AgentCollector(outbox_depth)
+        self.registry.register(self.agent)
         labels = ["controller", "joint"]
         self.status = Gauge(
             "jha_joint_status", "1 for the joint's status, 0 for the others",
@@ -58,6 +72,9 @@ class PrometheusExporter(HealthPublisher):
             ["controller"], registry=self.registry,
         )  # fmt: skip
         self._server: Any = None
+
+    def watch_watchdog(self, probe: WatchdogProbe) -> None:
+        self.agent.watchdog = probe
 
     @property
     def port(self) -> int:
