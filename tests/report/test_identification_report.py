@@ -3,6 +3,9 @@ robot file's nominal values or against the history, its reasons in words, its wa
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from agent.report.identification import NOMINAL_BASIS, one_off_report, recorded_
 from agent.report.indicators import indicator_summaries
 from agent.report.model import report_to_dict
 from tests.support.identification.history import T0, WEEK, record_identification
+from tests.support.paths import ROBOTS
 
 NOW = datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
 
@@ -94,3 +98,56 @@ def test_a_recorded_identification_is_judged_as_the_daemons_report_judges_it(
     assert "viscous friction rose 30 % (1 -&gt; 1.3 N·m·s/rad), past the watch limit +20 %" in page
     assert "against the median of the first 3 identifications" in page
     assert "viscous_friction_nm_s_rad" not in page.replace('title="viscous_friction_nm_s_rad"', "")
+
+
+def _jha(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "agent.cli", *args], capture_output=True, text=True, timeout=300
+    )
+
+
+def test_identify_record_html_judges_against_the_recorded_one_with_the_controllers_limits(
+    tmp_path: Path,
+) -> None:
+    """`jha identify --record --config F --controller C --html P`: the page judges this
+    identification against the ones recorded before it, with the controller's limits."""
+    robot = ROBOTS / "planar2.yaml"
+    config = tmp_path / "agent.yaml"
+    config.write_text(
+        f"agent: {{state_dir: {tmp_path / 'state'}}}\n"
+        "controllers:\n"
+        "  - name: cell1\n"
+        "    driver: sim\n"
+        f"    robot: {robot}\n"
+        "    identification:\n"
+        f"      robot: {robot}\n"
+        "      every_s: null\n"
+        "      limits: {baseline_identifications: 1, viscous_rise_watch: 0.2}\n"
+        "    joints:\n"
+        "      - {name: joint_1, index: 1, gear_ratio: 100, backlash_cycle: {motor_speed_rps: 9}}\n"
+        "      - {name: joint_2, index: 2, gear_ratio: 100, backlash_cycle: {motor_speed_rps: 9}}\n"
+    )
+    record = ("--record", "--config", str(config), "--controller", "cell1")
+    for name, wear in (("new", "joint_1=1.0"), ("worn", "joint_1=1.3")):
+        capture, page = tmp_path / f"{name}.npz", tmp_path / f"{name}.html"
+        made = _jha("simulate", "identification", "--robot", str(robot), "-o", str(capture),
+                    "--friction-scale", wear)  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        done = _jha("identify", str(capture), "--robot", str(robot), "--html", str(page), *record)
+        assert done.returncode == 0, done.stderr
+    first, second = (
+        render.read_text() for render in (tmp_path / "new.html", tmp_path / "worn.html")
+    )
+    # the first is its own baseline (baseline_identifications: 1): within its limits
+    assert "every identification indicator within its limits" in first
+    # the second: friction 1.3 times the first, past the config's +20 % viscous watch limit
+    # (the default would be +30 %); judged against the recorded one, not the robot file
+    assert re.search(
+        r"viscous friction rose (2[5-9]|3\d) % \(1\.5 -&gt; 1\.9\d N·m·s/rad\), past the watch "
+        r"limit \+20 % against the median of the first 1 identifications",
+        second,
+    ), second[second.index("<h2>Summary") : second.index("</table>")]
+    assert "robot file&#x27;s nominal values" not in second
+    assert "baseline in the history" in second  # agent.report.identification.HISTORY_BASIS
+    assert 'Worst identification status: <span class="badge status s-' in second
+    assert "report.json" not in second and not (tmp_path / "report.json").exists()
