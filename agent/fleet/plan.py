@@ -7,6 +7,7 @@ report it came from. A machine with no report for stale_after_s is stale.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -106,25 +107,40 @@ WHERE (%(site)s::text IS NULL OR m.site = %(site)s)
 class PlanReader:
     """Read-only queries of the web side, on a connection of their own (autocommit)."""
 
-    def __init__(self, conn: psycopg.Connection[Any], stale_after_s: float) -> None:
-        self.conn = conn
+    def __init__(
+        self, connect: Callable[[], psycopg.Connection[Any]], stale_after_s: float
+    ) -> None:
+        self._connect = connect
+        self.conn: psycopg.Connection[Any] | None = None
         self.stale_after = timedelta(seconds=stale_after_s)
         self._lock = threading.Lock()  # one psycopg connection, many HTTP threads
 
     def plan(self, f: PlanFilter, now: datetime | None = None) -> list[PlanRow]:
         now = now or datetime.now(UTC)
-        with self._lock:
-            rows = self.conn.execute(_QUERY, f.__dict__).fetchall()
+        rows = self._query(_QUERY, f.__dict__)
         plan = [self._row(r, now) for r in rows]
         plan.sort(key=_order)
         return plan
 
     def report(self, report_id: str) -> dict[str, Any] | None:
+        rows = self._query("SELECT document FROM reports WHERE report_id = %s", (report_id,))
+        return None if not rows else dict(rows[0][0])
+
+    def _query(self, sql: str, params: Any) -> list[tuple[Any, ...]]:
+        """The rows, on a new connection when the last one broke (a database restart)."""
         with self._lock:
-            row = self.conn.execute(
-                "SELECT document FROM reports WHERE report_id = %s", (report_id,)
-            ).fetchone()
-        return None if row is None else dict(row[0])
+            for attempt in (1, 2):
+                try:
+                    if self.conn is None or self.conn.closed:
+                        self.conn = self._connect()
+                    return self.conn.execute(sql, params).fetchall()
+                except psycopg.OperationalError:
+                    if self.conn is not None:
+                        self.conn.close()
+                    self.conn = None
+                    if attempt == 2:
+                        raise
+        raise AssertionError("unreachable")
 
     def _row(self, r: tuple[Any, ...], now: datetime) -> PlanRow:
         history = tuple(

@@ -68,9 +68,7 @@ class FleetService:
         self.store = Store(connect(db.conninfo, self.secrets.database_password), placements)
         applied = self.store.migrate()
         log.info(kv("fleet_database_ready", migrations_applied=",".join(applied) or "none"))
-        reader_conn = connect(db.conninfo, self.secrets.database_password)
-        reader_conn.autocommit = True  # reads only: no transaction left open between requests
-        self.reader = PlanReader(reader_conn, settings.stale_after_s)
+        self.reader = PlanReader(self._reader_connection, settings.stale_after_s)
         self.ingest = Ingest(
             settings, self.store, self.secrets.broker_password, reconnect_store=self._new_store
         )
@@ -81,6 +79,12 @@ class FleetService:
             self.reader,
             lambda: self.ingest.stats().to_dict(),
         )
+
+    def _reader_connection(self) -> psycopg.Connection[Any]:
+        db = self.settings.database
+        conn = connect(db.conninfo, self.secrets.database_password)
+        conn.autocommit = True  # reads only: no transaction left open between requests
+        return conn
 
     def _new_store(self) -> Store:
         db = self.settings.database

@@ -23,6 +23,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import psycopg
+
 from agent.fleet.page import plan_page, report_page
 from agent.fleet.plan import FILTERS, PlanFilter, PlanReader
 from agent.logfmt import kv
@@ -90,6 +92,9 @@ def _handler(
                 self._route()
             except ValueError as exc:
                 self._send(400, f"{exc}\n".encode(), "text/plain")
+            except psycopg.OperationalError:
+                log.warning(kv("fleet_http_database_unavailable"))
+                self._send(503, b"database unavailable, try again\n", "text/plain")
             except Exception as exc:  # a request must not end the server
                 log.exception(kv("fleet_http_error", error=type(exc).__name__))
                 self._send(500, b"internal error\n", "text/plain")
