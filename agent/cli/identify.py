@@ -126,8 +126,9 @@ def register(subparsers: Any) -> None:
         "--html",
         type=Path,
         metavar="FILE",
-        help="also write a report page: per joint the indicators and measured vs predicted "
-        "motor torque",
+        help="also write a report page: per joint its verdict (against the robot file's "
+        "nominal values, or with --record against the history), the fit's warnings and "
+        "measured vs predicted motor torque",
     )
     from agent.cli.common import add_record_options
 
