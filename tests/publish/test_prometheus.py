@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import shutil
 import socket
@@ -226,3 +227,34 @@ def test_the_config_section_makes_the_exporter_and_checks_its_port(tmp_path: Pat
     path.write_text(MINIMAL + "publish:\n  prometheus: {port: 70000}\n")
     with pytest.raises(ConfigError, match=r"publish\.prometheus\.port: expected an integer"):
         load_config(path)
+
+
+def test_the_daemon_hands_its_watchdog_to_the_metrics_endpoint(tmp_path: Path) -> None:
+    from agent.config.load import load_config
+    from agent.service.daemon import Agent
+    from agent.service.sd_notify import Notifier
+    from tests.support.service.config_files import MINIMAL
+
+    path = tmp_path / "agent.yaml"
+    # production runs for a minute: no stop comes within --once's wait, nothing moves
+    path.write_text(
+        f"agent: {{state_dir: {tmp_path / 'state'}}}\n"
+        + MINIMAL.replace("driver: sim\n", "driver: sim\n    settings: {production_runs_s: 60}\n")
+    )
+    notify = tmp_path / "notify.sock"
+    systemd = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    systemd.bind(str(notify))
+    notifier = Notifier({"NOTIFY_SOCKET": str(notify), "WATCHDOG_USEC": "1000000"})
+    exporter = PrometheusExporter(PrometheusSettings(listen="127.0.0.1", port=0))
+    agent = Agent(
+        load_config(path), once=True, wait_for_stop_s=0.5, publishers=[exporter],
+        notifier=notifier, out=io.StringIO(),
+    )  # fmt: skip
+    try:
+        asyncio.run(agent.run())
+    finally:
+        notifier.close()
+        systemd.close()
+    assert exporter.agent.watchdog is notifier
+    names = {m.name for m in exporter.agent.collect()}
+    assert names == {"jha_watchdog_timeout_seconds", "jha_watchdog_lateness_seconds"}
