@@ -1,10 +1,11 @@
 """The HTML report in a real browser: headless Chromium driven over the DevTools protocol.
 
-One page with two machines and nine joints (every status, an analysis error, a refused cycle,
-evidence plots, an indicator-only joint, a hostile joint name). Chromium loads it from a file;
-the test collects every console message, uncaught exception and log entry (a failed resource
-load is one), takes a screenshot and decodes the PNG itself (zlib + the PNG row filters), reads
-the rendered DOM, and prints to PDF with print media.
+One page with two machines and ten joints (every status, an analysis error, a refused cycle, a
+dry run, evidence plots, an indicator-only joint, a hostile joint name). Chromium loads it from
+a file; the test collects every console message, uncaught exception and log entry (a failed
+resource load is one), takes a screenshot (kept in var/screenshots/run-report.png) and decodes
+the PNG itself (zlib + the PNG row filters), reads the rendered DOM, and prints to PDF with
+print media.
 
 The protocol runs over --remote-debugging-pipe (fd 3 in, fd 4 out, NUL-separated JSON), so no
 port is opened and nothing but the standard library is needed.
@@ -99,7 +100,7 @@ def indicator(name: str, unit: str, values: list[float]) -> IndicatorSummary:
     return IndicatorSummary(name, unit, pts, trend(pts, indicator=name))
 
 
-def nine_joints() -> Report:
+def ten_joints() -> Report:
     backlash = [0.6e-3, 0.7e-3, 0.75e-3, 0.85e-3]
     joints = [
         joint_report(
@@ -230,7 +231,7 @@ class Rendered:
 @pytest.fixture(scope="module")
 def rendered(browser: Browser, tmp_path_factory: pytest.TempPathFactory) -> Rendered:
     page = tmp_path_factory.mktemp("report") / "report.html"
-    page.write_text(render_html(nine_joints()), encoding="utf-8")
+    page.write_text(render_html(ten_joints()), encoding="utf-8")
     b = browser
     target = b.call("Target.createTarget", {"url": "about:blank"})["targetId"]
     sid = b.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
@@ -342,7 +343,7 @@ def test_screenshot_decodes_and_is_not_blank(rendered: Rendered) -> None:
 
 
 def test_every_joint_is_shown_once_with_its_plots(rendered: Rendered) -> None:
-    report = nine_joints()
+    report = ten_joints()
     page = render_html(report)
     # an indicator-only joint without an identification verdict says why it has none, once
     bare = [j for j in report.indicator_joints if j.identification is None]
@@ -390,7 +391,7 @@ def test_print_media_black_on_white_badges_and_page_per_machine(rendered: Render
     pdf = rendered.pdf
     assert pdf.startswith(b"%PDF-") and pdf.rstrip().endswith(b"%%EOF")
     pages = [int(n) for n in re.findall(rb"/Count (\d+)", pdf)]
-    assert pages and max(pages) >= 3  # nine joints over two machines: several pages
+    assert pages and max(pages) >= 3  # ten joints over two machines: several pages
 
 
 def test_the_planner_reads_action_severity_host_and_dry_run(rendered: Rendered) -> None:
