@@ -54,6 +54,19 @@ class WrittenReport:
     report: Report | None  # only when asked for (publishers): it drags scipy into the daemon
 
 
+def identification_warnings(jobs: list[JointJob]) -> tuple[str, ...]:
+    """What the identifications of a stop warned about (the lines `jha identify` prints), for
+    its report page: a page that hid them would look surer than the fit was."""
+    from agent.kinds.identification.kind import IdentificationAnalysis
+
+    return tuple(
+        f"identification of {job.controller.name}: {w}"
+        for job in jobs
+        if isinstance(job.result, IdentificationAnalysis)
+        for w in job.result.warnings
+    )
+
+
 def record_and_report(
     state_dir: Path, ctrl: str, jobs: list[JointJob], want_report: bool
 ) -> WrittenReport:
@@ -74,6 +87,7 @@ def record_and_report(
         machines=(ctrl,),
         joints=tuple(judged),
         indicator_joints=tuple(others),
+        warnings=identification_warnings(jobs),
     )
     json_path, html_path = write_report(report, new_report_dir(state_dir, created))
     # After the files: a crash in between leaves a report the history does not point to yet,

@@ -151,3 +151,29 @@ def test_identify_record_html_judges_against_the_recorded_one_with_the_controlle
     assert "baseline in the history" in second  # agent.report.identification.HISTORY_BASIS
     assert 'Worst identification status: <span class="badge status s-' in second
     assert "report.json" not in second and not (tmp_path / "report.json").exists()
+
+
+def test_the_daemons_identification_report_shows_the_fits_warnings(tmp_path: Path) -> None:
+    """A stop's report (agent.service.recording) carries what its identification warned about,
+    as `jha identify` prints it, and the page shows it."""
+    from agent.kinds.base import JointJob
+    from agent.kinds.identification.analysis import excitation_cycle
+    from agent.kinds.identification.kind import IdentificationAnalysis
+    from agent.service.recording import record_and_report
+    from tests.support.identification.captures import controller
+
+    ctrl = controller()
+    analysis = IdentificationAnalysis(
+        robot="planar2", model="elastic", method="wls", condition_number=28.0, nmse_nm=1e-4,
+        estimates={
+            "joint_1": (est("coulomb_friction_nm", 2.0, "N·m"),),
+            "joint_2": (est("coulomb_friction_nm", 1.0, "N·m"),),
+        },
+        evidence={}, warnings=("fc2: relative standard deviation 63 %",), seconds=1.0,
+    )  # fmt: skip
+    job = JointJob(ctrl, None, excitation_cycle(ctrl), NOW, result=analysis)
+    written = record_and_report(tmp_path, ctrl.name, [job], want_report=True)
+    assert written.report is not None
+    said = "identification of cell1: fc2: relative standard deviation 63 %"
+    assert written.report.warnings == (said,)
+    assert f"<li>{said}</li>" in written.html_path.read_text()
