@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -56,6 +57,7 @@ class ReportMessage:
     host: str | None
     created_at: datetime
     document: dict[str, Any]
+    text: str  # the payload as received (validated): stored as jsonb without re-encoding
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class HealthMessage:
     report_created_at: datetime
     forecast: Forecast | None
     document: dict[str, Any]
+    text: str
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class StatusMessage:
     state: str
     at: datetime | None
     document: dict[str, Any]
+    text: str
 
 
 Message = ReportMessage | HealthMessage | StatusMessage
@@ -118,71 +122,80 @@ def parse_message(topic: str, payload: bytes, prefixes: tuple[str, ...], limit: 
     where = parse_topic(topic, prefixes)
     if len(payload) > limit:
         raise PayloadError(f"payload of {len(payload)} bytes, over max_payload_bytes {limit}")
-    doc = _json(payload)
-    if where.kind is Kind.REPORT:
-        return _report(where, doc)
-    if where.kind is Kind.HEALTH:
-        return _health(where, doc)
-    return _status(where, doc)
-
-
-def _json(payload: bytes) -> dict[str, Any]:
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError:
         raise PayloadError("payload is not UTF-8") from None
-    if _depth(text) > MAX_DEPTH:
-        raise PayloadError(f"JSON nested deeper than {MAX_DEPTH}")
+    doc = _json(text)
+    if where.kind is Kind.REPORT:
+        return _report(where, doc, text)
+    if where.kind is Kind.HEALTH:
+        return _health(where, doc, text)
+    return _status(where, doc, text)
+
+
+# A surrogate can only come in as a \u escape (the payload was decoded as UTF-8): escapes of
+# surrogates are rare, so their pairing is checked on the parsed strings only when present.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
+def _json(text: str) -> dict[str, Any]:
+    # NUL can only come in escaped (JSON forbids raw control characters in strings); this also
+    # refuses an escaped backslash followed by "u0000", a string no agent sends.
+    if "\\u0000" in text:
+        raise PayloadError("a string holds NUL")
+    # json's C parser raises RecursionError on absurd nesting (it counts its own depth), so a
+    # deep payload is refused here; the walk below then holds what parsed to MAX_DEPTH.
     try:
-        doc = json.loads(text, parse_constant=_no_constant)
+        doc = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+    except PayloadError:
+        raise
     except (ValueError, RecursionError) as exc:
-        raise PayloadError(f"payload is not JSON: {type(exc).__name__}") from None
+        raise PayloadError(f"payload is not JSON: {exc.__class__.__name__}") from None
     if not isinstance(doc, dict):
         raise PayloadError("payload is not a JSON object")
-    _storable(doc)
+    _within_depth(doc)
+    if _SURROGATE_ESCAPE.search(text):
+        _strings_encodable(doc)
     return doc
-
-
-def _depth(text: str) -> int:
-    """An upper bound of the nesting (brackets inside strings count too), before parsing."""
-    depth = top = 0
-    for ch in text:
-        if ch in "[{":
-            depth += 1
-            top = max(top, depth)
-        elif ch in "]}":
-            depth -= 1
-    return top
 
 
 def _no_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
-def _storable(value: Any) -> None:
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # 1e999 parses as infinity, which jsonb cannot hold
+        raise PayloadError("a number out of range")
+    return value
+
+
+def _within_depth(value: Any) -> None:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        v, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise PayloadError(f"JSON nested deeper than {MAX_DEPTH}")
+        for item in v.values() if isinstance(v, dict) else v:
+            if isinstance(item, dict | list):
+                stack.append((item, depth + 1))
+
+
+def _strings_encodable(value: Any) -> None:
     stack = [value]
     while stack:
         v = stack.pop()
         if isinstance(v, str):
-            _text(v)
-        elif isinstance(v, float) and not math.isfinite(v):
-            # 1e999 parses as infinity, which JSON (and so jsonb) cannot hold.
-            raise PayloadError("a number out of range")
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                raise PayloadError("a string holds an unpaired surrogate") from None
         elif isinstance(v, dict):
-            for k, item in v.items():
-                _text(k)
-                stack.append(item)
+            stack.extend(v.keys())
+            stack.extend(v.values())
         elif isinstance(v, list):
             stack.extend(v)
-
-
-def _text(s: str) -> None:
-    if "\x00" in s:
-        raise PayloadError("a string holds NUL")
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        raise PayloadError("a string holds an unpaired surrogate") from None
 
 
 def _name(level: str) -> str:
@@ -247,7 +260,7 @@ def _number(v: Any, key: str) -> float | None:
     return float(v)
 
 
-def _report(where: Topic, doc: dict[str, Any]) -> ReportMessage:
+def _report(where: Topic, doc: dict[str, Any], text: str) -> ReportMessage:
     _schema(doc, "jha.report")
     machines = doc.get("machines")
     if not isinstance(machines, list) or where.machine not in machines:
@@ -267,10 +280,11 @@ def _report(where: Topic, doc: dict[str, Any]) -> ReportMessage:
         _str(doc, "host", optional=True),
         created,
         doc,
+        text,
     )
 
 
-def _health(where: Topic, doc: dict[str, Any]) -> HealthMessage:
+def _health(where: Topic, doc: dict[str, Any], text: str) -> HealthMessage:
     _schema(doc, "jha.health")
     if doc.get("controller") != where.machine or doc.get("joint") != where.joint:
         raise PayloadError("controller/joint: expected the names in the topic")
@@ -302,6 +316,7 @@ def _health(where: Topic, doc: dict[str, Any]) -> HealthMessage:
         created,
         _forecast(doc.get("forecast"), status, estimated),
         doc,
+        text,
     )
 
 
@@ -335,7 +350,7 @@ def _after(base: datetime, days: float | None) -> datetime | None:
     return base + timedelta(days=days)
 
 
-def _status(where: Topic, doc: dict[str, Any]) -> StatusMessage:
+def _status(where: Topic, doc: dict[str, Any], text: str) -> StatusMessage:
     _schema(doc, "jha.agent_status")
     if doc.get("client_id") != where.machine:
         raise PayloadError("client_id: expected the name in the topic")
@@ -343,5 +358,10 @@ def _status(where: Topic, doc: dict[str, Any]) -> StatusMessage:
     if state not in ("online", "offline"):
         raise PayloadError("state: expected online or offline")
     return StatusMessage(
-        where.prefix, where.machine, str(state), _time(doc.get("at"), "at", optional=True), doc
+        where.prefix,
+        where.machine,
+        str(state),
+        _time(doc.get("at"), "at", optional=True),
+        doc,
+        text,
     )

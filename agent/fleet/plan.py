@@ -89,9 +89,9 @@ _SEVERITY = {Status.ALERT: 0, Status.WATCH: 1, Status.UNKNOWN: 2, Status.OK: 3}
 
 _QUERY = """
 SELECT m.site, m.line, h.prefix, h.machine, h.joint, h.status, h.ne107,
-       h.document->>'reason', h.indicator, h.value, h.unit, h.estimated_at, h.next_limit,
-       h.forecast_at, h.forecast_low, h.forecast_high, h.document->'recommendation',
-       h.document->'history', h.report_id::text,
+       h.reason, h.indicator, h.value, h.unit, h.estimated_at, h.next_limit,
+       h.forecast_at, h.forecast_low, h.forecast_high, h.recommendation,
+       h.history, h.report_id::text,
        EXISTS (SELECT 1 FROM reports r WHERE r.report_id = h.report_id), m.last_report_at
 FROM joint_latest l
 JOIN joint_health h ON h.message_id = l.message_id

@@ -42,7 +42,7 @@ class BrokerSettings:
     reconnect_min_s: float = field(default=1.0, metadata={"gt": 0.0, "le": 60.0})
     reconnect_max_s: float = field(default=60.0, metadata={"gt": 0.0, "le": 3600.0})
     # Messages the broker may send before their acknowledgement (each waits for its commit).
-    max_inflight: int = field(default=100, metadata={"ge": 1, "le": 65535})
+    max_inflight: int = field(default=1000, metadata={"ge": 1, "le": 65535})
 
     def check(self) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []

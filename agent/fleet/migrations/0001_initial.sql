@@ -42,6 +42,11 @@ CREATE TABLE joint_health (
     forecast_at       timestamptz,
     forecast_low      timestamptz,
     forecast_high     timestamptz,
+    -- What the plan shows, kept out of the document so a plan of thousands of joints does
+    -- not read (and decompress) every joint's whole message.
+    reason            text,
+    recommendation    jsonb,
+    history           jsonb,
     received_at       timestamptz NOT NULL DEFAULT now(),
     document          jsonb NOT NULL
 );
