@@ -12,13 +12,15 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from agent.fleet.plan import FILTERS, PlanFilter, PlanRow
+from agent.fleet.spark import HEIGHT, WIDTH, spark_points, spark_values
 
 _STYLE = """
 body{font:14px system-ui,sans-serif;margin:1em;color:#222}
 table{border-collapse:collapse;width:100%}th,td{padding:3px 6px;border-bottom:1px solid #ddd;
 text-align:left;vertical-align:middle}th{background:#f4f4f4;position:sticky;top:0}
 .alert td.st{background:#f8d0d0}.watch td.st{background:#fbe9b0}.unknown td.st{background:#e4e4f4}
-.ok td.st{background:#d8f0d8}tr.stale{color:#888}.tag{font-size:11px;border:1px solid #888;
+.ok td.st{background:#d8f0d8}tr.stale{color:#888}.spark polyline{fill:none;stroke:#36c;
+stroke-width:1.5}.tag{font-size:11px;border:1px solid #888;
 border-radius:3px;padding:0 3px;margin-left:4px}form{margin:0 0 1em}input{width:9em}
 """
 
@@ -37,22 +39,13 @@ def _value(row: PlanRow) -> str:
     return f"{row.value:.4g} {_e(row.unit or '')}"
 
 
-def sparkline(points: Sequence[tuple[str, float]], width: int = 120, height: int = 24) -> str:
-    """The trend's newest points as an inline SVG polyline (the empty string below 2 points)."""
-    values = [v for _, v in points]
-    if len(values) < 2:
+def sparkline(points: str | None) -> str:
+    """An inline SVG of a trend's polyline coordinates (agent.fleet.spark); '' without one."""
+    if not points:
         return ""
-    low, high = min(values), max(values)
-    span = (high - low) or 1.0
-    step = (width - 2) / (len(values) - 1)
-    coords = " ".join(
-        f"{1 + i * step:.1f},{height - 1 - (v - low) / span * (height - 2):.1f}"
-        for i, v in enumerate(values)
-    )
     return (
-        f'<svg class="spark" width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        f'role="img" aria-label="trend of {len(values)} points">'
-        f'<polyline fill="none" stroke="#36c" stroke-width="1.5" points="{coords}"/></svg>'
+        f'<svg class="spark" width="{WIDTH}" height="{HEIGHT}" role="img">'
+        f'<polyline points="{_e(points)}"/></svg>'
     )
 
 
@@ -99,14 +92,14 @@ def _row(r: PlanRow) -> str:
         f'<tr class="{_e(classes)}"><td class="st">{_e(r.status.value)} ({_e(r.ne107)})</td>'
         f"<td>{_e(r.site)}</td><td>{_e(r.line)}</td><td>{_e(r.machine)}{stale}</td>"
         f"<td>{_e(r.joint)}</td><td>{_e(r.indicator)}</td><td>{_value(r)}</td>"
-        f"<td>{sparkline(r.history)}</td><td>{_e(r.next_limit or '')}</td>"
+        f"<td>{sparkline(r.spark)}</td><td>{_e(r.next_limit or '')}</td>"
         f"<td>{_date(r.forecast_at)}</td><td>{_e(interval)}</td><td>{_e(action)}</td>"
         f"<td>{report}</td></tr>"
     )
 
 
 def _query(f: PlanFilter) -> str:
-    return urlencode({k: v for k, v in f.__dict__.items() if v is not None})
+    return urlencode({k: getattr(f, k) for k in FILTERS if getattr(f, k) is not None})
 
 
 def report_page(report_id: str, doc: dict[str, Any]) -> str:
@@ -116,11 +109,7 @@ def report_page(report_id: str, doc: dict[str, Any]) -> str:
         rec = j.get("recommendation") if isinstance(j.get("recommendation"), dict) else {}
         value = j.get("value")
         shown = f"{value:.4g} {_e(j.get('unit') or '')}" if isinstance(value, int | float) else ""
-        points = [
-            (str(p.get("time")), float(p["value"]))
-            for p in _list(j.get("history"))
-            if isinstance(p.get("value"), int | float)
-        ]
+        points = spark_points(spark_values(j.get("history")))
         rows.append(
             f'<tr class="{_e(j.get("status"))}"><td class=st>{_e(j.get("status"))}</td>'
             f"<td>{_e(j.get('joint'))}</td><td>{_e(j.get('indicator'))}</td><td>{shown}</td>"

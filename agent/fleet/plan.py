@@ -25,6 +25,7 @@ class PlanFilter:
     line: str | None = None
     machine: str | None = None
     indicator: str | None = None
+    history: bool = False  # the trends' points in the JSON (the page needs only the sparkline)
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,8 @@ class PlanRow:
     forecast_low: datetime | None
     forecast_high: datetime | None
     recommendation: dict[str, Any] | None
-    history: tuple[tuple[str, float], ...]
+    history: tuple[tuple[str, float], ...]  # empty unless asked for (PlanFilter.history)
+    spark: str | None  # polyline coordinates of the trend (agent.fleet.spark)
     report_id: str
     report_stored: bool
     last_report_at: datetime
@@ -77,7 +79,11 @@ class PlanRow:
                 "interval": [iso(self.forecast_low), iso(self.forecast_high)],
             },
             "recommendation": self.recommendation,
-            "history": [{"time": t, "value": v} for t, v in self.history],
+            **(
+                {"history": [{"time": t, "value": v} for t, v in self.history]}
+                if self.history
+                else {}
+            ),
             "report_id": self.report_id,
             "report_url": f"/reports/{self.report_id}" if self.report_stored else None,
             "last_report_at": iso(self.last_report_at),
@@ -91,8 +97,9 @@ _QUERY = """
 SELECT m.site, m.line, h.prefix, h.machine, h.joint, h.status, h.ne107,
        h.reason, h.indicator, h.value, h.unit, h.estimated_at, h.next_limit,
        h.forecast_at, h.forecast_low, h.forecast_high, h.recommendation,
-       h.history, h.report_id::text,
-       EXISTS (SELECT 1 FROM reports r WHERE r.report_id = h.report_id), m.last_report_at
+       CASE WHEN %(history)s THEN h.history END, h.report_id::text,
+       EXISTS (SELECT 1 FROM reports r WHERE r.report_id = h.report_id), m.last_report_at,
+       h.spark
 FROM joint_latest l
 JOIN joint_health h ON h.message_id = l.message_id
 JOIN machines m ON m.prefix = l.prefix AND m.machine = l.machine
@@ -167,6 +174,7 @@ class PlanReader:
             forecast_high=r[15],
             recommendation=r[16] if isinstance(r[16], dict) else None,
             history=history,
+            spark=r[21],
             report_id=r[18],
             report_stored=bool(r[19]),
             last_report_at=r[20],

@@ -19,6 +19,7 @@ from psycopg.types.json import Jsonb
 
 from agent.fleet.messages import HealthMessage, Message, ReportMessage, StatusMessage
 from agent.fleet.migrate import migrate
+from agent.fleet.spark import spark_points, spark_values
 
 _REPORT = (
     "INSERT INTO reports (report_id, prefix, machine, host, created_at, document)"
@@ -27,8 +28,9 @@ _REPORT = (
 _HEALTH = (
     "INSERT INTO joint_health (message_id, report_id, prefix, machine, joint, status, ne107,"
     " indicator, value, unit, estimated_at, report_created_at, next_limit, forecast_at,"
-    " forecast_low, forecast_high, reason, recommendation, history, document) VALUES"
-    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb)"
+    " forecast_low, forecast_high, reason, recommendation, history, spark, document) VALUES"
+    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
+    " %s::jsonb)"
     " ON CONFLICT DO NOTHING"
 )
 # Only a newer health moves the pointer: a replayed older one (or the same one) does not.
@@ -164,6 +166,7 @@ def _health_row(m: HealthMessage) -> tuple[Any, ...]:
         reason if isinstance(reason, str) else None,
         Jsonb(recommendation) if isinstance(recommendation, dict) else None,
         Jsonb(history) if isinstance(history, list) else None,
+        spark_points(spark_values(history)),
         m.text,
     )
 

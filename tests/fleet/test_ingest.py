@@ -32,7 +32,7 @@ def test_agent_reports_are_stored_with_health_and_status(
         wait_until(lambda: fleet.ingest.stats().stored >= 2 + 3 + 2, 30, "reports and health")
         stats = fleet.ingest.stats()
         assert stats.rejected == 0
-        plan = get(base_url(fleet), "/api/plan").json()["joints"]
+        plan = get(base_url(fleet), "/api/plan?history=1").json()["joints"]
     ids = {r[0] for r in rows(conninfo, "SELECT report_id::text FROM reports")}
     assert ids == {r.message_id for r in reports}
     health = rows(

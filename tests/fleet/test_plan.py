@@ -98,6 +98,9 @@ def test_plan_filters(plant: Plant) -> None:
     # A further indicator of every joint (the fit's amplitude), not the judged one.
     assert len(plan(plant, "?indicator=amplitude_rad_s")) == 5
     assert plan(plant, "?indicator=stiffness_nm_per_rad") == []
+    # The trends' points only when asked for: the page needs just the sparkline.
+    assert all("history" not in r for r in plan(plant))
+    assert [len(r["history"]) for r in plan(plant, "?history=1")] == [3] * 5
     assert get(plant.base, "/api/plan?colour=red").status == 400
     assert get(plant.base, "/api/plan?site=a%00b").status == 400
 

@@ -47,6 +47,7 @@ CREATE TABLE joint_health (
     reason            text,
     recommendation    jsonb,
     history           jsonb,
+    spark             text,  -- the history as SVG polyline coordinates (agent.fleet.spark)
     received_at       timestamptz NOT NULL DEFAULT now(),
     document          jsonb NOT NULL
 );
