@@ -7,8 +7,10 @@ rotor-side compensation, Madsen et al. 2020) over many trials, each a new robot 
   warm friction, cogging, cable spring, torque-constant error within +-5 %, 2 % load-dependent
   friction), the torque-constant tolerance given to the identification; then also with the
   load-dependent friction and the joint spring in the model (--load-friction --joint-spring).
-Each interval is printed twice: the textbook one (white residuals, the model contains the truth)
-and the robust one the agent reports (Newey-West HAC + the torque-constant type-B term). A share
+Each interval is printed three times: the textbook one (white residuals, the model contains the
+truth), the robust one the agent reports (Newey-West HAC + the torque-constant type-B term + the
+model check's shift, agent.estimation.identification.model_check), and the robust one without
+the model check's term. A share
 counts (trial, parameter) pairs; per parameter, the worst ones are named. PASS is 95 +- 3 %.
 """
 
@@ -59,7 +61,7 @@ SETTINGS: dict[str, tuple[Conditions, IdentificationSettings]] = {
 
 def _trial(
     args: tuple[str, int, tuple[np.ndarray, ...]],
-) -> tuple[list[str], list[bool], list[bool], float]:
+) -> tuple[list[str], list[bool], list[bool], float, list[bool], float]:
     which, seed, (t, q, qd, qdd) = args
     make, settings = SETTINGS[which]
     r = load_robot(ROBOTS / "planar2.yaml")
@@ -82,6 +84,8 @@ def _trial(
         (err <= Z_95 * textbook).tolist(),
         ((low <= truth) & (truth <= high)).tolist(),
         float(np.median(res.std_robust / np.maximum(textbook, 1e-300))),
+        (err <= res.noise_half_width_95()).tolist(),
+        float(np.median((high - low) / 2 / np.maximum(res.noise_half_width_95(), 1e-300))),
     )
 
 
@@ -97,6 +101,8 @@ def coverage(which: str, trials: int, period_s: float) -> None:
     text = np.array([o[1] for o in out])
     robust = np.array([o[2] for o in out])
     widen = float(np.median([o[3] for o in out]))
+    noise = np.array([o[4] for o in out])
+    model_widen = float(np.median([o[5] for o in out]))
     elapsed = time.perf_counter() - started
 
     def verdict(share: float) -> str:
@@ -106,7 +112,10 @@ def coverage(which: str, trials: int, period_s: float) -> None:
         f"  {which}:\n    {trials:4d} trials x {len(names)} parameters ({elapsed:.0f} s): "
         f"textbook {100 * text.mean():5.1f} % {verdict(float(text.mean()))}, "
         f"robust {100 * robust.mean():5.1f} % {verdict(float(robust.mean()))} "
-        f"(robust / textbook std, median {widen:.1f}x)"
+        f"(robust / textbook std, median {widen:.1f}x)\n"
+        f"    robust without the model check's term {100 * noise.mean():5.1f} % "
+        f"{verdict(float(noise.mean()))} (the term widens the intervals {model_widen:.2f}x, "
+        "median)"
     )
     per = robust.mean(axis=0)
     print(

@@ -69,3 +69,20 @@ def test_identify_json_when_both_encoders_agree_has_no_nan(tmp_path: Path) -> No
         assert joint["coulomb_nm"] is not None
     assert sum("stiffness not seen (the link and motor encoders agree" in w
                for w in out["warnings"]) == 2  # fmt: skip
+    # The model check's second fit is on by default (its shifts are in the JSON and widen the
+    # intervals); --no-model-check leaves the noise intervals alone.
+    check = out["uncertainty"]["model_check"]
+    assert check["alternative"] == "load-dependent friction and a joint spring"
+    assert set(check["bias"]) == {p["name"] for p in out["parameters"]}
+    bare = jha("identify", str(agree), "--robot", str(ROBOT), "--model", "rigid", "--json",
+               "--no-model-check")  # fmt: skip
+    assert bare.returncode == 0, bare.stderr
+    plain = _strict(bare.stdout)
+    assert plain["uncertainty"]["model_check"] is None
+    for p, q in zip(out["parameters"], plain["parameters"], strict=True):
+        assert p["value"] == q["value"]
+        lo, hi = p["interval_95"]
+        assert lo <= q["interval_95"][0] and q["interval_95"][1] <= hi
+        assert hi - lo == pytest.approx(
+            q["interval_95"][1] - q["interval_95"][0] + 2 * abs(check["bias"][p["name"]])
+        )

@@ -77,3 +77,62 @@ def test_a_torque_constant_tolerance_widens_the_intervals_and_shows_in_the_json(
     assert first["interval_95"][0] < first["value"] < first["interval_95"][1]
     assert doc["uncertainty"]["torque_constant_tolerance"] == 0.05
     assert len(doc["uncertainty"]["lags"]) == r.n_joints
+
+
+def test_the_model_check_widens_each_interval_by_the_extended_fits_shift(loaded_planar) -> None:
+    """Unmodelled load friction and spring bias the plain fit; the check's second fit moves the
+    estimates, each interval grows by its shift (GUM F.2.4.5), and the shifts beyond the noise
+    are named in a warning and the JSON."""
+    r, nl, caps = loaded_planar
+    noise_only = identify(caps, r, replace(RIGID, model_check=False))
+    checked = identify(caps, r, RIGID)
+    assert noise_only.model_check is None
+    assert np.array_equal(checked.estimate, noise_only.estimate)  # the estimate is the plain one
+    check = checked.model_check
+    assert check is not None and check.skipped is None
+    extended = identify(caps, r, replace(RIGID, load_friction=True, joint_spring=True))
+    for i, name in enumerate(checked.names):
+        assert check.bias[i] == pytest.approx(extended.value(name) - checked.estimate[i])
+    widths = np.diff(checked.interval_95(), axis=1).ravel()
+    noise_widths = np.diff(noise_only.interval_95(), axis=1).ravel()
+    np.testing.assert_allclose(widths, noise_widths + 2 * np.abs(check.bias))
+    # Coulomb friction took the load-dependent share: its noise interval misses the truth, the
+    # widened one holds it, and the warning names a significant shift.
+    truth = dict(zip(checked.names, true_parameters(r, checked, nl), strict=True))
+    missed = [
+        n
+        for n, (lo, hi) in zip(noise_only.names, noise_only.interval_95(), strict=True)
+        if not lo <= truth[n] <= hi
+    ]
+    assert missed, "the plain fit's noise intervals should miss the biased parameters"
+    for n in missed:
+        lo, hi = checked.interval_95()[checked.names.index(n)]
+        assert lo <= truth[n] <= hi, n
+    assert check.significant.any()
+    assert any("moves estimates beyond their noise" in w for w in checked.warnings)
+    doc = json.loads(json.dumps(checked.to_dict(), allow_nan=False))
+    mc = doc["uncertainty"]["model_check"]
+    assert mc["alternative"] == "load-dependent friction and a joint spring"
+    assert set(mc["bias"]) == set(checked.names) and mc["significant"]
+
+
+def test_a_complete_model_is_not_warned_about(planar_clean) -> None:
+    """Without load friction or a spring in the robot the shifts stay within their noise: no
+    warning, and the intervals widen only by the (small) shifts."""
+    r, caps = planar_clean
+    checked = identify(caps, r, IdentificationSettings())  # the elastic model: the truth's
+    check = checked.model_check
+    assert check is not None and check.skipped is None
+    assert not check.significant.any(), dict(
+        zip(checked.names, check.bias / check.alt_std, strict=True)
+    )
+    assert not any("moves estimates" in w for w in checked.warnings)
+
+
+@pytest.fixture(scope="module")
+def planar_clean():
+    r = load_robot(ROBOTS / "planar2.yaml")
+    ex = design_excitation(r, ExcitationSettings(period_s=4.0, harmonics=4, maxiter=40))
+    t, q, qd, qdd = ex.trajectory.sample(1000.0, 1, 0.3)
+    run = er.simulate(r, t, q, qd, qdd)
+    return r, measure(run, r, torque_noise_nm=0.2, seed=4)

@@ -67,6 +67,7 @@ from agent.estimation.identification.model import (
     nmse_nm,
     slow_rows,
 )
+from agent.estimation.identification.model_check import ModelCheck, model_bias, skipped
 from agent.estimation.identification.result import (
     IdentificationResult,
     JointHealth,
@@ -170,7 +171,34 @@ def identify_kinematics(
     noise to these kinematics and enters here)."""
     t0 = time.perf_counter() if started is None else started
     with single_thread_blas():
-        return _identify(kin, robot, settings, t0)
+        result = _identify(kin, robot, settings, t0)
+        if not settings.model_check or (settings.load_friction and settings.joint_spring):
+            return result
+        check = _model_check(kin, robot, settings, result)
+    return replace(result, seconds=time.perf_counter() - t0).with_model_check(check)
+
+
+def _model_check(
+    kin: Kinematics,
+    robot: RobotDescription,
+    settings: IdentificationSettings,
+    result: IdentificationResult,
+) -> ModelCheck:
+    extended = replace(
+        settings, load_friction=True, joint_spring=True, feasible=False, model_check=False
+    )
+    try:
+        alt = _identify(kin, robot, extended, time.perf_counter())
+    except (EstimationError, np.linalg.LinAlgError) as exc:
+        return skipped(len(result.names), f"the extended fit failed: {exc}")
+    return model_bias(
+        result.names,
+        result.estimate,
+        alt.names,
+        alt.estimate,
+        alt.std_robust,
+        alt.nmse_nm,
+    )
 
 
 def _identify(

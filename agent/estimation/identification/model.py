@@ -70,6 +70,10 @@ class IdentificationSettings:
     # of the measured torque that enters every interval (agent.estimation.identification
     # .uncertainty). 0 when the torque is measured by calibrated sensors.
     torque_constant_tolerance: float = 0.0
+    # Fit the extended model too (load_friction and joint_spring) and widen each interval by
+    # the shift it gives (agent.estimation.identification.model_check); off for the papers'
+    # reproductions and where a model is known complete.
+    model_check: bool = True
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.torque_constant_tolerance < 1.0:

@@ -7,7 +7,7 @@ agent.estimation.identification.fit.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
@@ -15,6 +15,7 @@ import numpy as np
 from agent.estimation.identification.filters import ResolvedFilter
 from agent.estimation.identification.least_squares import Method
 from agent.estimation.identification.model import Array, DynamicModel, Model
+from agent.estimation.identification.model_check import ModelCheck, largest_shifts
 
 if TYPE_CHECKING:  # the feasible fit needs scipy, which the daemon never loads
     from agent.estimation.identification.feasible import FeasibleEstimate
@@ -94,6 +95,8 @@ class IdentificationResult:
     # HAC + torque-constant covariance (agent.estimation.identification.uncertainty);
     # rel_std_pct above is the textbook one, as Madsen et al. 2020's Table 4 gives it.
     robust: RobustCovariance | None = None
+    # The extended model's shift of each parameter, added to its interval (GUM F.2.4.5).
+    model_check: ModelCheck | None = None
 
     def __post_init__(self) -> None:
         for a in (
@@ -120,8 +123,28 @@ class IdentificationResult:
         """(n, 2) lower and upper bound of each estimate's 95 % interval: the robust one (its
         normal HAC part and uniform torque-constant part combined as JCGM 101 does), else
         1.96 textbook standard deviations."""
-        half = Z_95 * self.std_robust if self.robust is None else self.robust.half_width_95
+        half = self.noise_half_width_95()
+        if self.model_check is not None:
+            half = half + self.model_check.term
         return np.stack([self.estimate - half, self.estimate + half], axis=1)
+
+    def noise_half_width_95(self) -> Array:
+        """The 95 % half-width of noise and torque constant alone, without the model term."""
+        return Z_95 * self.std_robust if self.robust is None else self.robust.half_width_95
+
+    def with_model_check(self, check: ModelCheck) -> IdentificationResult:
+        """This result with the model term in its intervals, and a warning where it dominates."""
+        notes: tuple[str, ...] = ()
+        if check.skipped is not None:
+            notes = (f"model check skipped ({check.skipped}): intervals hold noise only",)
+        else:
+            shifts = largest_shifts(check, self.names, self.noise_half_width_95())
+            if shifts:
+                notes = (
+                    f"the fit with {check.alternative} moves estimates beyond their noise "
+                    f"(intervals widened by it): {shifts}",
+                )
+        return replace(self, model_check=check, warnings=(*self.warnings, *notes))
 
     def indicator_rows(self) -> tuple[IndicatorRow, ...]:
         return tuple(r for j in self.joints for r in j.rows())
@@ -165,6 +188,10 @@ class IdentificationResult:
                 " (95 % interval by JCGM 101 Monte Carlo)",
                 "lags": list(self.robust.lags),
                 "torque_constant_tolerance": self.robust.torque_constant_tolerance,
+                # widened by |model_check.bias| (GUM F.2.4.5) when the check ran
+                "model_check": None
+                if self.model_check is None
+                else self.model_check.to_dict(self.names),
             },
             "combinations": list(self.combinations),
             "group_sigma": dict(zip(self.group_names, map(_finite, self.group_sigma), strict=True)),
