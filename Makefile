@@ -17,6 +17,12 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/jha run --config config/demo.yaml --once
 
+# The plant-wide service on this machine (tests/fleet/demo.py): a broker, a throwaway PostgreSQL
+# cluster, three simulated agents and `jha fleet`; prints the plan's address. Ctrl-C ends it.
+.PHONY: fleet-demo
+fleet-demo: $(STAMP) sysdeps
+	$(PY) -m tests.fleet.demo
+
 # Debian packages the protocol peers need (socat, iproute2, ...), installed only when missing.
 sysdeps:
 	scripts/system-deps.sh

@@ -1,0 +1,206 @@
+"""`jha fleet` at plant scale, with real peers (mosquitto, a throwaway PostgreSQL cluster) and the
+service as its own process, fed the agent's own messages (agent.publish.mqtt.payloads):
+
+1. Burst: N agents' reports (6 joints each: 1 report + 6 health messages) queued at the broker
+   for the fleet's persistent session while it is stopped (an outage), then the time from its
+   start to every row stored: reports/s and messages/s.
+2. Steady state: reports published one by one at a fixed rate; publish to queryable (a poller
+   sees the row), median and p99.
+3. The plan for N x 6 joints: /api/plan and the page, time (median of 5) and size.
+4. The service's peak RSS, and the database's size per year at one stop per machine per day.
+
+Full: 2,000 agents (issue 17's targets: >= 1,000 reports/s, p99 <= 2 s, page <= 1 s and
+<= 2 MB, RSS <= 200 MB). Quick: 200 agents.
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from tests.fleet.agents import RawPublisher, machine_report, messages_of
+from tests.fleet.conftest import TOKEN, write_fleet_config
+from tests.fleet.running import FleetProcess
+from tests.peers.mosquitto_broker import MosquittoBroker, free_port, wait_until
+from tests.peers.postgres import PostgresCluster
+
+JOINTS = 6
+PUBLISHERS = 4
+_RECENT = "SELECT report_id::text FROM reports WHERE received_at > now() - interval '5 minutes'"
+
+
+def _reports(n: int, day: int) -> list[Any]:
+    out = []
+    for m in range(n):
+        wear = 1e-4 * (1 + m % 17)
+        joints = {
+            f"J{j}": [wear * (1 + 0.05 * j) * (1 + 0.02 * i) for i in range(day + 1)]
+            for j in range(1, JOINTS + 1)
+        }
+        out.append(machine_report(f"m{m:04d}", joints, host=f"edge{m:04d}"))
+    return out
+
+
+def _count(conninfo: str, table: str = "reports") -> int:
+    with psycopg.connect(conninfo) as conn:
+        row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+        return 0 if row is None else int(row[0])
+
+
+def _send_all(port: int, batches: list[list[Any]]) -> None:
+    def run(i: int, messages: list[Any]) -> None:
+        p = RawPublisher(port, client_id=f"bench-agent-{i}")
+        try:
+            p.send_messages(messages)
+        finally:
+            p.close()
+
+    threads = [threading.Thread(target=run, args=(i, b)) for i, b in enumerate(batches)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def _db_size(conninfo: str) -> int:
+    with psycopg.connect(conninfo) as conn:
+        row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
+        return 0 if row is None else int(row[0])
+
+
+def _fetch(url: str, encoding: str) -> tuple[int, int]:
+    """(status, bytes on the wire) of a GET with the fleet's token."""
+    request = urllib.request.Request(url)
+    request.add_header("Authorization", f"Bearer {TOKEN}")
+    request.add_header("Accept-Encoding", encoding)
+    with urllib.request.urlopen(request, timeout=60) as r:
+        return r.status, len(r.read())
+
+
+def _rss_kb(pid: int) -> tuple[int, int]:
+    fields = dict(
+        line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+    )
+    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+
+
+def main(quick: bool = False) -> None:
+    agents = 200 if quick else 2000
+    steady = 100 if quick else 400
+    rate = 50.0  # reports/s at steady state
+    with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
+        work = Path(tmp)
+        broker = MosquittoBroker(work / "broker", persistence=True).start()
+        pg = PostgresCluster().start()
+        try:
+            _run(work, broker, pg, agents, steady, rate)
+        finally:
+            broker.stop()
+            pg.destroy()
+
+
+def _run(
+    work: Path, broker: MosquittoBroker, pg: PostgresCluster, agents: int, steady: int, rate: float
+) -> None:
+    http = free_port()
+    files = write_fleet_config(work / "fleet", broker.port, pg.conninfo, http_port=http)
+    base = f"http://127.0.0.1:{http}"
+    print(f"building {agents} agents' reports ({JOINTS} joints each)...", flush=True)
+    built = time.perf_counter()
+    reports = _reports(agents, day=20)
+    messages = [m for r in reports for m in messages_of(r)]
+    print(
+        f"  {len(messages)} messages, {sum(len(m.payload) for m in messages) / 1e6:.1f} MB, "
+        f"built in {time.perf_counter() - built:.1f} s"
+    )
+
+    # 1. Burst after an outage: the session exists, the service is away while agents flush.
+    fleet = FleetProcess(files.config, work / "fleet1.log")
+    fleet.wait_subscribed()
+    fleet.stop()
+    empty = _db_size(pg.conninfo)  # migrated, no row yet
+    _send_all(broker.port, [messages[i::PUBLISHERS] for i in range(PUBLISHERS)])
+    fleet = FleetProcess(files.config, work / "fleet2.log")
+    started = time.perf_counter()
+    wait_until(lambda: _count(pg.conninfo) == agents, 600, "every report", step_s=0.05)
+    wait_until(
+        lambda: _count(pg.conninfo, "joint_health") == agents * JOINTS, 600, "all health", 0.05
+    )
+    burst_s = time.perf_counter() - started
+    print(
+        f"burst: {agents} reports ({len(messages)} messages) stored in {burst_s:.2f} s "
+        f"(service start included): {agents / burst_s:.0f} reports/s, "
+        f"{len(messages) / burst_s:.0f} messages/s"
+    )
+
+    # 2. Steady state: publish to queryable.
+    seen: dict[str, float] = {}
+    stop = threading.Event()
+
+    def poll() -> None:
+        with psycopg.connect(pg.conninfo, autocommit=True) as conn:
+            while not stop.is_set():
+                for (rid,) in conn.execute(_RECENT):
+                    seen.setdefault(rid, time.perf_counter())
+                time.sleep(0.01)
+
+    later = _reports(steady, day=21)
+    poller = threading.Thread(target=poll)
+    poller.start()
+    sent: dict[str, float] = {}
+    sender = RawPublisher(broker.port, client_id="bench-steady")
+    next_at = time.perf_counter()
+    for r in later:
+        next_at += 1.0 / rate
+        time.sleep(max(0.0, next_at - time.perf_counter()))
+        sent[r.message_id] = time.perf_counter()
+        sender.send_messages(messages_of(r))
+    sender.close()
+    wait_until(lambda: all(k in seen for k in sent), 120, "the steady reports queryable")
+    stop.set()
+    poller.join()
+    latencies = sorted(seen[k] - sent[k] for k in sent)
+    p99 = latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]
+    median_ms = statistics.median(latencies) * 1000
+    print(
+        f"steady state at {rate:g} reports/s: publish to queryable median {median_ms:.0f} ms, "
+        f"p99 {p99 * 1000:.0f} ms ({len(latencies)} reports)"
+    )
+
+    # 3. The plan, as a browser asks for it (gzip) and as it is.
+    for path in ("/api/plan", "/"):
+        for encoding in ("gzip", "identity"):
+            times, size = [], 0
+            for _ in range(5):
+                t = time.perf_counter()
+                status, size = _fetch(base + path, encoding)
+                times.append(time.perf_counter() - t)
+                assert status == 200
+            ms = statistics.median(times) * 1000
+            print(
+                f"plan {path:9s} for {agents * JOINTS} joints ({encoding}): {ms:.0f} ms median "
+                f"of 5, {size / 1e6:.2f} MB"
+            )
+
+    # 4. Memory and disk.
+    rss, peak = _rss_kb(fleet.proc.pid)
+    print(f"fleet service RSS {rss / 1024:.0f} MB, peak {peak / 1024:.0f} MB")
+    size = _db_size(pg.conninfo) - empty
+    with psycopg.connect(pg.conninfo) as conn:
+        row = conn.execute("SELECT count(*) FROM reports").fetchone()
+        reports_n = 0 if row is None else int(row[0])
+    per_report = size / reports_n
+    per_year = per_report * 2000 * 365 / 1e9
+    print(
+        f"database: {size / 1e6:.1f} MB over the empty schema for {reports_n} reports "
+        f"({per_report / 1e3:.1f} kB per report with its {JOINTS} health rows and indexes): "
+        f"{per_year:.1f} GB per year at one stop per machine per day for 2,000 machines"
+    )
+    assert fleet.stop() == 0
