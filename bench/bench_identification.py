@@ -257,6 +257,28 @@ def zollo2014_puma(quick: bool) -> None:
     )
     print("  (the ripple is not in the model of Zollo, Lopez et al. 2014: at 5 % of Coulomb")
     print("  friction it outweighs the torque of the wrist's inertias, ~1e-4 N·m, and biases them)")
+    # Realistic conditions, as for the planar arm: errors against that robot's own parameters,
+    # and how many of the 95 % intervals (with the model check's term) hold them.
+    cond = mm.realistic(r, 7, as_built=False)
+    run_r = simulate(cond.truth, ex.trajectory, 1, friction=cond.friction, model=r)
+    caps_r = measure(run_r, cond.truth, torque_constant_error=cond.torque_constant_error)
+    told = replace(OURS, torque_constant_tolerance=mm.TORQUE_CONSTANT_TOLERANCE)
+    for label, st in (
+        ("paper's settings, realistic conditions", ZOLLO_2014),
+        ("ours, realistic", told),
+        ("ours, + load friction, spring", replace(told, load_friction=True, joint_spring=True)),
+    ):
+        try:
+            res = identify(caps_r, r, st)
+        except Exception as exc:  # a refusal is a result too
+            print(f"  {label:34s} refused: {str(exc)[:60]}")
+            continue
+        e_all, _ = normalised_mean_error(res, cond.truth)
+        e_nofc, _ = normalised_mean_error(res, cond.truth, skip=("fc",))
+        truth = true_parameters(cond.truth, res, cond.friction)
+        low, high = res.interval_95().T
+        held = int(np.count_nonzero((low <= truth) & (truth <= high)))
+        print(f"{errors_line(label, e_all, e_nofc)}   intervals hold {held}/{truth.size}")
 
 
 # ------------------------------------------------------------------------------- 5
