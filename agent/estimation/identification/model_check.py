@@ -107,8 +107,20 @@ def skipped(n: int, why: str) -> ModelCheck:
     return ModelCheck(ALTERNATIVE, np.zeros(n), np.full(n, np.inf), float("nan"), why)
 
 
-def largest_shifts(check: ModelCheck, names: tuple[str, ...], half: Array, k: int = 3) -> str:
-    """The significant shifts that widened their interval most, in words for a warning."""
+def largest_shifts(
+    check: ModelCheck, names: tuple[str, ...], estimate: Array, half: Array, k: int = 3
+) -> str:
+    """The significant shifts that widened their interval most, in words for a warning: each as
+    a share of its estimate beside its noise interval's (a ratio of the two alone would read
+    1e12x where the noise interval is nearly zero)."""
     ratio = np.where(check.significant, check.term, 0.0) / np.maximum(half, 1e-300)
     order = [i for i in np.argsort(-ratio)[:k] if ratio[i] > 1.0]
-    return ", ".join(f"{names[i]} {ratio[i]:.1f}x its noise interval" for i in order)
+
+    def pct(x: float, of: float) -> str:
+        return f"{100 * x / abs(of):.2g} %" if of else f"{x:.3g}"
+
+    return ", ".join(
+        f"{names[i]} by {pct(float(check.term[i]), float(estimate[i]))} (noise interval "
+        f"+-{pct(float(half[i]), float(estimate[i]))})"
+        for i in order
+    )

@@ -138,7 +138,7 @@ class IdentificationResult:
         if check.skipped is not None:
             notes = (f"model check skipped ({check.skipped}): intervals hold noise only",)
         else:
-            shifts = largest_shifts(check, self.names, self.noise_half_width_95())
+            shifts = largest_shifts(check, self.names, self.estimate, self.noise_half_width_95())
             if shifts:
                 notes = (
                     f"the fit with {check.alternative} moves estimates beyond their noise "
