@@ -58,7 +58,7 @@ def _send_all(port: int, batches: list[list[Any]]) -> None:
     def run(i: int, messages: list[Any]) -> None:
         p = RawPublisher(port, client_id=f"bench-agent-{i}")
         try:
-            p.send_messages(messages)
+            p.send_pipelined(messages)
         finally:
             p.close()
 
@@ -97,7 +97,9 @@ def main(quick: bool = False) -> None:
     rate = 50.0  # reports/s at steady state
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
         work = Path(tmp)
-        broker = MosquittoBroker(work / "broker", persistence=True).start()
+        # No persistence: the broker keeps the fleet's session while the service is away without
+        # it (it is for broker restarts), and the test peer's saves every change.
+        broker = MosquittoBroker(work / "broker").start()
         pg = PostgresCluster().start()
         try:
             _run(work, broker, pg, agents, steady, rate)

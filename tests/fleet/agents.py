@@ -84,6 +84,14 @@ class RawPublisher:
         for m in messages:
             self.send(m.topic, m.payload, m.retain)
 
+    def send_pipelined(self, messages: Sequence[OutMessage], timeout_s: float = 300) -> None:
+        """Every message handed over at once (up to 1,000 unacknowledged), then waited for."""
+        self.client.max_inflight_messages_set(1000)
+        infos = [self.client.publish(m.topic, m.payload, qos=1, retain=m.retain) for m in messages]
+        for info in infos:
+            info.wait_for_publish(timeout_s)
+            assert info.is_published(), "broker did not acknowledge a message"
+
     def close(self) -> None:
         self.client.disconnect()
         self.client.loop_stop()

@@ -4,6 +4,7 @@ machine, sparklines, the link to the stored report), and the token."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -200,3 +201,25 @@ def test_stale_after_is_the_configured_time(
     finally:
         sender.close()
     assert row["stale"] is False  # 3 days old, stale only after 7
+
+
+def test_gzip_for_clients_that_take_it(plant: Plant) -> None:
+    import gzip
+    import urllib.request
+
+    def fetch(encoding: str) -> tuple[dict[str, str], bytes]:
+        request = urllib.request.Request(plant.base + "/api/plan")
+        request.add_header("Authorization", f"Bearer {TOKEN}")
+        request.add_header("Accept-Encoding", encoding)
+        with urllib.request.urlopen(request, timeout=30) as r:
+            return dict(r.headers), r.read()
+
+    zipped_headers, zipped = fetch("gzip")
+    plain_headers, plain = fetch("identity")
+    assert zipped_headers["Content-Encoding"] == "gzip"
+    assert "Content-Encoding" not in plain_headers
+    assert len(zipped) < len(plain)
+    unzipped = json.loads(gzip.decompress(zipped))
+    assert [j["joint"] for j in unzipped["joints"]] == [
+        j["joint"] for j in json.loads(plain)["joints"]
+    ]
