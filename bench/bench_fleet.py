@@ -55,18 +55,27 @@ def _count(conninfo: str, table: str = "reports") -> int:
 
 
 def _send_all(port: int, batches: list[list[Any]]) -> None:
-    def run(i: int, messages: list[Any]) -> None:
-        p = RawPublisher(port, client_id=f"bench-agent-{i}")
-        try:
-            p.send_pipelined(messages)
-        finally:
-            p.close()
+    failures: list[BaseException] = []
 
-    threads = [threading.Thread(target=run, args=(i, b)) for i, b in enumerate(batches)]
+    def run(i: int, messages: list[Any]) -> None:
+        try:
+            p = RawPublisher(port, client_id=f"bench-agent-{i}")
+            try:
+                p.send_pipelined(messages)
+            finally:
+                p.close()
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+
+    threads = [
+        threading.Thread(target=run, args=(i, b), daemon=True) for i, b in enumerate(batches)
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if failures:
+        raise RuntimeError(f"an agent's publisher failed: {failures[0]!r}")
 
 
 def _db_size(conninfo: str) -> int:
@@ -101,15 +110,24 @@ def main(quick: bool = False) -> None:
         # it (it is for broker restarts), and the test peer's saves every change.
         broker = MosquittoBroker(work / "broker").start()
         pg = PostgresCluster().start()
+        started: list[FleetProcess] = []
         try:
-            _run(work, broker, pg, agents, steady, rate)
+            _run(work, broker, pg, agents, steady, rate, started)
         finally:
+            for fleet in started:
+                fleet.stop()
             broker.stop()
             pg.destroy()
 
 
 def _run(
-    work: Path, broker: MosquittoBroker, pg: PostgresCluster, agents: int, steady: int, rate: float
+    work: Path,
+    broker: MosquittoBroker,
+    pg: PostgresCluster,
+    agents: int,
+    steady: int,
+    rate: float,
+    started: list[FleetProcess],
 ) -> None:
     http = free_port()
     files = write_fleet_config(work / "fleet", broker.port, pg.conninfo, http_port=http)
@@ -125,17 +143,19 @@ def _run(
 
     # 1. Burst after an outage: the session exists, the service is away while agents flush.
     fleet = FleetProcess(files.config, work / "fleet1.log")
+    started.append(fleet)
     fleet.wait_subscribed()
     fleet.stop()
     empty = _db_size(pg.conninfo)  # migrated, no row yet
     _send_all(broker.port, [messages[i::PUBLISHERS] for i in range(PUBLISHERS)])
     fleet = FleetProcess(files.config, work / "fleet2.log")
-    started = time.perf_counter()
+    started.append(fleet)
+    began = time.perf_counter()
     wait_until(lambda: _count(pg.conninfo) == agents, 600, "every report", step_s=0.05)
     wait_until(
         lambda: _count(pg.conninfo, "joint_health") == agents * JOINTS, 600, "all health", 0.05
     )
-    burst_s = time.perf_counter() - started
+    burst_s = time.perf_counter() - began
     print(
         f"burst: {agents} reports ({len(messages)} messages) stored in {burst_s:.2f} s "
         f"(service start included): {agents / burst_s:.0f} reports/s, "

@@ -162,10 +162,12 @@ class Ingest:
         # Subscribing again is harmless with retain handling 1: retained messages come only
         # for a subscription the session did not hold (the first start, or a new source).
         options = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_SEND_IF_NEW_SUB)
+        group = self.settings.broker.shared_group
+        share = "" if group is None else f"$share/{group}/"
         topics = []
         for prefix in self.prefixes:
             for pattern in ("+/report", "+/+/health", "agent/+/status"):
-                topics.append((f"{prefix}/{pattern}", options))
+                topics.append((f"{share}{prefix}/{pattern}", options))
         client.subscribe(topics)
         self.connected.set()
         log.info(

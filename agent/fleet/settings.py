@@ -41,6 +41,10 @@ class BrokerSettings:
     keepalive_s: int = field(default=60, metadata={"ge": 5, "le": 65535})
     reconnect_min_s: float = field(default=1.0, metadata={"gt": 0.0, "le": 60.0})
     reconnect_max_s: float = field(default=60.0, metadata={"gt": 0.0, "le": 3600.0})
+    # Several `jha fleet` processes (each its own client_id) sharing the ingest: MQTT 5 shared
+    # subscriptions, each message to one of them. The store's idempotency makes any split safe.
+    # Retained health is not sent to shared subscriptions: reports and new health still are.
+    shared_group: str | None = field(default=None, metadata={"min_len": 1})
     # Messages the broker may send before their acknowledgement (each waits for its commit).
     max_inflight: int = field(default=1000, metadata={"ge": 1, "le": 65535})
 
@@ -57,6 +61,8 @@ class BrokerSettings:
                 out.append(("tls_insecure", "tls_insecure needs tls: true"))
         if self.password_file is not None and self.username is None:
             out.append(("password_file", "a password_file needs a username"))
+        if self.shared_group is not None and any(c in self.shared_group for c in "/+#\x00"):
+            out.append(("shared_group", "expected no / + # or NUL"))
         if self.reconnect_max_s < self.reconnect_min_s:
             out.append(("reconnect_max_s", "expected a number >= reconnect_min_s"))
         return out

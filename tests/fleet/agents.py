@@ -69,6 +69,7 @@ class RawPublisher:
 
     def __init__(self, port: int, client_id: str = "raw-publisher") -> None:
         self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id)
+        self.client.max_inflight_messages_set(1000)  # for send_pipelined; send waits for each
         connected = threading.Event()
         self.client.on_connect = lambda *a: connected.set()
         self.client.connect("127.0.0.1", port, keepalive=30)
@@ -86,7 +87,6 @@ class RawPublisher:
 
     def send_pipelined(self, messages: Sequence[OutMessage], timeout_s: float = 300) -> None:
         """Every message handed over at once (up to 1,000 unacknowledged), then waited for."""
-        self.client.max_inflight_messages_set(1000)
         infos = [self.client.publish(m.topic, m.payload, qos=1, retain=m.retain) for m in messages]
         for info in infos:
             info.wait_for_publish(timeout_s)
