@@ -5,8 +5,9 @@ not fully control), trends as inline SVG sparklines.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from html import escape
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -14,6 +15,7 @@ from urllib.parse import quote, urlencode
 from agent.fleet.plan import FILTERS, PlanFilter, PlanRow
 from agent.fleet.spark import HEIGHT, WIDTH, spark_points, spark_values
 
+_ZERO = timedelta(0)
 _STYLE = """
 body{font:14px system-ui,sans-serif;margin:1em;color:#222}
 table{border-collapse:collapse;width:100%}th,td{padding:3px 6px;border-bottom:1px solid #ddd;
@@ -26,11 +28,19 @@ border-radius:3px;padding:0 3px;margin-left:4px}form{margin:0 0 1em}input{width:
 
 
 def _e(value: object) -> str:
-    return escape("" if value is None else str(value), quote=True)
+    return _escaped("" if value is None else str(value))
+
+
+# Site, line, machine, indicator and status names repeat on thousands of rows.
+@functools.lru_cache(maxsize=65536)
+def _escaped(text: str) -> str:
+    return escape(text, quote=True)
 
 
 def _date(t: datetime | None) -> str:
-    return "" if t is None else t.astimezone(UTC).strftime("%Y-%m-%d")
+    if t is None:
+        return ""
+    return (t if t.utcoffset() == _ZERO else t.astimezone(UTC)).date().isoformat()
 
 
 def _value(row: PlanRow) -> str:

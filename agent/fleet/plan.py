@@ -54,52 +54,18 @@ class PlanRow:
     last_report_at: datetime
     stale: bool
 
-    def to_dict(self) -> dict[str, Any]:
-        def iso(t: datetime | None) -> str | None:
-            return None if t is None else t.astimezone(UTC).isoformat()
 
-        return {
-            "site": self.site,
-            "line": self.line,
-            "topic_prefix": self.prefix,
-            "machine": self.machine,
-            "joint": self.joint,
-            "status": self.status.value,
-            "ne107": self.ne107,
-            "reason": self.reason,
-            "indicator": self.indicator,
-            "value": self.value,
-            "unit": self.unit,
-            "estimated_at": iso(self.estimated_at),
-            "forecast": None
-            if self.next_limit is None
-            else {
-                "limit": self.next_limit,
-                "at": iso(self.forecast_at),
-                "interval": [iso(self.forecast_low), iso(self.forecast_high)],
-            },
-            "recommendation": self.recommendation,
-            **(
-                {"history": [{"time": t, "value": v} for t, v in self.history]}
-                if self.history
-                else {}
-            ),
-            "report_id": self.report_id,
-            "report_url": f"/reports/{self.report_id}" if self.report_stored else None,
-            "last_report_at": iso(self.last_report_at),
-            "stale": self.stale,
-        }
-
-
-_SEVERITY = {Status.ALERT: 0, Status.WATCH: 1, Status.UNKNOWN: 2, Status.OK: 3}
-
-_QUERY = """
+# The plan's rows, filtered and in the plan's order (status, then the next limit's date, soonest
+# first, none last; names in byte order so the order is the same on every database).
+_BASE = """
 SELECT m.site, m.line, h.prefix, h.machine, h.joint, h.status, h.ne107,
        h.reason, h.indicator, h.value, h.unit, h.estimated_at, h.next_limit,
        h.forecast_at, h.forecast_low, h.forecast_high, h.recommendation,
-       CASE WHEN %(history)s THEN h.history END, h.report_id::text,
-       EXISTS (SELECT 1 FROM reports r WHERE r.report_id = h.report_id), m.last_report_at,
-       h.spark
+       CASE WHEN %(history)s THEN h.history END AS history, h.report_id::text AS report_id,
+       EXISTS (SELECT 1 FROM reports r WHERE r.report_id = h.report_id) AS report_stored,
+       m.last_report_at, h.spark, m.last_report_at < %(stale_before)s AS stale,
+       CASE h.status WHEN 'alert' THEN 0 WHEN 'watch' THEN 1 WHEN 'unknown' THEN 2 ELSE 3 END
+           AS severity
 FROM joint_latest l
 JOIN joint_health h ON h.message_id = l.message_id
 JOIN machines m ON m.prefix = l.prefix AND m.machine = l.machine
@@ -108,6 +74,26 @@ WHERE (%(site)s::text IS NULL OR m.site = %(site)s)
   AND (%(machine)s::text IS NULL OR m.machine = %(machine)s)
   AND (%(indicator)s::text IS NULL OR h.indicator = %(indicator)s
        OR h.document->'indicators' @> jsonb_build_array(jsonb_build_object('name', %(indicator)s)))
+"""
+_ORDER = (
+    'severity, forecast_at ASC NULLS LAST, site COLLATE "C", line COLLATE "C", '
+    'machine COLLATE "C", joint COLLATE "C"'
+)
+_ROWS = f"SELECT * FROM ({_BASE}) p ORDER BY {_ORDER}"
+# The JSON API's rows, built by PostgreSQL: for thousands of joints several times faster than
+# building and encoding objects in Python. Times in UTC (the reader's session time zone).
+_JSON = f"""
+SELECT coalesce(jsonb_agg(jsonb_strip_nulls(jsonb_build_object(
+    'history', history)) || jsonb_build_object(
+    'site', site, 'line', line, 'topic_prefix', prefix, 'machine', machine, 'joint', joint,
+    'status', status, 'ne107', ne107, 'reason', reason, 'indicator', indicator, 'value', value,
+    'unit', unit, 'estimated_at', estimated_at,
+    'forecast', CASE WHEN next_limit IS NOT NULL THEN jsonb_build_object('limit', next_limit,
+        'at', forecast_at, 'interval', jsonb_build_array(forecast_low, forecast_high)) END,
+    'recommendation', recommendation, 'report_id', report_id,
+    'report_url', CASE WHEN report_stored THEN '/reports/' || report_id END,
+    'last_report_at', last_report_at, 'stale', stale) ORDER BY {_ORDER}), '[]')::text
+FROM ({_BASE}) p
 """
 
 
@@ -123,11 +109,15 @@ class PlanReader:
         self._lock = threading.Lock()  # one psycopg connection, many HTTP threads
 
     def plan(self, f: PlanFilter, now: datetime | None = None) -> list[PlanRow]:
-        now = now or datetime.now(UTC)
-        rows = self._query(_QUERY, f.__dict__)
-        plan = [self._row(r, now) for r in rows]
-        plan.sort(key=_order)
-        return plan
+        """The plan's rows, in the plan's order."""
+        return [self._row(r) for r in self._query(_ROWS, self._params(f, now))]
+
+    def plan_json(self, f: PlanFilter, now: datetime | None = None) -> str:
+        """The plan as a JSON array, built by the database (the keys of _JSON)."""
+        return str(self._query(_JSON, self._params(f, now))[0][0])
+
+    def _params(self, f: PlanFilter, now: datetime | None) -> dict[str, Any]:
+        return {**f.__dict__, "stale_before": (now or datetime.now(UTC)) - self.stale_after}
 
     def report(self, report_id: str) -> dict[str, Any] | None:
         rows = self._query("SELECT document FROM reports WHERE report_id = %s", (report_id,))
@@ -149,7 +139,7 @@ class PlanReader:
                         raise
         raise AssertionError("unreachable")
 
-    def _row(self, r: tuple[Any, ...], now: datetime) -> PlanRow:
+    def _row(self, r: tuple[Any, ...]) -> PlanRow:
         history = tuple(
             (str(p.get("time")), float(p["value"]))
             for p in (r[17] or [])
@@ -178,17 +168,5 @@ class PlanReader:
             report_id=r[18],
             report_stored=bool(r[19]),
             last_report_at=r[20],
-            stale=now - r[20] > self.stale_after,
+            stale=bool(r[22]),
         )
-
-
-def _order(row: PlanRow) -> tuple[Any, ...]:
-    far = datetime.max.replace(tzinfo=UTC)
-    return (
-        _SEVERITY[row.status],
-        row.forecast_at or far,
-        row.site,
-        row.line,
-        row.machine,
-        row.joint,
-    )

@@ -84,6 +84,7 @@ class FleetService:
         db = self.settings.database
         conn = connect(db.conninfo, self.secrets.database_password)
         conn.autocommit = True  # reads only: no transaction left open between requests
+        conn.execute("SET TIME ZONE 'UTC'")  # the JSON the database writes gives UTC times
         return conn
 
     def _new_store(self) -> Store:

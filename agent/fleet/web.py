@@ -130,12 +130,13 @@ def _handler(
             if path in ("/", "/api/plan"):
                 f = _filter(url.query)
                 now = datetime.now(UTC)
-                rows = reader.plan(f, now)
                 if path == "/":
-                    self._send(200, plan_page(rows, f, now).encode(), "text/html")
+                    page = plan_page(reader.plan(f, now), f, now)
+                    self._send(200, page.encode(), "text/html")
                 else:
-                    body = {"generated_at": now.isoformat(), "joints": [r.to_dict() for r in rows]}
-                    self._json(body)
+                    joints = reader.plan_json(f, now)
+                    body = f'{{"generated_at": "{now.isoformat()}", "joints": {joints}}}'
+                    self._send(200, body.encode(), "application/json")
             elif path.startswith("/reports/") or path.startswith("/api/reports/"):
                 report_id = _report_id(path.rsplit("/", 1)[1])
                 doc = None if report_id is None else reader.report(report_id)
