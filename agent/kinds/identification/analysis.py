@@ -373,6 +373,9 @@ INDICATORS = (
 
 
 def joint_estimates(result: IdentificationResult, source: str) -> dict[str, tuple[Estimate, ...]]:
+    # rel_std_pct is the noise part only: the model check's shift (result.model_check) is a bias
+    # the same model makes in every identification of the joint, and it cancels in the change
+    # against the joint's baseline that the verdict judges; the result keeps it in its intervals.
     detail = {
         "method": result.method,
         "model": result.model,
