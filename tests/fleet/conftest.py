@@ -1,5 +1,6 @@
 """Real peers of the fleet tests: one throwaway PostgreSQL cluster for the package (a fresh
-database per test), a mosquitto broker per test, and the fleet's settings file for both."""
+database per test), a mosquitto broker per test, the fleet's settings file for both, and a
+`plant`: a running fleet fed three machines' messages (hostile names, a stale machine)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import itertools
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from tests.peers.mosquitto_broker import MosquittoBroker
+from agent.report.model import Report
+from tests.fleet.agents import RawPublisher, machine_report, messages_of
+from tests.peers.mosquitto_broker import MosquittoBroker, wait_until
 from tests.peers.postgres import PostgresCluster
 
 TOKEN = "s3cret-fleet-token"
@@ -98,3 +102,45 @@ def write_fleet_config(
 @pytest.fixture
 def fleet_files(tmp_path: Path, broker: MosquittoBroker, database: str) -> FleetFiles:
     return write_fleet_config(tmp_path / "fleet", broker.port, database)
+
+
+HOSTILE_MACHINE = "<img src=x onerror=alert(1)>"
+HOSTILE_JOINT = "\"><script>alert('j')</script>"
+
+
+@dataclass(frozen=True)
+class Plant:
+    base: str
+    reports: dict[str, Report]
+
+
+@pytest.fixture
+def plant(broker: MosquittoBroker, fleet_files: FleetFiles) -> Iterator[Plant]:
+    now = datetime.now(UTC)
+    reports = {
+        "press1": machine_report(
+            "press1",
+            {
+                "J1": [2.1e-3, 2.3e-3, 2.5e-3],  # alert
+                "J2": [1.0e-3, 1.3e-3, 1.6e-3],  # watch, the alert limit in about a day
+                "J3": [3e-4, 3e-4, 3e-4],  # ok
+            },
+        ),
+        "hostile": machine_report(HOSTILE_MACHINE, {HOSTILE_JOINT: [1.0e-3, 1.05e-3, 1.1e-3]}),
+        "old": machine_report("old-robot", {"J1": [2e-4, 2e-4, 2e-4]}, end=now - timedelta(days=3)),
+    }
+    prefixes = {"press1": "jha", "hostile": "site-b/jha", "old": "site-b/jha"}
+    from tests.fleet.running import base_url, running_fleet  # it imports TOKEN from here
+
+    sender = RawPublisher(broker.port)
+    try:
+        with running_fleet(fleet_files.config) as fleet:
+            total = 0
+            for key, report in reports.items():
+                messages = messages_of(report, prefixes[key])
+                total += len(messages)
+                sender.send_messages(messages)
+            wait_until(lambda: fleet.ingest.stats().stored == total, 30, "every message")
+            yield Plant(base_url(fleet), reports)
+    finally:
+        sender.close()

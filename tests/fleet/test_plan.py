@@ -5,59 +5,17 @@ machine, sparklines, the link to the stored report), and the token."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from typing import Any
 
 import pytest
 
-from agent.report.model import Report
 from tests.fleet.agents import RawPublisher, machine_report, messages_of
-from tests.fleet.conftest import TOKEN, FleetFiles
+from tests.fleet.conftest import HOSTILE_JOINT, HOSTILE_MACHINE, TOKEN, Plant
 from tests.fleet.running import base_url, get, running_fleet
 from tests.peers.mosquitto_broker import MosquittoBroker, wait_until
 from tests.support.summary import security
-
-HOSTILE_MACHINE = "<img src=x onerror=alert(1)>"
-HOSTILE_JOINT = "\"><script>alert('j')</script>"
-
-
-@dataclass(frozen=True)
-class Plant:
-    base: str
-    reports: dict[str, Report]
-
-
-@pytest.fixture
-def plant(broker: MosquittoBroker, fleet_files: FleetFiles) -> Iterator[Plant]:
-    now = datetime.now(UTC)
-    reports = {
-        "press1": machine_report(
-            "press1",
-            {
-                "J1": [2.1e-3, 2.3e-3, 2.5e-3],  # alert
-                "J2": [1.0e-3, 1.3e-3, 1.6e-3],  # watch, the alert limit in about a day
-                "J3": [3e-4, 3e-4, 3e-4],  # ok
-            },
-        ),
-        "hostile": machine_report(HOSTILE_MACHINE, {HOSTILE_JOINT: [1.0e-3, 1.05e-3, 1.1e-3]}),
-        "old": machine_report("old-robot", {"J1": [2e-4, 2e-4, 2e-4]}, end=now - timedelta(days=3)),
-    }
-    prefixes = {"press1": "jha", "hostile": "site-b/jha", "old": "site-b/jha"}
-    sender = RawPublisher(broker.port)
-    try:
-        with running_fleet(fleet_files.config) as fleet:
-            total = 0
-            for key, report in reports.items():
-                messages = messages_of(report, prefixes[key])
-                total += len(messages)
-                sender.send_messages(messages)
-            wait_until(lambda: fleet.ingest.stats().stored == total, 30, "every message")
-            yield Plant(base_url(fleet), reports)
-    finally:
-        sender.close()
 
 
 def plan(p: Plant, query: str = "") -> list[dict[str, Any]]:
