@@ -22,8 +22,9 @@ table{border-collapse:collapse;width:100%}th,td{padding:3px 6px;border-bottom:1p
 text-align:left;vertical-align:middle}th{background:#f4f4f4;position:sticky;top:0}
 .alert td.st{background:#f8d0d0}.watch td.st{background:#fbe9b0}.unknown td.st{background:#e4e4f4}
 .ok td.st{background:#d8f0d8}tr.stale{color:#888}.spark polyline{fill:none;stroke:#36c;
-stroke-width:1.5}td:nth-child(n+9):nth-child(-n+11){white-space:nowrap}.tag{font-size:11px;border:1px solid #888;
-border-radius:3px;padding:0 3px;margin-left:4px}form{margin:0 0 1em}input{width:9em}
+stroke-width:1.5}td:nth-child(n+9):nth-child(-n+11){white-space:nowrap}
+.tag{font-size:11px;border:1px solid #888;border-radius:3px;padding:0 3px;margin-left:4px}
+form{margin:0 0 1em}input{width:9em}
 """
 
 
