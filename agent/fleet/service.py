@@ -129,9 +129,23 @@ def run(settings: FleetSettings) -> int:
         # The database or the listen address is not there (yet): exit 69, systemd retries.
         raise Unavailable(f"jha fleet cannot start: {' '.join(str(exc).split())}") from None
     _notify("READY=1")
+    last = service.ingest.stats()
     while not done.wait(timeout=15.0):
         s = service.ingest.stats()
         _notify(f"STATUS=stored {s.stored}, duplicates {s.duplicates}, rejected {s.rejected}")
+        if s != last:  # one line per 15 s of activity, none while idle
+            log.info(
+                kv(
+                    "fleet_ingest",
+                    connected=str(s.connected).lower(),
+                    received=s.received,
+                    stored=s.stored,
+                    duplicates=s.duplicates,
+                    rejected=s.rejected,
+                    db_errors=s.db_errors,
+                )
+            )
+            last = s
         # The watchdog is fed only while both halves live: a dead writer thread would leave
         # messages unacknowledged forever behind a listener that still answers.
         if service.alive():

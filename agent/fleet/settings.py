@@ -90,6 +90,14 @@ class DatabaseSettings:
     def check(self) -> list[tuple[str, str]]:
         if "password" in self.conninfo.lower():
             return [("conninfo", "expected no password in conninfo: put it in password_file")]
+        try:
+            from psycopg.conninfo import conninfo_to_dict
+        except ImportError:  # jha fleet check on a host without the fleet extra
+            return []
+        try:
+            conninfo_to_dict(self.conninfo)
+        except Exception as exc:  # psycopg.ProgrammingError: libpq's own words
+            return [("conninfo", f"expected a libpq connection string, found: {exc}")]
         return []
 
 

@@ -81,6 +81,8 @@ def _handler(
     class Handler(BaseHTTPRequestHandler):
         server_version = "jha-fleet"
         sys_version = ""
+        # A client that connects and says nothing holds a thread: it is dropped after this.
+        timeout = 30
 
         def do_GET(self) -> None:
             if not self._authorized():

@@ -134,3 +134,14 @@ def test_a_systemd_credential_is_noted_not_refused(
     line = line_of(files.config, "token_file:")
     assert out.err.startswith(f"{files.config}:{line}: http.token_file: warning: the token file")
     assert "LoadCredential=" in out.err
+
+
+def test_a_conninfo_libpq_cannot_read_is_refused_at_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = write_fleet_config(tmp_path, 1883, "host=/run/postgresql dbname")
+    code, errors = check(files.config, capsys)
+    assert code == 78
+    line = line_of(files.config, "conninfo:")
+    assert errors[0].startswith(f"{files.config}:{line}: database.conninfo: expected a libpq")
+    assert 'missing "=" after "dbname"' in errors[0]
