@@ -67,8 +67,7 @@ class _Incoming:
     generation: int  # the connection it came on
     mid: int
     qos: int
-    topic: str
-    payload: bytes
+    message: Message | None  # None: refused (logged and counted when it arrived)
 
 
 class Ingest:
@@ -204,7 +203,15 @@ class Ingest:
         with self._lock:
             generation = self._generation
             self._received += 1
-        self._queue.put(_Incoming(generation, msg.mid, msg.qos, msg.topic, bytes(msg.payload)))
+        # Parsed here, in paho's thread, so that it overlaps the writer's wait on the database.
+        try:
+            message: Message | None = parse_message(
+                msg.topic, msg.payload, self.prefixes, self.settings.max_payload_bytes
+            )
+        except PayloadError as exc:
+            self._reject(msg.topic, len(msg.payload), str(exc))
+            message = None
+        self._queue.put(_Incoming(generation, msg.mid, msg.qos, message))
 
     # -- the writer ----------------------------------------------------------------------------
 
@@ -226,16 +233,7 @@ class Ingest:
             self._write(batch)
 
     def _write(self, batch: list[_Incoming]) -> None:
-        parsed: list[Message] = []
-        for item in batch:
-            try:
-                parsed.append(
-                    parse_message(
-                        item.topic, item.payload, self.prefixes, self.settings.max_payload_bytes
-                    )
-                )
-            except PayloadError as exc:
-                self._reject(item, str(exc))
+        parsed = [item.message for item in batch if item.message is not None]
         while not self._stop.is_set():
             try:
                 result = self.store.store_batch(parsed)
@@ -245,7 +243,7 @@ class Ingest:
             except psycopg.Error as exc:
                 # One message the database refuses must not hold back the others: one by one.
                 log.warning(kv("fleet_batch_refused", error=type(exc).__name__, size=len(parsed)))
-                result = self._one_by_one(parsed, batch)
+                result = self._one_by_one(parsed)
                 break
         else:
             return  # stopping: nothing acknowledged, the broker redelivers at the next start
@@ -261,7 +259,7 @@ class Ingest:
             if item.qos > 0 and item.generation == current:
                 self.client.ack(item.mid, item.qos)
 
-    def _one_by_one(self, parsed: list[Message], batch: list[_Incoming]) -> Any:
+    def _one_by_one(self, parsed: list[Message]) -> Any:
         from agent.fleet.store import BatchResult
 
         stored = duplicates = 0
@@ -288,14 +286,14 @@ class Ingest:
         except psycopg.Error as again:
             log.warning(kv("fleet_database_reconnect_failed", error=type(again).__name__))
 
-    def _reject(self, item: _Incoming, reason: str) -> None:
+    def _reject(self, topic: str, size: int, reason: str) -> None:
         with self._lock:
             self._rejected[reason.split(":")[0]] += 1
         log.warning(
             kv(
                 "fleet_message_rejected",
-                topic=item.topic[:200].encode("unicode_escape").decode("ascii"),
-                bytes=len(item.payload),
+                topic=topic[:200].encode("unicode_escape").decode("ascii"),
+                bytes=size,
                 reason=reason,
             )
         )

@@ -118,7 +118,9 @@ def parse_topic(topic: str, prefixes: tuple[str, ...]) -> Topic:
     raise PayloadError("topic is under no configured prefix")
 
 
-def parse_message(topic: str, payload: bytes, prefixes: tuple[str, ...], limit: int) -> Message:
+def parse_message(
+    topic: str, payload: bytes | bytearray, prefixes: tuple[str, ...], limit: int
+) -> Message:
     where = parse_topic(topic, prefixes)
     if len(payload) > limit:
         raise PayloadError(f"payload of {len(payload)} bytes, over max_payload_bytes {limit}")

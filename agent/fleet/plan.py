@@ -61,7 +61,8 @@ _BASE = """
 SELECT m.site, m.line, h.prefix, h.machine, h.joint, h.status, h.ne107,
        h.reason, h.indicator, h.value, h.unit, h.estimated_at, h.next_limit,
        h.forecast_at, h.forecast_low, h.forecast_high, h.recommendation,
-       CASE WHEN %(history)s THEN h.history END AS history, h.report_id::text AS report_id,
+       CASE WHEN %(history)s THEN h.document->'history' END AS history,
+       h.report_id::text AS report_id,
        EXISTS (SELECT 1 FROM reports r WHERE r.report_id = h.report_id) AS report_stored,
        m.last_report_at, h.spark, m.last_report_at < %(stale_before)s AS stale,
        CASE h.status WHEN 'alert' THEN 0 WHEN 'watch' THEN 1 WHEN 'unknown' THEN 2 ELSE 3 END

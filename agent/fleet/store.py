@@ -28,9 +28,8 @@ _REPORT = (
 _HEALTH = (
     "INSERT INTO joint_health (message_id, report_id, prefix, machine, joint, status, ne107,"
     " indicator, value, unit, estimated_at, report_created_at, next_limit, forecast_at,"
-    " forecast_low, forecast_high, reason, recommendation, history, spark, document) VALUES"
-    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s,"
-    " %s::jsonb)"
+    " forecast_low, forecast_high, reason, recommendation, spark, document) VALUES"
+    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb)"
     " ON CONFLICT DO NOTHING"
 )
 # Only a newer health moves the pointer: a replayed older one (or the same one) does not.
@@ -165,7 +164,6 @@ def _health_row(m: HealthMessage) -> tuple[Any, ...]:
         None if f is None else f.high,
         reason if isinstance(reason, str) else None,
         Jsonb(recommendation) if isinstance(recommendation, dict) else None,
-        Jsonb(history) if isinstance(history, list) else None,
         spark_points(spark_values(history)),
         m.text,
     )

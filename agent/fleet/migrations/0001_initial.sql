@@ -46,7 +46,6 @@ CREATE TABLE joint_health (
     -- not read (and decompress) every joint's whole message.
     reason            text,
     recommendation    jsonb,
-    history           jsonb,
     spark             text,  -- the history as SVG polyline coordinates (agent.fleet.spark)
     received_at       timestamptz NOT NULL DEFAULT now(),
     document          jsonb NOT NULL
