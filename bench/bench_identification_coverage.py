@@ -133,9 +133,10 @@ def main(quick: bool = False) -> None:
     for which in SETTINGS:
         coverage(which, trials, 4.0)
     print(
-        "  (an interval is a statement about noise and the stated torque-constant tolerance;"
-        " what the model lacks, load-dependent friction and a cable's spring among it, biases"
-        " the estimate and no variance estimate covers a bias)"
+        "  (noise and the stated torque-constant tolerance make the robust interval; what the"
+        " model lacks is a bias no variance covers, so the model check's second fit with"
+        " load-dependent friction and a joint spring adds its shift (GUM F.2.4.5); an effect"
+        " neither model has still biases both)"
     )
 
 
