@@ -247,7 +247,7 @@ def forecast_sentence(v: IndicatorVerdict) -> str:
     tr = v.trend
     if tr is None:
         return (
-            f"{v.n_points} identification(s) in the history: a trend needs at least 3 at "
+            f"{v.n_points} identification(s) judged: a trend needs at least 3 at "
             "different times."
         )
     info = indicator_info(v.indicator)
