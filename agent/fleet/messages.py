@@ -56,8 +56,9 @@ class ReportMessage:
     machine: str
     host: str | None
     created_at: datetime
-    document: dict[str, Any]
-    text: str  # the payload as received (validated): stored as jsonb without re-encoding
+    # The payload as received (validated), stored as jsonb without re-encoding; the parsed
+    # document is not kept: a thousand messages in flight would hold megabytes of dicts.
+    text: str
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,9 @@ class HealthMessage:
     estimated_at: datetime
     report_created_at: datetime
     forecast: Forecast | None
-    document: dict[str, Any]
+    reason: str | None
+    recommendation: dict[str, Any] | None
+    history: list[Any]  # the judged indicator's newest points as sent
     text: str
 
 
@@ -95,7 +98,6 @@ class StatusMessage:
     client_id: str
     state: str
     at: datetime | None
-    document: dict[str, Any]
     text: str
 
 
@@ -281,7 +283,6 @@ def _report(where: Topic, doc: dict[str, Any], text: str) -> ReportMessage:
         where.machine,
         _str(doc, "host", optional=True),
         created,
-        doc,
         text,
     )
 
@@ -317,7 +318,9 @@ def _health(where: Topic, doc: dict[str, Any], text: str) -> HealthMessage:
         estimated,
         created,
         _forecast(doc.get("forecast"), status, estimated),
-        doc,
+        reason if isinstance(reason := doc.get("reason"), str) else None,
+        rec if isinstance(rec := doc.get("recommendation"), dict) else None,
+        history if isinstance(history := doc.get("history"), list) else [],
         text,
     )
 
@@ -364,6 +367,5 @@ def _status(where: Topic, doc: dict[str, Any], text: str) -> StatusMessage:
         where.machine,
         str(state),
         _time(doc.get("at"), "at", optional=True),
-        doc,
         text,
     )

@@ -141,10 +141,6 @@ def _report_row(m: ReportMessage) -> tuple[Any, ...]:
 
 def _health_row(m: HealthMessage) -> tuple[Any, ...]:
     f = m.forecast
-    doc = m.document
-    reason = doc.get("reason")
-    recommendation = doc.get("recommendation")
-    history = doc.get("history")
     return (
         m.message_id,
         m.report_id,
@@ -162,9 +158,9 @@ def _health_row(m: HealthMessage) -> tuple[Any, ...]:
         None if f is None else f.at,
         None if f is None else f.low,
         None if f is None else f.high,
-        reason if isinstance(reason, str) else None,
-        Jsonb(recommendation) if isinstance(recommendation, dict) else None,
-        spark_points(spark_values(history)),
+        m.reason,
+        None if m.recommendation is None else Jsonb(m.recommendation),
+        spark_points(spark_values(m.history)),
         m.text,
     )
 
