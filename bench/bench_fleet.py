@@ -226,3 +226,44 @@ def _run(
         f"{per_year:.1f} GB per year at one stop per machine per day for 2,000 machines"
     )
     assert fleet.stop() == 0
+
+    # 5. The same burst split between two processes of one shared-subscription group.
+    _shared_burst(work, broker, pg, agents, started)
+
+
+def _shared_burst(
+    work: Path, broker: MosquittoBroker, pg: PostgresCluster, agents: int, started: list[Any]
+) -> None:
+    configs = []
+    for name in ("a", "b"):
+        files = write_fleet_config(
+            work / f"shared-{name}", broker.port, pg.conninfo, client_id=f"jha-fleet-{name}"
+        )
+        text = files.config.read_text().replace(
+            f"client_id: jha-fleet-{name}\n",
+            f"client_id: jha-fleet-{name}\n  shared_group: bench\n",
+        )
+        files.config.write_text(text)
+        configs.append(files.config)
+    for i, config in enumerate(configs):  # their sessions exist before the outage
+        fleet = FleetProcess(config, work / f"shared-{i}-1.log")
+        started.append(fleet)
+        fleet.wait_subscribed()
+        fleet.stop()
+    before = _count(pg.conninfo)
+    reports = _reports(agents, day=22)
+    messages = [m for r in reports for m in messages_of(r)]
+    _send_all(broker.port, [messages[i::PUBLISHERS] for i in range(PUBLISHERS)])
+    pair = [FleetProcess(c, work / f"shared-{i}-2.log") for i, c in enumerate(configs)]
+    started.extend(pair)
+    began = time.perf_counter()
+    wait_until(lambda: _count(pg.conninfo) == before + agents, 600, "every report", 0.05)
+    burst_s = time.perf_counter() - began
+    peaks = [_rss_kb(f.proc.pid)[1] / 1024 for f in pair]
+    print(
+        f"burst split between 2 processes (shared_group): {agents} reports in {burst_s:.2f} s: "
+        f"{agents / burst_s:.0f} reports/s, {len(messages) / burst_s:.0f} messages/s; peak RSS "
+        f"{peaks[0]:.0f} and {peaks[1]:.0f} MB"
+    )
+    for f in pair:
+        assert f.stop() == 0

@@ -23,6 +23,7 @@ import ssl
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +37,7 @@ from paho.mqtt.subscribeoptions import SubscribeOptions
 from agent.errors import ConfigError
 from agent.fleet.messages import Message, PayloadError, parse_message
 from agent.fleet.settings import BrokerSettings, FleetSettings
-from agent.fleet.store import Store
+from agent.fleet.store import BatchResult, Store
 from agent.logfmt import kv
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ class Ingest:
         settings: FleetSettings,
         store: Store,
         broker_password: str | None,
-        reconnect_store: Any = None,
+        reconnect_store: Callable[[], Store] | None = None,
     ) -> None:
         self.settings = settings
         self.store = store
@@ -259,9 +260,7 @@ class Ingest:
             if item.qos > 0 and item.generation == current:
                 self.client.ack(item.mid, item.qos)
 
-    def _one_by_one(self, parsed: list[Message]) -> Any:
-        from agent.fleet.store import BatchResult
-
+    def _one_by_one(self, parsed: list[Message]) -> BatchResult:
         stored = duplicates = 0
         for m in parsed:
             try:
