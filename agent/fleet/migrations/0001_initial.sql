@@ -1,6 +1,8 @@
 -- The fleet's first schema: reports, joint health and agent status as the agents sent them.
 -- Every table is keyed by the agents' own message ids, so a QoS 1 duplicate or a replay of
 -- the same message inserts nothing (INSERT ... ON CONFLICT DO NOTHING).
+-- No index beyond the keys: each one costs every insert, and the plan reads joint_latest by
+-- its key; an index comes with the query that needs it.
 
 -- A machine is a controller under one agents' topic prefix: controller names repeat between
 -- edge PCs, the (prefix, controller) pair does not (the agents' retained topics rely on it).
@@ -23,7 +25,6 @@ CREATE TABLE reports (
     received_at timestamptz NOT NULL DEFAULT now(),
     document    jsonb NOT NULL
 );
-CREATE INDEX reports_by_machine ON reports (prefix, machine, created_at DESC);
 
 CREATE TABLE joint_health (
     message_id        uuid PRIMARY KEY,
@@ -50,8 +51,6 @@ CREATE TABLE joint_health (
     received_at       timestamptz NOT NULL DEFAULT now(),
     document          jsonb NOT NULL
 );
-CREATE INDEX joint_health_latest
-    ON joint_health (prefix, machine, joint, report_created_at DESC, estimated_at DESC);
 
 -- The newest health message of each joint: the plan reads this, not the whole history.
 CREATE TABLE joint_latest (
