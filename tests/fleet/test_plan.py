@@ -181,3 +181,33 @@ def test_gzip_for_clients_that_take_it(plant: Plant) -> None:
     assert [j["joint"] for j in unzipped["joints"]] == [
         j["joint"] for j in json.loads(plain)["joints"]
     ]
+
+
+def test_fuzzed_requests_never_fail_the_server(plant: Plant) -> None:
+    import urllib.parse
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from tests.support.summary import counted
+
+    tally = counted("fuzzing", "fleet: HTTP paths and filters")
+    keys = st.sampled_from(["site", "line", "machine", "indicator", "history", "x", "", "%00"])
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(
+        path=st.sampled_from(["/", "/api/plan", "/reports/", "/api/reports/", "/api/stats", "/x"]),
+        tail=st.text(max_size=40),
+        params=st.lists(st.tuples(keys, st.text(max_size=300)), max_size=4),
+    )
+    def request(path: str, tail: str, params: list[tuple[str, str]]) -> None:
+        tally.case()
+        query = urllib.parse.urlencode(params)
+        url = path + urllib.parse.quote(tail) + (f"?{query}" if query else "")
+        r = get(plant.base, url)
+        if r.status not in (200, 400, 404):
+            tally.crash(f"{r.status} for {url!r}")
+        assert r.status in (200, 400, 404), (url, r.status, r.body[:200])
+
+    request()
+    assert get(plant.base, "/api/plan").status == 200  # still serving
