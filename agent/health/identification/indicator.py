@@ -247,8 +247,7 @@ def forecast_sentence(v: IndicatorVerdict) -> str:
     tr = v.trend
     if tr is None:
         return (
-            f"{v.n_points} identification(s) judged: a trend needs at least 3 at "
-            "different times."
+            f"{v.n_points} identification(s) judged: a trend needs at least 3 at different times."
         )
     info = indicator_info(v.indicator)
     rate = f"{tr.slope_per_day * info.scale:+.3g} {info.display_unit}/day".replace(" /", "/")
