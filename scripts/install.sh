@@ -116,6 +116,10 @@ install -D -m 0644 "$SRC/systemd/joint-health-agent.service" \
     "$D$UNITDIR/joint-health-agent.service"
 install -D -m 0644 "$SRC/systemd/ur-realtime.conf" "$D$PREFIX/share/systemd/ur-realtime.conf"
 install -D -m 0644 "$SRC/docs/service.md" "$D$PREFIX/share/doc/service.md"
+# The plant-wide service (README, "Fleet"): installed, never enabled here; it runs on the one
+# host that holds PostgreSQL, with its own settings in $SYSCONFDIR/jha-fleet.
+install -D -m 0644 "$SRC/systemd/jha-fleet.service" "$D$UNITDIR/jha-fleet.service"
+install -D -m 0644 "$SRC/config/fleet-example.yaml" "$D$SYSCONFDIR/jha-fleet/fleet.example.yaml"
 
 # --- configuration: root:jha, the service reads it and cannot change it ---------------------
 install -d -m 0750 "$D$CONFDIR"

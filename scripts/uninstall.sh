@@ -23,9 +23,12 @@ fi
 if [ -z "$D" ] && [ -d /run/systemd/system ]; then
     # Only when systemd runs this machine; stopping a unit that is not loaded is fine.
     systemctl disable --now joint-health-agent.service 2>/dev/null || true
+    systemctl disable --now jha-fleet.service 2>/dev/null || true
 fi
 rm -f "$D$UNITDIR/joint-health-agent.service"
 rm -rf "$D$UNITDIR/joint-health-agent.service.d"
+# The fleet's unit goes with the program; its settings and token in /etc/jha-fleet stay.
+rm -f "$D$UNITDIR/jha-fleet.service"
 rm -f "$D$SYSUSERSDIR/joint-health-agent.conf"
 rm -rf "$D$PREFIX/venv" "$D$PREFIX/share"
 rmdir "$D$PREFIX" 2>/dev/null || true

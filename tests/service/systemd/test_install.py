@@ -50,6 +50,12 @@ def test_tree_has_venv_unit_config_and_sysusers(staged: tuple[Path, str]) -> Non
     example = (ROOT / "config/example.yaml").read_text()
     assert (dest / CONFDIR / "config.yaml").read_text() == example
     assert (dest / CONFDIR / "config.example.yaml").read_text() == example
+    # The fleet service comes with it, installed and not enabled, its example checked as is.
+    fleet_unit = dest / "etc/systemd/system/jha-fleet.service"
+    assert fleet_unit.read_text() == (ROOT / "systemd/jha-fleet.service").read_text()
+    fleet_example = dest / "etc/jha-fleet/fleet.example.yaml"
+    assert fleet_example.read_text() == (ROOT / "config/fleet-example.yaml").read_text()
+    assert not (dest / "etc/systemd/system/multi-user.target.wants/jha-fleet.service").exists()
 
 
 def test_modes_keep_config_from_other_users(staged: tuple[Path, str]) -> None:
@@ -203,6 +209,8 @@ def test_uninstall_removes_the_program_and_keeps_config(
     assert proc.returncode == 0, proc.stderr
     assert not (dest / PREFIX).exists()
     assert not (dest / UNIT).exists()
+    assert not (dest / "etc/systemd/system/jha-fleet.service").exists()
+    assert (dest / "etc/jha-fleet/fleet.example.yaml").is_file()  # settings stay, as config
     assert not (dest / "etc/sysusers.d/joint-health-agent.conf").exists()
     assert (dest / CONFDIR / "config.yaml").is_file()  # the plant's config stays
     assert "kept" in proc.stdout
