@@ -13,7 +13,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 from agent.errors import ConfigError
 
@@ -22,6 +22,42 @@ _MAX_PASSWORD_BYTES = 65535  # MQTT's length-prefixed binary field
 # MQTT topic names must not hold the wildcards + and #, nor NUL (MQTT 3.1.1 section 4.7); topics
 # starting with $ belong to the broker ($SYS).
 _TOPIC_FORBIDDEN = ("+", "#", "\x00")
+
+
+class ClientTls(Protocol):
+    """What an MQTT client's settings say about TLS and login (the publisher's, the fleet's)."""
+
+    @property
+    def tls(self) -> bool: ...
+    @property
+    def tls_insecure(self) -> bool: ...
+    @property
+    def ca_file(self) -> str | None: ...
+    @property
+    def cert_file(self) -> str | None: ...
+    @property
+    def key_file(self) -> str | None: ...
+    @property
+    def username(self) -> str | None: ...
+    @property
+    def password_file(self) -> str | None: ...
+
+
+def client_tls_problems(s: ClientTls) -> list[tuple[str, str]]:
+    """(field, problem) of the TLS and login settings that do not go together."""
+    out: list[tuple[str, str]] = []
+    if (s.cert_file is None) != (s.key_file is None):
+        missing = "key_file" if s.key_file is None else "cert_file"
+        out.append((missing, "cert_file and key_file go together: expected both or neither"))
+    if not s.tls:
+        for name in ("ca_file", "cert_file", "key_file"):
+            if getattr(s, name) is not None:
+                out.append((name, f"{name} needs tls: true"))
+        if s.tls_insecure:
+            out.append(("tls_insecure", "tls_insecure needs tls: true"))
+    if s.password_file is not None and s.username is None:
+        out.append(("password_file", "a password_file needs a username"))
+    return out
 
 
 @dataclass(frozen=True)
@@ -80,17 +116,7 @@ class MqttSettings:
         out += [("topic_prefix", m) for m in topic_prefix_problems(self.topic_prefix)]
         if self.client_id is not None and any(c in self.client_id for c in "\x00"):
             out.append(("client_id", "expected no NUL character"))
-        if (self.cert_file is None) != (self.key_file is None):
-            missing = "key_file" if self.key_file is None else "cert_file"
-            out.append((missing, "cert_file and key_file go together: expected both or neither"))
-        if not self.tls:
-            for name in ("ca_file", "cert_file", "key_file"):
-                if getattr(self, name) is not None:
-                    out.append((name, f"{name} needs tls: true"))
-            if self.tls_insecure:
-                out.append(("tls_insecure", "tls_insecure needs tls: true"))
-        if self.password_file is not None and self.username is None:
-            out.append(("password_file", "a password_file needs a username"))
+        out += client_tls_problems(self)
         if self.reconnect_max_s < self.reconnect_min_s:
             out.append(
                 (

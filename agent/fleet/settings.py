@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.config.mqtt import topic_prefix_problems
+from agent.config.mqtt import client_tls_problems, topic_prefix_problems
 from agent.errors import ConfigError
 from agent.fleet.secrets import SecretFileError, read_secret_file
 from agent.schema.validate import validate
@@ -50,17 +50,7 @@ class BrokerSettings:
 
     def check(self) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []
-        if (self.cert_file is None) != (self.key_file is None):
-            missing = "key_file" if self.key_file is None else "cert_file"
-            out.append((missing, "cert_file and key_file go together: expected both or neither"))
-        if not self.tls:
-            for name in ("ca_file", "cert_file", "key_file"):
-                if getattr(self, name) is not None:
-                    out.append((name, f"{name} needs tls: true"))
-            if self.tls_insecure:
-                out.append(("tls_insecure", "tls_insecure needs tls: true"))
-        if self.password_file is not None and self.username is None:
-            out.append(("password_file", "a password_file needs a username"))
+        out += client_tls_problems(self)
         if self.shared_group is not None and any(c in self.shared_group for c in "/+#\x00"):
             out.append(("shared_group", "expected no / + # or NUL"))
         if self.reconnect_max_s < self.reconnect_min_s:
