@@ -122,7 +122,7 @@ class IdentificationResult:
     def interval_95(self) -> Array:
         """(n, 2) lower and upper bound of each estimate's 95 % interval: the robust one (its
         normal HAC part and uniform torque-constant part combined as JCGM 101 does), else
-        1.96 textbook standard deviations."""
+        1.96 textbook standard deviations; widened by the model check's shift when it ran."""
         half = self.noise_half_width_95()
         if self.model_check is not None:
             half = half + self.model_check.term
