@@ -9,15 +9,11 @@ ssh checks its keys) and by `jha config check`.
 
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from agent.errors import ConfigError
-
-_MAX_PASSWORD_BYTES = 65535  # MQTT's length-prefixed binary field
+from agent.config.secret_file import MAX_SECRET_BYTES, SecretFileError, read_secret_file
 
 # MQTT topic names must not hold the wildcards + and #, nor NUL (MQTT 3.1.1 section 4.7); topics
 # starting with $ belong to the broker ($SYS).
@@ -141,59 +137,18 @@ def topic_prefix_problems(prefix: str) -> list[str]:
     return problems
 
 
-class PasswordFileError(ConfigError):
-    """The MQTT password file cannot be used. `problem` says why without naming the file (its
-    caller says where it is configured); no part of the password is ever in it.
-    `access_denied`: this user may not look at the file, which says nothing about whether the
-    service user may."""
-
-    def __init__(self, path: str | Path, problem: str, *, access_denied: bool = False) -> None:
-        super().__init__(f"{path}: {problem}")
-        self.path = str(path)
-        self.problem = problem
-        self.access_denied = access_denied
+class PasswordFileError(SecretFileError):
+    """The MQTT password file cannot be used (agent.config.secret_file says why)."""
 
 
 def read_password_text(path: str | Path) -> str:
     """The password in `path` (one line; a trailing newline is not part of it), or
     PasswordFileError: missing, not a regular file, readable or writable by group or others,
     unreadable, not UTF-8, empty, several lines, or longer than MQTT allows."""
-    file = Path(path)
-    try:
-        info = os.stat(file)
-    except OSError as exc:
-        raise PasswordFileError(
-            file,
-            f"cannot read the MQTT password file: {exc.strerror}",
-            access_denied=isinstance(exc, PermissionError),
-        ) from None
-    if not stat.S_ISREG(info.st_mode):
-        raise PasswordFileError(file, "the MQTT password file is not a regular file")
-    mode = stat.S_IMODE(info.st_mode)
-    if mode & 0o077:
-        raise PasswordFileError(
-            file,
-            f"permissions {mode:04o} are too open: the MQTT password file must be "
-            f"readable only by the service user (chmod 600 {file})",
-        )
-    try:
-        raw = file.read_bytes()
-    except OSError as exc:
-        raise PasswordFileError(
-            file,
-            f"cannot read the MQTT password file: {exc.strerror}",
-            access_denied=isinstance(exc, PermissionError),
-        ) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        # The exception would quote the offending bytes, that is a piece of the password.
-        raise PasswordFileError(file, "the MQTT password file is not UTF-8 text") from None
-    password = text.removesuffix("\n").removesuffix("\r")
-    if not password:
-        raise PasswordFileError(file, "the MQTT password file is empty")
-    if "\n" in password:
-        raise PasswordFileError(file, "expected the password on one line, found several lines")
-    if len(password.encode("utf-8")) > _MAX_PASSWORD_BYTES:
-        raise PasswordFileError(file, "the password is longer than MQTT allows (65535 bytes)")
-    return password
+    return read_secret_file(
+        path,
+        "MQTT password file",
+        noun="password",
+        too_long=f"the password is longer than MQTT allows ({MAX_SECRET_BYTES} bytes)",
+        error=PasswordFileError,
+    )

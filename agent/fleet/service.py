@@ -17,10 +17,10 @@ from typing import Any
 
 import psycopg
 
+from agent.config.secret_file import read_secret_file
 from agent.errors import EX_UNAVAILABLE, AgentError
 from agent.fleet.ingest import Ingest
 from agent.fleet.plan import PlanReader
-from agent.fleet.secrets import read_secret_file
 from agent.fleet.settings import FleetSettings
 from agent.fleet.store import Placement, Store, connect
 from agent.fleet.web import PlanServer

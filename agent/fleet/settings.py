@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.config.mqtt import client_tls_problems, topic_prefix_problems
+from agent.config.secret_file import SecretFileError, read_secret_file
 from agent.errors import ConfigError
-from agent.fleet.secrets import SecretFileError, read_secret_file
 from agent.schema.validate import validate
 from agent.schema.yaml_lines import ConfigIssue, config_error, issues_of, load_yaml
 

@@ -1,0 +1,80 @@
+"""Secret files (the MQTT password, the fleet's token and passwords): a regular file only its
+owner may read or write, one line of UTF-8 (a trailing newline is not part of it), not empty,
+not longer than the protocol allows. Checked both where the secret is used and by the config
+checks; the value is never part of an error message.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from agent.errors import ConfigError
+
+MAX_SECRET_BYTES = 65535  # MQTT's length-prefixed binary field
+
+
+class SecretFileError(ConfigError):
+    """A secret file cannot be used. `problem` says why without naming the file (its caller
+    says where it is configured); no part of the secret is ever in it. `access_denied`: this
+    user may not look at the file, which says nothing about whether the service user may."""
+
+    def __init__(self, path: str | Path, problem: str, *, access_denied: bool = False) -> None:
+        super().__init__(f"{path}: {problem}")
+        self.path = str(path)
+        self.problem = problem
+        self.access_denied = access_denied
+
+
+def read_secret_file(
+    path: str | Path,
+    what: str,
+    *,
+    noun: str = "secret",
+    too_long: str | None = None,
+    error: type[SecretFileError] = SecretFileError,
+) -> str:
+    """The one-line secret in `path`, or `error`: missing, not a regular file, readable or
+    writable by group or others, unreadable, not UTF-8, empty, several lines, or longer than
+    MAX_SECRET_BYTES. `what` names the file in the problems ("token file"), `noun` the secret
+    ("password"); `too_long` replaces the length problem's text."""
+    file = Path(path)
+
+    def unreadable(exc: OSError) -> SecretFileError:
+        return error(
+            file,
+            f"cannot read the {what}: {exc.strerror}",
+            access_denied=isinstance(exc, PermissionError),
+        )
+
+    try:
+        info = os.stat(file)
+    except OSError as exc:
+        raise unreadable(exc) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise error(file, f"the {what} is not a regular file")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise error(
+            file,
+            f"permissions {mode:04o} are too open: the {what} must be readable only by the "
+            f"service user (chmod 600 {file})",
+        )
+    try:
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise unreadable(exc) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        # The exception would quote the offending bytes, a piece of the secret.
+        raise error(file, f"the {what} is not UTF-8 text") from None
+    secret = text.removesuffix("\n").removesuffix("\r")
+    if not secret:
+        raise error(file, f"the {what} is empty")
+    if "\n" in secret:
+        raise error(file, f"expected the {noun} on one line, found several lines")
+    if len(secret.encode("utf-8")) > MAX_SECRET_BYTES:
+        raise error(file, too_long or f"the {what} is longer than {MAX_SECRET_BYTES} bytes")
+    return secret
