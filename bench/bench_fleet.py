@@ -26,7 +26,7 @@ from typing import Any
 import psycopg
 
 from tests.fleet.agents import RawPublisher, machine_report, messages_of
-from tests.fleet.conftest import TOKEN, write_fleet_config
+from tests.fleet.conftest import TOKEN, row_count, write_fleet_config
 from tests.fleet.running import FleetProcess
 from tests.peers.mosquitto_broker import MosquittoBroker, free_port, wait_until
 from tests.peers.postgres import PostgresCluster
@@ -46,12 +46,6 @@ def _reports(n: int, day: int) -> list[Any]:
         }
         out.append(machine_report(f"m{m:04d}", joints, host=f"edge{m:04d}"))
     return out
-
-
-def _count(conninfo: str, table: str = "reports") -> int:
-    with psycopg.connect(conninfo) as conn:
-        row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
-        return 0 if row is None else int(row[0])
 
 
 def _send_all(port: int, batches: list[list[Any]]) -> None:
@@ -151,9 +145,11 @@ def _run(
     fleet = FleetProcess(files.config, work / "fleet2.log")
     started.append(fleet)
     began = time.perf_counter()
-    wait_until(lambda: _count(pg.conninfo) == agents, 600, "every report", step_s=0.05)
     wait_until(
-        lambda: _count(pg.conninfo, "joint_health") == agents * JOINTS, 600, "all health", 0.05
+        lambda: row_count(pg.conninfo, "reports") == agents, 600, "every report", step_s=0.05
+    )
+    wait_until(
+        lambda: row_count(pg.conninfo, "joint_health") == agents * JOINTS, 600, "all health", 0.05
     )
     burst_s = time.perf_counter() - began
     print(
@@ -250,14 +246,16 @@ def _shared_burst(
         started.append(fleet)
         fleet.wait_subscribed()
         fleet.stop()
-    before = _count(pg.conninfo)
+    before = row_count(pg.conninfo, "reports")
     reports = _reports(agents, day=22)
     messages = [m for r in reports for m in messages_of(r)]
     _send_all(broker.port, [messages[i::PUBLISHERS] for i in range(PUBLISHERS)])
     pair = [FleetProcess(c, work / f"shared-{i}-2.log") for i, c in enumerate(configs)]
     started.extend(pair)
     began = time.perf_counter()
-    wait_until(lambda: _count(pg.conninfo) == before + agents, 600, "every report", 0.05)
+    wait_until(
+        lambda: row_count(pg.conninfo, "reports") == before + agents, 600, "every report", 0.05
+    )
     burst_s = time.perf_counter() - began
     peaks = [_rss_kb(f.proc.pid)[1] / 1024 for f in pair]
     print(

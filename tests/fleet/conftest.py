@@ -45,6 +45,19 @@ def broker(tmp_path: Path) -> Iterator[MosquittoBroker]:
         yield b
 
 
+def row_count(conninfo: str, table: str, *, restarting_is: int | None = None) -> int:
+    """Rows in `table`; `restarting_is` is returned instead while the database refuses
+    connections (a test restarting it), else that error is raised."""
+    try:
+        with psycopg.connect(conninfo, connect_timeout=2) as conn:
+            row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
+            return 0 if row is None else int(row[0])
+    except psycopg.OperationalError:
+        if restarting_is is None:
+            raise
+        return restarting_is
+
+
 @dataclass(frozen=True)
 class FleetFiles:
     config: Path

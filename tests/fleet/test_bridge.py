@@ -14,7 +14,7 @@ import pytest
 
 from agent.fleet.service import FleetService
 from tests.fleet.agents import machine_report, publish_reports
-from tests.fleet.conftest import write_fleet_config
+from tests.fleet.conftest import row_count, write_fleet_config
 from tests.fleet.running import base_url, get, running_fleet
 from tests.peers.mosquitto_broker import MosquittoBroker, wait_until
 
@@ -31,12 +31,6 @@ def bridge_lines(central_port: int) -> str:
         "bridge_protocol_version mqttv311\n"
         "restart_timeout 1 2\n"
     )
-
-
-def reports(conninfo: str) -> int:
-    with psycopg.connect(conninfo) as conn:
-        row = conn.execute("SELECT count(*) FROM reports").fetchone()
-        return 0 if row is None else int(row[0])
 
 
 def plan_of(fleet: FleetService) -> list[dict[str, Any]]:
@@ -62,12 +56,12 @@ def test_a_site_broker_bridged_to_the_central_one(
     second = machine_report("lathe-4", {"X": [2e-4, 2.5e-4, 3.1e-4]})
     with running_fleet(files.config) as fleet:
         publish_reports(site_broker.port, tmp_path / "agent", [first], topic_prefix=PREFIX)
-        wait_until(lambda: reports(database) == 1, 30, "the bridged report")
+        wait_until(lambda: row_count(database, "reports") == 1, 30, "the bridged report")
         # The central broker away: the site broker keeps the bridge's messages until it is back.
         broker.stop()
         publish_reports(site_broker.port, tmp_path / "agent", [second], topic_prefix=PREFIX)
         broker.start()
-        wait_until(lambda: reports(database) == 2, 60, "the report queued at the site")
+        wait_until(lambda: row_count(database, "reports") == 2, 60, "the report queued at the site")
         wait_until(lambda: len(plan_of(fleet)) == 2, 30, "both joints in the plan")
         plan = plan_of(fleet)
         stats = fleet.ingest.stats()

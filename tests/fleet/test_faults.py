@@ -13,20 +13,11 @@ import pytest
 
 from agent.fleet.settings import load_fleet_settings
 from tests.fleet.agents import RawPublisher, machine_report, messages_of, publish_reports
-from tests.fleet.conftest import write_fleet_config
+from tests.fleet.conftest import row_count, write_fleet_config
 from tests.fleet.running import base_url, get, running_fleet
 from tests.peers.mosquitto_broker import MosquittoBroker, wait_until
 from tests.peers.postgres import PostgresCluster
 from tests.support.summary import fault
-
-
-def count(conninfo: str, table: str) -> int:
-    try:
-        with psycopg.connect(conninfo, connect_timeout=2) as conn:
-            row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
-            return 0 if row is None else int(row[0])
-    except psycopg.OperationalError:
-        return -1  # restarting
 
 
 @pytest.fixture
@@ -48,11 +39,23 @@ def test_postgresql_restarted_during_ingest(
                 target=lambda: [sender.send_messages(messages_of(r)) for r in reports]
             )
             agent.start()
-            wait_until(lambda: count(conninfo, "reports") >= 30, 60, "the first reports")
+            wait_until(
+                lambda: row_count(conninfo, "reports", restarting_is=-1) >= 30,
+                60,
+                "the first reports",
+            )
             own_cluster.restart()
             agent.join(120)
-            wait_until(lambda: count(conninfo, "reports") == len(reports), 60, "every report")
-            wait_until(lambda: count(conninfo, "joint_health") == len(reports), 60, "all health")
+            wait_until(
+                lambda: row_count(conninfo, "reports", restarting_is=-1) == len(reports),
+                60,
+                "every report",
+            )
+            wait_until(
+                lambda: row_count(conninfo, "joint_health", restarting_is=-1) == len(reports),
+                60,
+                "all health",
+            )
             stats = fleet.ingest.stats()
             # The web side found its way back to the database too.
             assert get(base_url(fleet), "/api/plan").status == 200
@@ -83,11 +86,17 @@ def test_broker_restarted_during_ingest(
             kwargs={"reconnect_min_s": 0.05, "reconnect_max_s": 0.2},
         )
         agent.start()
-        wait_until(lambda: count(database, "reports") >= 20, 60, "the first reports")
+        wait_until(
+            lambda: row_count(database, "reports", restarting_is=-1) >= 20, 60, "the first reports"
+        )
         broker.restart()  # SIGTERM: mosquitto saves the fleet's session, then comes back
         agent.join(180)
         assert not agent.is_alive()
-        wait_until(lambda: count(database, "reports") == len(reports), 60, "every report")
+        wait_until(
+            lambda: row_count(database, "reports", restarting_is=-1) == len(reports),
+            60,
+            "every report",
+        )
         stats = fleet.ingest.stats()
     with psycopg.connect(database) as conn:
         ids = {r[0] for r in conn.execute("SELECT report_id::text FROM reports")}

@@ -11,16 +11,10 @@ import psycopg
 
 from agent.fleet.ingest import FAILPOINT_ENV
 from tests.fleet.agents import RawPublisher, machine_report, messages_of
-from tests.fleet.conftest import write_fleet_config
+from tests.fleet.conftest import row_count, write_fleet_config
 from tests.fleet.running import FleetProcess, get
 from tests.peers.mosquitto_broker import MosquittoBroker, free_port, wait_until
 from tests.support.summary import fault
-
-
-def count(conninfo: str, table: str) -> int:
-    with psycopg.connect(conninfo) as conn:
-        row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
-        return 0 if row is None else int(row[0])
 
 
 def test_killed_after_commit_before_ack_the_redelivery_changes_nothing(
@@ -39,14 +33,16 @@ def test_killed_after_commit_before_ack_the_redelivery_changes_nothing(
         sender.close()
     # It dies at its first commit, before any acknowledgement (the fault point is os._exit).
     assert first.proc.wait(30) == 137
-    committed = count(database, "reports") + count(database, "joint_health")
+    committed = row_count(database, "reports") + row_count(database, "joint_health")
     assert committed >= 1
     second = FleetProcess(files.config, tmp_path / "fleet2.log")
     try:
         second.wait_subscribed()
         base = f"http://127.0.0.1:{port}"
         wait_until(
-            lambda: count(database, "joint_health") == 6 and count(database, "reports") == 1,
+            lambda: (
+                row_count(database, "joint_health") == 6 and row_count(database, "reports") == 1
+            ),
             30,
             "every message stored",
         )
@@ -62,7 +58,7 @@ def test_killed_after_commit_before_ack_the_redelivery_changes_nothing(
     # was recognised; the rest was new.
     assert stats["duplicates"] == committed
     assert stats["stored"] == len(messages) - committed
-    assert count(database, "joint_health") == 6 and count(database, "reports") == 1
+    assert row_count(database, "joint_health") == 6 and row_count(database, "reports") == 1
     fault("fleet: kill -9 after commit, before ack", records_lost=0)
 
 
@@ -81,15 +77,17 @@ def test_killed_mid_stream_loses_nothing(
     sender = RawPublisher(broker.port)
     agent = threading.Thread(target=lambda: [sender.send_messages(messages_of(r)) for r in reports])
     agent.start()
-    wait_until(lambda: count(database, "reports") >= 20, 60, "the first reports stored")
+    wait_until(lambda: row_count(database, "reports") >= 20, 60, "the first reports stored")
     first.kill9()
     agent.join(120)
     sender.close()
     assert not agent.is_alive()
     second = FleetProcess(files.config, tmp_path / "fleet2.log")
     try:
-        wait_until(lambda: count(database, "reports") == len(reports), 60, "every report")
-        wait_until(lambda: count(database, "joint_health") == 2 * len(reports), 60, "all health")
+        wait_until(lambda: row_count(database, "reports") == len(reports), 60, "every report")
+        wait_until(
+            lambda: row_count(database, "joint_health") == 2 * len(reports), 60, "all health"
+        )
     finally:
         assert second.stop() == 0
     with psycopg.connect(database) as conn:
@@ -97,4 +95,4 @@ def test_killed_mid_stream_loses_nothing(
     lost = len({r.message_id for r in reports} - ids)
     fault("fleet: kill -9 mid-stream of 150 reports", records_lost=lost)
     assert lost == 0
-    assert count(database, "joint_health") == 2 * len(reports)
+    assert row_count(database, "joint_health") == 2 * len(reports)

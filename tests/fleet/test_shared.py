@@ -7,18 +7,10 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-import psycopg
-
 from tests.fleet.agents import RawPublisher, machine_report, messages_of
-from tests.fleet.conftest import write_fleet_config
+from tests.fleet.conftest import row_count, write_fleet_config
 from tests.fleet.running import running_fleet
 from tests.peers.mosquitto_broker import MosquittoBroker, wait_until
-
-
-def count(conninfo: str, table: str) -> int:
-    with psycopg.connect(conninfo) as conn:
-        row = conn.execute(f"SELECT count(*) FROM {table}").fetchone()
-        return 0 if row is None else int(row[0])
 
 
 def test_two_services_in_one_shared_group_split_the_ingest(
@@ -41,8 +33,10 @@ def test_two_services_in_one_shared_group_split_the_ingest(
             fleets = [stack.enter_context(running_fleet(c)) for c in configs]
             for r in reports:
                 sender.send_messages(messages_of(r))
-            wait_until(lambda: count(database, "reports") == len(reports), 60, "every report")
-            wait_until(lambda: count(database, "joint_health") == len(reports), 60, "all health")
+            wait_until(lambda: row_count(database, "reports") == len(reports), 60, "every report")
+            wait_until(
+                lambda: row_count(database, "joint_health") == len(reports), 60, "all health"
+            )
             received = [f.ingest.stats().received for f in fleets]
             duplicates = [f.ingest.stats().duplicates for f in fleets]
     finally:
