@@ -74,14 +74,7 @@ def one_off_report(
                 IndicatorSummary(e.indicator, e.unit, (TrendPoint(when, e.value),), None, verdict)
             )
         joints.append(_joint(machine, joint, summaries, evidence.get(joint, ()), baselined=True))
-    return Report(
-        created_at_iso=when,
-        machines=(machine,),
-        joints=(),
-        indicator_joints=tuple(joints),
-        warnings=tuple(warnings),
-        basis=NOMINAL_BASIS,
-    )
+    return _report(machine, joints, warnings, when, NOMINAL_BASIS)
 
 
 def recorded_report(
@@ -99,13 +92,20 @@ def recorded_report(
     for joint in joints:
         summaries = indicator_summaries(store, machine, joint, limits=limits)
         out.append(_joint(machine, joint, summaries, evidence.get(joint, ()), baselined=False))
+    return _report(machine, out, warnings, started.isoformat(), HISTORY_BASIS)
+
+
+def _report(
+    machine: str, joints: Sequence[JointReport], warnings: Sequence[str], when: str, basis: str
+) -> Report:
+    """An identification's report: its joints have indicators only, no backlash verdict."""
     return Report(
-        created_at_iso=started.isoformat(),
+        created_at_iso=when,
         machines=(machine,),
         joints=(),
-        indicator_joints=tuple(out),
+        indicator_joints=tuple(joints),
         warnings=tuple(warnings),
-        basis=HISTORY_BASIS,
+        basis=basis,
     )
 
 
