@@ -1,8 +1,10 @@
 """`jha fleet`: the service's start, run and stop. It starts in this order, each part refusing
 with a clear error before the next: settings and secret files, the database (migrated to this
-version's schema), the web side's own read-only connection, the HTTP listener, then the MQTT
-session. SIGTERM or SIGINT stops it: the ingest disconnects (what it did not acknowledge stays
-queued at the broker for the next start), then the listener closes.
+version's schema), the HTTP listener, then the MQTT session. The web side reads on a connection
+of its own, to database.read_conninfo (a streaming replica) when set, made at its first request:
+a database the web side cannot reach answers 503 and does not stop the ingest. SIGTERM or SIGINT
+stops it: the ingest disconnects (what it did not acknowledge stays queued at the broker for the
+next start), then the listener closes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import psycopg
 from agent.config.secret_file import read_secret_file
 from agent.errors import EX_UNAVAILABLE, AgentError
 from agent.fleet.ingest import Ingest
+from agent.fleet.migrate import migrations
 from agent.fleet.plan import PlanReader
 from agent.fleet.settings import FleetSettings
 from agent.fleet.store import Placement, Store, connect
@@ -40,22 +43,29 @@ class Secrets:
     token: str
     broker_password: str | None
     database_password: str | None
+    replica_password: str | None = None  # read_password_file's; None: database_password
 
 
 def read_secrets(s: FleetSettings) -> Secrets:
     found = Secrets(
         read_secret_file(s.http.token_file, "token file"),
-        None
-        if s.broker.password_file is None
-        else read_secret_file(s.broker.password_file, "broker password file"),
-        None
-        if s.database.password_file is None
-        else read_secret_file(s.database.password_file, "database password file"),
+        _optional_secret(s.broker.password_file, "broker password file"),
+        _optional_secret(s.database.password_file, "database password file"),
+        _optional_secret(s.database.read_password_file, "replica password file"),
     )
-    for value in (found.token, found.broker_password, found.database_password):
+    for value in (
+        found.token,
+        found.broker_password,
+        found.database_password,
+        found.replica_password,
+    ):
         if value is not None:
             register_secret(value)  # the log filter redacts it wherever it would appear
     return found
+
+
+def _optional_secret(path: str | None, what: str) -> str | None:
+    return None if path is None else read_secret_file(path, what)
 
 
 class FleetService:
@@ -68,6 +78,8 @@ class FleetService:
         self.store = Store(connect(db.conninfo, self.secrets.database_password), placements)
         applied = self.store.migrate()
         log.info(kv("fleet_database_ready", migrations_applied=",".join(applied) or "none"))
+        self._plan_database = "primary" if settings.database.read_conninfo is None else "replica"
+        self._plan_database_down = False  # logged once when it goes, once when it is back
         self.reader = PlanReader(self._reader_connection, settings.stale_after_s)
         self.ingest = Ingest(
             settings, self.store, self.secrets.broker_password, reconnect_store=self._new_store
@@ -81,10 +93,38 @@ class FleetService:
         )
 
     def _reader_connection(self) -> psycopg.Connection[Any]:
+        """The plan's connection; an OperationalError (the web side's 503) when its database
+        cannot be reached or, for a replica, has not replayed this version's schema yet."""
+        try:
+            conn = self._open_reader()
+        except psycopg.OperationalError as exc:
+            if not self._plan_database_down:
+                error = " ".join(str(exc).split())[:300]
+                log.warning(
+                    kv("fleet_plan_database_unavailable", database=self._plan_database, error=error)
+                )
+            self._plan_database_down = True
+            raise
+        if self._plan_database_down:
+            log.info(kv("fleet_plan_database_back", database=self._plan_database))
+        self._plan_database_down = False
+        return conn
+
+    def _open_reader(self) -> psycopg.Connection[Any]:
         db = self.settings.database
-        conn = connect(db.conninfo, self.secrets.database_password)
-        conn.autocommit = True  # reads only: no transaction left open between requests
-        conn.execute("SET TIME ZONE 'UTC'")  # the JSON the database writes gives UTC times
+        if db.read_conninfo is None:
+            conn = connect(db.conninfo, self.secrets.database_password)
+        else:
+            password = self.secrets.replica_password or self.secrets.database_password
+            conn = connect(db.read_conninfo, password)
+        try:
+            conn.autocommit = True  # reads only: no transaction left open between requests
+            conn.execute("SET TIME ZONE 'UTC'")  # the JSON the database writes gives UTC times
+            if db.read_conninfo is not None:
+                _require_schema(conn)
+        except BaseException:
+            conn.close()
+            raise
         return conn
 
     def _new_store(self) -> Store:
@@ -96,7 +136,12 @@ class FleetService:
         self.ingest.start()
         host, port = self.web.address
         log.info(
-            kv("fleet_started", http=f"http://{host}:{port}/", broker=self.settings.broker.host)
+            kv(
+                "fleet_started",
+                http=f"http://{host}:{port}/",
+                broker=self.settings.broker.host,
+                plan_database=self._plan_database,
+            )
         )
 
     def alive(self) -> bool:
@@ -114,6 +159,22 @@ class FleetService:
                 duplicates=stats.duplicates,
                 rejected=stats.rejected,
             )
+        )
+
+
+def _require_schema(conn: psycopg.Connection[Any]) -> None:
+    """A replica replays the primary's migrations some time after the service applied them:
+    until then its tables are missing or old, which is the replica not being ready yet."""
+    newest = len(migrations())
+    row = conn.execute("SELECT to_regclass('schema_version') IS NOT NULL").fetchone()
+    replayed = 0
+    if row is not None and row[0]:
+        found = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()
+        replayed = 0 if found is None else int(found[0])
+    if replayed < newest:
+        raise psycopg.OperationalError(
+            f"the replica has replayed schema version {replayed} of {newest}: "
+            "it lags the primary or is not a replica of database.conninfo"
         )
 
 

@@ -4,7 +4,8 @@ line by `jha fleet check` and again when the service starts.
 
     broker:   the plant broker (TLS verified by default, like the agent's publisher)
     sources:  which agents' topic prefixes to subscribe to, with the site and line they are on
-    database: a libpq connection string without the password (password_file holds that)
+    database: a libpq connection string without the password (password_file holds that), and
+              optionally a streaming replica's (read_conninfo) the plan is read from
     http:     where the plan is served, and the token file its clients must present
 """
 
@@ -76,19 +77,34 @@ class DatabaseSettings:
         metadata={"min_len": 1, "doc": "libpq string, e.g. 'host=/run/postgresql dbname=jha'"}
     )
     password_file: str | None = field(default=None, metadata={"min_len": 1})
+    # A streaming replica the plan is read from (page, JSON, stored reports), so that readers
+    # take no work from the primary, where ingest and migrations stay. It lags the primary.
+    read_conninfo: str | None = field(default=None, metadata={"min_len": 1})
+    # Only for another role or password on the replica: a physical replica has the primary's
+    # roles, so without it the replica is given password_file's password.
+    read_password_file: str | None = field(default=None, metadata={"min_len": 1})
 
     def check(self) -> list[tuple[str, str]]:
-        if "password" in self.conninfo.lower():
-            return [("conninfo", "expected no password in conninfo: put it in password_file")]
-        try:
-            from psycopg.conninfo import conninfo_to_dict
-        except ImportError:  # jha fleet check on a host without the fleet extra
-            return []
-        try:
-            conninfo_to_dict(self.conninfo)
-        except Exception as exc:  # psycopg.ProgrammingError: libpq's own words
-            return [("conninfo", f"expected a libpq connection string, found: {exc}")]
+        out = _conninfo_problems("conninfo", self.conninfo, "password_file")
+        if self.read_conninfo is not None:
+            out += _conninfo_problems("read_conninfo", self.read_conninfo, "read_password_file")
+        elif self.read_password_file is not None:
+            out.append(("read_password_file", "expected read_conninfo with it, found none"))
+        return out
+
+
+def _conninfo_problems(name: str, conninfo: str, password_key: str) -> list[tuple[str, str]]:
+    if "password" in conninfo.lower():
+        return [(name, f"expected no password in {name}: put it in {password_key}")]
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+    except ImportError:  # jha fleet check on a host without the fleet extra
         return []
+    try:
+        conninfo_to_dict(conninfo)
+    except Exception as exc:  # psycopg.ProgrammingError: libpq's own words
+        return [(name, f"expected a libpq connection string, found: {exc}")]
+    return []
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,7 @@ class FleetSettings:
 _SECRET_FILES = (
     (("broker", "password_file"), "broker password file"),
     (("database", "password_file"), "database password file"),
+    (("database", "read_password_file"), "replica password file"),
     (("http", "token_file"), "token file"),
 )
 

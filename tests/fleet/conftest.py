@@ -73,6 +73,7 @@ def write_fleet_config(
     stale_after_s: float = 86400.0,
     client_id: str = "jha-fleet-test",
     sources: str = "",
+    read_conninfo: str | None = None,
 ) -> FleetFiles:
     directory.mkdir(parents=True, exist_ok=True)
     token = directory / "token"
@@ -87,6 +88,8 @@ def write_fleet_config(
             site: plant-b
             line: line-7
         """)
+    # The plan read from a replica (database.read_conninfo), the ingest still on conninfo.
+    replica = "" if read_conninfo is None else f'  read_conninfo: "{read_conninfo}"\n'
     config = directory / "fleet.yaml"
     config.write_text(
         textwrap.dedent(f"""\
@@ -102,6 +105,9 @@ def write_fleet_config(
         + textwrap.dedent(f"""\
         database:
           conninfo: "{conninfo}"
+        """)
+        + replica
+        + textwrap.dedent(f"""\
         http:
           host: 127.0.0.1
           port: {http_port}

@@ -155,3 +155,69 @@ def test_a_conninfo_libpq_cannot_read_is_refused_at_its_line(
     line = line_of(files.config, "conninfo:")
     assert errors[0].startswith(f"{files.config}:{line}: database.conninfo: expected a libpq")
     assert 'missing "=" after "dbname"' in errors[0]
+
+
+def with_replica(config: Path, lines: str) -> None:
+    """`lines` (the database section's indentation) added after its conninfo."""
+    text = config.read_text()
+    at = text.index("\n", text.index("  conninfo:")) + 1
+    config.write_text(text[:at] + lines + text[at:])
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ('"host=/run/postgresql dbname"', 'expected a libpq connection string, found: missing "="'),
+        (
+            '"host=replica.plant.example password=hunter2"',
+            "expected no password in read_conninfo: put it in read_password_file",
+        ),
+        ("[host=replica.plant.example]", "expected a string"),
+        ("5432", "expected a string"),
+        ('""', "expected a string of at least 1 character"),
+    ],
+)
+def test_a_read_conninfo_is_held_to_the_rules_of_conninfo_at_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, expected: str
+) -> None:
+    files = write_fleet_config(tmp_path, 1883, "host=/nonexistent dbname=jha")
+    with_replica(files.config, f"  read_conninfo: {value}\n")
+    code, errors = check(files.config, capsys)
+    assert code == 78
+    line = line_of(files.config, "read_conninfo:")
+    assert errors[0].startswith(f"{files.config}:{line}: database.read_conninfo: {expected}"), (
+        errors
+    )
+    assert errors[-1] == f"{files.config}: 1 error(s)"
+    assert "hunter2" not in "\n".join(errors)
+
+
+def test_a_replica_password_file_is_a_secret_file_and_needs_a_replica(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = write_fleet_config(tmp_path, 1883, "host=/nonexistent dbname=jha")
+    secret = tmp_path / "replica-password"
+    secret.write_text("hunter2\n")
+    secret.chmod(0o644)
+    with_replica(files.config, f"  read_password_file: {secret}\n")
+    code, errors = check(files.config, capsys)
+    assert code == 78
+    line = line_of(files.config, "read_password_file:")
+    assert errors[0] == (
+        f"{files.config}:{line}: database.read_password_file: "
+        "expected read_conninfo with it, found none"
+    )
+
+    secret.chmod(0o600)
+    with_replica(files.config, '  read_conninfo: "host=replica.plant.example dbname=jha"\n')
+    assert main(["fleet", "check", "--config", str(files.config)]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+
+    secret.chmod(0o640)
+    code, errors = check(files.config, capsys)
+    assert code == 78
+    line = line_of(files.config, "read_password_file:")
+    assert errors[0].startswith(
+        f"{files.config}:{line}: database.read_password_file: expected a file that only"
+    )
+    assert "hunter2" not in "\n".join(errors)

@@ -5,6 +5,10 @@ PostgreSQL refuses to run as root; run by root (a CI container), the cluster bel
 unprivileged account (the Debian package's `postgres`, else `nobody`) and root connects through
 the socket as that cluster's superuser. The binaries are taken from PATH, else from Debian's
 /usr/lib/postgresql/<version>/bin (newest first): no test skips because they are elsewhere.
+
+`standby()` makes a hot-standby streaming replica of a running cluster (pg_basebackup -R -X
+stream through the primary's socket, which initdb's trust authentication opens to replication
+connections too), on a socket directory of its own: read-only, it lags the primary by its replay.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ import subprocess
 import tempfile
 from pathlib import Path
 from types import TracebackType
+from typing import Any
+
+import psycopg
 
 
 def pg_bin(name: str) -> str:
@@ -44,10 +51,15 @@ def _account() -> pwd.struct_passwd:
     raise AssertionError("running as root and no unprivileged account to run PostgreSQL as")
 
 
+def _connect(cluster: PostgresCluster) -> psycopg.Connection[Any]:
+    return psycopg.connect(cluster.conninfo, autocommit=True, connect_timeout=5)
+
+
 class PostgresCluster:
     """One cluster; `conninfo` reaches its `jha` database through the socket directory."""
 
-    def __init__(self, dbname: str = "jha") -> None:
+    def __init__(self, dbname: str = "jha", *, primary: PostgresCluster | None = None) -> None:
+        """A new cluster, or (with `primary`, which must be running) a standby of it."""
         self.account = _account()
         # Short path: a unix socket's name is limited to 107 bytes.
         self.directory = Path(tempfile.mkdtemp(prefix="jha-pg-"))
@@ -58,6 +70,18 @@ class PostgresCluster:
         self.user = self.account.pw_name
         self._created = False
         os.chown(self.directory, self.account.pw_uid, self.account.pw_gid)
+        if primary is None:
+            self._initdb()
+        else:
+            self._base_backup(primary)
+        self._configure(standby=primary is not None)
+
+    def standby(self) -> PostgresCluster:
+        """A hot-standby replica of this running cluster, not started yet."""
+        return PostgresCluster(self.dbname, primary=self)
+
+    def _initdb(self) -> None:
+        # --auth=trust covers the `local replication all` line as well: standby() needs it.
         self._run(
             [
                 pg_bin("initdb"),
@@ -71,6 +95,32 @@ class PostgresCluster:
                 "--no-sync",  # a throwaway cluster: its files need not survive a power cut
             ]
         )
+
+    def _base_backup(self, primary: PostgresCluster) -> None:
+        """The primary's files as of now, with standby.signal and its primary_conninfo (-R)
+        and the WAL written meanwhile (-X stream): a standby that starts streaming from there."""
+        if primary.account.pw_uid != self.account.pw_uid:
+            raise AssertionError("a standby must belong to its primary's account")
+        self._run(
+            [
+                pg_bin("pg_basebackup"),
+                "-D",
+                str(self.data),
+                "-h",
+                str(primary.socket_dir),
+                "-U",
+                primary.user,
+                "-R",
+                "-X",
+                "stream",
+                "--checkpoint=fast",  # not a spread checkpoint: the copy starts at once
+                "--no-sync",
+            ]
+        )
+        self._created = True  # the primary's databases came with the copy
+
+    def _configure(self, standby: bool) -> None:
+        # Appended after the primary's copied lines on a standby: the last setting wins.
         conf = self.data / "postgresql.conf"
         with conf.open("a") as f:
             f.write(
@@ -80,6 +130,12 @@ class PostgresCluster:
                 "max_connections = 40\n"
                 "shared_buffers = 32MB\n"
             )
+            if standby:
+                f.write(
+                    "hot_standby = on\n"  # read-only queries during recovery
+                    # Back to streaming soon after a restarted primary is there again.
+                    "wal_retrieve_retry_interval = '200ms'\n"
+                )
 
     @property
     def conninfo(self) -> str:
@@ -126,6 +182,16 @@ class PostgresCluster:
             self.stop("immediate")
         finally:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+    def replayed(self, primary: PostgresCluster) -> bool:
+        """Whether this standby has replayed everything the primary has written until now."""
+        with _connect(primary) as conn:
+            written = conn.execute("SELECT pg_current_wal_lsn()").fetchone()
+        with _connect(self) as conn:
+            row = conn.execute(
+                "SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (written and written[0],)
+            ).fetchone()
+        return bool(row and row[0])
 
     def log_text(self) -> str:
         return self.log_file.read_text(errors="replace") if self.log_file.exists() else ""
