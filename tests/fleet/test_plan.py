@@ -4,13 +4,20 @@ machine, sparklines, the link to the stored report), and the token."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from typing import Any
 
 import pytest
 
+from agent.fleet.page import plan_page
+from agent.fleet.page_script import DATA_ID
+from agent.fleet.plan import PlanFilter, PlanRow
+from agent.health.status import Status
 from tests.fleet.agents import RawPublisher, machine_report, messages_of
 from tests.fleet.conftest import HOSTILE_JOINT, HOSTILE_MACHINE, TOKEN, Plant
 from tests.fleet.running import base_url, get, running_fleet
@@ -83,23 +90,54 @@ def parse(html: str) -> Elements:
     return e
 
 
+# A row of the page's data, by name (the layout in agent.fleet.page_script).
+_ROW = (
+    *("status", "ne107", "machine", "joint", "indicator", "value", "unit", "trend"),
+    *("limit", "at", "low", "high", "action", "report"),
+)
+
+
+def page_data(html: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """The plan page's embedded rows: its string table, and each row with its machine's site,
+    line, name and stale_since resolved into it (strings as indices into the table)."""
+    (raw,) = re.findall(f'<script type="application/json" id="{DATA_ID}">(.*?)</script>', html)
+    assert "<" not in raw and ">" not in raw  # nothing to end the element early
+    data = json.loads(raw)
+    rows = []
+    for r in data["r"]:
+        row = dict(zip(_ROW, r, strict=True))
+        row.update(
+            zip(("site", "line", "name", "stale_since"), data["m"][row["machine"]], strict=True)
+        )
+        rows.append(row)
+    return data["t"], rows
+
+
 def test_page_escapes_names_marks_stale_draws_trends_and_links_reports(plant: Plant) -> None:
     r = get(plant.base, "/")
     assert r.status == 200
     assert r.headers["Content-Type"].startswith("text/html")
-    assert "default-src 'none'" in r.headers["Content-Security-Policy"]
+    policy = r.headers["Content-Security-Policy"]
+    assert "default-src 'none'" in policy
     page = parse(r.text)
     tags = [t for t, _ in page.tags]
-    assert "script" not in tags and "img" not in tags  # the hostile names stayed text
-    text = "".join(page.text)
-    assert HOSTILE_MACHINE in text and HOSTILE_JOINT in text
-    rows = [a for t, a in page.tags if t == "tr" and a.get("class")]
+    # The hostile names stayed text: no image, and no script but the page's two (its rows as
+    # data, and the code that draws them, the one script the policy lets run).
+    assert "img" not in tags
+    assert [a for t, a in page.tags if t == "script"] == [
+        {"type": "application/json", "id": DATA_ID},
+        {},
+    ]
+    (code,) = re.findall("<script>(.*?)</script>", r.text, re.DOTALL)
+    digest = base64.b64encode(hashlib.sha256(code.encode()).digest()).decode()
+    directives = dict(d.strip().split(" ", 1) for d in policy.split(";"))
+    assert directives["script-src"] == f"'sha256-{digest}'"
+    strings, rows = page_data(r.text)
+    assert HOSTILE_MACHINE in strings and HOSTILE_JOINT in strings
     assert len(rows) == 5
-    assert sum("stale" in (a["class"] or "") for a in rows) == 1
-    assert tags.count("polyline") == 5  # every joint has three points
-    links = sorted(
-        {a["href"] or "" for t, a in page.tags if t == "a" and "/reports/" in (a["href"] or "")}
-    )
+    assert sum(bool(row["stale_since"]) for row in rows) == 1
+    assert [len(row["trend"]) for row in rows] == [3] * 5  # every joint has three points
+    links = sorted({f"/reports/{strings[row['report']]}" for row in rows if row["report"]})
     assert links == sorted(f"/reports/{r.message_id}" for r in plant.reports.values())
     # The link serves the report the agent sent, as a page and as its JSON.
     hostile = plant.reports["hostile"]
@@ -112,6 +150,57 @@ def test_page_escapes_names_marks_stale_draws_trends_and_links_reports(plant: Pl
     assert doc["joints"][0]["joint"] == HOSTILE_JOINT
     assert get(plant.base, "/reports/00000000-0000-0000-0000-000000000000").status == 404
     assert get(plant.base, "/reports/..%2F..%2Fetc%2Fpasswd").status == 404
+
+
+# Names that would end the data's <script> element, open a comment in it, or end a line of
+# JavaScript, if they reached the page unescaped.
+BREAKOUTS = (
+    "</script><script>alert(1)</script>",
+    "</SCRIPT ><img src=x onerror=alert(2)>",
+    "<!--<script>",
+    "a\u2028b\u2029c",
+    "&lt;&amp; ]]>",
+)
+
+
+def test_page_data_cannot_end_its_script_element() -> None:
+    now = datetime(2027, 6, 1, tzinfo=UTC)
+    rows = [
+        PlanRow(
+            site=name,
+            line=name,
+            prefix="jha",
+            machine=name,
+            joint=name,
+            status=Status.WATCH,
+            ne107=name,
+            reason=None,
+            indicator=name,
+            value=1e-3,
+            unit=name,
+            estimated_at=now,
+            next_limit=name,
+            forecast_at=now,
+            forecast_low=now,
+            forecast_high=None,
+            recommendation={"action": name},
+            history=(),
+            spark="1,19 99,1",
+            report_id=name,
+            report_stored=True,
+            last_report_at=now,
+            stale=True,
+        )
+        for name in BREAKOUTS
+    ]
+    html = plan_page(rows, PlanFilter(machine=BREAKOUTS[0]), now)
+    page = parse(html)
+    assert [t for t, _ in page.tags if t in ("script", "img")] == ["script", "script"]
+    strings, decoded = page_data(html)
+    for name, row in zip(BREAKOUTS, decoded, strict=True):
+        shown = {k: strings[row[k]] for k in ("site", "line", "name", "joint", "action")}
+        assert set(shown.values()) == {name}, shown
+    assert "\u2028" not in html and "\u2029" not in html
 
 
 def test_every_request_needs_the_token(plant: Plant) -> None:
