@@ -72,6 +72,17 @@ def _send_all(port: int, batches: list[list[Any]]) -> None:
         raise RuntimeError(f"an agent's publisher failed: {failures[0]!r}")
 
 
+def _first_rows(conninfo: str, began: float) -> tuple[float, int]:
+    """When the first batch became visible, and how many reports it held."""
+    while True:
+        n = row_count(conninfo, "reports")
+        if n:
+            return time.perf_counter(), n
+        if time.perf_counter() - began > 600:
+            raise AssertionError("no report stored within 600 s")
+        time.sleep(0.005)
+
+
 def _db_size(conninfo: str) -> int:
     with psycopg.connect(conninfo) as conn:
         row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
@@ -145,17 +156,24 @@ def _run(
     fleet = FleetProcess(files.config, work / "fleet2.log")
     started.append(fleet)
     began = time.perf_counter()
+    first_s, first_n = _first_rows(pg.conninfo, began)
     wait_until(
         lambda: row_count(pg.conninfo, "reports") == agents, 600, "every report", step_s=0.05
     )
     wait_until(
         lambda: row_count(pg.conninfo, "joint_health") == agents * JOINTS, 600, "all health", 0.05
     )
-    burst_s = time.perf_counter() - began
+    ended = time.perf_counter()
+    burst_s = ended - began
+    sustained = (agents - first_n) / (ended - first_s)
     print(
-        f"burst: {agents} reports ({len(messages)} messages) stored in {burst_s:.2f} s "
-        f"(service start included): {agents / burst_s:.0f} reports/s, "
-        f"{len(messages) / burst_s:.0f} messages/s"
+        f"burst: {agents} reports ({len(messages)} messages) stored in {burst_s:.2f} s from the "
+        f"service's start (process start, imports, connections included): "
+        f"{agents / burst_s:.0f} reports/s, {len(messages) / burst_s:.0f} messages/s"
+    )
+    print(
+        f"burst, sustained (from the first committed batch, {first_n} reports, to the last): "
+        f"{sustained:.0f} reports/s, {sustained * (1 + JOINTS):.0f} messages/s"
     )
 
     # 2. Steady state: publish to queryable.

@@ -1,14 +1,14 @@
-"""The MQTT side of `jha fleet`: a persistent session (MQTT 5, clean_start false, a session that
-never expires, a fixed client id) subscribed at QoS 1 to every source's report, health and
-status topics, with manual acknowledgements.
+"""The MQTT side of `jha fleet`: a persistent session (agent.fleet.mqtt_session: MQTT 5, clean
+start off, a session that never expires, a fixed client id) subscribed at QoS 1 to every
+source's report, health and status topics, acknowledged by hand.
 
-Threads, and why: paho's network thread only queues what arrives; a writer thread parses a batch,
-stores it in one transaction and, once it is committed, acknowledges each message. A message is
-therefore acknowledged only when it is in the database (or refused for good): kill -9 at any
-point loses nothing, because the broker redelivers whatever was not acknowledged, and the store
-ignores what it already holds. Acknowledgements are sent in the order the messages came (MQTT
-asks for it), and only on the connection that received them: after a reconnect the broker
-redelivers with packet ids that may be reused, so an old id must not be acknowledged.
+Threads, and why: the session's thread parses what arrives (overlapping the writer's wait on
+the database) and queues it; a writer thread stores a batch in one transaction and, once it is
+committed, acknowledges its messages. A message is therefore acknowledged only when it is in the
+database (or refused for good): kill -9 at any point loses nothing, because the broker
+redelivers whatever was not acknowledged, and the store ignores what it already holds.
+Acknowledgements go in the order the messages came (MQTT asks for it), and only on the
+connection that received them.
 
 A refused message (agent.fleet.messages) is logged, counted and acknowledged: redelivering it
 would never make it valid.
@@ -27,24 +27,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import paho.mqtt.client as paho
 import psycopg
-from paho.mqtt.enums import CallbackAPIVersion
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
-from paho.mqtt.subscribeoptions import SubscribeOptions
 
 from agent.errors import ConfigError
 from agent.fleet.messages import Message, PayloadError, parse_message
+from agent.fleet.mqtt_session import Delivery, SubscriberSession
 from agent.fleet.settings import BrokerSettings, FleetSettings
 from agent.fleet.store import BatchResult, Store
 from agent.logfmt import kv
 
 log = logging.getLogger(__name__)
 
-BATCH_MAX = 1000  # messages per transaction
+# Messages per transaction: at most half of what the broker may have in flight by default
+# (broker.max_inflight), so that it keeps sending while a batch is being committed.
+BATCH_MAX = 500
 BATCH_WINDOW_S = 0.02
-_NEVER_EXPIRES = 0xFFFFFFFF  # MQTT 5 session expiry interval: the broker keeps the session
+# The largest packet the broker may send this client (CONNECT's Maximum Packet Size): a payload
+# at max_payload_bytes with room for its topic and properties. The broker drops a larger one
+# (and logs it) instead of sending it: this process never buffers an unbounded packet.
+_PACKET_HEADROOM = 128 * 1024
 # A fault point for the tests' kill -9 at the worst moment: committed, not acknowledged.
 FAILPOINT_ENV = "JHA_FLEET_FAILPOINT"
 
@@ -66,7 +67,7 @@ class IngestStats:
 @dataclass(frozen=True)
 class _Incoming:
     generation: int  # the connection it came on
-    mid: int
+    packet_id: int
     qos: int
     message: Message | None  # None: refused (logged and counted when it arrived)
 
@@ -83,37 +84,45 @@ class Ingest:
         self.store = store
         self._reconnect_store = reconnect_store  # () -> Store, after a lost database link
         self.prefixes = tuple(s.topic_prefix for s in settings.sources)
-        self.connected = threading.Event()
-        self.subscribed = threading.Event()  # the broker confirmed this connection's SUBSCRIBE
-        self._queue: queue.Queue[_Incoming] = queue.Queue()
+        self._queue: queue.Queue[list[_Incoming]] = queue.Queue()
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._generation = 0
         self._received = self._stored = self._duplicates = self._db_errors = 0
         self._rejected: Counter[str] = Counter()
         self._failpoint = os.environ.get(FAILPOINT_ENV, "")
-        self.client = self._make_client(settings.broker, broker_password)
+        self.session = SubscriberSession(
+            settings.broker,
+            broker_password,
+            self._filters(),
+            self._on_messages,
+            settings.max_payload_bytes + _PACKET_HEADROOM,
+            _tls(settings.broker),
+        )
+        self.connected = self.session.connected
+        self.subscribed = self.session.subscribed
         self._writer = threading.Thread(target=self._write_loop, name="jha-fleet-writer")
+
+    def _filters(self) -> list[str]:
+        group = self.settings.broker.shared_group
+        share = "" if group is None else f"$share/{group}/"
+        return [
+            f"{share}{prefix}/{pattern}"
+            for prefix in self.prefixes
+            for pattern in ("+/report", "+/+/health", "agent/+/status")
+        ]
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def start(self) -> None:
-        b = self.settings.broker
-        props = Properties(PacketTypes.CONNECT)
-        props.SessionExpiryInterval = _NEVER_EXPIRES
-        props.ReceiveMaximum = b.max_inflight
-        self.client.connect_async(
-            b.host, b.port, b.keepalive_s, clean_start=False, properties=props
-        )
         self._writer.start()
-        self.client.loop_start()
+        self.session.start()
 
     def stop(self) -> None:
-        """Disconnect (what is not acknowledged stays queued at the broker), end the writer."""
+        """End the writer (its batch committed and acknowledged, or left for redelivery), then
+        disconnect: what is not acknowledged stays queued at the broker."""
         self._stop.set()
-        self.client.disconnect()
-        self.client.loop_stop()
         self._writer.join(timeout=30)
+        self.session.stop()
 
     def alive(self) -> bool:
         return self._writer.is_alive()
@@ -130,105 +139,36 @@ class Ingest:
                 self._db_errors,
             )
 
-    # -- paho ----------------------------------------------------------------------------------
+    # -- the session's thread ------------------------------------------------------------------
 
-    def _make_client(self, b: BrokerSettings, password: str | None) -> paho.Client:
-        client = paho.Client(
-            CallbackAPIVersion.VERSION2,
-            client_id=b.client_id,
-            protocol=paho.MQTTv5,
-            manual_ack=True,
-        )
-        # paho's type hints say int; its back-off arithmetic takes seconds as floats.
-        client.reconnect_delay_set(b.reconnect_min_s, b.reconnect_max_s)  # type: ignore[arg-type]
-        if b.username is not None:
-            client.username_pw_set(b.username, password)
-        context = _tls(b)
-        if context is not None:
-            client.tls_set_context(context)
-        client.on_connect = self._on_connect
-        client.on_disconnect = self._on_disconnect
-        client.on_message = self._on_message
-        client.on_subscribe = self._on_subscribe
-        return client
-
-    def _on_connect(
-        self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any
-    ) -> None:
-        b = self.settings.broker
-        if reason.is_failure:
-            log.error(kv("fleet_mqtt_refused", host=b.host, port=b.port, reason=str(reason)))
-            return
-        # Subscribing again is harmless with retain handling 1: retained messages come only
-        # for a subscription the session did not hold (the first start, or a new source).
-        options = SubscribeOptions(qos=1, retainHandling=SubscribeOptions.RETAIN_SEND_IF_NEW_SUB)
-        group = self.settings.broker.shared_group
-        share = "" if group is None else f"$share/{group}/"
-        topics = []
-        for prefix in self.prefixes:
-            for pattern in ("+/report", "+/+/health", "agent/+/status"):
-                topics.append((f"{share}{prefix}/{pattern}", options))
-        client.subscribe(topics)
-        self.connected.set()
-        log.info(
-            kv(
-                "fleet_mqtt_connected",
-                host=b.host,
-                port=b.port,
-                client_id=b.client_id,
-                session_present=str(bool(flags.session_present)).lower(),
-            )
-        )
-
-    def _on_subscribe(
-        self, client: paho.Client, userdata: Any, mid: int, reasons: Any, properties: Any
-    ) -> None:
-        refused = [str(r) for r in reasons if r.is_failure]
-        if refused:
-            log.error(kv("fleet_mqtt_subscribe_refused", reasons=",".join(refused)))
-            return
-        self.subscribed.set()
-        log.info(kv("fleet_mqtt_subscribed", topics=len(reasons)))
-
-    def _on_disconnect(
-        self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any
-    ) -> None:
+    def _on_messages(self, deliveries: list[Delivery]) -> None:
+        limit = self.settings.max_payload_bytes
+        incoming = []
+        for d in deliveries:
+            try:
+                message: Message | None = parse_message(d.topic, d.payload, self.prefixes, limit)
+            except PayloadError as exc:
+                self._reject(d.topic, len(d.payload), str(exc))
+                message = None
+            incoming.append(_Incoming(d.generation, d.packet_id, d.qos, message))
         with self._lock:
-            self._generation += 1
-        self.connected.clear()
-        self.subscribed.clear()
-        level = logging.INFO if self._stop.is_set() else logging.WARNING
-        log.log(level, kv("fleet_mqtt_disconnected", reason=str(reason)))
-
-    def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
-        with self._lock:
-            generation = self._generation
-            self._received += 1
-        # Parsed here, in paho's thread, so that it overlaps the writer's wait on the database.
-        try:
-            message: Message | None = parse_message(
-                msg.topic, msg.payload, self.prefixes, self.settings.max_payload_bytes
-            )
-        except PayloadError as exc:
-            self._reject(msg.topic, len(msg.payload), str(exc))
-            message = None
-        self._queue.put(_Incoming(generation, msg.mid, msg.qos, message))
+            self._received += len(deliveries)
+        self._queue.put(incoming)
 
     # -- the writer ----------------------------------------------------------------------------
 
     def _write_loop(self) -> None:
         while not self._stop.is_set():
             try:
-                first = self._queue.get(timeout=0.2)
+                batch = self._queue.get(timeout=0.2)
             except queue.Empty:
                 continue
             # Group commit: what arrives within BATCH_WINDOW_S shares one transaction (one
             # fsync); a lone message waits at most that long.
-            batch = [first]
             deadline = time.monotonic() + BATCH_WINDOW_S
             while len(batch) < BATCH_MAX:
                 try:
-                    batch.append(self._queue.get(timeout=max(0.0, deadline - time.monotonic())))
+                    batch += self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
             self._write(batch)
@@ -251,14 +191,16 @@ class Ingest:
         with self._lock:
             self._stored += result.stored
             self._duplicates += result.duplicates
-            current = self._generation
         if result.duplicates:
             log.info(kv("fleet_duplicates", count=result.duplicates))
         if self._failpoint == "after_commit":
             os._exit(137)  # what kill -9 right after the commit leaves: nothing acknowledged
+        by_connection: dict[int, list[int]] = {}
         for item in batch:
-            if item.qos > 0 and item.generation == current:
-                self.client.ack(item.mid, item.qos)
+            if item.qos > 0:
+                by_connection.setdefault(item.generation, []).append(item.packet_id)
+        for generation, packet_ids in by_connection.items():
+            self.session.ack(generation, packet_ids)
 
     def _one_by_one(self, parsed: list[Message]) -> BatchResult:
         stored = duplicates = 0

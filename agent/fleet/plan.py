@@ -74,7 +74,7 @@ WHERE (%(site)s::text IS NULL OR m.site = %(site)s)
   AND (%(line)s::text IS NULL OR m.line = %(line)s)
   AND (%(machine)s::text IS NULL OR m.machine = %(machine)s)
   AND (%(indicator)s::text IS NULL OR h.indicator = %(indicator)s
-       OR h.document->'indicators' @> jsonb_build_array(jsonb_build_object('name', %(indicator)s)))
+       OR %(indicator)s = ANY (h.indicators))
 """
 _ORDER = (
     'severity, forecast_at ASC NULLS LAST, site COLLATE "C", line COLLATE "C", '

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from operator import itemgetter
 from typing import Any
 
 import psycopg
@@ -19,27 +20,17 @@ from psycopg.types.json import Jsonb
 
 from agent.fleet.messages import HealthMessage, Message, ReportMessage, StatusMessage
 from agent.fleet.migrate import migrate
-from agent.fleet.spark import spark_points, spark_values
 
 _REPORT = (
     "INSERT INTO reports (report_id, prefix, machine, host, created_at, document)"
-    " VALUES (%s, %s, %s, %s, %s, %s::jsonb) ON CONFLICT DO NOTHING"
+    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
 )
 _HEALTH = (
     "INSERT INTO joint_health (message_id, report_id, prefix, machine, joint, status, ne107,"
     " indicator, value, unit, estimated_at, report_created_at, next_limit, forecast_at,"
-    " forecast_low, forecast_high, reason, recommendation, spark, document) VALUES"
-    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb)"
+    " forecast_low, forecast_high, reason, recommendation, spark, document, indicators) VALUES"
+    " (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
     " ON CONFLICT DO NOTHING"
-)
-# Only a newer health moves the pointer: a replayed older one (or the same one) does not.
-_LATEST = (
-    "INSERT INTO joint_latest (prefix, machine, joint, message_id, report_created_at,"
-    " estimated_at) VALUES (%s, %s, %s, %s, %s, %s)"
-    " ON CONFLICT (prefix, machine, joint) DO UPDATE SET message_id = EXCLUDED.message_id,"
-    " report_created_at = EXCLUDED.report_created_at, estimated_at = EXCLUDED.estimated_at"
-    " WHERE (joint_latest.report_created_at, joint_latest.estimated_at)"
-    " < (EXCLUDED.report_created_at, EXCLUDED.estimated_at)"
 )
 _MACHINE = (
     "INSERT INTO machines (prefix, machine, site, line, last_report_at)"
@@ -53,6 +44,13 @@ _STATUS = (
     " SET state = EXCLUDED.state, at = EXCLUDED.at, document = EXCLUDED.document,"
     " received_at = now()"
 )
+
+
+# Sort keys, never whole rows (two messages that claim one id may differ where one holds None,
+# which does not compare): reports by id; health by joint, then id, so that the trigger that
+# moves each joint's newest-health pointer locks the joints in one order too.
+_FIRST = itemgetter(0)
+_JOINT_THEN_ID = itemgetter(2, 3, 4, 0)
 
 
 @dataclass(frozen=True)
@@ -83,7 +81,11 @@ class Store:
         return migrate(self.conn)
 
     def store_batch(self, messages: Sequence[Message]) -> BatchResult:
-        """Write every message and commit once; on an error nothing of the batch stays."""
+        """Write every message and commit once; on an error nothing of the batch stays.
+
+        Rows go in key order: two transactions at once (two services in one shared
+        subscription, or a redelivery racing its original) then take their row locks in the
+        same order and wait for each other instead of deadlocking."""
         reports = [m for m in messages if isinstance(m, ReportMessage)]
         healths = [m for m in messages if isinstance(m, HealthMessage)]
         statuses = [m for m in messages if isinstance(m, StatusMessage)]
@@ -91,12 +93,12 @@ class Store:
         try:
             with self.conn.cursor() as cur:
                 if reports:
-                    cur.executemany(_REPORT, [_report_row(m) for m in reports])
+                    cur.executemany(_REPORT, sorted(map(_report_row, reports), key=_FIRST))
                     stored += cur.rowcount
                 if healths:
-                    cur.executemany(_HEALTH, [_health_row(m) for m in healths])
+                    # The newest-health pointer (joint_latest) follows by a trigger (0002).
+                    cur.executemany(_HEALTH, sorted(map(_health_row, healths), key=_JOINT_THEN_ID))
                     stored += cur.rowcount
-                    cur.executemany(_LATEST, [_latest_row(m) for m in healths])
                 machines = self._machine_rows(reports, healths)
                 if machines:
                     cur.executemany(_MACHINE, machines)
@@ -160,13 +162,10 @@ def _health_row(m: HealthMessage) -> tuple[Any, ...]:
         None if f is None else f.high,
         m.reason,
         None if m.recommendation is None else Jsonb(m.recommendation),
-        spark_points(spark_values(m.history)),
+        m.spark,
         m.text,
+        list(m.indicator_names),
     )
-
-
-def _latest_row(m: HealthMessage) -> tuple[Any, ...]:
-    return (m.prefix, m.machine, m.joint, m.message_id, m.report_created_at, m.estimated_at)
 
 
 def _status_row(m: StatusMessage) -> tuple[Any, ...]:
