@@ -15,6 +15,7 @@ Strings holding NUL or unpaired surrogates are refused: PostgreSQL stores neithe
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -59,6 +60,7 @@ class ReportMessage:
     # The payload as received (validated), stored as jsonb without re-encoding; the parsed
     # document is not kept: a thousand messages in flight would hold megabytes of dicts.
     text: str
+    client_id: str | None = None  # the publishing agent (its status topic), when it says
 
 
 @dataclass(frozen=True)
@@ -93,6 +95,7 @@ class HealthMessage:
     spark: str | None
     text: str
     indicator_names: tuple[str, ...] = ()  # every indicator the message carries
+    client_id: str | None = None  # the publishing agent (its status topic), when it says
 
 
 @dataclass(frozen=True)
@@ -227,8 +230,14 @@ def _str(doc: dict[str, Any], key: str, *, optional: bool = False) -> str | None
     return v
 
 
+# The agents' form (uuid.UUID's str): taken as it is; any other spelling is normalised to it.
+_CANONICAL_UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+
+
 def _uuid(doc: dict[str, Any], key: str) -> str:
     v = doc.get(key)
+    if isinstance(v, str) and _CANONICAL_UUID.fullmatch(v):
+        return v
     try:
         return str(uuid.UUID(v)) if isinstance(v, str) and len(v) <= 45 else _bad(key)
     except ValueError:
@@ -285,6 +294,7 @@ def _report(where: Topic, doc: dict[str, Any], text: str) -> ReportMessage:
         _str(doc, "host", optional=True),
         created,
         text,
+        _str(doc, "agent_client_id", optional=True),
     )
 
 
@@ -324,6 +334,7 @@ def _health(where: Topic, doc: dict[str, Any], text: str) -> HealthMessage:
         spark_points(spark_values(doc.get("history"))),
         text,
         _indicator_names(indicators),
+        _str(doc, "agent_client_id", optional=True),
     )
 
 

@@ -56,6 +56,7 @@ def plan_page(rows: Sequence[PlanRow], f: PlanFilter, now: datetime) -> str:
     """The plan as a page: the header, the filters and the JSON link as markup, the rows as
     data that the page's script draws (agent.fleet.page_script): a sixth of the rows as markup."""
     stale_machines = len({(r.prefix, r.machine) for r in rows if r.stale})
+    offline_machines = len({(r.prefix, r.machine) for r in rows if r.agent_state == "offline"})
     inputs = "".join(
         f'<label>{name} <input name="{name}" value="{_e(getattr(f, name))}"></label> '
         for name in FILTERS
@@ -66,7 +67,8 @@ def plan_page(rows: Sequence[PlanRow], f: PlanFilter, now: datetime) -> str:
         f'<meta http-equiv="Content-Security-Policy" content="{_e(CSP)}">'
         "<title>Maintenance plan</title>"
         f"<style>{_STYLE}</style></head><body>"
-        f"<h1>Maintenance plan</h1><p>{len(rows)} joints, {stale_machines} stale machine(s); "
+        f"<h1>Maintenance plan</h1><p>{len(rows)} joints, {stale_machines} stale machine(s), "
+        f"{offline_machines} with their agent offline; "
         f"as of {_e(now.astimezone(UTC).isoformat(timespec='seconds'))}. "
         f'<a href="/api/plan?{_e(_query(f))}">JSON</a></p>'
         f'<form method="get" action="/">{inputs}<button>Filter</button></form>'
@@ -97,12 +99,14 @@ def plan_data(rows: Sequence[PlanRow], now: datetime) -> dict[str, Any]:
     base = now.astimezone(UTC).toordinal()
     out = []
     for r in rows:
-        key = (r.prefix, r.machine, r.site, r.line, r.stale, r.last_report_at)
+        offline = r.agent_state == "offline"
+        key = (r.prefix, r.machine, r.site, r.line, r.stale, r.last_report_at, offline)
         m = machines.get(key)
         if m is None:
             m = machines[key] = len(machine_rows)
             since = r.last_report_at.isoformat() if r.stale else ""
-            machine_rows.append([s(r.site), s(r.line), s(r.machine), s(since)])
+            gone = _since(r.agent_since) if offline else ""
+            machine_rows.append([s(r.site), s(r.line), s(r.machine), s(since), s(gone)])
         out.append(
             [
                 s(r.status.value),
@@ -129,6 +133,11 @@ def plan_data(rows: Sequence[PlanRow], now: datetime) -> dict[str, Any]:
         "m": machine_rows,
         "r": out,
     }
+
+
+def _since(t: datetime | None) -> str:
+    """When an offline agent went offline ('unknown' when its status said no time)."""
+    return "unknown" if t is None else t.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def _action(r: PlanRow) -> str:

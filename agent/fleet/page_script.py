@@ -11,7 +11,8 @@ The data block (agent.fleet.page.plan_data):
     t  strings; rows and machines hold their indices (t[0] is "")
     b  the day that day numbers count from (days since 1970-01-01, UTC)
     w, h  a sparkline's size (agent.fleet.spark.WIDTH, HEIGHT)
-    m  machines: [site, line, name, stale_since] (indices into t; stale_since 0 when not stale)
+    m  machines: [site, line, name, stale_since, offline_since] (indices into t; stale_since 0
+       when not stale, offline_since 0 unless the machine's agent said it went offline)
     r  rows, in the plan's order: [status, ne107, machine (index into m), joint, indicator,
        value text, unit, trend, next limit, forecast day, interval low day, high day, action,
        report id (0 when the full report never arrived)]; days are null when unknown, a high
@@ -59,7 +60,7 @@ const spark = (ys) => {
 };
 const row = (parent, r) => {
   const [st, ne, m, joint, indicator, value, unit, ys, limit, at, low, high, action, report] = r;
-  const [site, line, machine, since] = d.m[m];
+  const [site, line, machine, since, offline] = d.m[m];
   const tr = add(parent, "tr");
   tr.className = t[st] + (since ? " stale" : "");
   add(tr, "td", t[st] + " (" + t[ne] + ")").className = "st";
@@ -70,6 +71,11 @@ const row = (parent, r) => {
     const tag = add(name, "span", "stale");
     tag.className = "tag";
     tag.title = "no report since " + t[since];
+  }
+  if (offline) {
+    const tag = add(name, "span", "agent offline");
+    tag.className = "tag";
+    tag.title = "its agent's status topic says offline since " + t[offline];
   }
   add(tr, "td", t[joint]);
   add(tr, "td", t[indicator]);

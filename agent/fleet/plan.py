@@ -53,6 +53,10 @@ class PlanRow:
     report_stored: bool
     last_report_at: datetime
     stale: bool
+    # The machine's agent as its retained status topic last said: "online", "offline", or None
+    # (an agent that does not name itself, or whose status never arrived), and since when.
+    agent_state: str | None = None
+    agent_since: datetime | None = None
 
 
 # The plan's rows, filtered and in the plan's order (status, then the next limit's date, soonest
@@ -66,10 +70,12 @@ SELECT m.site, m.line, h.prefix, h.machine, h.joint, h.status, h.ne107,
        EXISTS (SELECT 1 FROM reports r WHERE r.report_id = h.report_id) AS report_stored,
        m.last_report_at, h.spark, m.last_report_at < %(stale_before)s AS stale,
        CASE h.status WHEN 'alert' THEN 0 WHEN 'watch' THEN 1 WHEN 'unknown' THEN 2 ELSE 3 END
-           AS severity
+           AS severity,
+       m.client_id, a.state AS agent_state, coalesce(a.at, a.received_at) AS agent_since
 FROM joint_latest l
 JOIN joint_health h ON h.message_id = l.message_id
 JOIN machines m ON m.prefix = l.prefix AND m.machine = l.machine
+LEFT JOIN agent_status a ON a.prefix = m.prefix AND a.client_id = m.client_id
 WHERE (%(site)s::text IS NULL OR m.site = %(site)s)
   AND (%(line)s::text IS NULL OR m.line = %(line)s)
   AND (%(machine)s::text IS NULL OR m.machine = %(machine)s)
@@ -91,7 +97,9 @@ _FIELDS = """
         'at', forecast_at, 'interval', json_build_array(forecast_low, forecast_high)) END,
     'recommendation', recommendation, 'report_id', report_id,
     'report_url', CASE WHEN report_stored THEN '/reports/' || report_id END,
-    'last_report_at', last_report_at, 'stale', stale"""
+    'last_report_at', last_report_at, 'stale', stale,
+    'agent', CASE WHEN client_id IS NOT NULL THEN json_build_object('client_id', client_id,
+        'state', agent_state, 'since', agent_since) END"""
 # json, not jsonb: built once and sent, it needs no binary form (twice as fast here).
 _HISTORY = ", 'history', history"
 _JSON = {
@@ -176,4 +184,6 @@ class PlanReader:
             report_stored=bool(r[19]),
             last_report_at=r[20],
             stale=bool(r[22]),
+            agent_state=r[25],
+            agent_since=r[26],
         )

@@ -33,9 +33,10 @@ _HEALTH = (
     " ON CONFLICT DO NOTHING"
 )
 _MACHINE = (
-    "INSERT INTO machines (prefix, machine, site, line, last_report_at)"
-    " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (prefix, machine) DO UPDATE"
-    " SET last_report_at = EXCLUDED.last_report_at, site = EXCLUDED.site, line = EXCLUDED.line"
+    "INSERT INTO machines (prefix, machine, site, line, last_report_at, client_id)"
+    " VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (prefix, machine) DO UPDATE"
+    " SET last_report_at = EXCLUDED.last_report_at, site = EXCLUDED.site, line = EXCLUDED.line,"
+    " client_id = coalesce(EXCLUDED.client_id, machines.client_id)"
     " WHERE machines.last_report_at < EXCLUDED.last_report_at"
 )
 _STATUS = (
@@ -115,16 +116,17 @@ class Store:
     def _machine_rows(
         self, reports: list[ReportMessage], healths: list[HealthMessage]
     ) -> list[tuple[Any, ...]]:
-        newest: dict[tuple[str, str], datetime] = {}
-        for key, at in [((m.prefix, m.machine), m.created_at) for m in reports] + [
-            ((m.prefix, m.machine), m.report_created_at) for m in healths
-        ]:
-            if key not in newest or newest[key] < at:
-                newest[key] = at
+        """Per machine, its newest report time and the agent the newest message names."""
+        newest: dict[tuple[str, str], tuple[datetime, str | None]] = {}
+        for key, at, client_id in [
+            ((m.prefix, m.machine), m.created_at, m.client_id) for m in reports
+        ] + [((m.prefix, m.machine), m.report_created_at, m.client_id) for m in healths]:
+            if key not in newest or newest[key][0] < at:
+                newest[key] = (at, client_id)
         rows = []
-        for (prefix, machine), at in sorted(newest.items()):  # one lock order: no deadlock
+        for (prefix, machine), (at, client_id) in sorted(newest.items()):  # one lock order
             place = self.placements[prefix]
-            rows.append((prefix, machine, place.site, place.line, at))
+            rows.append((prefix, machine, place.site, place.line, at, client_id))
         return rows
 
     def counts(self) -> dict[str, int]:

@@ -99,7 +99,8 @@ _ROW = (
 
 def page_data(html: str) -> tuple[list[str], list[dict[str, Any]]]:
     """The plan page's embedded rows: its string table, and each row with its machine's site,
-    line, name and stale_since resolved into it (strings as indices into the table)."""
+    line, name, stale_since and offline_since resolved into it (strings as indices into the
+    table)."""
     (raw,) = re.findall(f'<script type="application/json" id="{DATA_ID}">(.*?)</script>', html)
     assert "<" not in raw and ">" not in raw  # nothing to end the element early
     data = json.loads(raw)
@@ -107,7 +108,11 @@ def page_data(html: str) -> tuple[list[str], list[dict[str, Any]]]:
     for r in data["r"]:
         row = dict(zip(_ROW, r, strict=True))
         row.update(
-            zip(("site", "line", "name", "stale_since"), data["m"][row["machine"]], strict=True)
+            zip(
+                ("site", "line", "name", "stale_since", "offline_since"),
+                data["m"][row["machine"]],
+                strict=True,
+            )
         )
         rows.append(row)
     return data["t"], rows

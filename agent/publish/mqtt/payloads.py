@@ -8,6 +8,7 @@ Topics (every name part sanitised by `topic_part`):
                                          and `forecast.last_time`, the time the forecast's
                                          days count from, for the fleet's plan)
   <prefix>/<controller>/report           not retained, "jha.report/1" plus message_id, queued_at
+Both carry `agent_client_id`, the publishing agent's client id: its status topic below.
   <prefix>/agent/<client_id>/status      retained, "jha.agent_status/1": online / offline
 
 Every message carries a `message_id` (a UUID). A report's message is the report's own
@@ -115,12 +116,14 @@ def report_messages(
     report: Report,
     prefix: str,
     queued_at_iso: str,
+    client_id: str | None = None,
 ) -> tuple[OutMessage, ...]:
     """The messages of one report: per controller its report, then the health of its joints
     (those with a verdict, then those with other indicators only).
 
     A report spanning several controllers is split so that each controller's topic carries only
-    its own joints.
+    its own joints. With `client_id` (the publisher's MQTT client id), every message names it as
+    `agent_client_id`: a receiver then knows which agent's status topic speaks for the machine.
     """
     out: list[OutMessage] = []
     controllers = _controllers(report)
@@ -133,6 +136,8 @@ def report_messages(
         if split:
             document["source_message_id"] = report.message_id
         document["queued_at"] = queued_at_iso
+        if client_id is not None:
+            document["agent_client_id"] = client_id
         out.append(
             OutMessage(
                 report_id,
@@ -146,6 +151,8 @@ def report_messages(
             topic = health_topic(prefix, controller, joint.joint)
             health_id = derived_id(report.message_id, controller, joint.joint)
             body = health_document(joint, report_id, health_id, part.created_at_iso, queued_at_iso)
+            if client_id is not None:
+                body["agent_client_id"] = client_id
             out.append(
                 OutMessage(
                     health_id,

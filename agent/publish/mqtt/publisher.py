@@ -124,7 +124,9 @@ class MqttPublisher(HealthPublisher):
 
         def queue_report() -> tuple[tuple[OutMessage, ...], PutResult]:
             # JSON of a long history takes a while too: off the event loop with the write.
-            messages = self._fitting(report_messages(report, self.settings.topic_prefix, now_iso()))
+            messages = self._fitting(
+                report_messages(report, self.settings.topic_prefix, now_iso(), self.client_id)
+            )
             return messages, outbox.put(messages)
 
         messages, result = await asyncio.to_thread(queue_report)
