@@ -24,7 +24,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from agent.fleet import mqtt_wire as wire
@@ -112,28 +112,41 @@ class SubscriberSession:
         b = self.broker
         delay_s = b.reconnect_min_s
         while not self._stop.is_set():
-            established = False
             try:
-                sock = self._open()
-            except OSError as exc:
-                log.warning(kv("fleet_mqtt_connect_failed", host=b.host, port=b.port, error=exc))
-            else:
-                try:
-                    established = self._session(sock)
-                except BrokerRefused as exc:
-                    log.error(kv("fleet_mqtt_refused", host=b.host, port=b.port, reason=exc))
-                except (OSError, wire.MalformedPacket, TimeoutError) as exc:
-                    level = logging.INFO if self._stop.is_set() else logging.WARNING
-                    log.log(level, kv("fleet_mqtt_disconnected", reason=_words(exc)))
-                finally:
-                    self._closed(sock)
-            if established:
-                delay_s = b.reconnect_min_s
+                accepted = self._connect_once()
+            except Exception as exc:
+                # A bug, the consumer's callback included, must not end the thread for good:
+                # what the connection handed over was not acknowledged and comes again.
+                log.exception(kv("fleet_mqtt_failed", error=_words(exc)))
+                accepted = False
+            if accepted:
+                delay_s = b.reconnect_min_s  # the next break is a new outage: retry at once
             if self._stop.is_set():
                 break
             # Jitter: a plant's services restarted together must not reconnect in step.
             self._stop.wait(delay_s * random.uniform(0.8, 1.2))
             delay_s = min(delay_s * 2, b.reconnect_max_s)
+
+    def _connect_once(self) -> bool:
+        """One connection, from opening the socket to its end; True if the broker accepted it
+        (every accepted connection ends by an exception, except at stop)."""
+        b = self.broker
+        try:
+            sock = self._open()
+        except OSError as exc:
+            log.warning(kv("fleet_mqtt_connect_failed", host=b.host, port=b.port, error=exc))
+            return False
+        try:
+            self._session(sock)
+        except BrokerRefused as exc:
+            log.error(kv("fleet_mqtt_refused", host=b.host, port=b.port, reason=exc))
+        except (OSError, wire.MalformedPacket, TimeoutError) as exc:
+            level = logging.INFO if self._stop.is_set() else logging.WARNING
+            log.log(level, kv("fleet_mqtt_disconnected", reason=_words(exc)))
+        finally:
+            accepted = self.connected.is_set()
+            self._closed(sock)
+        return accepted
 
     def _open(self) -> socket.socket:
         b = self.broker
@@ -154,8 +167,8 @@ class SubscriberSession:
         self.subscribed.clear()
         sock.close()
 
-    def _session(self, sock: socket.socket) -> bool:
-        """One connection from CONNECT to its end; True once the broker accepted it."""
+    def _session(self, sock: socket.socket) -> None:
+        """One connection from CONNECT to its end."""
         b = self.broker
         reader = wire.PacketReader(self._maximum_packet_size)
         sock.sendall(
@@ -170,7 +183,7 @@ class SubscriberSession:
                 password=self._password if b.username is not None else None,
             )
         )
-        connack = self._connack(sock, reader)
+        connack, early = self._connack(sock, reader)
         keepalive_s = float(connack.properties.get(wire.SERVER_KEEP_ALIVE, b.keepalive_s))
         generation = self.generation
         self.connected.set()
@@ -186,10 +199,13 @@ class SubscriberSession:
         # Subscribing again is harmless with retain handling 1: retained messages come only for
         # a subscription the session did not hold (the first start, or a new source).
         sock.sendall(wire.subscribe(1, self._filters, 1, RETAIN_SEND_IF_NEW_SUBSCRIPTION))
+        self._handle(early, generation)
         self._serve(sock, reader, generation, keepalive_s)
-        return True
 
-    def _connack(self, sock: socket.socket, reader: wire.PacketReader) -> wire.ConnAck:
+    def _connack(
+        self, sock: socket.socket, reader: wire.PacketReader
+    ) -> tuple[wire.ConnAck, list[wire.Packet]]:
+        """CONNACK, and what came in the same read after it."""
         deadline = time.monotonic() + CONNECT_TIMEOUT_S
         while time.monotonic() < deadline and not self._stop.is_set():
             data = sock.recv(READ_CHUNK)
@@ -198,14 +214,21 @@ class SubscriberSession:
             packets = reader.feed(data)
             if not packets:
                 continue
-            first = packets[0]
+            first, early = packets[0], packets[1:]
             if not isinstance(first, wire.ConnAck):
                 raise wire.MalformedPacket(f"{type(first).__name__} before CONNACK")
-            if first.reason_code >= 0x80:
+            if 0 < first.reason_code < 0x80:
+                # No MQTT 5 reason code: an MQTT 3.1.1 server's return code (1: unacceptable
+                # protocol version). Not a success, whatever follows.
+                raise BrokerRefused(f"not an MQTT 5 server (return code {first.reason_code:#04x})")
+            if first.reason_code:
                 raise BrokerRefused(_reason(first.reason_code, first.properties))
-            if len(packets) > 1:
-                raise wire.MalformedPacket("packets before the SUBSCRIBE was sent")
-            return first
+            # A resumed session's unacknowledged messages follow CONNACK at once (section 4.4),
+            # so one read may hold them; nothing else can come before the SUBSCRIBE is sent.
+            for p in early:
+                if not isinstance(p, wire.Publish | wire.Disconnect):
+                    raise wire.MalformedPacket(f"{type(p).__name__} before SUBSCRIBE was sent")
+            return first, early
         raise TimeoutError("no CONNACK")
 
     def _serve(
@@ -270,7 +293,8 @@ class SubscriberSession:
             elif isinstance(p, wire.SubAck):
                 self._suback(p)
             elif isinstance(p, wire.Disconnect):
-                raise ConnectionError(f"the broker disconnected: {_reason(p.reason_code, {})}")
+                detail = {} if p.reason is None else {wire.REASON_STRING: p.reason}
+                raise ConnectionError(f"the broker disconnected: {_reason(p.reason_code, detail)}")
             else:
                 raise wire.MalformedPacket(f"an unexpected {type(p).__name__}")
         if deliveries:
@@ -292,6 +316,7 @@ _REASONS = {
     0x80: "unspecified error",
     0x81: "malformed packet",
     0x82: "protocol error",
+    0x84: "unsupported protocol version",
     0x85: "client identifier not valid",
     0x86: "bad user name or password",
     0x87: "not authorized",
@@ -307,7 +332,7 @@ _REASONS = {
 }
 
 
-def _reason(code: int, properties: dict[int, object]) -> str:
+def _reason(code: int, properties: Mapping[int, object]) -> str:
     text = f"{_REASONS.get(code, 'reason')} ({code:#04x})"
     detail = properties.get(wire.REASON_STRING)
     return f"{text}: {detail}" if isinstance(detail, str) else text

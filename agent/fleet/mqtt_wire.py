@@ -49,6 +49,8 @@ MAXIMUM_PACKET_SIZE = 0x27
 SERVER_KEEP_ALIVE = 0x13
 TOPIC_ALIAS = 0x23
 REASON_STRING = 0x1F
+USER_PROPERTY = 0x26
+SUBSCRIPTION_IDENTIFIER = 0x0B
 _BYTE, _TWO, _FOUR, _VARINT, _UTF8, _BINARY, _PAIR = range(7)
 _PROPERTY_KIND = {
     0x01: _BYTE,  # payload format indicator
@@ -80,6 +82,16 @@ _PROPERTY_KIND = {
     0x2A: _BYTE,  # shared subscription available
 }
 _FIXED = {_BYTE: (1, ">B"), _TWO: (2, ">H"), _FOUR: (4, ">I")}
+# Which properties each received packet may carry (section 2.2.2.2: any other identifier makes
+# it a Malformed Packet), and the two that may come more than once (a list of their values).
+_PUBLISH_PROPERTIES = frozenset({0x01, 0x02, 0x03, 0x08, 0x09, 0x0B, 0x23, 0x26})
+_CONNACK_PROPERTIES = frozenset(
+    {0x11, 0x12, 0x13, 0x15, 0x16, 0x1A, 0x1C, 0x1F, 0x21}  # session expiry .. receive maximum
+    | {0x22, 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2A}  # topic alias maximum .. shared subs.
+)
+_SUBACK_PROPERTIES = frozenset({0x1F, 0x26})
+_DISCONNECT_PROPERTIES = frozenset({0x11, 0x1C, 0x1F, 0x26})
+_REPEATABLE = frozenset({USER_PROPERTY, SUBSCRIPTION_IDENTIFIER})
 _MAX_REMAINING = 268_435_455  # the largest a four-byte variable byte integer holds
 
 
@@ -117,14 +129,7 @@ class Disconnect:
     reason: str | None
 
 
-@dataclass(frozen=True)
-class PubAck:
-    """The broker acknowledging a publish: this subscriber sends none, so this is an error."""
-
-    packet_id: int
-
-
-Packet = ConnAck | SubAck | Publish | PingResp | Disconnect | PubAck
+Packet = ConnAck | SubAck | Publish | PingResp | Disconnect
 
 
 # -- encoding --------------------------------------------------------------------------------
@@ -262,10 +267,7 @@ def decode(first_byte: int, body: bytes) -> Packet:
         return PingResp()
     if kind == PacketType.DISCONNECT:
         return _disconnect(body)
-    if kind == PacketType.PUBACK:
-        if len(body) < 2:
-            raise MalformedPacket("PUBACK shorter than its packet identifier")
-        return PubAck(struct.unpack_from(">H", body)[0])
+    # PUBACK included: this client publishes nothing, so no broker has anything to acknowledge.
     name = PacketType(kind).name if kind else "reserved (0)"
     raise MalformedPacket(f"a {name} packet, which a QoS 1 subscriber never receives")
 
@@ -285,10 +287,13 @@ def _publish(flags: int, body: bytes) -> Publish:
         if packet_id == 0:
             raise MalformedPacket("PUBLISH with packet identifier 0")
         at += 2
-    properties, at = _read_properties(body, at)
+    properties, at = _read_properties(body, at, _PUBLISH_PROPERTIES)
     if not topic:
         # This client allows no topic alias (Topic Alias Maximum absent: 0), section 3.3.2.3.4.
         raise MalformedPacket("PUBLISH with an empty topic (topic aliases are not allowed)")
+    if "+" in topic or "#" in topic:
+        # A topic name, not a filter (section 3.3.2.1): a broker never forwards a wildcard.
+        raise MalformedPacket("PUBLISH with a wildcard in its topic name")
     if TOPIC_ALIAS in properties:
         raise MalformedPacket("PUBLISH with a topic alias, which this client did not allow")
     return Publish(topic, body[at:], qos, packet_id, bool(flags & 0x01), bool(flags & 0x08))
@@ -299,7 +304,7 @@ def _connack(body: bytes) -> ConnAck:
         raise MalformedPacket("CONNACK shorter than its flags and reason code")
     if body[0] & 0xFE:
         raise MalformedPacket("CONNACK with reserved acknowledge flags set")
-    properties, at = _read_properties(body, 2) if len(body) > 2 else ({}, 2)
+    properties, at = _read_properties(body, 2, _CONNACK_PROPERTIES) if len(body) > 2 else ({}, 2)
     if at != len(body):
         raise MalformedPacket("CONNACK with bytes after its properties")
     return ConnAck(bool(body[0] & 0x01), body[1], properties)
@@ -309,7 +314,7 @@ def _suback(body: bytes) -> SubAck:
     if len(body) < 3:
         raise MalformedPacket("SUBACK shorter than its identifier and properties")
     packet_id = struct.unpack_from(">H", body)[0]
-    _, at = _read_properties(body, 2)
+    _, at = _read_properties(body, 2, _SUBACK_PROPERTIES)
     if at >= len(body):
         raise MalformedPacket("SUBACK without a reason code")
     return SubAck(packet_id, tuple(body[at:]))
@@ -318,7 +323,7 @@ def _suback(body: bytes) -> SubAck:
 def _disconnect(body: bytes) -> Disconnect:
     if not body:
         return Disconnect(0, None)
-    properties, at = _read_properties(body, 1) if len(body) > 1 else ({}, 1)
+    properties, at = _read_properties(body, 1, _DISCONNECT_PROPERTIES) if len(body) > 1 else ({}, 1)
     if at != len(body):
         raise MalformedPacket("DISCONNECT with bytes after its properties")
     reason = properties.get(REASON_STRING)
@@ -359,7 +364,7 @@ def _read_utf8(data: bytes, at: int, what: str) -> tuple[str, int]:
     return text, at
 
 
-def _read_properties(data: bytes, at: int) -> tuple[dict[int, Any], int]:
+def _read_properties(data: bytes, at: int, allowed: frozenset[int]) -> tuple[dict[int, Any], int]:
     length, at = _read_varint(data, at, "properties length")
     end = at + length
     if end > len(data):
@@ -371,6 +376,10 @@ def _read_properties(data: bytes, at: int) -> tuple[dict[int, Any], int]:
         value: Any
         if kind is None:
             raise MalformedPacket(f"unknown property {ident:#x}")
+        if ident not in allowed:
+            raise MalformedPacket(f"property {ident:#x} in a packet that cannot carry it")
+        if ident in found and ident not in _REPEATABLE:
+            raise MalformedPacket(f"property {ident:#x} given twice")  # section 2.2.2.2
         if kind in _FIXED:
             size, fmt = _FIXED[kind]
             if at + size > end:
@@ -388,7 +397,7 @@ def _read_properties(data: bytes, at: int) -> tuple[dict[int, Any], int]:
             value = (key, val)
         if at > end:
             raise MalformedPacket("a property runs past the properties' length")
-        if ident == 0x26:
+        if ident in _REPEATABLE:
             found.setdefault(ident, []).append(value)
         else:
             found[ident] = value
