@@ -73,6 +73,9 @@ class SubscriberSession:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._generation = 0
+        # QoS 1 messages of the current connection handed over and not yet acknowledged (read
+        # and written by the session's thread only).
+        self._unacked = 0
         self._acks: collections.deque[tuple[int, list[int]]] = collections.deque()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
@@ -170,6 +173,7 @@ class SubscriberSession:
     def _session(self, sock: socket.socket) -> None:
         """One connection from CONNECT to its end."""
         b = self.broker
+        self._unacked = 0  # the broker resends what the last connection left unacknowledged
         reader = wire.PacketReader(self._maximum_packet_size)
         sock.sendall(
             wire.connect(
@@ -242,9 +246,15 @@ class SubscriberSession:
                 self._send_acks(sock, generation)
                 sock.sendall(wire.DISCONNECT)
                 return
-            ready = pending_ssl and sock.pending() > 0  # type: ignore[attr-defined]
+            # Flow control on this side too: mosquitto (2.0) stops honouring Receive Maximum
+            # once acknowledgements flow and sends a whole backlog at once, which this process
+            # would hold parsed in memory. With Receive Maximum messages unacknowledged the
+            # socket is not read: TCP holds the rest back at the broker.
+            reading = self._unacked < self.broker.max_inflight
+            ready = reading and pending_ssl and sock.pending() > 0  # type: ignore[attr-defined]
             if not ready:
-                readable, _, _ = select.select([sock, self._wake_r], [], [], 0.5)
+                watched = [sock, self._wake_r] if reading else [self._wake_r]
+                readable, _, _ = select.select(watched, [], [], 0.5)
                 ready = sock in readable
                 if self._wake_r in readable:
                     self._drain_wake()
@@ -254,15 +264,18 @@ class SubscriberSession:
                 data = sock.recv(READ_CHUNK)
                 if not data:
                     raise ConnectionError("the broker closed the connection")
-                if self._handle(reader.feed(data), generation):
-                    ping_sent = None
+                self._handle(reader.feed(data), generation)
+                ping_sent = None  # anything the broker sends shows the connection alive
             now = time.monotonic()
-            if ping_sent is not None and now - ping_sent > keepalive_s:
+            if ping_sent is not None and reading and now - ping_sent > keepalive_s:
                 raise TimeoutError(f"no PINGRESP within the keep alive ({keepalive_s:g} s)")
+            if not reading:
+                ping_sent = None  # unread, a PINGRESP may be waiting behind the backlog
             if keepalive_s and ping_sent is None and now - last_sent >= keepalive_s / 2:
                 # Half the keep alive: the broker closes a silent client at 1.5 times it.
                 sock.sendall(wire.PINGREQ)
-                last_sent = ping_sent = now
+                last_sent = now
+                ping_sent = now if reading else None
 
     def _drain_wake(self) -> None:
         with contextlib.suppress(BlockingIOError, OSError):
@@ -277,6 +290,7 @@ class SubscriberSession:
                 out.extend(wire.puback(i) for i in packet_ids)
         if out:
             sock.sendall(b"".join(out))
+            self._unacked -= len(out)
         return bool(out)
 
     def _handle(self, packets: list[wire.Packet], generation: int) -> bool:
@@ -298,6 +312,7 @@ class SubscriberSession:
             else:
                 raise wire.MalformedPacket(f"an unexpected {type(p).__name__}")
         if deliveries:
+            self._unacked += sum(1 for d in deliveries if d.qos)
             self._on_messages(deliveries)
         return pong
 

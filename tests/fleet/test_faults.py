@@ -97,18 +97,26 @@ def test_broker_restarted_during_ingest(
             60,
             "every report",
         )
+        # The agent drops an unsent health message for a newer one of the same joint; whatever
+        # got through, each joint's newest health is its machine's last report's. A report's
+        # health messages follow it and may be committed in the next batch: waited for.
+        newest = {f"r{n % 3}": r.message_id for n, r in enumerate(reports)}
+        expected = sorted((m, j, newest[m]) for m in newest for j in ("J1", "J2"))
+        wait_until(lambda: _latest(database) == expected, 60, "each joint's newest health")
         stats = fleet.ingest.stats()
     with psycopg.connect(database) as conn:
         ids = {r[0] for r in conn.execute("SELECT report_id::text FROM reports")}
-        latest = conn.execute(
-            "SELECT h.machine, h.joint, h.report_id::text FROM joint_latest l"
-            " JOIN joint_health h USING (message_id)"
-        ).fetchall()
     lost = len({r.message_id for r in reports} - ids)
     fault("fleet: broker restarted during ingest of 120 reports", records_lost=lost)
     assert lost == 0
     assert stats.rejected == 0
-    # The agent drops an unsent health message for a newer one of the same joint; whatever
-    # got through, each joint's newest health is its machine's last report's.
-    newest = {f"r{n % 3}": r.message_id for n, r in enumerate(reports)}
-    assert sorted(latest) == sorted((m, j, newest[m]) for m in newest for j in ("J1", "J2"))
+
+
+def _latest(database: str) -> list[tuple[str, str, str]]:
+    """(machine, joint, report id) of each joint's newest health, sorted."""
+    with psycopg.connect(database) as conn:
+        rows = conn.execute(
+            "SELECT h.machine, h.joint, h.report_id::text FROM joint_latest l"
+            " JOIN joint_health h USING (message_id)"
+        ).fetchall()
+    return sorted((str(m), str(j), str(r)) for m, j, r in rows)

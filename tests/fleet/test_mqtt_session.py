@@ -231,6 +231,48 @@ def test_stop_sends_disconnect_and_the_session_stays_at_the_broker(
         assert inbox.topics() == [f"jha/after-stop/{i}/health" for i in range(3)]
 
 
+def test_at_most_receive_maximum_unacknowledged_messages_are_read(
+    broker: MosquittoBroker, publisher: RawPublisher
+) -> None:
+    """mosquitto stops honouring Receive Maximum once acknowledgements flow and sends a whole
+    backlog at once; the session then leaves the socket unread while max_inflight messages wait
+    for their acknowledgement, so what this process holds stays bounded (TCP keeps the rest at
+    the broker), and everything arrives once they are acknowledged."""
+    inflight, backlog, size = 20, 400, 8 * 1024
+    # One read of the socket may bring what is already in its buffer: that much over the limit.
+    one_read = 256 * 1024 // size + 1
+    with running(broker.port, max_inflight=inflight) as (session, _):
+        wait_until(session.subscribed.is_set, 10, "the subscription")
+    payload = b"x" * size
+    publisher.send_pipelined(
+        [_Message(f"jha/m{i}/report", payload) for i in range(backlog)], timeout_s=60
+    )
+    with running(broker.port, max_inflight=inflight) as (session, inbox):
+        wait_until(lambda: len(inbox.items) >= inflight, 10, "the first messages")
+        first = inbox.items[:5]
+        session.ack(first[0].generation, [d.packet_id for d in first])  # acks start to flow
+        # The flood mosquitto then sends: whatever arrives, the unacknowledged stay bounded.
+        wait_until(lambda: len(inbox.items) >= inflight + 5, 10, "the next messages")
+        for _ in range(20):
+            assert len(inbox.items) - 5 <= inflight + one_read
+            time.sleep(0.05)  # a window for an unbounded read to show, not a timing assertion
+        acked = 5
+        while acked < backlog:
+            wait_until(lambda n=acked: len(inbox.items) > n, 10, "more after acknowledgements")
+            got = inbox.items
+            assert len(got) - acked <= inflight + one_read
+            session.ack(got[0].generation, [d.packet_id for d in got[acked:]])
+            acked = len(got)
+        assert [d.topic for d in inbox.items] == [f"jha/m{i}/report" for i in range(backlog)]
+
+
+class _Message:
+    """What RawPublisher.send_pipelined reads of a message."""
+
+    def __init__(self, topic: str, payload: bytes) -> None:
+        self.topic, self.payload, self.retain = topic, payload, False
+
+
 def test_retained_messages_come_with_a_new_subscription_only(
     broker: MosquittoBroker, publisher: RawPublisher
 ) -> None:
