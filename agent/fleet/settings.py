@@ -46,7 +46,8 @@ class BrokerSettings:
     # subscriptions, each message to one of them. The store's idempotency makes any split safe.
     # Retained health is not sent to shared subscriptions: reports and new health still are.
     shared_group: str | None = field(default=None, metadata={"min_len": 1})
-    # Messages the broker may send before their acknowledgement (each waits for its commit).
+    # Messages the broker may send before their acknowledgement (each waits for its commit);
+    # also the most this service reads and holds unacknowledged (agent.fleet.mqtt_session).
     max_inflight: int = field(default=1000, metadata={"ge": 1, "le": 65535})
 
     def check(self) -> list[tuple[str, str]]:
