@@ -26,6 +26,7 @@ from agent.fleet.migrate import migrations
 from agent.fleet.plan import PlanReader
 from agent.fleet.settings import FleetSettings
 from agent.fleet.store import Placement, Store, connect
+from agent.fleet.tls import server_context
 from agent.fleet.web import PlanServer
 from agent.logfmt import kv, register_secret
 
@@ -84,12 +85,17 @@ class FleetService:
         self.ingest = Ingest(
             settings, self.store, self.secrets.broker_password, reconnect_store=self._new_store
         )
+        http = settings.http
+        tls = None
+        if http.cert_file is not None and http.key_file is not None:
+            tls = server_context(http.cert_file, http.key_file)
         self.web = PlanServer(
-            settings.http.host,
-            settings.http.port,
+            http.host,
+            http.port,
             self.secrets.token,
             self.reader,
             lambda: self.ingest.stats().to_dict(),
+            tls,
         )
 
     def _reader_connection(self) -> psycopg.Connection[Any]:
@@ -138,7 +144,7 @@ class FleetService:
         log.info(
             kv(
                 "fleet_started",
-                http=f"http://{host}:{port}/",
+                http=f"{'https' if self.settings.http.cert_file else 'http'}://{host}:{port}/",
                 broker=self.settings.broker.host,
                 plan_database=self._plan_database,
             )

@@ -17,8 +17,9 @@ from pathlib import Path
 from agent.config.mqtt import client_tls_problems, topic_prefix_problems
 from agent.config.secret_file import SecretFileError, read_secret_file
 from agent.errors import ConfigError
+from agent.fleet.tls import key_file_problem, server_context
 from agent.schema.validate import validate
-from agent.schema.yaml_lines import ConfigIssue, config_error, issues_of, load_yaml
+from agent.schema.yaml_lines import ConfigIssue, Node, config_error, issues_of, load_yaml
 
 DEFAULT_FLEET_CONFIG = Path("/etc/jha-fleet/fleet.yaml")  # systemd/jha-fleet.service
 # systemd's LoadCredential= puts the service's copies here only while the service runs.
@@ -113,6 +114,16 @@ class HttpSettings:
     token_file: str = field(metadata={"min_len": 1, "doc": "bearer token, mode 0600 or 0400"})
     host: str = field(default="127.0.0.1", metadata={"min_len": 1})
     port: int = field(default=8470, metadata={"ge": 0, "le": 65535})
+    # HTTPS: the token crosses the plant network only encrypted. PEM chain, and its key (only
+    # its owner may read it; systemd's LoadCredential= can hand the service a copy).
+    cert_file: str | None = field(default=None, metadata={"min_len": 1})
+    key_file: str | None = field(default=None, metadata={"min_len": 1})
+
+    def check(self) -> list[tuple[str, str]]:
+        if (self.cert_file is None) != (self.key_file is None):
+            missing = "key_file" if self.key_file is None else "cert_file"
+            return [(missing, "cert_file and key_file go together: expected both or neither")]
+        return []
 
 
 @dataclass(frozen=True)
@@ -169,7 +180,29 @@ def fleet_issues(path: str | Path) -> tuple[FleetSettings | None, list[ConfigIss
             read_secret_file(name, what)
         except SecretFileError as exc:
             found.append(ConfigIssue(file, root.line_of(parts), ".".join(parts), _expected(exc)))
+    found += _https_issues(file, root, settings.http)
     return (None, found) if found else (settings, [])
+
+
+def _https_issues(file: str, root: Node, http: HttpSettings) -> list[ConfigIssue]:
+    """The HTTPS key's mode and whether the pair loads (skipped for systemd credentials that
+    only the running service sees)."""
+    if http.cert_file is None or http.key_file is None:
+        return []
+    if any(
+        f.startswith(CREDENTIALS_DIR) and not Path(f).exists()
+        for f in (http.cert_file, http.key_file)
+    ):
+        return []
+    problem = key_file_problem(http.key_file)
+    if problem is not None:
+        return [ConfigIssue(file, root.line_of(("http", "key_file")), "http.key_file", problem)]
+    try:
+        server_context(http.cert_file, http.key_file)
+    except ConfigError as exc:
+        where = root.line_of(("http", "cert_file"))
+        return [ConfigIssue(file, where, "http.cert_file", f"expected a loadable pair: {exc}")]
+    return []
 
 
 def fleet_notes(path: str | Path, settings: FleetSettings) -> list[ConfigIssue]:

@@ -16,6 +16,8 @@ import gzip
 import hmac
 import json
 import logging
+import ssl
+import sys
 import threading
 import uuid
 from collections.abc import Callable
@@ -53,10 +55,17 @@ class PlanServer:
         token: str,
         reader: PlanReader,
         stats: Callable[[], dict[str, Any]],
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         handler = _handler(token.encode("utf-8"), reader, stats)
-        self.httpd = ThreadingHTTPServer((host, port), handler)
+        self.httpd = _Server((host, port), handler)
         self.httpd.daemon_threads = True
+        if tls is not None:
+            # The handshake happens in the request's own thread (Handler.setup), not in the
+            # accepting one: a client that connects and stalls must not hold up the others.
+            self.httpd.socket = tls.wrap_socket(
+                self.httpd.socket, server_side=True, do_handshake_on_connect=False
+            )
         self._thread = threading.Thread(
             target=self.httpd.serve_forever, name="jha-fleet-http", daemon=True
         )
@@ -77,6 +86,20 @@ class PlanServer:
         self.httpd.server_close()
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A connection that fails (a plain HTTP client on the HTTPS port, a failed handshake,
+        a reset) is logged in one line, not as a traceback on stderr."""
+        exc = sys.exc_info()[1]
+        log.info(
+            kv(
+                "fleet_http_connection_failed",
+                client=client_address[0] if client_address else "",
+                error=" ".join(f"{type(exc).__name__}: {exc}".split())[:200],
+            )
+        )
+
+
 def _handler(
     token: bytes, reader: PlanReader, stats: Callable[[], dict[str, Any]]
 ) -> type[BaseHTTPRequestHandler]:
@@ -85,6 +108,12 @@ def _handler(
         sys_version = ""
         # A client that connects and says nothing holds a thread: it is dropped after this.
         timeout = 30
+
+        def setup(self) -> None:
+            if isinstance(self.request, ssl.SSLSocket):
+                self.request.settimeout(self.timeout)
+                self.request.do_handshake()  # here, in this request's thread (PlanServer)
+            super().setup()
 
         def do_GET(self) -> None:
             if not self._authorized():
