@@ -125,7 +125,7 @@ class Ingest:
         self.session.stop()
 
     def alive(self) -> bool:
-        return self._writer.is_alive()
+        return self._writer.is_alive() and self.session.alive()
 
     def stats(self) -> IngestStats:
         with self._lock:

@@ -90,6 +90,9 @@ class SubscriberSession:
     def start(self) -> None:
         self._thread.start()
 
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
     def stop(self, timeout_s: float = 10.0) -> None:
         """Send the queued acknowledgements and a normal DISCONNECT (the session stays), close."""
         self._stop.set()

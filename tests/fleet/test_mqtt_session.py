@@ -104,7 +104,7 @@ def running(
         yield session, inbox
     finally:
         session.stop()
-    assert not session._thread.is_alive(), "stop() left the session's thread running"
+    assert not session.alive(), "stop() left the session's thread running"
 
 
 def messages(caplog: pytest.LogCaptureFixture, event: str) -> list[str]:
@@ -305,7 +305,7 @@ def test_a_failing_callback_is_logged_and_its_messages_come_again(
         wait_until(session.subscribed.is_set, 10, "the subscription")
         publisher.send("jha/m/report", b"x")
         wait_until(lambda: inbox.topics() == ["jha/m/report"], 10, "the message, again")
-        assert session._thread.is_alive()
+        assert session.alive()
         assert any("consumer bug" in m for m in messages(session_log, "fleet_mqtt_failed"))
 
 
@@ -347,7 +347,7 @@ def test_a_broker_that_stops_answering_is_left_and_found_again(
             wait_until(session.subscribed.is_set, 15, "the session back")
             publisher.send("jha/after-outage/report", b"x")
             wait_until(lambda: inbox.topics() == ["jha/after-outage/report"], 10, "a message")
-            assert session._thread.is_alive()
+            assert session.alive()
     finally:
         relay.close()
 
@@ -416,7 +416,7 @@ def test_a_refused_login_is_logged_retried_with_back_off_and_recovers(
             assert all(
                 "bad user name or password" in m or "not authorized" in m for m in refusals
             ), refusals
-            assert not session.connected.is_set() and session._thread.is_alive()
+            assert not session.connected.is_set() and session.alive()
             # Each wait about twice the one before (+-20 % jitter), up to reconnect_max_s.
             waits = stop.waits[:6]
             for i, wait in enumerate(waits):
@@ -537,7 +537,7 @@ def test_tls_verified_against_the_test_ca_and_refused_with_another(
                 )
                 failed = messages(session_log, "fleet_mqtt_connect_failed")
                 assert all("CERTIFICATE_VERIFY_FAILED" in m for m in failed), failed
-                assert not session.connected.is_set() and session._thread.is_alive()
+                assert not session.connected.is_set() and session.alive()
 
             with running(broker.port, tls=tls_context(ca.cert_file)) as (session, inbox):
                 wait_until(session.subscribed.is_set, 10, "the subscription over TLS")
@@ -593,7 +593,7 @@ def test_a_server_answering_with_malformed_bytes_never_ends_the_session(
     with FakeMqttServer(script) as server, running(server.port) as (session, inbox):
         wait_until(session.subscribed.is_set, 30, "the session in, after every bad answer")
         assert server.count == len(BAD_ANSWERS) + 1
-        assert session._thread.is_alive() and not inbox.items
+        assert session.alive() and not inbox.items
         bad = server.connections[: len(BAD_ANSWERS)]
         wait_until(lambda: all(c.closed_by_client for c in bad), 10, "each closed by the client")
         logged = messages(session_log, "fleet_mqtt_disconnected") + messages(
