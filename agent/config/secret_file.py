@@ -40,31 +40,11 @@ def read_secret_file(
     MAX_SECRET_BYTES. `what` names the file in the problems ("token file"), `noun` the secret
     ("password"); `too_long` replaces the length problem's text."""
     file = Path(path)
-
-    def unreadable(exc: OSError) -> SecretFileError:
-        return error(
-            file,
-            f"cannot read the {what}: {exc.strerror}",
-            access_denied=isinstance(exc, PermissionError),
-        )
-
-    try:
-        info = os.stat(file)
-    except OSError as exc:
-        raise unreadable(exc) from None
-    if not stat.S_ISREG(info.st_mode):
-        raise error(file, f"the {what} is not a regular file")
-    mode = stat.S_IMODE(info.st_mode)
-    if mode & 0o077:
-        raise error(
-            file,
-            f"permissions {mode:04o} are too open: the {what} must be readable only by the "
-            f"service user (chmod 600 {file})",
-        )
+    check_owner_only(file, what, error=error)
     try:
         raw = file.read_bytes()
     except OSError as exc:
-        raise unreadable(exc) from None
+        raise _unreadable(file, what, exc, error) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -78,3 +58,34 @@ def read_secret_file(
     if len(secret.encode("utf-8")) > MAX_SECRET_BYTES:
         raise error(file, too_long or f"the {what} is longer than {MAX_SECRET_BYTES} bytes")
     return secret
+
+
+def check_owner_only(
+    path: str | Path, what: str, *, error: type[SecretFileError] = SecretFileError
+) -> None:
+    """`error` unless `path` is a regular file that only its owner may read or write (a secret
+    file, or a private key)."""
+    file = Path(path)
+    try:
+        info = os.stat(file)
+    except OSError as exc:
+        raise _unreadable(file, what, exc, error) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise error(file, f"the {what} is not a regular file")
+    mode = stat.S_IMODE(info.st_mode)
+    if mode & 0o077:
+        raise error(
+            file,
+            f"permissions {mode:04o} are too open: the {what} must be readable only by the "
+            f"service user (chmod 600 {file})",
+        )
+
+
+def _unreadable(
+    file: Path, what: str, exc: OSError, error: type[SecretFileError]
+) -> SecretFileError:
+    return error(
+        file,
+        f"cannot read the {what}: {exc.strerror}",
+        access_denied=isinstance(exc, PermissionError),
+    )

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import queue
-import ssl
 import threading
 import time
 from collections import Counter
@@ -29,12 +28,12 @@ from typing import Any
 
 import psycopg
 
-from agent.errors import ConfigError
 from agent.fleet.messages import Message, PayloadError, parse_message
 from agent.fleet.mqtt_session import Delivery, SubscriberSession
-from agent.fleet.settings import BrokerSettings, FleetSettings
+from agent.fleet.settings import FleetSettings
 from agent.fleet.store import BatchResult, Store
 from agent.logfmt import kv
+from agent.publish.mqtt.security import tls_context
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +95,7 @@ class Ingest:
             self._filters(),
             self._on_messages,
             settings.max_payload_bytes + _PACKET_HEADROOM,
-            _tls(settings.broker),
+            tls_context(settings.broker),
         )
         self.connected = self.session.connected
         self.subscribed = self.session.subscribed
@@ -238,20 +237,3 @@ class Ingest:
                 reason=reason,
             )
         )
-
-
-def _tls(b: BrokerSettings) -> ssl.SSLContext | None:
-    """Verified TLS unless tls_insecure, as the agent's publisher (agent.publish.mqtt.security)."""
-    if not b.tls:
-        return None
-    try:
-        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=b.ca_file)
-        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        if b.cert_file is not None and b.key_file is not None:
-            ctx.load_cert_chain(b.cert_file, b.key_file)
-    except (OSError, ssl.SSLError) as exc:
-        raise ConfigError(f"broker TLS files cannot be loaded: {exc}") from None
-    if b.tls_insecure:
-        ctx.check_hostname = False
-        ctx.verify_mode = ssl.CERT_NONE
-    return ctx

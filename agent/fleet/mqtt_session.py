@@ -296,17 +296,17 @@ class SubscriberSession:
             self._unacked -= len(out)
         return bool(out)
 
-    def _handle(self, packets: list[wire.Packet], generation: int) -> bool:
-        """Deliver the messages, follow the rest; True when a PINGRESP came."""
+    def _handle(self, packets: list[wire.Packet], generation: int) -> None:
+        """Deliver the messages, follow the rest (a PINGRESP needs nothing: whatever arrives
+        shows the connection alive, _serve)."""
         deliveries = []
-        pong = False
         for p in packets:
             if isinstance(p, wire.Publish):
                 if p.qos > 1:  # this client subscribed at QoS 1: the broker must downgrade
                     raise wire.MalformedPacket("PUBLISH at QoS 2 on a QoS 1 subscription")
                 deliveries.append(Delivery(generation, p.packet_id, p.qos, p.topic, p.payload))
             elif isinstance(p, wire.PingResp):
-                pong = True
+                pass
             elif isinstance(p, wire.SubAck):
                 self._suback(p)
             elif isinstance(p, wire.Disconnect):
@@ -317,7 +317,6 @@ class SubscriberSession:
         if deliveries:
             self._unacked += sum(1 for d in deliveries if d.qos)
             self._on_messages(deliveries)
-        return pong
 
     def _suback(self, p: wire.SubAck) -> None:
         refused = [f"{code:#x}" for code in p.reason_codes if code >= 0x80]

@@ -3,10 +3,9 @@ the checks `jha fleet check` makes of them (loadable, a key only its owner may r
 
 from __future__ import annotations
 
-import os
 import ssl
-import stat
 
+from agent.config.secret_file import SecretFileError, check_owner_only
 from agent.errors import ConfigError
 
 
@@ -24,13 +23,10 @@ def server_context(cert_file: str, key_file: str) -> ssl.SSLContext:
 
 
 def key_file_problem(key_file: str) -> str | None:
-    """Why a private key file is not fit (other users may read it), or None."""
+    """Why a private key file is not fit (other users may read it, it is not a file), or None:
+    the rules of the secret files (agent.config.secret_file)."""
     try:
-        mode = os.stat(key_file).st_mode
-    except OSError as exc:
-        return f"expected a readable key file, found: {exc.strerror}"
-    if not stat.S_ISREG(mode):
-        return "expected a regular file"
-    if mode & 0o077:
-        return f"expected a file only its owner may read (0600 or 0400), found {mode & 0o777:04o}"
+        check_owner_only(key_file, "HTTPS key file")
+    except SecretFileError as exc:
+        return exc.problem
     return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ssl
 from pathlib import Path
 
-from agent.config.mqtt import MqttSettings, read_password_text
+from agent.config.mqtt import ClientTls, read_password_text
 from agent.errors import ConfigError
 
 
@@ -41,8 +41,9 @@ def read_password_file(path: str | Path) -> Secret:
     return Secret(read_password_text(path))
 
 
-def tls_context(settings: MqttSettings) -> ssl.SSLContext | None:
-    """The client's TLS context, or None for plain TCP. Verification is on unless tls_insecure."""
+def tls_context(settings: ClientTls) -> ssl.SSLContext | None:
+    """The client's TLS context (the agent's publisher's, the fleet's subscriber's), or None for
+    plain TCP. Verification is on unless tls_insecure."""
     if not settings.tls:
         return None
     try:
