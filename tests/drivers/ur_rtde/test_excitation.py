@@ -81,7 +81,19 @@ def excited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, ...]:
     (agent.service.pose_recovery): here a fresh emulator standing there stands in for that.
     """
     host = free_host()
-    ctrl = controller(write_config(tmp_path_factory.mktemp("ur_excite"), host, rtde_paths=1))
+    # This fixture judges the identification, not the handling of lost packages (that is
+    # test_gap_filler.py's and test_driver.py's): the longest run the driver may bridge (5 packages,
+    # 10 ms) and a generous count per cycle, because under a loaded CI host one receive path
+    # lost runs of 3 and 5 packages in every one of ten attempts. Every bridged package is still
+    # counted in the capture and printed.
+    config = write_config(
+        tmp_path_factory.mktemp("ur_excite"),
+        host,
+        rtde_paths=1,
+        gap_fill_max_run=5,
+        gap_fill_max_per_cycle=100,
+    )
+    ctrl = controller(config)
     cycle = excitation_cycle(ctrl)
     start = emulator_args_at(list(cycle.trajectory().start_rad()))
     # Ten: on this 2-core VM the load has cost two aborts and four late streams in a row.
@@ -91,11 +103,17 @@ def excited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, ...]:
             try:
                 capture = run(_guarded(ctrl, cycle))
             except CycleAborted as exc:
+                print(f"attempt {attempt + 1}: aborted: {exc}")
                 if last or not any(k in str(exc) for k in LOAD_ABORTS):
                     raise
                 continue
             state = wait_until(emu, lambda s: not s["moving"])
-        if capture.meta.extra["servo_late_max_s"] <= LATE_S or last:
+        extra = capture.meta.extra
+        print(
+            f"attempt {attempt + 1}: {extra['missed_packets']} package(s) bridged, servoJ"
+            f" stream at most {extra['servo_late_max_s'] * 1e3:.1f} ms late"
+        )
+        if extra["servo_late_max_s"] <= LATE_S or last:
             return ctrl, cycle, capture, state
     raise AssertionError("unreachable")
 
