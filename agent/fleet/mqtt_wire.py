@@ -19,9 +19,24 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
 
+from agent.fleet.mqtt_fields import (
+    CONNACK_PROPERTIES,
+    DISCONNECT_PROPERTIES,
+    MAXIMUM_PACKET_SIZE,
+    NOT_MINIMAL,
+    PUBLISH_PROPERTIES,
+    REASON_STRING,
+    RECEIVE_MAXIMUM,
+    SERVER_KEEP_ALIVE,
+    SESSION_EXPIRY_INTERVAL,
+    SUBACK_PROPERTIES,
+    TOPIC_ALIAS,
+    MalformedPacket,
+    read_properties,
+    read_utf8,
+)
 
-class MalformedPacket(ValueError):
-    """The broker sent bytes that are not a packet this client can accept (and why)."""
+__all__ = ["REASON_STRING", "SERVER_KEEP_ALIVE", "MalformedPacket"]
 
 
 class PacketType(IntEnum):
@@ -42,56 +57,6 @@ class PacketType(IntEnum):
     AUTH = 15
 
 
-# Property identifiers (section 2.2.2.2) and how each is encoded.
-SESSION_EXPIRY_INTERVAL = 0x11
-RECEIVE_MAXIMUM = 0x21
-MAXIMUM_PACKET_SIZE = 0x27
-SERVER_KEEP_ALIVE = 0x13
-TOPIC_ALIAS = 0x23
-REASON_STRING = 0x1F
-USER_PROPERTY = 0x26
-SUBSCRIPTION_IDENTIFIER = 0x0B
-_BYTE, _TWO, _FOUR, _VARINT, _UTF8, _BINARY, _PAIR = range(7)
-_PROPERTY_KIND = {
-    0x01: _BYTE,  # payload format indicator
-    0x02: _FOUR,  # message expiry interval
-    0x03: _UTF8,  # content type
-    0x08: _UTF8,  # response topic
-    0x09: _BINARY,  # correlation data
-    0x0B: _VARINT,  # subscription identifier
-    0x11: _FOUR,
-    0x12: _UTF8,  # assigned client identifier
-    0x13: _TWO,
-    0x15: _UTF8,  # authentication method
-    0x16: _BINARY,  # authentication data
-    0x17: _BYTE,  # request problem information
-    0x18: _FOUR,  # will delay interval
-    0x19: _BYTE,  # request response information
-    0x1A: _UTF8,  # response information
-    0x1C: _UTF8,  # server reference
-    0x1F: _UTF8,
-    0x21: _TWO,
-    0x22: _TWO,  # topic alias maximum
-    0x23: _TWO,
-    0x24: _BYTE,  # maximum QoS
-    0x25: _BYTE,  # retain available
-    0x26: _PAIR,  # user property
-    0x27: _FOUR,
-    0x28: _BYTE,  # wildcard subscription available
-    0x29: _BYTE,  # subscription identifier available
-    0x2A: _BYTE,  # shared subscription available
-}
-_FIXED = {_BYTE: (1, ">B"), _TWO: (2, ">H"), _FOUR: (4, ">I")}
-# Which properties each received packet may carry (section 2.2.2.2: any other identifier makes
-# it a Malformed Packet), and the two that may come more than once (a list of their values).
-_PUBLISH_PROPERTIES = frozenset({0x01, 0x02, 0x03, 0x08, 0x09, 0x0B, 0x23, 0x26})
-_CONNACK_PROPERTIES = frozenset(
-    {0x11, 0x12, 0x13, 0x15, 0x16, 0x1A, 0x1C, 0x1F, 0x21}  # session expiry .. receive maximum
-    | {0x22, 0x24, 0x25, 0x26, 0x27, 0x28, 0x29, 0x2A}  # topic alias maximum .. shared subs.
-)
-_SUBACK_PROPERTIES = frozenset({0x1F, 0x26})
-_DISCONNECT_PROPERTIES = frozenset({0x11, 0x1C, 0x1F, 0x26})
-_REPEATABLE = frozenset({USER_PROPERTY, SUBSCRIPTION_IDENTIFIER})
 _MAX_REMAINING = 268_435_455  # the largest a four-byte variable byte integer holds
 
 
@@ -232,6 +197,8 @@ class PacketReader:
                 at += 1
                 length |= (digit & 0x7F) << shift
                 if not digit & 0x80:
+                    if digit == 0 and shift:
+                        raise MalformedPacket(NOT_MINIMAL.format(what="remaining length"))
                     whole = True
                     break
             else:
@@ -278,7 +245,7 @@ def _publish(flags: int, body: bytes) -> Publish:
         raise MalformedPacket("PUBLISH with QoS 3")
     if qos == 0 and flags & 0x08:
         raise MalformedPacket("PUBLISH with DUP set at QoS 0")
-    topic, at = _read_utf8(body, 0, "PUBLISH topic")
+    topic, at = read_utf8(body, 0, "PUBLISH topic")
     packet_id = 0
     if qos:
         if len(body) < at + 2:
@@ -287,7 +254,7 @@ def _publish(flags: int, body: bytes) -> Publish:
         if packet_id == 0:
             raise MalformedPacket("PUBLISH with packet identifier 0")
         at += 2
-    properties, at = _read_properties(body, at, _PUBLISH_PROPERTIES)
+    properties, at = read_properties(body, at, PUBLISH_PROPERTIES)
     if not topic:
         # This client allows no topic alias (Topic Alias Maximum absent: 0), section 3.3.2.3.4.
         raise MalformedPacket("PUBLISH with an empty topic (topic aliases are not allowed)")
@@ -304,7 +271,7 @@ def _connack(body: bytes) -> ConnAck:
         raise MalformedPacket("CONNACK shorter than its flags and reason code")
     if body[0] & 0xFE:
         raise MalformedPacket("CONNACK with reserved acknowledge flags set")
-    properties, at = _read_properties(body, 2, _CONNACK_PROPERTIES) if len(body) > 2 else ({}, 2)
+    properties, at = read_properties(body, 2, CONNACK_PROPERTIES) if len(body) > 2 else ({}, 2)
     if at != len(body):
         raise MalformedPacket("CONNACK with bytes after its properties")
     return ConnAck(bool(body[0] & 0x01), body[1], properties)
@@ -314,7 +281,7 @@ def _suback(body: bytes) -> SubAck:
     if len(body) < 3:
         raise MalformedPacket("SUBACK shorter than its identifier and properties")
     packet_id = struct.unpack_from(">H", body)[0]
-    _, at = _read_properties(body, 2, _SUBACK_PROPERTIES)
+    _, at = read_properties(body, 2, SUBACK_PROPERTIES)
     if at >= len(body):
         raise MalformedPacket("SUBACK without a reason code")
     return SubAck(packet_id, tuple(body[at:]))
@@ -323,82 +290,8 @@ def _suback(body: bytes) -> SubAck:
 def _disconnect(body: bytes) -> Disconnect:
     if not body:
         return Disconnect(0, None)
-    properties, at = _read_properties(body, 1, _DISCONNECT_PROPERTIES) if len(body) > 1 else ({}, 1)
+    properties, at = read_properties(body, 1, DISCONNECT_PROPERTIES) if len(body) > 1 else ({}, 1)
     if at != len(body):
         raise MalformedPacket("DISCONNECT with bytes after its properties")
     reason = properties.get(REASON_STRING)
     return Disconnect(body[0], reason if isinstance(reason, str) else None)
-
-
-def _read_varint(data: bytes, at: int, what: str) -> tuple[int, int]:
-    value = 0
-    for shift in (0, 7, 14, 21):
-        if at >= len(data):
-            raise MalformedPacket(f"{what} cut short")
-        digit = data[at]
-        at += 1
-        value |= (digit & 0x7F) << shift
-        if not digit & 0x80:
-            return value, at
-    raise MalformedPacket(f"{what} longer than four bytes")
-
-
-def _read_binary(data: bytes, at: int, what: str) -> tuple[bytes, int]:
-    if len(data) < at + 2:
-        raise MalformedPacket(f"{what} cut short")
-    (length,) = struct.unpack_from(">H", data, at)
-    at += 2
-    if len(data) < at + length:
-        raise MalformedPacket(f"{what} cut short")
-    return data[at : at + length], at + length
-
-
-def _read_utf8(data: bytes, at: int, what: str) -> tuple[str, int]:
-    raw, at = _read_binary(data, at, what)
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise MalformedPacket(f"{what} is not UTF-8") from None
-    if "\x00" in text:  # section 1.5.4: a UTF-8 string must not hold U+0000
-        raise MalformedPacket(f"{what} holds U+0000")
-    return text, at
-
-
-def _read_properties(data: bytes, at: int, allowed: frozenset[int]) -> tuple[dict[int, Any], int]:
-    length, at = _read_varint(data, at, "properties length")
-    end = at + length
-    if end > len(data):
-        raise MalformedPacket("properties longer than the packet")
-    found: dict[int, Any] = {}
-    while at < end:
-        ident, at = _read_varint(data, at, "property identifier")
-        kind = _PROPERTY_KIND.get(ident)
-        value: Any
-        if kind is None:
-            raise MalformedPacket(f"unknown property {ident:#x}")
-        if ident not in allowed:
-            raise MalformedPacket(f"property {ident:#x} in a packet that cannot carry it")
-        if ident in found and ident not in _REPEATABLE:
-            raise MalformedPacket(f"property {ident:#x} given twice")  # section 2.2.2.2
-        if kind in _FIXED:
-            size, fmt = _FIXED[kind]
-            if at + size > end:
-                raise MalformedPacket(f"property {ident:#x} cut short")
-            (value,), at = struct.unpack_from(fmt, data, at), at + size
-        elif kind == _VARINT:
-            value, at = _read_varint(data, at, "property")
-        elif kind == _UTF8:
-            value, at = _read_utf8(data, at, "property")
-        elif kind == _BINARY:
-            value, at = _read_binary(data, at, "property")
-        else:
-            key, at = _read_utf8(data, at, "user property")
-            val, at = _read_utf8(data, at, "user property")
-            value = (key, val)
-        if at > end:
-            raise MalformedPacket("a property runs past the properties' length")
-        if ident in _REPEATABLE:
-            found.setdefault(ident, []).append(value)
-        else:
-            found[ident] = value
-    return found, end

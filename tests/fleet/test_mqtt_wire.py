@@ -231,6 +231,37 @@ def test_connack_refusals_keep_their_reason_code_and_string(code: int) -> None:
     assert got == wire.ConnAck(False, code, {wire.REASON_STRING: "no"})
 
 
+@pytest.mark.parametrize(
+    ("name", "low", "high"),
+    [
+        ("ReceiveMaximum", 1, 65_535),
+        # paho stops at 268,435,455 (the largest packet); the four-byte field's top is below.
+        ("MaximumPacketSize", 1, 268_435_455),
+        ("MaximumQoS", 0, 1),
+        ("RetainAvailable", 0, 1),
+        ("WildcardSubscriptionAvailable", 0, 1),
+        ("SubscriptionIdentifierAvailable", 0, 1),
+        ("SharedSubscriptionAvailable", 0, 1),
+    ],
+)
+def test_connack_property_values_at_both_ends_of_their_range(
+    name: str, low: int, high: int
+) -> None:
+    """Sections 3.2.2.3.3 to 3.2.2.3.13: the values the specification allows are kept."""
+    for value in (low, high):
+        got = the_packet(connack_bytes(False, 0, props(PacketTypes.CONNACK, **{name: value})))
+        assert isinstance(got, wire.ConnAck) and list(got.properties.values()) == [value]
+    top = the_packet(fixed(0x20, b"\x00\x00\x05\x27\xff\xff\xff\xff"))
+    assert top == wire.ConnAck(False, 0, {0x27: 0xFFFFFFFF})
+
+
+def test_publish_payload_format_indicator_0_and_1_are_accepted() -> None:
+    for value in (0, 1):
+        p = props(PacketTypes.PUBLISH, PayloadFormatIndicator=value, ResponseTopic="a/b")
+        got = the_packet(publish_bytes("t", b"{}", 1, 7, properties=p))
+        assert got == wire.Publish("t", b"{}", 1, 7, False, False)
+
+
 def test_connack_without_properties() -> None:
     assert the_packet(connack_bytes(False, 0)) == wire.ConnAck(False, 0, {})
 
@@ -449,6 +480,22 @@ MALFORMED = {
         0x30, b"t", b"\x0a\x02\x00\x00\x00\x01\x02\x00\x00\x00\x02"
     ),
     "content type not UTF-8": _publish_raw(0x30, b"t", b"\x04\x03\x00\x01\xff"),
+    # Section 1.5.5: a variable byte integer in more bytes than it needs.
+    "remaining length 0 in two bytes": b"\xd0\x80\x00",
+    "remaining length 5 in three bytes": b"\xd0\x85\x80\x00" + bytes(5),
+    "properties length 0 in two bytes": _publish_raw(0x30, b"t", b"\x80\x00"),
+    "subscription identifier 5 in two bytes": _publish_raw(0x30, b"t", b"\x03\x0b\x85\x00"),
+    # Property values the specification forbids (Protocol Errors).
+    "payload format indicator 2": _publish_raw(0x30, b"t", b"\x02\x01\x02"),
+    "subscription identifier 0": _publish_raw(0x30, b"t", b"\x02\x0b\x00"),
+    "response topic with a wildcard": _publish_raw(0x30, b"t", b"\x06\x08\x00\x03a/+"),
+    "CONNACK receive maximum 0": fixed(0x20, b"\x00\x00\x03\x21\x00\x00"),
+    "CONNACK maximum QoS 2": fixed(0x20, b"\x00\x00\x02\x24\x02"),
+    "CONNACK maximum packet size 0": fixed(0x20, b"\x00\x00\x05\x27\x00\x00\x00\x00"),
+    "CONNACK retain available 2": fixed(0x20, b"\x00\x00\x02\x25\x02"),
+    "CONNACK wildcard subscription available 2": fixed(0x20, b"\x00\x00\x02\x28\x02"),
+    "CONNACK subscription identifiers available 7": fixed(0x20, b"\x00\x00\x02\x29\x07"),
+    "CONNACK shared subscription available 255": fixed(0x20, b"\x00\x00\x02\x2a\xff"),
     "CONNACK with reserved flags in the fixed header": fixed(0x21, b"\x00\x00\x00"),
     "SUBACK with reserved flags": fixed(0x92, b"\x00\x01\x00\x01"),
     "PINGRESP with reserved flags": b"\xd1\x00",
