@@ -49,7 +49,8 @@ def _driver(ctrl: ControllerSettings) -> UrRtdeDriver:
     return UrRtdeDriver(ctrl.name, ctrl.settings, ctrl.joints)
 
 
-# A servoJ stream this late against its schedule is the machine's load, not the driver: the
+# A servoJ stream this late against its schedule is the machine's load, not the driver (the
+# worker keeps its periods on one grid and catches up: on time it is under 1 ms late): the
 # emulated arm then follows a different path than the trajectory's.
 LATE_S = 0.02
 
@@ -96,7 +97,8 @@ def excited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, ...]:
     ctrl = controller(config)
     cycle = excitation_cycle(ctrl)
     start = emulator_args_at(list(cycle.trajectory().start_rad()))
-    # Ten: on this 2-core VM the load has cost two aborts and four late streams in a row.
+    # Ten: on this 2-core VM the load has cost two aborts in a row. (The four late streams in a
+    # row seen then were the worker's own drift, since fixed: drivers.ur_rtde.worker.servo.)
     for attempt in range(ATTEMPTS):
         last = attempt == ATTEMPTS - 1
         with UrEmulator(host, *start) as emu:
@@ -177,10 +179,10 @@ def test_excitation_follows_the_trajectory_and_identifies_the_friction(
     fc = np.array([j["coulomb_nm"] for j in joints])
     fv = np.array([j["viscous_nm_s_rad"] for j in joints])
     print("coulomb", fc.round(3), "viscous", fv.round(3), "nmse", outcome.nmse_nm)
-    # A stream that fell behind ran the trajectory slower than designed, and the Coulomb
-    # friction came out 16-27 % low (streams 34-95 ms late, measured on the loaded 2-core VM;
-    # cause in the worker not found yet, see docs/drivers/ur_rtde.md). Only then the tolerance
-    # is widened to 30 %.
+    # A stream that fell behind ran the trajectory slower than designed: while every period
+    # was timed from its own start (drivers.ur_rtde.worker.servo), streams 34-95 ms late on the
+    # loaded 2-core VM gave Coulomb friction 16-27 % low. Now only a stall of the machine makes
+    # a stream late; only then the tolerance is widened to 30 %.
     widen = 3.0 if capture.meta.extra["servo_late_max_s"] > LATE_S else 1.0
     for est, truth, (rel, absol) in (
         (fc, np.array(COULOMB_NM), COULOMB_TOL),
