@@ -13,10 +13,10 @@ import numpy as np
 
 from agent.capture.model import Capture, CaptureMeta
 from drivers.base import BacklashCycle, ControllerMode, ControllerStatus
+from drivers.ur_rtde.safety_bits import STOP_BITS, stop_names
 from drivers.ur_rtde.settings import UrRtdeSettings
 
 _SAFETY_OK = ("NORMAL", "REDUCED")
-_SAFETY_STOP_BITS = sum(1 << b for b in (2, 4, 5, 6, 7, 8, 9, 10))
 UR_JOINTS = 6
 
 
@@ -43,9 +43,9 @@ def controller_status(
     """The interlocks' view of one status read (dashboard strings plus RTDE words)."""
     alarms: list[str] = []
     safety_bits = int(raw["safety_bits"])
-    if raw["safety"] not in _SAFETY_OK or safety_bits & _SAFETY_STOP_BITS:
+    if raw["safety"] not in _SAFETY_OK or safety_bits & STOP_BITS:
         mode = ControllerMode.FAULT
-        alarms.append(f"safety status {raw['safety']} (bits {safety_bits:#x})")
+        alarms.append(f"safety status {raw['safety']}, RTDE: {stop_names(safety_bits)}")
     elif raw["robot_mode"] != "RUNNING":
         mode = ControllerMode.MANUAL if raw["robot_mode"] == "BACKDRIVE" else ControllerMode.FAULT
         alarms.append(f"robot mode {raw['robot_mode']}")

@@ -22,14 +22,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from drivers.ur_rtde.safety_bits import STOP_BITS, stop_names
 from drivers.ur_rtde.wire import ABORTING, Fault, FaultKind, tell
 from drivers.ur_rtde.worker.stream import GapFiller, Row, StreamError, StreamReader
 
 ROBOT_MODE_RUNNING = 7
 RUNTIME_PLAYING = 2
-# safety_status_bits that mean the arm is stopped by safety: protective, safeguard, emergency
-# (system, robot, any), violation, fault, "stopped due to safety".
-SAFETY_STOP_BITS = sum(1 << b for b in (2, 4, 5, 6, 7, 8, 9, 10))
 _WAIT_S = 0.002  # longest wait for the next package before checking stop, kicks, silence
 _KICK_S = 0.05
 _MOVING_RAD_S = 1e-4  # target joint speed above which the speedJ run-up has begun
@@ -61,11 +59,8 @@ class CycleOps:
 
     # Checks --------------------------------------------------------------------------------
     def _check_sample(self, robot_mode: int, safety_bits: int, runtime: int | None) -> None:
-        if safety_bits & SAFETY_STOP_BITS:
-            raise Fault(
-                f"protective or emergency stop (safety status bits {safety_bits:#x})",
-                FaultKind.ABORT,
-            )
+        if safety_bits & STOP_BITS:
+            raise Fault(f"safety stop: {stop_names(safety_bits)}", FaultKind.ABORT)
         if robot_mode != ROBOT_MODE_RUNNING:
             raise Fault(f"robot mode left RUNNING (RTDE robot mode {robot_mode})", FaultKind.ABORT)
         if runtime is not None and runtime != RUNTIME_PLAYING:

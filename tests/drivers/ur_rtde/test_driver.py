@@ -340,7 +340,7 @@ def test_protective_stop_during_speedj_aborts(tmp_path: Path) -> None:
     message, state, emu = _fault(tmp_path, {"op": "set", "safety_mode": "PROTECTIVE_STOP"})
     with emu:
         # The worker (RTDE safety bits) or the interlock watcher (dashboard) saw it first.
-        assert "CycleAborted" in message and "protective" in message.lower()
+        assert "CycleAborted" in message and "protective" in message.lower(), message
         assert not state["moving"] and state["safety_mode"] == "PROTECTIVE_STOP"
         assert "speedj" in state["commands"]
         assert state["after"] == "fault"
