@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 # (broker.max_inflight), so that it keeps sending while a batch is being committed.
 BATCH_MAX = 500
 BATCH_WINDOW_S = 0.02
+PARTITIONS_EVERY_S = 3600.0  # this month's and next month's partitions, and the retention
 # The largest packet the broker may send this client (CONNECT's Maximum Packet Size): a payload
 # at max_payload_bytes with room for its topic and properties. The broker drops a larger one
 # (and logs it) instead of sending it: this process never buffers an unbounded packet.
@@ -157,7 +158,12 @@ class Ingest:
     # -- the writer ----------------------------------------------------------------------------
 
     def _write_loop(self) -> None:
+        next_partitions = 0.0  # at once: the month may have turned while the service was away
         while not self._stop.is_set():
+            # Between batches, on this thread: the partitions' DDL never waits on our own rows.
+            if time.monotonic() >= next_partitions:
+                self._keep_partitions()
+                next_partitions = time.monotonic() + PARTITIONS_EVERY_S
             try:
                 batch = self._queue.get(timeout=0.2)
             except queue.Empty:
@@ -200,6 +206,16 @@ class Ingest:
                 by_connection.setdefault(item.generation, []).append(item.packet_id)
         for generation, packet_ids in by_connection.items():
             self.session.ack(generation, packet_ids)
+
+    def _keep_partitions(self) -> None:
+        retention = self.settings.database.retention_months
+        try:
+            dropped = self.store.keep_partitions(retention)
+        except psycopg.Error as exc:  # a lost database shows again at the next batch
+            log.warning(kv("fleet_partitions_failed", error=" ".join(str(exc).split())[:300]))
+            return
+        if dropped:
+            log.info(kv("fleet_history_dropped", partitions=dropped, retention_months=retention))
 
     def _one_by_one(self, parsed: list[Message]) -> BatchResult:
         stored = duplicates = 0

@@ -67,13 +67,14 @@ SELECT m.site, m.line, h.prefix, h.machine, h.joint, h.status, h.ne107,
        h.forecast_at, h.forecast_low, h.forecast_high, h.recommendation,
        CASE WHEN %(history)s THEN h.document->'history' END AS history,
        h.report_id::text AS report_id,
-       EXISTS (SELECT 1 FROM reports r WHERE r.report_id = h.report_id) AS report_stored,
+       EXISTS (SELECT 1 FROM reports r WHERE r.report_id = h.report_id
+               AND r.created_at = h.report_created_at) AS report_stored,
        m.last_report_at, h.spark, m.last_report_at < %(stale_before)s AS stale,
        CASE h.status WHEN 'alert' THEN 0 WHEN 'watch' THEN 1 WHEN 'unknown' THEN 2 ELSE 3 END
            AS severity,
        m.client_id, a.state AS agent_state, coalesce(a.at, a.received_at) AS agent_since
 FROM joint_latest l
-JOIN joint_health h ON h.message_id = l.message_id
+JOIN joint_health h ON h.message_id = l.message_id AND h.report_created_at = l.report_created_at
 JOIN machines m ON m.prefix = l.prefix AND m.machine = l.machine
 LEFT JOIN agent_status a ON a.prefix = m.prefix AND a.client_id = m.client_id
 WHERE (%(site)s::text IS NULL OR m.site = %(site)s)

@@ -85,6 +85,9 @@ class DatabaseSettings:
     # Only for another role or password on the replica: a physical replica has the primary's
     # roles, so without it the replica is given password_file's password.
     read_password_file: str | None = field(default=None, metadata={"min_len": 1})
+    # History older than this many whole months (by the report's time) is dropped, a monthly
+    # partition at a time; None keeps everything (13 GB a year for 2,000 machines).
+    retention_months: int | None = field(default=None, metadata={"ge": 1, "le": 1200})
 
     def check(self) -> list[tuple[str, str]]:
         out = _conninfo_problems("conninfo", self.conninfo, "password_file")

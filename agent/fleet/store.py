@@ -54,6 +54,13 @@ _FIRST = itemgetter(0)
 _JOINT_THEN_ID = itemgetter(2, 3, 4, 0)
 
 
+# The first instant of the month `retention_months` before this one (UTC).
+_DROP_BEFORE = (
+    "SELECT fleet_drop_before((date_trunc('month', now() AT TIME ZONE 'UTC')"
+    " - make_interval(months => %s)) AT TIME ZONE 'UTC')"
+)
+
+
 @dataclass(frozen=True)
 class Placement:
     site: str
@@ -128,6 +135,24 @@ class Store:
             place = self.placements[prefix]
             rows.append((prefix, machine, place.site, place.line, at, client_id))
         return rows
+
+    def keep_partitions(self, retention_months: int | None) -> int:
+        """This month's and next month's partitions made (migration 0004), and with a retention
+        the history before it dropped; the number of monthly partitions dropped."""
+        try:
+            with self.conn.cursor() as cur:
+                cur.execute("SELECT fleet_month_partition(now())")
+                cur.execute("SELECT fleet_month_partition(now() + interval '1 month')")
+                dropped = 0
+                if retention_months is not None:
+                    row = cur.execute(_DROP_BEFORE, (retention_months,)).fetchone()
+                    dropped = 0 if row is None else int(row[0])
+            self.conn.commit()
+        except BaseException:
+            if not self.conn.closed:
+                self.conn.rollback()
+            raise
+        return dropped
 
     def counts(self) -> dict[str, int]:
         """Rows per table (for tests and the benchmark)."""
