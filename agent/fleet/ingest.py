@@ -159,15 +159,19 @@ class Ingest:
 
     def _write_loop(self) -> None:
         next_partitions = 0.0  # at once: the month may have turned while the service was away
+        carried: list[_Incoming] = []  # parsed, not yet in a batch
         while not self._stop.is_set():
             # Between batches, on this thread: the partitions' DDL never waits on our own rows.
             if time.monotonic() >= next_partitions:
                 self._keep_partitions()
                 next_partitions = time.monotonic() + PARTITIONS_EVERY_S
-            try:
-                batch = self._queue.get(timeout=0.2)
-            except queue.Empty:
-                continue
+            if carried:
+                batch, carried = carried, []
+            else:
+                try:
+                    batch = self._queue.get(timeout=0.2)
+                except queue.Empty:
+                    continue
             # Group commit: what arrives within BATCH_WINDOW_S shares one transaction (one
             # fsync); a lone message waits at most that long.
             deadline = time.monotonic() + BATCH_WINDOW_S
@@ -176,6 +180,10 @@ class Ingest:
                     batch += self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
                 except queue.Empty:
                     break
+            # Never more than BATCH_MAX: a batch holds its messages unacknowledged until its
+            # commit, and the session reads nothing past max_inflight unacknowledged; a batch of
+            # everything parsed would leave it nothing to read while that batch is committed.
+            batch, carried = batch[:BATCH_MAX], batch[BATCH_MAX:]
             self._write(batch)
 
     def _write(self, batch: list[_Incoming]) -> None:
