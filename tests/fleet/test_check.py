@@ -221,3 +221,25 @@ def test_a_replica_password_file_is_a_secret_file_and_needs_a_replica(
         f"{files.config}:{line}: database.read_password_file: expected a file that only"
     )
     assert "hunter2" not in "\n".join(errors)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("0", "expected an integer >= 1 and <= 1200 or null, found 0"),
+        ("1201", "expected an integer >= 1 and <= 1200 or null, found 1201"),
+        ("twelve", "expected an integer"),
+        ("1.5", "expected an integer"),
+    ],
+)
+def test_retention_months_is_checked_at_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, expected: str
+) -> None:
+    files = write_fleet_config(tmp_path, 1883, "host=/nonexistent dbname=jha")
+    with_replica(files.config, f"  retention_months: {value}\n")
+    code, errors = check(files.config, capsys)
+    assert code == 78
+    line = line_of(files.config, "retention_months:")
+    assert errors[0].startswith(f"{files.config}:{line}: database.retention_months: {expected}"), (
+        errors
+    )
