@@ -91,8 +91,10 @@ def test_the_service_keeps_the_partitions_and_its_retention(
     files.config.write_text(text)
     with running_fleet(files.config):
         wait_until(
-            lambda: "joint_health_y2018m03" not in _where(database, "joint_health")
-            and _where(database, "joint_health") == {},
+            lambda: (
+                "joint_health_y2018m03" not in _where(database, "joint_health")
+                and _where(database, "joint_health") == {}
+            ),
             30,
             "the service to drop March 2018",
         )
