@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 BATCH_MAX = 500
 BATCH_WINDOW_S = 0.02
 PARTITIONS_EVERY_S = 3600.0  # this month's and next month's partitions, and the retention
+PARTITIONS_RETRY_S = 60.0  # after the database refused them (a lock wait, a lost connection)
 # The largest packet the broker may send this client (CONNECT's Maximum Packet Size): a payload
 # at max_payload_bytes with room for its topic and properties. The broker drops a larger one
 # (and logs it) instead of sending it: this process never buffers an unbounded packet.
@@ -163,8 +164,9 @@ class Ingest:
         while not self._stop.is_set():
             # Between batches, on this thread: the partitions' DDL never waits on our own rows.
             if time.monotonic() >= next_partitions:
-                self._keep_partitions()
-                next_partitions = time.monotonic() + PARTITIONS_EVERY_S
+                kept = self._keep_partitions()
+                wait_s = PARTITIONS_EVERY_S if kept else PARTITIONS_RETRY_S
+                next_partitions = time.monotonic() + wait_s
             if carried:
                 batch, carried = carried, []
             else:
@@ -215,15 +217,24 @@ class Ingest:
         for generation, packet_ids in by_connection.items():
             self.session.ack(generation, packet_ids)
 
-    def _keep_partitions(self) -> None:
+    def _keep_partitions(self) -> bool:
+        """False when the database refused or was away: tried again in PARTITIONS_RETRY_S (rows
+        of a month without its partition wait in the default one meanwhile, nothing is lost)."""
         retention = self.settings.database.retention_months
         try:
             dropped = self.store.keep_partitions(retention)
         except psycopg.Error as exc:  # a lost database shows again at the next batch
-            log.warning(kv("fleet_partitions_failed", error=" ".join(str(exc).split())[:300]))
-            return
+            log.warning(
+                kv(
+                    "fleet_partitions_failed",
+                    error=" ".join(str(exc).split())[:300],
+                    retry_s=PARTITIONS_RETRY_S,
+                )
+            )
+            return False
         if dropped:
             log.info(kv("fleet_history_dropped", partitions=dropped, retention_months=retention))
+        return True
 
     def _one_by_one(self, parsed: list[Message]) -> BatchResult:
         stored = duplicates = 0

@@ -136,11 +136,19 @@ class Store:
             rows.append((prefix, machine, place.site, place.line, at, client_id))
         return rows
 
-    def keep_partitions(self, retention_months: int | None) -> int:
+    def keep_partitions(self, retention_months: int | None, lock_timeout_s: float = 5.0) -> int:
         """This month's and next month's partitions made (migration 0004), and with a retention
-        the history before it dropped; the number of monthly partitions dropped."""
+        the history before it dropped; the number of monthly partitions dropped.
+
+        Attaching or dropping a partition waits for every reader of the table (a plan being
+        read, an operator's long query) and runs on the ingest's writer: past `lock_timeout_s`
+        it gives up (psycopg.errors.LockNotAvailable) rather than hold up the ingest, and is
+        tried again later."""
         try:
             with self.conn.cursor() as cur:
+                cur.execute(
+                    "SELECT set_config('lock_timeout', %s, true)", (f"{lock_timeout_s * 1000:.0f}",)
+                )
                 cur.execute("SELECT fleet_month_partition(now())")
                 cur.execute("SELECT fleet_month_partition(now() + interval '1 month')")
                 dropped = 0

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from agent.fleet.messages import parse_message
 from agent.fleet.plan import PlanFilter, PlanReader
@@ -98,3 +99,24 @@ def test_the_service_keeps_the_partitions_and_its_retention(
             30,
             "the service to drop March 2018",
         )
+
+
+def test_dropping_a_month_gives_up_on_a_reader_that_holds_the_table(database: str) -> None:
+    """A reader inside a long transaction on joint_health blocks the DROP of a partition: the
+    writer's call gives up at its lock timeout instead of holding up the ingest, the connection
+    stays usable, and once the reader is gone the month is dropped."""
+    store = _store(database)
+    _stored(store, "press-2019", datetime(2019, 5, 14, 8, 0, tzinfo=UTC))
+    with store.conn.cursor() as cur:
+        cur.execute("SELECT fleet_month_partition('2019-05-01T00:00:00Z')")
+    store.conn.commit()
+    with psycopg.connect(database) as reader:
+        reader.execute("SELECT count(*) FROM joint_health").fetchone()  # holds ACCESS SHARE
+        with pytest.raises(psycopg.errors.LockNotAvailable):
+            store.keep_partitions(12, lock_timeout_s=0.2)
+        assert "joint_health_y2019m05" in _where(database, "joint_health")
+        _stored(store, "press-now", datetime.now(UTC))  # the writer's connection still works
+        reader.rollback()
+    assert store.keep_partitions(12, lock_timeout_s=0.2) == 2
+    assert "joint_health_y2019m05" not in _where(database, "joint_health")
+    store.conn.close()
