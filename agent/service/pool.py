@@ -8,6 +8,7 @@ follow) and are then shut down by reap().
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import contextlib
 import multiprocessing
 import threading
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+MANAGER_JOIN_S = 2.0  # how long a stop waits for the pool's manager thread to close its pipe
 
 
 class LazyPool(concurrent.futures.Executor):
@@ -74,12 +76,18 @@ class LazyPool(concurrent.futures.Executor):
             for proc in list((getattr(pool, "_processes", None) or {}).values()):
                 with contextlib.suppress(Exception):
                     proc.terminate()
+        # Taken before shutdown(), which forgets it.
+        manager = getattr(pool, "_executor_manager_thread", None)
         pool.shutdown(wait=wait, cancel_futures=cancel_futures)
-        if not wait:
+        if not wait and isinstance(manager, threading.Thread):
             # Let the pool's manager thread see its terminated workers and close its wake-up
             # pipe now: left running into interpreter exit, it races concurrent.futures'
             # atexit hook, which then writes to the closed pipe (CPython 3.11: a "Bad file
             # descriptor" traceback in the journal of a clean stop). Bounded: the stop has 5 s.
-            manager = getattr(pool, "_executor_manager_thread", None)
-            if isinstance(manager, threading.Thread):
-                manager.join(timeout=2.0)
+            manager.join(timeout=MANAGER_JOIN_S)
+            if manager.is_alive():
+                # Still closing (a loaded machine: seen in CI): keep the atexit hook away from
+                # its pipe. Interpreter exit still joins the thread, a non-daemon one.
+                wakeups = getattr(concurrent.futures.process, "_threads_wakeups", None)
+                if wakeups is not None:
+                    wakeups.pop(manager, None)
