@@ -15,6 +15,10 @@ class MalformedPacket(ValueError):
     """The broker sent bytes that are not a packet this client can accept (and why)."""
 
 
+# Section 1.5.5 [MQTT-1.5.5-1]: a trailing zero byte would make two encodings of one value.
+NOT_MINIMAL = "{what} not in the fewest bytes (a trailing 0x00 digit)"
+
+
 # Property identifiers (section 2.2.2.2) and how each is encoded.
 SESSION_EXPIRY_INTERVAL = 0x11
 RECEIVE_MAXIMUM = 0x21
@@ -24,6 +28,7 @@ TOPIC_ALIAS = 0x23
 REASON_STRING = 0x1F
 USER_PROPERTY = 0x26
 SUBSCRIPTION_IDENTIFIER = 0x0B
+RESPONSE_TOPIC = 0x08
 _BYTE, _TWO, _FOUR, _VARINT, _UTF8, _BINARY, _PAIR = range(7)
 _PROPERTY_KIND = {
     0x01: _BYTE,  # payload format indicator
@@ -79,7 +84,6 @@ _VALUE_RULES: dict[int, tuple[Any, str]] = {
     0x29: (_FLAG, "0 or 1"),  # subscription identifiers available, 3.2.2.3.12
     0x2A: (_FLAG, "0 or 1"),  # shared subscription available, 3.2.2.3.13
 }
-RESPONSE_TOPIC = 0x08
 
 
 def _read_varint(data: bytes, at: int, what: str) -> tuple[int, int]:
@@ -95,10 +99,6 @@ def _read_varint(data: bytes, at: int, what: str) -> tuple[int, int]:
                 raise MalformedPacket(NOT_MINIMAL.format(what=what))
             return value, at
     raise MalformedPacket(f"{what} longer than four bytes")
-
-
-# Section 1.5.5 [MQTT-1.5.5-1]: a trailing zero byte would make two encodings of one value.
-NOT_MINIMAL = "{what} not in the fewest bytes (a trailing 0x00 digit)"
 
 
 def _read_binary(data: bytes, at: int, what: str) -> tuple[bytes, int]:

@@ -157,7 +157,7 @@ def test_a_conninfo_libpq_cannot_read_is_refused_at_its_line(
     assert 'missing "=" after "dbname"' in errors[0]
 
 
-def with_replica(config: Path, lines: str) -> None:
+def with_database_lines(config: Path, lines: str) -> None:
     """`lines` (the database section's indentation) added after its conninfo."""
     text = config.read_text()
     at = text.index("\n", text.index("  conninfo:")) + 1
@@ -181,7 +181,7 @@ def test_a_read_conninfo_is_held_to_the_rules_of_conninfo_at_its_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, expected: str
 ) -> None:
     files = write_fleet_config(tmp_path, 1883, "host=/nonexistent dbname=jha")
-    with_replica(files.config, f"  read_conninfo: {value}\n")
+    with_database_lines(files.config, f"  read_conninfo: {value}\n")
     code, errors = check(files.config, capsys)
     assert code == 78
     line = line_of(files.config, "read_conninfo:")
@@ -199,7 +199,7 @@ def test_a_replica_password_file_is_a_secret_file_and_needs_a_replica(
     secret = tmp_path / "replica-password"
     secret.write_text("hunter2\n")
     secret.chmod(0o644)
-    with_replica(files.config, f"  read_password_file: {secret}\n")
+    with_database_lines(files.config, f"  read_password_file: {secret}\n")
     code, errors = check(files.config, capsys)
     assert code == 78
     line = line_of(files.config, "read_password_file:")
@@ -209,7 +209,7 @@ def test_a_replica_password_file_is_a_secret_file_and_needs_a_replica(
     )
 
     secret.chmod(0o600)
-    with_replica(files.config, '  read_conninfo: "host=replica.plant.example dbname=jha"\n')
+    with_database_lines(files.config, '  read_conninfo: "host=replica.plant.example dbname=jha"\n')
     assert main(["fleet", "check", "--config", str(files.config)]) == 0, capsys.readouterr().err
     capsys.readouterr()
 
@@ -236,7 +236,7 @@ def test_retention_months_is_checked_at_its_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, expected: str
 ) -> None:
     files = write_fleet_config(tmp_path, 1883, "host=/nonexistent dbname=jha")
-    with_replica(files.config, f"  retention_months: {value}\n")
+    with_database_lines(files.config, f"  retention_months: {value}\n")
     code, errors = check(files.config, capsys)
     assert code == 78
     line = line_of(files.config, "retention_months:")
