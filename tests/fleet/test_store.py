@@ -1,17 +1,19 @@
 """agent.fleet.store against a real PostgreSQL (monthly partitions included): a batch larger
 than any the ingest makes is stored whole, a message repeated inside one batch is stored once,
 the newest-health pointer follows the newest report whatever the rows' order, and a batch that
-fails leaves nothing behind."""
+fails leaves nothing behind. One statement stores each kind of row: two statuses of one agent
+in a batch, and health rows whose optional columns are all empty, must still be stored."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from agent.fleet.messages import HealthMessage, Message, ReportMessage, parse_message
-from agent.fleet.store import Placement, Store, connect
+from agent.fleet.store import BatchResult, Placement, Store, connect
 from tests.fleet.agents import machine_report, messages_of
 
 PREFIX = "jha"
@@ -75,3 +77,46 @@ def test_a_batch_that_fails_leaves_nothing(store: Store) -> None:
         store.store_batch([*good, unknown_prefix])
     assert set(store.counts().values()) == {0}
     assert store.store_batch(good).stored == len(good)
+
+
+def test_statuses_of_one_agent_in_one_batch_leave_the_newest_to_arrive(store: Store) -> None:
+    # One statement upserts a batch's statuses, and an upsert may not touch a row twice.
+    def status(state: str, at: str) -> Message:
+        payload = json.dumps(
+            {"schema": "jha.agent_status/1", "client_id": "edge1", "state": state, "at": at}
+        ).encode()
+        return parse_message(f"{PREFIX}/agent/edge1/status", payload, (PREFIX,), 1 << 20)
+
+    batch = [status("online", "2026-11-27T08:00:00Z"), status("offline", "2026-11-27T09:00:00Z")]
+    assert store.store_batch(batch) == BatchResult(2, 0)
+    assert store.conn.execute("SELECT state FROM agent_status").fetchall() == [("offline",)]
+    store.conn.commit()
+    # A retained status delivered again replaces the stored one, as each did one by one.
+    assert store.store_batch(batch[:1]).stored == 1
+    state = store.conn.execute("SELECT state, at FROM agent_status").fetchall()
+    store.conn.commit()
+    assert state == [("online", datetime(2026, 11, 27, 8, tzinfo=UTC))]
+
+
+def test_health_without_its_optional_fields_is_stored_with_them_empty(store: Store) -> None:
+    # Every optional column of the batch empty: arrays of NULL only.
+    messages = parsed("robot1", 2)
+    bare = []
+    for m in messages:
+        if isinstance(m, HealthMessage):
+            doc = json.loads(m.text)
+            doc.update(forecast=None, recommendation=None, reason=None, history=[])
+            doc["indicators"][0].update(value=None, unit=None)
+            topic = f"{PREFIX}/robot1/{m.joint}/health"
+            bare.append(parse_message(topic, json.dumps(doc).encode(), (PREFIX,), 1 << 20))
+    assert all(isinstance(m, HealthMessage) and m.forecast is None for m in bare)
+    assert store.store_batch(bare).stored == 2
+    rows = store.conn.execute(
+        "SELECT value, unit, next_limit, forecast_at, reason, recommendation, spark, indicators"
+        " FROM joint_health ORDER BY joint"
+    ).fetchall()
+    store.conn.commit()
+    assert (
+        rows
+        == [(None, None, None, None, None, None, None, ["backlash_rad", "amplitude_rad_s"])] * 2
+    )
