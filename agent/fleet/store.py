@@ -1,6 +1,6 @@
 """The fleet's PostgreSQL store (psycopg 3): one transaction per batch of messages, committed
 before any of them is acknowledged to the broker (agent.fleet.ingest). Each kind of row is
-written with one statement (its columns as arrays), the batch and its commit in one round trip.
+written with one statement (its columns as arrays); the statements go in one round trip.
 
 Idempotent by the agents' message ids: a duplicate inserts nothing (ON CONFLICT DO NOTHING) and
 moves nothing (the newest-health pointer and a machine's last report time only move forward),
