@@ -30,18 +30,23 @@ sysdeps:
 # The UR emulator tests judge timing at the 2 ms RTDE period: they run first and alone; the rest
 # on 4 processes (most of their time is spent waiting on peers and subprocesses). One summary
 # table at the end: the first run leaves its rows in SUMMARY, the second adds its own.
+# Every process a test starts inherits JHA_TEST_RUN; tests/support/leftovers.py then fails the
+# run if any of them is still running (and kills it).
 SUMMARY := var/test-summary.json
 # Cases per fuzz target in make test (make fuzz runs FUZZ_CASES, 100,000 by default).
 TEST_FUZZ_CASES ?= 1000
 test: $(STAMP) sysdeps lint
 	mkdir -p var && rm -f $(SUMMARY)
+	export JHA_TEST_RUN=$$$$-$$(date +%s%N); \
 	JHA_SUMMARY_FILE=$(SUMMARY) JHA_SUMMARY_QUIET=1 $(PY) -m pytest -q -m realtime; \
 	realtime=$$?; \
 	FUZZ_CASES=$(TEST_FUZZ_CASES) JHA_SUMMARY_FILE=$(SUMMARY) \
 	  $(PY) -m pytest -q -m "not realtime" -n 4 --dist loadfile; \
 	rest=$$?; \
-	echo "make test: realtime part exit $$realtime, the rest exit $$rest"; \
-	test $$realtime -eq 0 && test $$rest -eq 0
+	$(PY) -m tests.support.leftovers; \
+	leftovers=$$?; \
+	echo "make test: realtime part exit $$realtime, the rest exit $$rest, leftovers exit $$leftovers"; \
+	test $$realtime -eq 0 && test $$rest -eq 0 && test $$leftovers -eq 0
 
 bench: $(STAMP) sysdeps
 	$(PY) -m bench

@@ -21,6 +21,9 @@
 #
 # Re-running upgrades the venv and the unit, and never touches an existing config.yaml.
 set -eu
+# User jha reads the venv and the shared files: the installing shell's umask (077 on a hardened
+# host) must not leave them to root alone. The config's modes are set explicitly below.
+umask 022
 
 DESTDIR=${DESTDIR:-}
 PREFIX=${PREFIX:-/opt/joint-health-agent}

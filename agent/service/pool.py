@@ -11,6 +11,7 @@ import concurrent.futures
 import concurrent.futures.process
 import contextlib
 import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -18,6 +19,28 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 MANAGER_JOIN_S = 2.0  # how long a stop waits for the pool's manager thread to close its pipe
+
+
+def exit_with_parent() -> None:
+    """Pool initializer: the worker ends itself once the daemon that started it is gone.
+
+    A worker blocks on its call queue, whose write end it holds itself (the queue is pickled
+    whole into it), so it never sees end-of-file when the daemon dies: after a kill -9 outside
+    systemd's cgroup (a `jha run` from a shell or cron) the workers and the resource tracker
+    stayed forever, orphaned, 130 MB each. PR_SET_PDEATHSIG is no remedy: it follows the thread
+    that spawned the worker (any thread that submitted), not the process. The spawned worker's
+    parent sentinel (a pipe the daemon holds open) wakes the watch when the daemon is gone; it
+    waits on no clock (a polling sleep failed with EINVAL under libfaketime's clock steps).
+    """
+    parent = multiprocessing.parent_process()
+    if parent is None:  # not a spawned child: nothing to watch
+        return
+
+    def watch() -> None:
+        parent.join()
+        os._exit(0)  # nothing of a fit is worth keeping without the daemon that asked for it
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
 
 
 class LazyPool(concurrent.futures.Executor):
@@ -39,7 +62,9 @@ class LazyPool(concurrent.futures.Executor):
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ProcessPoolExecutor(
-                    max_workers=self.max_workers, mp_context=multiprocessing.get_context("spawn")
+                    max_workers=self.max_workers,
+                    mp_context=multiprocessing.get_context("spawn"),
+                    initializer=exit_with_parent,
                 )
             self._in_flight += 1
             future = self._pool.submit(fn, *args, **kwargs)

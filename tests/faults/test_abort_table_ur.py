@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +145,10 @@ def test_a_fault_in_the_move_back_keeps_the_complete_capture(tmp_path: Path) -> 
         state = wait_until(emu, lambda s: not s["moving"])
     assert len(capture) == round(cycle.duration_s * cycle.sample_rate_hz) + 1
     assert back is not None and back.startswith("the move back was aborted (")
-    assert "PROTECTIVE_STOP" in back and "a person must move wrist1" in back
+    # Named by whichever detector saw it first: the worker's RTDE safety bits ("protective
+    # stopped") or the interlock watcher's dashboard string ("PROTECTIVE_STOP"); which one
+    # wins is the machine's timing (a loaded run saw the bits first).
+    assert re.search(r"(?i)protective[ _]stop", back) and "a person must move wrist1" in back
     assert state["safety_mode"] == "PROTECTIVE_STOP"
     off = abs(state["q"][WRIST] - joint.test_pose_rad)
     assert off > ctrl.interlocks.pose_tolerance_rad

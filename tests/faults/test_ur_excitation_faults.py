@@ -35,7 +35,6 @@ from drivers.ur_rtde.settings import UrRtdeSettings
 from tests.peers.ur_controller import UrEmulator, free_host
 from tests.peers.ur_controller.agent_process import (
     Agent,
-    exited,
     moving_into_excitation,
     seconds_until_still,
 )
@@ -49,6 +48,7 @@ from tests.peers.ur_controller.excitation import (
 )
 from tests.peers.ur_controller.harness import run, wait_until
 from tests.peers.ur_controller.joint_model import _SpeedRamp
+from tests.support.processes import exited
 from tests.support.summary import record
 
 DEFAULTS = UrRtdeSettings(host="x")

@@ -33,11 +33,11 @@ from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller import UrEmulator
 from tests.peers.ur_controller.agent_process import (
     Agent,
-    exited,
     moving_into_capture,
     seconds_until_still,
 )
 from tests.peers.ur_controller.harness import FAST, emulator_args, run, setup, wait_until
+from tests.support.processes import exited
 from tests.support.summary import abort, record
 
 # Stop ramp: 2.5 rad/s at stop_deceleration_rad_s2 10 is 0.25 s; the worker notices EOF at once.

@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -74,6 +75,20 @@ def config_doc(state: Path, **sim: Any) -> dict[str, Any]:
     }
 
 
+# Linux's SO_TIMESTAMP (asm-generic/socket.h; the socket module does not name it): a struct
+# timeval of two longs with every datagram, stamped when the sender wrote it.
+SO_TIMESTAMP = 29
+
+
+def sent_at(ancillary: list[tuple[int, int, bytes]]) -> float:
+    """The kernel's SCM_TIMESTAMP of one datagram (wall clock, seconds)."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMP:
+            sec, usec = struct.unpack("qq", data[:16])
+            return sec + usec * 1e-6
+    raise AssertionError("a notification without its SO_TIMESTAMP")
+
+
 @dataclass
 class Daemon:
     proc: subprocess.Popen[bytes]
@@ -83,16 +98,19 @@ class Daemon:
     messages: list[tuple[float, str]] = field(default_factory=list)
 
     def drain(self, timeout_s: float) -> None:
-        """Read every notification that arrives within timeout_s."""
+        """Read every notification that arrives within timeout_s, each stamped with the time the
+        daemon sent it (SO_TIMESTAMP, set by the kernel at sendmsg): when this test process is
+        scheduled late, two pings read together keep their own times, and the gaps judged are
+        the daemon's, not this reader's."""
         end = time.monotonic() + timeout_s
         while (left := end - time.monotonic()) > 0:
             self.sock.settimeout(left)
             try:
-                data = self.sock.recv(4096)
+                data, ancillary, _, _ = self.sock.recvmsg(4096, socket.CMSG_SPACE(16))
             except TimeoutError:
                 return
-            now = time.monotonic()
-            self.messages.extend((now, line) for line in data.decode().splitlines())
+            sent = sent_at(ancillary)
+            self.messages.extend((sent, line) for line in data.decode().splitlines())
 
     def wait_for(self, match: Callable[[str], bool], timeout_s: float, after: int = 0) -> int:
         """Index of the first message from `after` on that matches; fails after timeout_s."""
@@ -120,6 +138,7 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
 
     def _start(**sim: Any) -> Daemon:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMP, 1)
         sock_path = tmp_path / "notify.sock"
         sock.bind(str(sock_path))
         config = tmp_path / "agent.yaml"
@@ -133,6 +152,7 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
                 stdout=subprocess.DEVNULL,
                 stderr=err,
                 env=env,
+                start_new_session=True,  # its pool workers go with it if a test kills it
             )
         daemon = Daemon(proc, sock, config, stderr)
         started.append(daemon)
@@ -141,7 +161,7 @@ def start(tmp_path: Path) -> Iterator[Callable[..., Daemon]]:
     yield _start
     for d in started:
         if d.proc.poll() is None:
-            d.proc.kill()
+            os.killpg(d.proc.pid, signal.SIGKILL)
             d.proc.wait()
         d.sock.close()
 
@@ -154,7 +174,7 @@ def _stop(daemon: Daemon) -> tuple[int, float, int]:
     try:
         code = daemon.proc.wait(timeout=10)
     except subprocess.TimeoutExpired:
-        daemon.proc.kill()
+        os.killpg(daemon.proc.pid, signal.SIGKILL)
         pytest.fail("the daemon did not exit within 10 s of SIGTERM")
     took = time.monotonic() - sent
     daemon.drain(0.2)

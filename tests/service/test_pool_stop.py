@@ -6,6 +6,10 @@ concurrent.futures' atexit hook no longer writes to its closed wake-up pipe (CPy
 from __future__ import annotations
 
 import concurrent.futures.process
+import contextlib
+import json
+import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -15,6 +19,7 @@ import pytest
 
 from agent.service import pool as pool_module
 from agent.service.pool import LazyPool
+from tests.support.processes import exited
 
 
 def test_a_manager_still_closing_is_kept_from_the_atexit_hook(
@@ -53,3 +58,42 @@ def test_an_interpreter_that_stops_the_pool_during_a_fit_exits_without_a_traceba
         )
         assert done.returncode == 0, done.stderr
         assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_workers_and_the_resource_tracker_end_when_the_daemon_is_killed() -> None:
+    """kill -9 of a daemon outside systemd's cgroup (a shell, cron) must not leave its fit
+    workers behind: each holds its own call queue's write end and would wait forever."""
+    script = textwrap.dedent(
+        """
+        import json, os, sys, time
+        from multiprocessing import resource_tracker
+        from agent.service.pool import LazyPool
+        lazy = LazyPool(max_workers=2)
+        futures = [lazy.submit(time.sleep, 0.5) for _ in range(2)]
+        for f in futures:
+            f.result(timeout=60)
+        workers = list(lazy._pool._processes)
+        print(json.dumps({"workers": workers, "tracker": resource_tracker._resource_tracker._pid}))
+        sys.stdout.flush()
+        time.sleep(600)
+        """
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert proc.stdout is not None
+        started = json.loads(proc.stdout.readline())
+    finally:
+        proc.kill()
+        proc.wait(30)
+    pids = [*started["workers"], started["tracker"]]
+    assert len(started["workers"]) >= 1 and all(isinstance(p, int) for p in pids), started
+    deadline = time.monotonic() + 60.0  # a bound for a loaded machine, not the figure judged
+    while not all(exited(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in pids if not exited(p)]
+    for pid in left:  # never leave them to the rest of the suite
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert left == [], f"still running after the daemon was killed: {left} of {started}"

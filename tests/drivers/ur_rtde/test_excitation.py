@@ -67,6 +67,16 @@ async def _guarded(ctrl: ControllerSettings, cycle: ExcitationCycle) -> MultiCap
         await driver.close()
 
 
+def _late_s(capture: MultiCapture, state: dict[str, Any]) -> float:
+    """How far the machine's timing moved the realised path against the trajectory's schedule:
+    the servoJ stream's lateness (the driver's figure) plus how far the emulator's cycle, whose
+    clock stamps the packages, fell behind the wall clock the stream runs on (its own figure).
+    Behind by 20-30 ms (a host stealing the VM's CPUs, seen idle) the targets land that much
+    early in package time, the servo loop's lag of 26-34 ms seems gone, and the best fitting
+    delay is 0."""
+    return float(capture.meta.extra["servo_late_max_s"]) + float(state["behind_max_s"])
+
+
 # What the machine's load can do to the emulator (the driver rightly refuses the capture).
 ATTEMPTS = 10
 LOAD_ABORTS = ("package(s) missed", "RTDE data stale: no new package", "RTDE packages stopped")
@@ -113,9 +123,10 @@ def excited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, ...]:
         extra = capture.meta.extra
         print(
             f"attempt {attempt + 1}: {extra['missed_packets']} package(s) bridged, servoJ"
-            f" stream at most {extra['servo_late_max_s'] * 1e3:.1f} ms late"
+            f" stream at most {extra['servo_late_max_s'] * 1e3:.1f} ms late, the emulator's"
+            f" cycle at most {state['behind_max_s'] * 1e3:.1f} ms behind its schedule"
         )
-        if extra["servo_late_max_s"] <= LATE_S or last:
+        if _late_s(capture, state) <= LATE_S or last:
             return ctrl, cycle, capture, state
     raise AssertionError("unreachable")
 
@@ -153,9 +164,9 @@ def test_excitation_follows_the_trajectory_and_identifies_the_friction(
     delays = np.arange(0, round(2 * lag_bound_s * fs)) / fs
     errs = [float(np.abs(q - commanded(d)).max()) for d in delays]
     best = int(np.argmin(errs))
-    late_s = capture.meta.extra["servo_late_max_s"]
+    late_s = _late_s(capture, state)
     print(f"tracking: delay {delays[best] * 1e3:.0f} ms, max error {errs[best]:.2e} rad")
-    print(f"latest servoJ target {late_s * 1e3:.1f} ms late")
+    print(f"servoJ stream and emulator cycle together {late_s * 1e3:.1f} ms late")
     # Realised, not echoed: the capture is not the targets (an echo matches them at no delay
     # to float rounding; the realised path lags by the servo loop, ~0.05 rad).
     assert float(np.abs(q - commanded(0.0)).max()) > 1e-3
@@ -168,7 +179,8 @@ def test_excitation_follows_the_trajectory_and_identifies_the_friction(
         assert 0 < delays[best] <= lag_bound_s
         # What a pure delay leaves of a second-order lag (the curvature terms, ~ qdd / gain),
         # plus what a target up to LATE_S late adds (the top joint speed times the lateness,
-        # and as far again from the catch-up burst: waitPeriod does not wait when behind).
+        # and as far again from the catch-up burst: waitPeriod does not wait when behind, nor
+        # does the emulator's cycle).
         qd_max = float(np.abs(np.diff(commanded(0.0), axis=0)).max()) * fs
         assert errs[best] < 1e-2 + 2.0 * qd_max * late_s  # rad, over about +-1 rad of motion
     assert np.allclose(capture.channel("motor_pos_rad"), q * np.array(cycle.gear_ratios))
@@ -181,15 +193,24 @@ def test_excitation_follows_the_trajectory_and_identifies_the_friction(
     print("coulomb", fc.round(3), "viscous", fv.round(3), "nmse", outcome.nmse_nm)
     # A stream that fell behind ran the trajectory slower than designed: while every period
     # was timed from its own start (drivers.ur_rtde.worker.servo), streams 34-95 ms late on the
-    # loaded 2-core VM gave Coulomb friction 16-27 % low. Now only a stall of the machine makes
-    # a stream late; only then the tolerance is widened to 30 %.
-    widen = 3.0 if capture.meta.extra["servo_late_max_s"] > LATE_S else 1.0
-    for est, truth, (rel, absol) in (
-        (fc, np.array(COULOMB_NM), COULOMB_TOL),
-        (fv, np.array(VISCOUS_NM_S_RAD), VISCOUS_TOL),
+    # loaded 2-core VM gave Coulomb friction 16-27 % low. Likewise an emulator whose package
+    # clock fell behind the stream (its cycle re-anchored at every late tick: 20-30 ms in every
+    # run, idle too) read the shoulder pan's viscous friction 6-19 % low. Now only a stall of
+    # the machine makes either late; only then the tolerance is widened to 30 %.
+    widen = 3.0 if late_s > LATE_S else 1.0
+    intervals = {p["name"]: p["interval_95"] for p in outcome.result["parameters"]}
+    for prefix, est, truth, (rel, absol) in (
+        ("fc", fc, np.array(COULOMB_NM), COULOMB_TOL),
+        ("fv", fv, np.array(VISCOUS_NM_S_RAD), VISCOUS_TOL),
     ):
         bound = np.maximum(widen * rel * truth, widen * absol)
-        assert np.all(np.abs(est - truth) <= bound), (est, truth, widen)
+        assert np.all(np.abs(est - truth) <= bound), (prefix, est, truth, widen)
+        # The uncertainty the identification states covers the truth too: twice its 95 %
+        # half-width is a 0.1 % family-wise test over the 12 values (Bonferroni, z = 3.9).
+        names = [f"{prefix}{i + 1}" for i in range(len(est))]
+        lo, hi = (np.array([intervals[n][k] for n in names]) for k in (0, 1))
+        assert np.all((est - 2.0 * (est - lo) <= truth) & (truth <= est + 2.0 * (hi - est))), (
+            prefix, est, truth, lo, hi)  # fmt: skip
 
 
 def test_elastic_model_is_refused_for_a_ur_capture(excited: tuple[Any, ...]) -> None:

@@ -72,15 +72,6 @@ class Agent:
         self.proc.wait(5.0)
 
 
-def exited(pid: int) -> bool:
-    """True once `pid` is gone or a zombie (reparented: nobody may reap it here)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return True
-    return stat.rsplit(")", 1)[1].split()[0] == "Z"
-
-
 def moving_into_capture(emu: UrEmulator) -> None:
     """Wait until the tested joint runs at its cycle speed, INTO_CAPTURE_S into the capture."""
     state = wait_until(emu, lambda s: "speedj" in s["commands"] and s["moving"], 20.0)

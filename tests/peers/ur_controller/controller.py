@@ -2,10 +2,13 @@
 
 Each cycle runs, under one lock: the RTDE watchdog, armed fault triggers, one iteration of the
 running control script, one step of the arm, then one data package to every started RTDE client.
-The cycle keeps its period against the monotonic clock; a late cycle is run at once and counted
-(`overruns`), never skipped, so the controller timestamp advances by exactly one period per
-package, as on a real controller; the following cycles make up the delay at most at 4/3 of the
-rate, so two packages never leave less than 1.5 ms apart at 500 Hz.
+The cycle keeps its period on one grid of the monotonic clock; a late cycle is run at once and
+counted (`overruns`), never skipped, so the controller timestamp advances by exactly one period per
+package, as on a real controller; the following cycles make up a delay of up to 20 ms at most at
+4/3 of the rate, so two packages never leave less than 1.5 ms apart at 500 Hz (a longer stall,
+the host's, is not made up). How far the package clock fell behind the wall clock at worst is in
+the state (`behind_max_s`): the machine's lateness, which moves it against the clock a driver
+streams servoJ targets on.
 
 Modes and codes are the RTDE/dashboard ones: robot mode RUNNING (7), safety mode NORMAL (1),
 runtime state PLAYING (2) and so on; the status bit words follow the RTDE guide.
@@ -73,6 +76,7 @@ RUNTIME_STATES = {"STOPPED": 1, "PLAYING": 2, "PAUSED": 4}
 _STOP_DECEL_RAD_S2 = 20.0  # category-2 stop of a protective stop or a stopped program
 _JOINT_RUNNING, _JOINT_POWER_OFF = 253, 239
 _MIN_SPACING = 0.75  # of a period, between two data packages
+CATCH_UP_MAX_S = 0.02  # a cycle later than this is a stall of the host: not made up
 
 
 class Controller:
@@ -106,6 +110,11 @@ class Controller:
         self.arm = Arm(q0, 1.0 / controller_hz, physics, dynamics)
         self.tick_count = 0
         self.overruns = 0
+        # The most the cycle ran behind its grid (s): its clock, which stamps the packages, then
+        # lags the wall clock the driver streams servoJ targets on by as much, a lateness of the
+        # machine (a busy host, a stolen virtual CPU) that a tracking check must allow for.
+        self.behind_max_s = 0.0
+        self._restart_grid = False
         self._last_input_tick: dict[str, int] = {}
         self._watchdogs: dict[str, float] = {}
         self.rtde: RtdeServer | None = None
@@ -208,6 +217,9 @@ class Controller:
             self.script = ControlScript(self, register_offset(text))
             self.program_state, self.program_kind = "PLAYING", "script"
             self.event("rtde_control script started")
+            # How late the cycle ran before (the emulator's own start-up: a real controller runs
+            # long before a client connects) is no lateness of the motion: the grid restarts.
+            self._restart_grid = True
 
     def arm_trigger(
         self, when: str, delay_s: float, action: dict[str, Any], repeat: bool = False
@@ -239,18 +251,34 @@ class Controller:
             except OSError as exc:
                 log.warning("no realtime priority for the controller cycle: %s", exc)
         period = 1.0 / self.hz
-        next_t = time.perf_counter()
+        # When each cycle is due: one grid, as a real controller's clock. A cycle late by up to
+        # CATCH_UP_MAX_S is run at once and the grid caught up at most at 4/3 of the rate:
+        # packages never leave close together, which a client could read as one and drop the
+        # older of (ur_rtde keeps only the newest package it has read). (Re-anchoring the grid at
+        # every late cycle, as this loop did, never made even 1 ms up: on a 2-core VM the package
+        # clock fell 20-30 ms behind the wall clock servoJ targets are sent on, in every run.) A
+        # longer stall is the host's, not a controller's: making it up would be a burst the
+        # client loses packages in, so the grid restarts there and the package clock keeps that
+        # lag (`lag_s`). behind_max_s: how far it ran behind the wall clock at worst.
+        due = earliest = time.perf_counter()
+        lag_s = 0.0
         while not self._stop.is_set():
-            delay = next_t - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            elif delay < -period:
+            if self._restart_grid:
+                self._restart_grid, self.behind_max_s, lag_s = False, 0.0, 0.0
+                due = earliest = time.perf_counter()
+            wait = max(due, earliest) - time.perf_counter()
+            if wait > 0:
+                time.sleep(wait)
+            now = time.perf_counter()
+            behind = now - due
+            if wait <= 0 and behind > period:
                 self.overruns += 1
+            if behind > CATCH_UP_MAX_S:
+                lag_s, due, behind = lag_s + behind, now, 0.0
+            self.behind_max_s = max(self.behind_max_s, lag_s + behind)
             self.tick(apply_action)
-            # A late cycle is made up at most at 4/3 of the rate: packages never leave close
-            # together, which a client could read as one and drop the older of (ur_rtde keeps
-            # only the newest package it has read).
-            next_t = max(next_t + period, time.perf_counter() + _MIN_SPACING * period)
+            due += period
+            earliest = time.perf_counter() + _MIN_SPACING * period
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -425,6 +453,7 @@ class Controller:
                 "stream_faults": dict(self.stream_faults),
                 "clock_lag_ticks": self.clock_lag_ticks,
                 "overruns": self.overruns,
+                "behind_max_s": self.behind_max_s,
                 "rtde_clients": len(self.rtde.connections) if self.rtde else 0,
             }
 

@@ -64,6 +64,11 @@ def test_modes_keep_config_from_other_users(staged: tuple[Path, str]) -> None:
     assert mode(dest / CONFDIR / "config.yaml") == 0o640
     assert mode(dest / CONFDIR / "config.example.yaml") == 0o640
     assert mode(dest / UNIT) == 0o644
+    # Installed from a shell with umask 077: the program stays readable by the service user.
+    venv = dest / PREFIX / "venv"
+    package = next(venv.glob("lib/python3*/site-packages/agent/__init__.py"))
+    assert mode(package) & 0o004 and mode(package.parent) & 0o005 == 0o005
+    assert mode(venv / "bin/jha") & 0o005 == 0o005
     record("security", "config dir 0750, config 0640 (root:jha on the target)", "yes")
 
 
@@ -219,14 +224,21 @@ def test_uninstall_removes_the_program_and_keeps_config(
 def test_install_on_the_machine_creates_user_and_owners(tmp_path: Path) -> None:
     """`sudo make install` with DESTDIR empty, the path a plant takes: user jha is created and
     the config is root:jha. Run in a private mount namespace over an overlay of /etc and an
-    empty /opt, so the host's users and files stay as they are."""
+    empty /opt, so the host's users and files stay as they are.
+
+    The dependencies the test install borrows (JHA_DEPS_SITE, this checkout's .venv) are bound
+    at /opt/jha-test-deps: user jha must read them there whatever the modes of the folders above
+    the checkout (a clone under a 0700 `mktemp -d` hid them, and `jha config check` failed with
+    "No module named 'numpy'"). What jha reads of the install itself stays as installed."""
     assert os.geteuid() == 0, "installing on the machine needs root (make test runs as root)"
     for d in ("up", "work"):
         (tmp_path / d).mkdir()
     script = f"""
         mount -t overlay overlay -o lowerdir=/etc,upperdir=up,workdir=work /etc
         mount -t tmpfs -o mode=0755 tmpfs /opt
-        make --no-print-directory -C {ROOT} install JHA_DEPS_SITE={DEPS_SITE}
+        mkdir /opt/jha-test-deps
+        mount --bind {DEPS_SITE} /opt/jha-test-deps
+        make --no-print-directory -C {ROOT} install JHA_DEPS_SITE=/opt/jha-test-deps
         echo "USER $(getent passwd jha)"
         stat -c 'MODE %n %U:%G %a' /etc/joint-health-agent /etc/joint-health-agent/config.yaml
         setpriv --reuid=jha --regid=jha --init-groups -- \\

@@ -20,7 +20,8 @@ DEPS_SITE = sysconfig.get_path("purelib")  # this interpreter's site-packages (.
 
 
 def run_install(destdir: Path, *extra: str, timeout_s: float = 600.0) -> str:
-    """`make install DESTDIR=...` as a user types it; returns what it printed."""
+    """`make install DESTDIR=...` as a user types it, from a shell whose umask is 077; returns
+    what it printed."""
     proc = subprocess.run(
         [
             "make",
@@ -35,6 +36,8 @@ def run_install(destdir: Path, *extra: str, timeout_s: float = 600.0) -> str:
         capture_output=True,
         text=True,
         timeout=timeout_s,
+        # A hardened host's root umask: what the service user must read stays readable.
+        umask=0o077,
     )
     assert proc.returncode == 0, f"install failed:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
