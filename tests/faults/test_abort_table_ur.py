@@ -58,7 +58,14 @@ def _short(note: str | None) -> str:
 @pytest.mark.parametrize("cause", list(CAUSES))
 def test_where_the_joint_ends_and_what_the_agent_does_next(tmp_path: Path, cause: str) -> None:
     fault_action, clear = CAUSES[cause]
-    host, path, ctrl, joint = setup(tmp_path, **FAST, stale_after_s=0.1)
+    # The stall played here lasts until it is cleared: a stale_after_s of 1 s sees it as surely as
+    # the default 0.1 s (whose detection test_driver.py judges, run alone), and unlike 0.1 s it is
+    # not tripped by the loaded machine's own hiccups before the fault or during the move back
+    # (this test runs beside three other test processes). Lost packages likewise are
+    # test_driver.py's subject: the longest run the driver may bridge.
+    host, path, ctrl, joint = setup(
+        tmp_path, **FAST, stale_after_s=1.0, gap_fill_max_run=5, gap_fill_max_per_cycle=100
+    )
     cycle = backlash_cycle(ctrl, joint)
     with UrEmulator(host, *emulator_args(path)) as emu:
         emu.call("on_motion", delay_s=0.5, action=fault_action)
@@ -100,7 +107,13 @@ def test_where_the_joint_ends_and_what_the_agent_does_next(tmp_path: Path, cause
             next_step="; ".join(steps),
         )
         final = second or first
-        assert final is None or final.startswith(("moved", "not moved", "a person must"))
+        # Moved back, waiting for the interlocks, or handed to a person: an aborted move back
+        # (a new fault while it ran) names the person's step too.
+        assert (
+            final is None
+            or final.startswith(("moved", "not moved", "a person must"))
+            or (final.startswith("the move back was aborted (") and "a person must move" in final)
+        ), final
         if final is not None and final.startswith("moved"):
             back = abs(final_state["q"][WRIST] - joint.test_pose_rad)
             assert back < ctrl.interlocks.pose_tolerance_rad, final_state["events"]
