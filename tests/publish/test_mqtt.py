@@ -205,7 +205,11 @@ def _burst_then_drop(tmp_path: Path, drop: str, sig: int = signal.SIGKILL, cuts:
         assert set(counts) >= must_arrive
         assert lost_by_broker.isdisjoint(unconfirmed)
         assert pub.stats().queued == 0  # every message confirmed by a broker
-        assert pub.stats().connects >= 1 + max(cuts, 1)
+        # Back after every cut it waited for: the relay's cut k came once the publisher was
+        # through it again. The last cut may find the burst fully acknowledged (a loaded run:
+        # 5 connects for 5 cuts, nothing queued), and then nothing makes the publisher connect
+        # again before it is closed. A restarted broker is needed for the unconfirmed ones.
+        assert pub.stats().connects >= (cuts if relay is not None else 2)
 
     try:
         asyncio.run(run())
