@@ -37,7 +37,7 @@ from tests.peers.ur_controller.excitation import (
     excitation_cycle,
     write_config,
 )
-from tests.peers.ur_controller.harness import run, wait_until
+from tests.peers.ur_controller.harness import BRIDGE_LOSSES, run, wait_until
 from tests.peers.ur_controller.rigid_arm import ScalarNewtonEuler
 
 # Stated tolerance of the recovered friction: relative, or absolute for the small wrist values.
@@ -97,13 +97,7 @@ def excited(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, ...]:
     # 10 ms) and a generous count per cycle, because under a loaded CI host one receive path
     # lost runs of 3 and 5 packages in every one of ten attempts. Every bridged package is still
     # counted in the capture and printed.
-    config = write_config(
-        tmp_path_factory.mktemp("ur_excite"),
-        host,
-        rtde_paths=1,
-        gap_fill_max_run=5,
-        gap_fill_max_per_cycle=100,
-    )
+    config = write_config(tmp_path_factory.mktemp("ur_excite"), host, rtde_paths=1, **BRIDGE_LOSSES)
     ctrl = controller(config)
     cycle = excitation_cycle(ctrl)
     start = emulator_args_at(list(cycle.trajectory().start_rad()))
@@ -223,13 +217,8 @@ def test_elastic_model_is_refused_for_a_ur_capture(excited: tuple[Any, ...]) -> 
     assert "use model: rigid" in str(info.value)
 
 
-# Lost packages are test_driver.py's and test_ur_excitation_faults.py's subject: the tests of a
-# stop mid-trajectory bridge the longest run the driver may, or a run of 3 lost by a busy
-# machine ends the cycle before their stop (an idle fresh-clone run: "3 RTDE package(s) missed
-# at t = 1.652 s", 0.15 s before the test's stop_motion).
-BRIDGE_LOSSES = {"gap_fill_max_run": 5, "gap_fill_max_per_cycle": 100}
-
-
+# The tests of a stop mid-trajectory bridge lost packages: a run of 3 lost by an idle machine
+# ended the cycle ("3 RTDE package(s) missed at t = 1.652 s") 0.15 s before the test's stop.
 def test_protective_stop_mid_trajectory_aborts(tmp_path: Path) -> None:
     host = free_host()
     ctrl = controller(write_config(tmp_path, host, **BRIDGE_LOSSES))
