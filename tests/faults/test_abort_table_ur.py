@@ -27,7 +27,6 @@ from agent.service.pose_recovery import return_to_start_pose
 from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller import UrEmulator
 from tests.peers.ur_controller.harness import (
-    BRIDGE_LOSSES,
     FAST,
     emulator_args,
     run,
@@ -70,7 +69,7 @@ def test_where_the_joint_ends_and_what_the_agent_does_next(tmp_path: Path, cause
     # not tripped by the loaded machine's own hiccups before the fault or during the move back
     # (this test runs beside three other test processes). Lost packages likewise are
     # test_driver.py's subject: the longest run the driver may bridge.
-    host, path, ctrl, joint = setup(tmp_path, **FAST, stale_after_s=1.0, **BRIDGE_LOSSES)
+    host, path, ctrl, joint = setup(tmp_path, **FAST, stale_after_s=1.0)
     cycle = backlash_cycle(ctrl, joint)
     with UrEmulator(host, *emulator_args(path)) as emu:
         emu.call("on_motion", delay_s=0.5, action=fault_action)
@@ -133,7 +132,7 @@ def test_a_fault_in_the_move_back_keeps_the_complete_capture(tmp_path: Path) -> 
     # beside three other test processes: an emulator stalled 0.1 s by that load made the data
     # stale and aborted the capture (CI, once). Stale data and lost packages are other tests'
     # subjects (tests/drivers/ur_rtde/test_driver.py): here they are given room.
-    host, path, ctrl, joint = setup(tmp_path, stale_after_s=1.0, **BRIDGE_LOSSES)
+    host, path, ctrl, joint = setup(tmp_path, stale_after_s=1.0)
     cycle = backlash_cycle(ctrl, joint)
     with UrEmulator(host, *emulator_args(path)) as emu:
         # Armed during the capture: a protective stop 0.2 s into the next movej, the move back.

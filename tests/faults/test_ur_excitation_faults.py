@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 import time
 from collections.abc import Iterator
@@ -46,7 +47,7 @@ from tests.peers.ur_controller.excitation import (
     excitation_cycle,
     write_config,
 )
-from tests.peers.ur_controller.harness import run, wait_until
+from tests.peers.ur_controller.harness import BRIDGE_LOSSES, DRIVER_LOSSES, run, wait_until
 from tests.peers.ur_controller.joint_model import _SpeedRamp
 from tests.support.processes import exited
 from tests.support.summary import record
@@ -82,13 +83,25 @@ def travel_rad(before: dict[str, Any], after: dict[str, Any]) -> float:
     return float(np.abs(np.array(after["q"]) - np.array(before["q"])).max())
 
 
-@pytest.fixture
-def ur(tmp_path: Path) -> Iterator[tuple[UrEmulator, Path, ExcitationCycle]]:
+def _ur(tmp_path: Path, **settings: Any) -> Iterator[tuple[UrEmulator, Path, ExcitationCycle]]:
     host = free_host()
-    path = write_config(tmp_path, host)
+    path = write_config(tmp_path, host, **settings)
     cycle = excitation_cycle(controller(path))
     with UrEmulator(host, *emulator_args(cycle)) as emu:
         yield emu, path, cycle
+
+
+@pytest.fixture
+def ur(tmp_path: Path) -> Iterator[tuple[UrEmulator, Path, ExcitationCycle]]:
+    """Lost packages bridged: a run of 3 the machine loses must not end the cycle before the
+    kill or the hang the test plays."""
+    yield from _ur(tmp_path, **BRIDGE_LOSSES)
+
+
+@pytest.fixture
+def ur_driver_losses(tmp_path: Path) -> Iterator[tuple[UrEmulator, Path, ExcitationCycle]]:
+    """The driver's own handling of lost packages (a run of 3 aborts)."""
+    yield from _ur(tmp_path, **DRIVER_LOSSES)
 
 
 def test_agent_killed_mid_excitation_the_worker_sees_eof_and_stops_the_arm(
@@ -174,9 +187,9 @@ def test_a_hung_event_loop_mid_excitation_the_worker_stops_the_arm(
 
 
 def test_missed_packages_mid_excitation_abort_with_the_count_and_stop(
-    ur: tuple[UrEmulator, Path, ExcitationCycle],
+    ur_driver_losses: tuple[UrEmulator, Path, ExcitationCycle],
 ) -> None:
-    emu, config, cycle = ur
+    emu, config, cycle = ur_driver_losses
     ctrl = controller(config)
     emu.call("on_motion", when="servo", delay_s=INTO_STREAM_S, action={
         "op": "drop_packets", "n": DROPPED})  # fmt: skip
@@ -198,7 +211,10 @@ def test_missed_packages_mid_excitation_abort_with_the_count_and_stop(
 
     message, still_s, state = run(go())
     print(f"drop: {message!r}; still {still_s:.3f} s after the abort")
-    assert f"{DROPPED} RTDE package(s) missed" in message, message
+    # The ones the emulator dropped, and any the receiving side lost next to them on a busy
+    # machine: all are missed, the count names them all.
+    missed = re.search(r"(\d+) RTDE package\(s\) missed", message)
+    assert missed is not None and int(missed.group(1)) >= DROPPED, message
     assert state["dropped_packets"] == DROPPED
     assert not state["moving"] and not state["script_running"], state["events"]
     after = state["commands"][state["commands"].index("servoj") :]

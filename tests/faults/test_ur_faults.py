@@ -30,6 +30,7 @@ from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller import UrEmulator
 from tests.peers.ur_controller.harness import (
     BACKLASH_RAD,
+    DRIVER_LOSSES,
     FAST,
     SEED,
     emulator_args,
@@ -92,10 +93,10 @@ def _not_in_truth(capture: Capture, ctrl: ControllerSettings, joint: JointSettin
 
 
 def _scenario(
-    tmp_path: Path, name: str, action: dict[str, Any]
+    tmp_path: Path, name: str, action: dict[str, Any], **settings: Any
 ) -> tuple[Capture | None, str, dict[str, Any], int]:
     """Run it, count the records lost, put the row in the summary: (capture, abort, state, N)."""
-    host, path, ctrl, joint = setup(tmp_path, **FAST)
+    host, path, ctrl, joint = setup(tmp_path, **FAST, **settings)
     with UrEmulator(host, *emulator_args(path)) as emu:
         capture, message = run(_cycle(ctrl, joint, emu, action), 120.0)
         state = wait_until(emu, lambda s: not s["moving"] and not s["script_running"])
@@ -151,6 +152,7 @@ def test_a_burst_of_packages_in_one_write_loses_them_and_aborts(tmp_path: Path) 
         tmp_path,
         f"burst ({n} packages in one write)",
         {"op": "stream_fault", "kind": "burst", "n": n},
+        **DRIVER_LOSSES,
     )
     assert capture is None and MISSED in message, message
     _stopped_by_the_driver(state)

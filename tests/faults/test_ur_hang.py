@@ -25,7 +25,7 @@ import pytest
 from drivers.ur_rtde.settings import UrRtdeSettings
 from tests.peers.ur_controller import UrEmulator
 from tests.peers.ur_controller.agent_process import Agent, moving_into_capture, seconds_until_still
-from tests.peers.ur_controller.harness import BRIDGE_LOSSES, FAST, emulator_args, setup
+from tests.peers.ur_controller.harness import FAST, emulator_args, setup
 from tests.support.summary import record
 
 DEFAULTS = UrRtdeSettings(host="x")
@@ -47,7 +47,7 @@ SHORT_HANG_S = 0.1
 def ur(tmp_path: Path) -> Iterator[tuple[UrEmulator, Path]]:
     # Lost packages are test_driver.py's subject, not this one's: the longest run the driver may
     # bridge, so a package or two the loaded machine loses does not end the cycle before the hang.
-    host, path, _, _ = setup(tmp_path, **FAST, **BRIDGE_LOSSES)
+    host, path, _, _ = setup(tmp_path, **FAST)
     with UrEmulator(host, *emulator_args(path)) as emu:
         yield emu, path
 

@@ -7,7 +7,10 @@ what the emulator saw (the settings and status mapping, which need no emulator, 
 tests/drivers/ur_rtde/test_config.py). Each test gets its own emulator on its own 127.0.0.N, since
 ur_rtde fixes the ports. The driver's capture loop and the emulator's controller cycle run at
 real-time priority (`rt_priority`, `--rt-priority`), as on a robot cell, so a busy machine rarely
-makes them miss a package; the cycle tests run the cycle again when one was missed (and rejected).
+makes them miss a package. The tests bridge the packages it does lose (harness.BRIDGE_LOSSES),
+except those whose subject is lost packages, which state the driver's defaults
+(harness.DRIVER_LOSSES); the cycle tests run the cycle again when a longer run was missed (and
+rejected).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller import UrEmulator
 from tests.peers.ur_controller.harness import (
     BACKLASH_RAD,
+    DRIVER_LOSSES,
     FAST,
     SEED,
     emulator_args,
@@ -373,7 +377,7 @@ def test_robot_mode_leaving_running_aborts(tmp_path: Path) -> None:
 
 
 def test_missed_packages_abort_and_stop(tmp_path: Path) -> None:
-    message, state, emu = _fault(tmp_path, {"op": "drop_packets", "n": 3})
+    message, state, emu = _fault(tmp_path, {"op": "drop_packets", "n": 3}, **DRIVER_LOSSES)
     with emu:
         # The 3 the emulator dropped, and any the receiving side lost next to them on a busy
         # machine (one run counted 4): all are missed, the count names them all.
@@ -385,7 +389,7 @@ def test_missed_packages_abort_and_stop(tmp_path: Path) -> None:
 
 
 def test_two_missed_packages_are_bridged_counted_and_close_to_the_truth(tmp_path: Path) -> None:
-    host, path, ctrl, joint = setup(tmp_path, **FAST)
+    host, path, ctrl, joint = setup(tmp_path, **FAST, **DRIVER_LOSSES)
     with emulator(host, path) as emu:
         # 1.5 s into the motion: inside the capture window, after the run-up and settling.
         emu.call("on_motion", delay_s=1.5, action={"op": "drop_packets", "n": 2}, repeat=True)

@@ -15,17 +15,24 @@ from typing import Any, TypeVar
 
 from agent.config.load import load_config
 from agent.config.model import ControllerSettings, JointSettings
+from drivers.ur_rtde.settings import UrRtdeSettings
 from tests.peers.ur_controller import UrEmulator, free_host
 
 T = TypeVar("T")
 SEED = 7
 BACKLASH_RAD = 1.2e-3
 FAST = {"return_to_start": "false"}
-# For the tests whose subject is not lost packages (test_driver.py and the excitation faults judge
-# those at the default of 2): the longest run the driver may bridge and a generous count per
-# cycle, so packages a loaded machine loses (runs of 3-5 seen, idle too) do not end the cycle
-# before the fault or the stop the test plays. Every bridged package is still counted.
+# For the tests whose subject is not lost packages, the default of `setup`: the longest run the
+# driver may bridge and a generous count per cycle, so packages a loaded machine loses (runs of
+# 3-5 seen, idle too) do not end the cycle before the fault or the stop the test plays. Every
+# bridged package is still counted in the capture.
 BRIDGE_LOSSES = {"gap_fill_max_run": 5, "gap_fill_max_per_cycle": 100}
+# The driver's own defaults, stated by the tests whose subject is the handling of lost packages.
+_DEFAULTS = UrRtdeSettings(host="0.0.0.0")
+DRIVER_LOSSES = {
+    "gap_fill_max_run": _DEFAULTS.gap_fill_max_run,
+    "gap_fill_max_per_cycle": _DEFAULTS.gap_fill_max_per_cycle,
+}
 
 
 def config_text(host: str, **settings: Any) -> str:
@@ -63,10 +70,13 @@ controllers:
 
 
 def setup(tmp_path: Path, **settings: Any) -> tuple[str, Path, ControllerSettings, JointSettings]:
-    """A free 127.0.0.N, the config written for it, its controller and joint."""
+    """A free 127.0.0.N, the config written for it, its controller and joint.
+
+    Lost packages are bridged (BRIDGE_LOSSES) unless `settings` say otherwise (DRIVER_LOSSES).
+    """
     host = free_host()
     path = tmp_path / "ur.yaml"
-    path.write_text(config_text(host, **settings))
+    path.write_text(config_text(host, **{**BRIDGE_LOSSES, **settings}))
     ctrl = load_config(path).controllers[0]
     return host, path, ctrl, ctrl.joints[0]
 
