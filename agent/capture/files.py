@@ -19,6 +19,7 @@ import contextlib
 import io
 import json
 import os
+import stat
 from pathlib import Path
 
 import numpy as np
@@ -338,9 +339,25 @@ def _suffix(path: StrPath) -> str:
 
 def load_capture(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
     """Read a `.csv` or `.npz` capture; fields `meta` sets override the file's metadata."""
-    if _suffix(path) == ".csv":
+    suffix = _suffix(path)
+    _check_regular(path)
+    if suffix == ".csv":
         return read_csv(path, meta)
     return read_npz(path, meta)
+
+
+def _check_regular(path: StrPath) -> None:
+    """A FIFO named like a capture would block its reader forever (the CLI, or the daemon's
+    recovery of captures/): only a regular file is opened."""
+    source = os.fspath(path)
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise unreadable(source, exc) from None
+    if not stat.S_ISREG(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a directory" if stat.S_ISDIR(mode) else (
+            "a device or socket")  # fmt: skip
+        raise CaptureError(source, f"expected a capture file, found {kind}")
 
 
 def save_capture(capture: Capture, path: StrPath) -> None:

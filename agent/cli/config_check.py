@@ -20,12 +20,7 @@ from typing import TYPE_CHECKING, Any
 from agent.errors import EX_CONFIG, EX_OK
 
 if TYPE_CHECKING:
-    from agent.config.model import Config
     from agent.schema.yaml_lines import ConfigIssue
-
-# systemd's LoadCredential= puts the service's copy here only while the service runs.
-_CREDENTIALS_DIR = "/run/credentials/"
-_PASSWORD_FIELD = ("publish", "mqtt", "password_file")
 
 
 def register(subparsers: Any) -> None:
@@ -82,6 +77,7 @@ def _check_other_kind(kind: str, path: Path) -> int:
 
 
 def _cmd_config_check(args: argparse.Namespace) -> int:
+    from agent.config.file_findings import file_findings
     from agent.config.load import config_issues, load_config
     from agent.config.warnings import interlock_warnings
 
@@ -91,9 +87,7 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
     issues = config_issues(args.file)
     notes: list[ConfigIssue] = []
     if not issues:
-        config = load_config(args.file)
-        issues, notes = password_file_findings(config, args.file)
-        issues += settings_file_findings(config, args.file)
+        issues, notes = file_findings(load_config(args.file), args.file)
     if issues:
         for issue in issues:
             print(issue, file=sys.stderr)
@@ -109,52 +103,3 @@ def _cmd_config_check(args: argparse.Namespace) -> int:
         print(f"{args.file}: {len(warnings)} warning(s)", file=sys.stderr)
     print(f"{args.file}: OK")
     return EX_OK
-
-
-def password_file_findings(
-    config: Config, file: str | Path
-) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
-    """(errors, warnings) about `publish.mqtt.password_file`, at the line that sets it."""
-    from agent.config.mqtt import PasswordFileError, read_password_text
-    from agent.schema.yaml_lines import ConfigIssue, load_yaml
-
-    mqtt = config.publish.mqtt
-    if mqtt is None or mqtt.password_file is None:
-        return [], []
-    try:
-        read_password_text(mqtt.password_file)
-        return [], []
-    except PasswordFileError as exc:
-        problem = exc
-    line = load_yaml(file).line_of(_PASSWORD_FIELD)
-    path = ".".join(_PASSWORD_FIELD)
-    if mqtt.password_file.startswith(_CREDENTIALS_DIR) and not Path(mqtt.password_file).exists():
-        note = (
-            f"warning: {mqtt.password_file} is not there to check: systemd's LoadCredential= "
-            "creates it when the service starts; its source file is not checked here"
-        )
-        return [], [ConfigIssue(str(file), line, path, note)]
-    hint = " (run jha config check as root or as the service user)" if problem.access_denied else ""
-    message = (
-        "expected a file that only the service user may read or write (mode 0600 or 0400), "
-        f"found {problem}{hint}"
-    )
-    return [ConfigIssue(str(file), line, path, message)], []
-
-
-def settings_file_findings(config: Config, file: str | Path) -> list[ConfigIssue]:
-    """Mistakes in the files the controllers' settings name, at the line of each setting."""
-    from agent.schema.yaml_lines import ConfigIssue, load_yaml
-
-    found: list[ConfigIssue] = []
-    tree = None
-    for index, controller in enumerate(config.controllers):
-        check_files = getattr(controller.settings, "check_files", None)
-        if check_files is None:
-            continue
-        for field, message in check_files(Path(file).parent):
-            tree = tree or load_yaml(file)
-            where: tuple[str | int, ...] = ("controllers", index, "settings", field)
-            path = f"controllers[{index}].settings.{field}"
-            found.append(ConfigIssue(str(file), tree.line_of(where), path, message))
-    return found

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.errors import EX_OK
+from agent.errors import EX_CONFIG, EX_OK
 
 
 def register(subparsers: Any) -> None:
@@ -40,12 +40,21 @@ def register(subparsers: Any) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from agent.config.file_findings import file_findings
     from agent.config.load import load_config
     from agent.logfmt import setup_logging
     from agent.service.daemon import Agent
     from agent.service.sd_notify import Notifier
 
     config = load_config(args.config)
+    # The files the config names, checked as `jha config check` does: a password file others
+    # may read stops the start here, not every report later (they would be dropped).
+    errors, _ = file_findings(config, args.config)
+    if errors:
+        for issue in errors:
+            print(issue, file=sys.stderr)
+        print(f"{args.config}: {len(errors)} error(s): not started", file=sys.stderr)
+        return EX_CONFIG
     setup_logging(args.log_level or config.agent.log_level, log_format=args.log_format)
     notifier = Notifier()
     agent = Agent(

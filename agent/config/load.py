@@ -27,6 +27,7 @@ from agent.config.model import (
 from agent.errors import AgentError, ConfigError
 from agent.schema.validate import Check, validate
 from agent.schema.yaml_lines import ConfigIssue, Node, config_error, issues_of, join_path, load_yaml
+from drivers.machine import MachineAddressed
 
 # Settings types to use while a registered driver's module is not written yet (entry point first).
 _SETTINGS_FALLBACK = {"sim": "drivers.sim.settings:SimSettings"}
@@ -56,6 +57,7 @@ def _load(path: str | Path) -> tuple[Config | None, list[ConfigIssue]]:
     issues += _duplicate_names(root, file)
     settings, driver_issues = _driver_settings(root, file)
     issues += driver_issues
+    issues += _shared_machines(root, settings, file)
     if issues or config is None:
         return None, sorted(issues, key=lambda i: i.line)
     controllers = tuple(
@@ -165,6 +167,17 @@ def _check_joint(j: JointSettings) -> list[tuple[str, str]]:
     # The duration agent.kinds.backlash.kind.backlash_cycle() gives the cycle: load turns at
     # gear_ratio motor turns each, at motor_speed_rps.
     duration_s = c.load_turns * j.gear_ratio / c.motor_speed_rps
+    low, high = j.estimator.resonance_hz
+    if duration_s > 0 and 0 < low < high and high - low < 2.0 / duration_s:
+        # Narrower than two frequency bins of the capture: the band holds no resonance it
+        # could see, and every joint would read an amplitude of 0, "OK".
+        out.append(
+            (
+                "estimator.resonance_hz",
+                f"expected a band at least {_g(2.0 / duration_s)} Hz wide (two frequency bins "
+                f"of the {_g(duration_s)} s capture), found [{_g(low)}, {_g(high)}]",
+            )
+        )
     samples = capture_samples(duration_s, rate)
     if samples > MAX_CAPTURE_SAMPLES:
         out.append(
@@ -317,6 +330,32 @@ def _driver_settings(root: Node, file: str) -> tuple[list[object], list[ConfigIs
         issues += _unknown_joint_keys(c, given, base, file)
         settings.append(value)
     return settings, issues
+
+
+def _shared_machines(root: Node, settings: list[object], file: str) -> list[ConfigIssue]:
+    """One controller per machine: a second one reaching the same robot, bus or port would be a
+    second runner moving it while the first does (drivers.machine)."""
+    controllers = _seq(root, "controllers")
+    if controllers is None:
+        return []
+    first: dict[str, tuple[int, int]] = {}
+    out = []
+    for i, (node, value) in enumerate(zip(controllers.items, settings, strict=False)):
+        if not isinstance(value, MachineAddressed):
+            continue  # a simulated controller, or settings the schema already refused
+        address = value.machine_address()
+        at = node.get("settings") if node.kind == "mapping" else None
+        line = (at or node).line
+        if address in first:
+            j, first_line = first[address]
+            msg = (
+                f"expected one controller per machine, found {address} again (first reached by "
+                f"controllers[{j}] at line {first_line}): two runners would move it at once"
+            )
+            out.append(ConfigIssue(file, line, f"controllers[{i}].settings", msg))
+        else:
+            first[address] = (i, line)
+    return out
 
 
 def _unknown_joint_keys(

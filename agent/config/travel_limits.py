@@ -57,12 +57,21 @@ def _resolve(
         if limits is None:
             return None, ("index", f"the robot description {robot} has no joint {joint.index}")
         return TravelLimits(limits[0], limits[1], margin, f"robot description {robot}"), None
+    from agent.errors import DriverError
     from drivers.base import load_driver_class
 
     try:
         travel = load_driver_class(controller.driver).joint_travel(controller.settings, joint.index)
-    except Exception:  # an unknown driver is reported where the driver is checked
+    except DriverError:  # an unknown driver is reported where the driver is checked
         travel = None
+    except OSError as exc:
+        # Importing the driver needs files: out of descriptors (EMFILE) it fails, and saying
+        # "no travel limits" then would send a person to fix a config that is right.
+        return None, (
+            "position_min_rad",
+            f"the driver {controller.driver}'s joint limits could not be read: "
+            f"{exc.strerror or exc}",
+        )
     if isinstance(travel, TravelLimits):
         travel = TravelLimits(travel.min_rad, travel.max_rad, margin, travel.source)
     if travel is None:

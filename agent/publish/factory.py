@@ -8,22 +8,46 @@ from pathlib import Path
 from agent.config.publish import PublishSettings
 from agent.publish.base import HealthPublisher
 
+# Told of each publisher that could not be made (its name, why); the others are made anyway.
+OnFailure = Callable[[str, Exception], None]
 
-def publishers_for(settings: PublishSettings, state_dir: Path) -> list[HealthPublisher]:
+
+def publishers_for(
+    settings: PublishSettings, state_dir: Path, failed: OnFailure | None = None
+) -> list[HealthPublisher]:
+    """Each publisher `settings` asks for. Without `failed` the first that cannot be made
+    raises; with it, that one is reported and left out and the others are made: a bad MQTT
+    password file must not switch off the metrics endpoint or the OPC UA server."""
     out: list[HealthPublisher] = []
+
+    def make(name: str, build: Callable[[], HealthPublisher]) -> HealthPublisher | None:
+        try:
+            made = build()
+        except Exception as exc:
+            if failed is None:
+                raise
+            failed(name, exc)
+            return None
+        out.append(made)
+        return made
+
     depth: Callable[[], int] | None = None
     if settings.mqtt is not None:
         from agent.publish.mqtt.publisher import MqttPublisher
 
-        mqtt = MqttPublisher(settings.mqtt, state_dir)
-        out.append(mqtt)
-        depth = lambda: mqtt.stats().queued  # noqa: E731 - the metrics endpoint reads it
+        mqtt_settings = settings.mqtt
+        mqtt = make("mqtt", lambda: MqttPublisher(mqtt_settings, state_dir))
+        if isinstance(mqtt, MqttPublisher):
+            made = mqtt
+            depth = lambda: made.stats().queued  # noqa: E731 - the metrics endpoint reads it
     if settings.opcua_server is not None:
         from agent.publish.opcua_server.server import OpcUaHealthServer
 
-        out.append(OpcUaHealthServer(settings.opcua_server, state_dir))
+        opcua_settings = settings.opcua_server
+        make("opcua_server", lambda: OpcUaHealthServer(opcua_settings, state_dir))
     if settings.prometheus is not None:
         from agent.publish.prometheus.exporter import PrometheusExporter
 
-        out.append(PrometheusExporter(settings.prometheus, outbox_depth=depth))
+        prometheus_settings = settings.prometheus
+        make("prometheus", lambda: PrometheusExporter(prometheus_settings, outbox_depth=depth))
     return out

@@ -180,6 +180,8 @@ class ControlServer:
             request = json.loads(line)
         except (ValueError, UnicodeDecodeError) as exc:
             return {"ok": False, "error": f"expected one JSON object on a line: {exc}"}
+        except RecursionError:  # [[[[... 30,000 deep: an answer, not a closed connection
+            return {"ok": False, "error": "expected one JSON object on a line: nested too deep"}
         if not isinstance(request, dict):
             return {"ok": False, "error": 'expected a JSON object, e.g. {"cmd": "status"}'}
         log.info(kv("control_request", uid=uid, cmd=request.get("cmd")))

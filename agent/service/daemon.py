@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import dataclasses
 import enum
 import logging
 import signal
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from agent.config.file_findings import file_findings
 from agent.config.load import load_config
 from agent.config.model import Config, ControllerSettings
 from agent.errors import ConfigError
@@ -29,6 +31,9 @@ from agent.kinds.registry import all_kinds
 from agent.logfmt import kv
 from agent.service.control_requests import answer_request
 from agent.service.control_socket import ControlServer, socket_path
+from agent.service.exit_codes import EX_CANTCREAT
+from agent.service.instance_lock import hold_state_dir
+from agent.service.loop_errors import OncePerMinute
 from agent.service.pool import LazyPool
 from agent.service.publishers import Publishers, publishers_to_start
 from agent.service.recording import record_and_report
@@ -107,6 +112,14 @@ class Agent:
     async def run(self) -> int:
         """Run until stopped (or one pass with --once); returns the process exit code."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        # Before anything else in the state directory: a second agent leaves it untouched.
+        lock = hold_state_dir(self.state_dir)
+        try:
+            return await self._run()
+        finally:
+            lock.release()
+
+    async def _run(self) -> int:
         self._executor = LazyPool(self.pool_workers, self.pool_idle_s)
         self._background: set[asyncio.Task[Any]] = set()
         self._kinds: dict[str, KindHandler] = all_kinds()
@@ -114,6 +127,7 @@ class Agent:
         self._control: ControlServer | None = None
         self._publishers = Publishers()
         loop = asyncio.get_running_loop()
+        loop.set_exception_handler(OncePerMinute())
         clean = False
         try:
             await self._start_publishers()
@@ -128,8 +142,7 @@ class Agent:
             orphans = await self._find_orphans()
             for ctrl in self.config.controllers:
                 self._start_runner(ctrl)
-            if orphans:
-                self._spawn(self._recover(orphans), "recovery")
+            recovery = self._spawn(self._recover(orphans), "recovery") if orphans else None
             self._spawn(self.notifier.watchdog_loop(), "watchdog")
             self._spawn(self._reap_pool(), "pool reaper")
             self.state = AgentState.RUNNING
@@ -148,6 +161,10 @@ class Agent:
                 codes = await asyncio.gather(
                     *(r.task for r in self.runners.values() if r.task is not None)
                 )
+                # --once after a crash ends when every orphan is taken up, not at the first:
+                # one not recorded makes the pass fail (73) as a cycle not recorded does.
+                if recovery is not None and await recovery:
+                    codes.append(EX_CANTCREAT)
                 clean = True
                 return max(codes, default=0)
             await self._stop.wait()
@@ -222,9 +239,10 @@ class Agent:
             log.warning(kv("orphan_captures", count=len(orphans), note="recorded as 'recovered'"))
         return orphans
 
-    async def _recover(self, orphans: list[Orphan]) -> None:
+    async def _recover(self, orphans: list[Orphan]) -> int:
+        """How many orphans could not be recorded (all of them when recovery itself failed)."""
         try:
-            await recover(
+            return await recover(
                 self.config,
                 orphans,
                 self._kinds[CycleKind.BACKLASH],
@@ -234,6 +252,7 @@ class Agent:
             )
         except Exception:  # a bug here must not take the daemon down; the rest waits a restart
             log.exception(kv("recovery_failed"))
+            return len(orphans)
 
     # -- controllers -------------------------------------------------------------------------
 
@@ -359,6 +378,11 @@ class Agent:
             log.error(kv("reload_rejected", config=source, issues=str(exc)))
             self.notifier.ready()
             return False
+        errors, _ = await asyncio.to_thread(file_findings, new, source)
+        if errors:  # a password file others may read: the running config stays
+            log.error(kv("reload_rejected", config=source, issues="; ".join(map(str, errors))))
+            self.notifier.ready()
+            return False
         old = {c.name: c for c in self.config.controllers}
         fresh = {c.name: c for c in new.controllers}
         for ignored in ("agent", "publish"):
@@ -366,13 +390,16 @@ class Agent:
                 log.warning(
                     kv("reload_partial", section=ignored, note="takes effect after a restart")
                 )
-        self.config = new
+        # Those two sections stay as started: the state directory this process holds locked,
+        # the publishers it runs.
+        self.config = dataclasses.replace(new, agent=self.config.agent, publish=self.config.publish)
         changed = [n for n in old if n not in fresh or old[n] != fresh[n]]
         added = [n for n in fresh if n not in old]
-        for name in changed:
-            self._spawn(self._replace(name, fresh.get(name)), f"replace {name}")
-        for name in added:
-            self._start_runner(fresh[name])
+        if changed:
+            self._spawn(self._replace(changed, added, fresh), "reload")
+        else:
+            for name in added:
+                self._start_runner(fresh[name])
         log.info(
             kv(
                 "reloaded",
@@ -385,19 +412,34 @@ class Agent:
         self._update_status()
         return True
 
-    async def _replace(self, name: str, ctrl: ControllerSettings | None) -> None:
-        runner = self.runners[name]
-        runner.retire()
-        if runner.task is not None:
-            await asyncio.gather(runner.task, return_exceptions=True)
-        if self.runners.get(name) is runner:
-            del self.runners[name]
-            self.drivers.pop(name, None)
-        if ctrl is not None and not self._stop.is_set():
-            # Cycles still owed to joints that remain are owed by the new configuration too.
-            fresh = self._start_runner(ctrl)
-            keep = {j.name for j in ctrl.joints}
-            if ctrl.identification is not None:
-                keep.add(ALL_JOINTS)  # a queued identification is owed by the new config too
-            fresh.queue = runner.queue.keep_only(keep)
+    async def _replace(
+        self, changed: list[str], added: list[str], fresh: dict[str, ControllerSettings]
+    ) -> None:
+        """Retire the runners of changed and removed controllers, and start any new runner
+        only once every retired one is gone: a renamed controller, or one now reaching the
+        machine another reached, must never have two runners moving it."""
+        retired = {name: self.runners[name] for name in changed if name in self.runners}
+        for runner in retired.values():
+            runner.retire()  # the cycle under way ends; no other starts
+        await asyncio.gather(
+            *(r.task for r in retired.values() if r.task is not None), return_exceptions=True
+        )
+        for name, runner in retired.items():
+            if self.runners.get(name) is runner:
+                del self.runners[name]
+                self.drivers.pop(name, None)
+        if not self._stop.is_set():
+            for name, runner in retired.items():
+                ctrl = fresh.get(name)
+                if ctrl is None:
+                    continue
+                # Cycles still owed to joints that remain are owed by the new configuration.
+                started = self._start_runner(ctrl)
+                keep = {j.name for j in ctrl.joints}
+                if ctrl.identification is not None:
+                    keep.add(ALL_JOINTS)  # a queued identification is owed by the new config
+                started.queue = runner.queue.keep_only(keep)
+            for name in added:
+                if name not in self.runners:
+                    self._start_runner(fresh[name])
         self._update_status()

@@ -25,16 +25,19 @@ CLOSE_TIMEOUT_S = 3.0  # a publisher that cannot close in time must not hold up 
 def publishers_to_start(
     given: list[HealthPublisher] | None, settings: PublishSettings, state_dir: Path
 ) -> list[HealthPublisher]:
-    """`given` (tests pass their own), else the ones `settings` asks for; none when a
-    publisher module cannot be loaded (logged: the cycles run on without it)."""
+    """`given` (tests pass their own), else the ones `settings` asks for: one that cannot be
+    made is logged and left out, the others start (the cycles run on without it)."""
     if given is not None:
         return given
     if settings.mqtt is None and not settings.opcua_server and settings.prometheus is None:
         return []  # nothing imported: the publishers pull in the report model
     from agent.publish.factory import publishers_for
 
+    def failed(name: str, exc: Exception) -> None:
+        log.error(kv("publisher_unavailable", publisher=name, error=f"{type(exc).__name__}: {exc}"))
+
     try:
-        return publishers_for(settings, state_dir)
+        return publishers_for(settings, state_dir, failed)
     except Exception as exc:  # a missing publisher module must not stop the cycles
         log.error(kv("publishers_unavailable", error=f"{type(exc).__name__}: {exc}"))
         return []

@@ -65,17 +65,40 @@ def find_orphans(state_dir: Path) -> list[Orphan]:
     root = state_dir / "captures"
     if not root.is_dir():
         return []
+    _finish_cut_writes(root)
     named = _named_captures(state_dir / "history.sqlite")
     resolved: set[str] | None = None  # made only if a path is not found as written
     found = []
     for path in sorted(root.glob("*/*/*.npz")):
         if path.name.startswith(".") or str(path) in named:  # "." : an atomic write cut short
             continue
+        if not path.is_file():  # a FIFO would block its reader (and this daemon) forever
+            quarantine(state_dir, path, "not a regular file")
+            continue
         if resolved is None:  # a relative state dir, or one reached through a symlink
             resolved = {os.path.realpath(p) for p in named}
         if os.path.realpath(path) not in resolved:
             found.append(Orphan(path, path.parent.parent.name, path.parent.name))
     return found
+
+
+def _finish_cut_writes(root: Path) -> None:
+    """An atomic write (agent.atomic: `.<name>.<random>.tmp`, then renamed) killed before its
+    rename leaves a temporary file nobody would take up: renamed to the name it was written
+    for, it becomes an orphan like any other (recorded if whole, quarantined if torn); one
+    whose target exists already is a leftover copy and goes. Only at start, while no write of
+    this agent runs (one agent per state directory: agent.service.instance_lock)."""
+    for tmp in sorted(root.glob("*/*/.*.npz.*.tmp")):
+        target = tmp.with_name(tmp.name[1:].rsplit(".", 2)[0])
+        try:
+            if target.exists():
+                tmp.unlink()
+                log.info(kv("capture_tmp_removed", path=tmp, reason=f"{target.name} exists"))
+            else:
+                os.replace(tmp, target)
+                log.warning(kv("capture_tmp_recovered", path=tmp, renamed_to=target))
+        except OSError as exc:
+            log.error(kv("capture_tmp_left", path=tmp, error=exc.strerror or str(exc)))
 
 
 def quarantine(state_dir: Path, path: Path, reason: str) -> Path:
@@ -145,9 +168,10 @@ async def recover(
     run_blocking: Callable[..., Awaitable[Any]],
 ) -> int:
     """Analyse, record and report every orphan (one report per capture, as its stop would
-    have had); returns how many were recorded. `run_blocking(f, *args)` runs f in a thread."""
+    have had); returns how many could not be recorded (they wait for the next start).
+    `run_blocking(f, *args)` runs f in a thread."""
     state_dir = analysis.state_dir
-    recorded = 0
+    recorded = not_recorded = 0
     for orphan in orphans:
         try:
             loaded: Capture | str = await run_blocking(_load, orphan)
@@ -202,8 +226,16 @@ async def recover(
                     error=f"{type(exc).__name__}: {exc}",
                 )
             )
+            not_recorded += 1
             continue
         recorded += 1
     if orphans:
-        log.info(kv("orphan_captures_done", found=len(orphans), recorded=recorded))
-    return recorded
+        log.info(
+            kv(
+                "orphan_captures_done",
+                found=len(orphans),
+                recorded=recorded,
+                not_recorded=not_recorded,
+            )
+        )
+    return not_recorded

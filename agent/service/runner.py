@@ -22,7 +22,7 @@ from typing import Any
 
 from agent.config.model import ControllerSettings, JointSettings
 from agent.config.schedule import schedule_of
-from agent.history.records import Trigger
+from agent.history.records import Outcome, Trigger
 from agent.kinds.base import (
     AnalysisContext,
     JointJob,
@@ -104,8 +104,8 @@ class ControllerRunner:
         return self.task
 
     def retire(self) -> None:
-        """End at the next idle point (a reload changed or removed this controller); analyses
-        of its last stop are finished first."""
+        """End at the next idle point or after the cycle under way (a reload changed or
+        removed this controller); analyses of its last stop are finished first."""
         self._retire = True
         self._wake.set()
 
@@ -407,25 +407,51 @@ class ControllerRunner:
                 cycle = self._cycle_of(pending)
                 if cycle is None:
                     continue
-                if i > 1 and not await self._still_fits(driver, pending):
-                    log.info(
-                        kv(
-                            "cycle_deferred",
-                            controller=ctrl.name,
-                            joint=pending.joint,
-                            reason="the rest of the stop is too short",
-                        )
-                    )
+                deferred = await self._why_not_now(driver, pending, first=i == 1)
+                if deferred is not None:
+                    if deferred:  # ("": the preflight has logged its own reason)
+                        log.info(kv("cycle_deferred", controller=ctrl.name,
+                                    joint=pending.joint, reason=deferred))  # fmt: skip
                     break
                 self._set_state(f"cycle {pending.joint} {pending.kind} ({i}/{len(plan)})")
                 job = await self._run_one(driver, joints.get(pending.joint), pending, cycle)
                 jobs.append(job)
+                if job.outcome is Outcome.ERROR and job.capture_path is None:
+                    # A capture that could not be saved: every further motion of this stop
+                    # would be spent for nothing. The rest stays owed.
+                    log.error(
+                        kv(
+                            "stop_ended",
+                            controller=ctrl.name,
+                            joint=pending.joint,
+                            reason=job.error,
+                        )
+                    )
+                    self._set_state(f"stop ended: {job.error}")
+                    break
         except BaseException:
             for job in jobs:  # cancelled mid-stop: no analysis is left running behind us
                 if job.analysis is not None and not job.analysis.done():
                     job.analysis.cancel()
             raise
         return jobs
+
+    async def _why_not_now(self, driver: Driver, pending: PendingCycle, first: bool) -> str | None:
+        """Why the rest of the stop does not move, checked before each of its cycles (None: it
+        may; "" when the preflight said why itself)."""
+        if self._retire:
+            # A reload changed or removed this controller: no further motion under the old
+            # config; what is left stays owed (the new runner takes the queue).
+            return "the config was reloaded: the new one runs the rest"
+        if first:
+            return None  # the stop's plan and preflight were made just now
+        if not await self._still_fits(driver, pending):
+            return "the rest of the stop is too short"
+        # The stop's preflight held before the first cycle; another writer may have filled the
+        # disk or taken the descriptors since.
+        if not await self._preflight((pending,)):
+            return ""
+        return None
 
     async def _still_fits(self, driver: Driver, pending: PendingCycle) -> bool:
         status = await self._status_or_none(driver)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from drivers.can.dbc import CanMessageNames, DbcError, load_protocol
+from drivers.machine import canonical_host
 
 Interface = Literal["socketcan", "socketcand", "udp_multicast"]
 DuplicatePolicy = Literal["drop", "abort"]
@@ -64,6 +65,14 @@ class CanSettings:
     @property
     def resolved_port(self) -> int | None:
         return self.port if self.port is not None else DEFAULT_PORTS.get(self.interface)
+
+    def machine_address(self) -> str:
+        """The bus: the controller's frames (the DBC) on it belong to one runner."""
+        if self.interface == "socketcan":
+            return f"CAN bus socketcan {self.channel}"
+        port = self.port or DEFAULT_PORTS[self.interface]
+        where = canonical_host(self.host) if self.interface == "socketcand" else "multicast"
+        return f"CAN bus {self.interface} {where}:{port} {self.channel}"
 
     def check(self) -> list[tuple[str, str]]:
         """The DBC must exist and carry every message and signal the driver uses."""

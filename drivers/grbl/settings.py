@@ -25,6 +25,7 @@ from typing import Any, Literal
 from agent.errors import ConfigError
 from agent.feedrate.machine import MachineSettings, load_machine
 from agent.schema.yaml_lines import issues_of
+from drivers.machine import canonical_device
 
 Protocol = Literal["grbl", "dnc"]
 Handshake = Literal["reset", "banner", "none"]
@@ -117,6 +118,9 @@ class GrblSettings:
         default=None,
         metadata={"min_len": 1, "doc": 'DNC: its cycle-start code after such a hold (GRBL: "~")'},
     )
+
+    def machine_address(self) -> str:
+        return f"serial port {canonical_device(self.port)}"
 
     def check(self) -> list[tuple[str, str]]:
         found: list[tuple[str, str]] = []

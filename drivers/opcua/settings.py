@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from drivers.base import ControllerMode
+from drivers.machine import canonical_endpoint
 
 # What a cycle trigger can pass to the controller, as method arguments or parameter variables.
 CycleParameter = Literal[
@@ -331,6 +332,11 @@ class OpcUaSettings:
     # A chunk published twice with the same sequence number and the same samples carries no
     # new information: drop_identical keeps one copy. Any other repeat is refused.
     duplicate_chunks: Literal["refuse", "drop_identical"] = "refuse"
+
+    def machine_address(self) -> str:
+        """The server and the machine's cycle on it: a gateway may serve several machines,
+        each with its own cycle nodes."""
+        return f"OPC UA {canonical_endpoint(self.endpoint, 4840)} cycle {self.cycle.status}"
 
     def check(self) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []

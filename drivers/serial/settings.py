@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agent.errors import DriverError
+from drivers.machine import canonical_device
 from drivers.serial.frames import MAX_PAYLOAD_BYTES, SAMPLE_HEADER
 
 
@@ -69,6 +70,9 @@ class SerialSettings:
         default=0.005,
         metadata={"gt": 0.0, "lt": 0.5, "doc": "board clock vs requested rate, relative"},
     )
+
+    def machine_address(self) -> str:
+        return f"serial port {canonical_device(self.port)}"
 
     def check(self) -> list[tuple[str, str]]:
         out: list[tuple[str, str]] = []

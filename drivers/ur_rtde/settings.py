@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
+from drivers.machine import canonical_host
+
 # ur_rtde's own limits (rtde_control_interface.h): it refuses a moveJ/speedJ outside them.
 UR_JOINT_VELOCITY_MAX_RAD_S = 3.14
 UR_JOINT_ACCELERATION_MAX_RAD_S2 = 40.0
@@ -108,6 +110,10 @@ class UrRtdeSettings:
         default=0.01,
         metadata={"gt": 0.0, "le": 0.1, "doc": "excitation refused unless every joint is at q0"},
     )
+
+    def machine_address(self) -> str:
+        """The robot: RTDE, dashboard and script ports are fixed, so its host names it."""
+        return f"UR controller {canonical_host(self.host)}"
 
     def check(self) -> list[tuple[str, str]]:
         kt = self.torque_constants_nm_a

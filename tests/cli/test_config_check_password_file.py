@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli.config_check import password_file_findings
 from agent.cli.main import main
+from agent.config.file_findings import password_file_findings
 from agent.config.load import load_config
 from agent.errors import EX_CONFIG, EX_OK
 

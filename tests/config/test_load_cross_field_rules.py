@@ -124,6 +124,13 @@ def with_joint_extra(extra: str) -> str:
             "> 0, found 0",
         ),
         (
+            # Narrower than two bins of the capture: every joint would read 0 rad/s, "OK".
+            "estimator:\n  resonance_hz: [1.0e-300, 1.0e-299]",
+            "c.yaml:11: controllers[0].joints[0].estimator.resonance_hz: expected a band at "
+            "least 0.0166667 Hz wide (two frequency bins of the 120 s capture), found [1e-300, "
+            "1e-299]",
+        ),
+        (
             "estimator:\n  decay_per_s:\n    - 50\n    - 5",
             "c.yaml:11: controllers[0].joints[0].estimator.decay_per_s: expected [low, high] "
             "with low < high, found [50, 5]",
@@ -160,3 +167,34 @@ def test_valid_calibration_points_pass(tmp_path: Path) -> None:
     # the full example has strictly increasing points; sources other than 'points' ignore them
     extra = "calibration:\n  source: none\n  points: [{amplitude_rad_s: 1, backlash_rad: 0}]"
     assert problems(tmp_path, with_joint_extra(extra)) == []
+
+
+UR_TWICE = """\
+controllers:
+  - name: a
+    driver: ur_rtde
+    settings: {host: localhost}
+    joints:
+      - {name: j1, index: 1, gear_ratio: 100, position_min_rad: -6, position_max_rad: 6,
+         backlash_cycle: {motor_speed_rps: 10}}
+  - name: b
+    driver: ur_rtde
+    settings:
+      host: 127.0.0.1
+    joints:
+      - {name: j1, index: 1, gear_ratio: 100, position_min_rad: -6, position_max_rad: 6,
+         backlash_cycle: {motor_speed_rps: 10}}
+"""
+
+
+def test_two_controllers_reaching_one_machine_are_refused(tmp_path: Path) -> None:
+    # Two runners would move one robot at the same time: localhost and 127.0.0.1 are one host.
+    assert problems(tmp_path, UR_TWICE) == [
+        "c.yaml:11: controllers[1].settings: expected one controller per machine, found UR "
+        "controller 127.0.0.1 again (first reached by controllers[0] at line 4): two runners "
+        "would move it at once"
+    ]
+    assert problems(tmp_path, UR_TWICE.replace("host: 127.0.0.1", "host: 10.0.0.6")) == []
+    # Simulated controllers reach no machine: any number of them.
+    other = MINIMAL.split("\n", 1)[1].replace("name: r1", "name: r2")
+    assert problems(tmp_path, MINIMAL + other) == []

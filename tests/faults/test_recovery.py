@@ -181,3 +181,44 @@ def test_orphans_are_found_through_a_relative_state_dir_and_quarantine_never_ove
     assert first == Path("var") / QUARANTINE_DIR / "robot" / "j1" / orphan.name
     assert second.name == f"{orphan.stem}-1.npz" and second.read_bytes() == b"again"
     assert first.read_bytes() == b"x"
+
+
+def test_once_after_a_crash_takes_up_every_orphan_and_the_cut_atomic_writes(
+    tmp_path: Path,
+) -> None:
+    """`jha run --once` waits for the whole recovery (it once took up 1 of 101 and exited 0),
+    and a capture whose atomic write was killed before its rename (`.<name>.<random>.tmp`) is
+    taken up under its name: recorded if whole, quarantined if torn."""
+    from agent.service.exit_codes import EX_OK
+
+    state = tmp_path / "state"
+    j1 = state / "captures" / "robot" / "j1"
+    j1.mkdir(parents=True)
+    good = _capture_bytes(tmp_path)
+    orphans = [j1 / f"{_stamp(T0 + dt.timedelta(minutes=m))}.npz" for m in range(6)]
+    for path in orphans:
+        path.write_bytes(good)
+    whole = j1 / f".{_stamp(T0 + dt.timedelta(hours=1))}.npz.k2j4h1.tmp"
+    whole.write_bytes(good)
+    torn = j1 / f".{_stamp(T0 + dt.timedelta(hours=2))}.npz.a8x0q3.tmp"
+    torn.write_bytes(good[: len(good) // 3])
+    cfg = config(tmp_path / "agent.yaml", state, [{"at_s": 0.2, "length_s": 30.0}], joints=1)
+    log_path = tmp_path / "daemon.log"
+    proc = start(cfg, log_path, "--once", "--wait-for-stop", "20")
+    code = proc.wait(300)
+    log = log_path.read_text()
+    recovered = sorted(r[0] for r in _rows(state) if r[1] == "recovered")
+    expected = sorted(str(p) for p in [*orphans, j1 / whole.name[1:].rsplit(".", 2)[0]])
+    record(
+        "recovery",
+        "--once after a crash",
+        f"{len(recovered)} of {len(expected)} recorded",
+        f"exit {code}",
+    )
+    assert recovered == expected, log[-3000:]
+    assert code == EX_OK, log[-3000:]
+    assert not whole.exists() and not torn.exists()
+    torn_target = torn.name[1:].rsplit(".", 2)[0]
+    assert (state / QUARANTINE_DIR / "robot" / "j1" / torn_target).exists()
+    assert "event=capture_tmp_recovered" in log
+    assert f"recorded={len(expected)} not_recorded=0" in log

@@ -95,11 +95,21 @@ def _not_in_truth(capture: Capture, ctrl: ControllerSettings, joint: JointSettin
 def _scenario(
     tmp_path: Path, name: str, action: dict[str, Any], **settings: Any
 ) -> tuple[Capture | None, str, dict[str, Any], int]:
-    """Run it, count the records lost, put the row in the summary: (capture, abort, state, N)."""
+    """Run it, count the records lost, put the row in the summary: (capture, abort, state, N).
+
+    A cycle the machine's load ended before the fault was played (a run of lost packages
+    longer than the driver bridges, seen beside a loaded test series) is run again, at most
+    twice: the fault, not the load, is what the test judges.
+    """
     host, path, ctrl, joint = setup(tmp_path, **FAST, **settings)
-    with UrEmulator(host, *emulator_args(path)) as emu:
-        capture, message = run(_cycle(ctrl, joint, emu, action), 120.0)
-        state = wait_until(emu, lambda s: not s["moving"] and not s["script_running"])
+    for attempt in range(3):
+        with UrEmulator(host, *emulator_args(path)) as emu:
+            capture, message = run(_cycle(ctrl, joint, emu, action), 120.0)
+            state = wait_until(emu, lambda s: not s["moving"] and not s["script_running"])
+        played = state["stream_faults"].get(action.get("kind", ""), 0) > 0
+        if played or MISSED not in message or attempt == 2:
+            break
+        print(f"attempt {attempt + 1}: ended by the load before the fault: {message}")
     lost = 0 if capture is None else _not_in_truth(capture, ctrl, joint)
     fault(f"UR: {name}", records_lost=lost)
     assert lost == 0, f"{lost} samples of the capture are not the controller's ({message})"

@@ -83,13 +83,17 @@ class Peer:
                 self.events.append(json.loads(line))
                 self._cond.notify_all()
 
-    def wait(self, name: str, timeout: float = 10.0) -> dict[str, Any]:
+    def wait(self, name: str, timeout: float = 10.0, count: int = 1) -> dict[str, Any]:
+        """The first event `name`, once `count` of them were printed. The peer prints after it
+        acts: a test asserting on its events must wait for them, never read them once."""
         with self._cond:
-            ok = self._cond.wait_for(lambda: any(e["event"] == name for e in self.events), timeout)
+            ok = self._cond.wait_for(
+                lambda: sum(e["event"] == name for e in self.events) >= count, timeout
+            )
             if not ok:
                 err = self.proc.stderr.read() if self.proc.poll() is not None else ""  # type: ignore[union-attr]
                 raise AssertionError(
-                    f"peer event {name!r} not seen in {timeout} s: {self.events} {err}"
+                    f"peer event {name!r} (x{count}) not seen in {timeout} s: {self.events} {err}"
                 )
             return next(e for e in self.events if e["event"] == name)
 

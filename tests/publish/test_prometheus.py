@@ -258,3 +258,37 @@ def test_the_daemon_hands_its_watchdog_to_the_metrics_endpoint(tmp_path: Path) -
     assert exporter.agent.watchdog is notifier
     names = {m.name for m in exporter.agent.collect()}
     assert names == {"jha_watchdog_timeout_seconds", "jha_watchdog_lateness_seconds"}
+
+
+def test_idle_and_dribbling_connections_cannot_take_the_agent_s_descriptors() -> None:
+    # A flood of idle connections once took every descriptor of the daemon (no stop could
+    # start): now at most max_connections are held, each for request_timeout_s in all.
+    settings = PrometheusSettings(port=0, max_connections=4, request_timeout_s=0.5)
+    exp = PrometheusExporter(settings)
+    asyncio.run(exp.start())
+    server = exp._server
+    assert server is not None
+    flood = [socket.create_connection(("127.0.0.1", exp.port)) for _ in range(60)]
+    try:
+        dribbler = flood[0]
+        dribbler.sendall(b"GET /metr")
+        for _ in range(5):  # a byte at a time never finishes a request
+            with contextlib.suppress(OSError):
+                dribbler.sendall(b"i")
+            time.sleep(0.2)
+        # Every connection is closed by the agent: refused at once beyond the cap, or cut at
+        # its deadline, the dribbler too.
+        for s in flood:
+            s.settimeout(20.0)
+            with contextlib.suppress(ConnectionResetError):
+                assert s.recv(1024) == b""
+        assert server.held_max <= settings.max_connections
+        # Refused at once, or ended by its deadline (the socket's timeout or the cut).
+        assert server.refused >= 1 and server.cut + server.failed >= 1, vars(server)
+        # Then a scrape is served again, whole.
+        with urllib.request.urlopen(f"http://127.0.0.1:{exp.port}/metrics", timeout=5) as r:
+            assert b"jha_cycles" in r.read()
+    finally:
+        for s in flood:
+            s.close()
+        asyncio.run(exp.close())

@@ -55,3 +55,23 @@ def test_held_connections_are_capped_and_a_request_gets_through_after(tmp_path: 
     assert server_side <= MAX_CLIENTS + 2  # the listening socket and the loop's own
     assert busy == refused == HELD - MAX_CLIENTS
     assert reply.get("ok") is True, reply  # served, not refused as busy
+
+
+def test_a_request_nested_30000_deep_gets_an_answer(tmp_path: Path) -> None:
+    # json.loads recursed out of the stack: the connection closed with a RecursionError logged.
+    async def go() -> dict[str, Any]:
+        server = ControlServer(tmp_path / "control.sock", _status)
+        await server.start()
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(server.path))
+            writer.write(b"[" * 30_000 + b"]" * 30_000 + b"\n")
+            reply: dict[str, Any] = json.loads(await asyncio.wait_for(reader.readline(), 5.0))
+            writer.close()
+            return reply
+        finally:
+            await server.close()
+
+    assert asyncio.run(go()) == {
+        "ok": False,
+        "error": "expected one JSON object on a line: nested too deep",
+    }

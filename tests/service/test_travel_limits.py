@@ -4,15 +4,18 @@ driver may move needs limits in the config (or from the robot description or the
 from __future__ import annotations
 
 import asyncio
+import errno
 import math
+import os
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+import drivers.base
 from agent.config.load import config_issues, load_config
 from agent.config.model import InterlockSettings, JointSettings
-from agent.config.travel_limits import joint_travel
+from agent.config.travel_limits import joint_travel, travel_issues
 from agent.errors import TravelRefused
 from agent.kinds.backlash.kind import backlash_cycle
 from agent.service.interlocks import check_interlocks, run_guarded_cycle
@@ -198,3 +201,21 @@ def test_an_excitation_beyond_a_joint_limit_is_refused(tmp_path: Path) -> None:
 
 def _rules() -> InterlockSettings:
     return InterlockSettings(require_production_stop=False, require_permission=False)
+
+
+def test_limits_unreadable_for_want_of_descriptors_say_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Out of descriptors (EMFILE) the driver's module cannot be read: the refusal names that,
+    # not a config mistake a person would then hunt for.
+    ctrl = load_config(_ur_config(tmp_path)).controllers[0]
+
+    def no_descriptors(name: str) -> None:
+        raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+
+    monkeypatch.setattr(drivers.base, "load_driver_class", no_descriptors)
+    assert travel_issues(ctrl) == [
+        (0, "position_min_rad", "the driver ur_rtde's joint limits could not be read: "
+         "Too many open files"),
+    ]  # fmt: skip
+    assert joint_travel(ctrl, ctrl.joints[0]) is None

@@ -31,9 +31,17 @@ HEADERS: dict[str, tuple[str, ...]] = {
     "security": ("check", "passed"),
     "known bugs": ("xfail regression", "cases", "crashes"),
     "aborts": ("cause", "stopped by", "at rest", "joint off test pose", "agent next"),
+    # Counted by the simulated controller's own motion log, not the agent's records.
+    "one machine, one runner": (
+        "scenario",
+        "motions",
+        "outside the limits in force",
+        "overlapping",
+        "after a failed save",
+    ),
 }
 # Print order; sections not listed here follow in the order they were first recorded.
-ORDER = ("fuzzing", "faults", "aborts", "security", "known bugs")
+ORDER = ("fuzzing", "faults", "aborts", "one machine, one runner", "security", "known bugs")
 
 _lock = threading.Lock()  # fault tests may record from worker threads
 

@@ -25,15 +25,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from agent.config.prometheus import PrometheusSettings
 from agent.health.status import Ne107, Status
 from agent.logfmt import kv
 from agent.publish.base import HealthPublisher, WatchdogProbe
 from agent.publish.prometheus.agent_metrics import AgentCollector
+from agent.publish.prometheus.server import BoundedMetricsServer, start_metrics_server
 from agent.report.model import Report
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ class PrometheusExporter(HealthPublisher):
             "jha_last_report_timestamp_seconds", "when the controller's last report was written",
             ["controller"], registry=self.registry,
         )  # fmt: skip
-        self._server: Any = None
+        self._server: BoundedMetricsServer | None = None
 
     def watch_watchdog(self, probe: WatchdogProbe) -> None:
         self.agent.watchdog = probe
@@ -82,10 +82,10 @@ class PrometheusExporter(HealthPublisher):
         return int(self._server.server_port) if self._server is not None else self.settings.port
 
     async def start(self) -> None:
-        started = start_http_server(
-            self.settings.port, addr=self.settings.listen, registry=self.registry
+        s = self.settings
+        self._server = start_metrics_server(
+            self.registry, s.listen, s.port, s.max_connections, s.request_timeout_s
         )
-        self._server = started[0] if isinstance(started, tuple) else None
         log.info(kv("prometheus_listening", address=self.settings.listen, port=self.port))
 
     async def publish(self, report: Report) -> None:

@@ -105,7 +105,7 @@ def test_status_frames_become_the_interlock_snapshot(socketcand: Any) -> None:
 
     run(check())
     assert peer.named("cycle_start") == []
-    assert peer.named("rejected")[0]["reason"] == "not_stopped"
+    assert peer.wait("rejected")["reason"] == "not_stopped"
 
 
 def test_a_stream_the_bus_cannot_carry_is_refused_before_anything_moves(socketcand: Any) -> None:
@@ -175,30 +175,31 @@ def test_dropped_frames_abort_the_cycle_and_stop_the_controller(socketcand: Any)
     peer, _ = _abort_then_recover(
         socketcand, "drop@1:200x3", r"3 encoder frame\(s\) lost: counter jumped from 199 to 203"
     )
-    assert peer.named("stop")[0]["cycle_state"] == "capturing"
-    assert peer.named("cycle_aborted")[0]["cycle"] == 1
-    assert peer.named("cycle_done")[0]["cycle"] == 2
+    assert peer.wait("stop")["cycle_state"] == "capturing"
+    assert peer.wait("cycle_aborted")["cycle"] == 1
+    assert peer.wait("cycle_done")["cycle"] == 2
 
 
 def test_a_malformed_encoder_frame_aborts_the_cycle(socketcand: Any) -> None:
     peer, _ = _abort_then_recover(
         socketcand, "badframe@1:100", "malformed encoder frame after sample 100: 2 data bytes"
     )
-    assert peer.named("stop")[0]["cycle_state"] == "capturing"
+    assert peer.wait("stop")["cycle_state"] == "capturing"
 
 
 def test_garbage_on_the_wire_aborts_the_cycle(socketcand: Any) -> None:
     # python-can drops the whole TCP read holding non-ASCII bytes: the frames in it are lost.
     peer, _ = _abort_then_recover(socketcand, "garbage@1:150", "bus receive error")
-    assert peer.named("stop")[0]["cycle_state"] == "capturing"
+    assert peer.wait("stop")["cycle_state"] == "capturing"
 
 
 def test_an_unparsable_element_breaks_the_link_and_the_driver_reconnects(socketcand: Any) -> None:
     # python-can keeps an element it cannot parse in its buffer and fails every later read:
     # the driver gives that connection up and opens a new one for the next cycle.
     peer, _ = _abort_then_recover(socketcand, "badtext@1:150", "receive error")
-    assert peer.named("stop")[0]["cycle_state"] == "capturing"
-    assert len(peer.named("client")) == 4  # probe + link, then probe + link again
+    assert peer.wait("stop")["cycle_state"] == "capturing"
+    peer.wait("client", count=4)  # probe + link, then probe + link again
+    assert len(peer.named("client")) == 4
 
 
 def test_unrelated_frames_on_the_bus_do_not_disturb_a_capture(socketcand: Any) -> None:
@@ -213,7 +214,7 @@ def test_unrelated_frames_on_the_bus_do_not_disturb_a_capture(socketcand: Any) -
             await driver.close()
 
     assert len(run(one())) == 401
-    assert peer.named("fault")[0]["kind"] == "foreign"
+    assert peer.wait("fault")["kind"] == "foreign"
 
 
 def test_a_stalled_controller_is_lost_and_its_motion_stopped(socketcand: Any) -> None:
@@ -234,9 +235,9 @@ def test_a_stalled_controller_is_lost_and_its_motion_stopped(socketcand: Any) ->
             await driver.close()
 
     run(scenario())
-    stop = peer.named("stop")[0]  # the controller still reads while it does not answer
+    stop = peer.wait("stop")  # the controller still reads while it does not answer
     assert stop["cycle_state"] == "capturing"
-    assert peer.named("cycle_aborted")[0]["cycle"] == 1
+    assert peer.wait("cycle_aborted")["cycle"] == 1
 
 
 def test_peer_killed_mid_capture(socketcand: Any) -> None:
@@ -264,8 +265,8 @@ def test_disconnect_mid_capture_the_stop_goes_out_on_reconnect(socketcand: Any) 
     closed = "connection closed by the peer|Connection reset by peer"
     peer, _ = _abort_then_recover(socketcand, "disconnect@1:200", closed)
     # No STOP could pass the dropped connection: the driver owed it and sent it on reconnect.
-    assert peer.named("stop")[0]["cycle_state"] == "capturing"
-    assert peer.named("cycle_done")[0]["cycle"] == 2
+    assert peer.wait("stop")["cycle_state"] == "capturing"
+    assert peer.wait("cycle_done")["cycle"] == 2
     assert len(peer.named("client")) == 4
 
 
@@ -310,8 +311,8 @@ def test_controller_leaving_the_stopped_state_aborts_and_stops(socketcand: Any) 
             await driver.close()
 
     run(scenario())
-    assert peer.named("stop")[0]["cycle_state"] == "capturing"
-    assert peer.named("fault")[0]["sample"] == 150
+    assert peer.wait("stop")["cycle_state"] == "capturing"
+    assert peer.wait("fault")["sample"] == 150
 
 
 def test_cancelling_the_cycle_sends_stop(socketcand: Any) -> None:
@@ -351,5 +352,5 @@ def test_the_daemon_goes_on_after_an_aborted_cycle(socketcand: Any, tmp_path: Pa
     by_joint = {j["joint"]: j for j in report["joints"]}
     assert "lost" in (by_joint["j1"].get("error") or "")
     assert by_joint["j2"].get("error") is None
-    assert peer.named("stop")[0]["cycle_state"] == "capturing"
+    assert peer.wait("stop")["cycle_state"] == "capturing"
     assert [d["cycle"] for d in peer.named("cycle_done")] == [2]

@@ -87,9 +87,7 @@ def test_udp_multicast_in_a_network_namespace(netns: str, tmp_path: Path) -> Non
     ok, garbage = results
     assert ok["outcome"] == "ok" and ok["stats"]["lost_frames"] == 0
     assert garbage["outcome"] == "aborted" and "could not unpack" in garbage["error"]
-    assert (
-        garbage["stop_commands_sent"] >= 1 and peer.named("stop")[0]["cycle_state"] == "capturing"
-    )
+    assert garbage["stop_commands_sent"] >= 1 and peer.wait("stop")["cycle_state"] == "capturing"
     ctrl = load_config(config).controllers[0]
     got, want = load_capture(tmp_path / "capture1.npz"), sim_captures(ctrl, ["j1"])[0]
     assert np.max(np.abs(got.channel("motor_counts") - want.channel("motor_counts"))) <= 1

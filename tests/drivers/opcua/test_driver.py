@@ -411,6 +411,10 @@ def test_node_ids_by_namespace_uri_resolve_at_connect(shared: tuple[Path, PeerPr
     driver = driver_for(controller(config, peer.endpoint, status=status))
 
     async def go() -> ControllerMode:
+        # The peer is shared: a fault test before this one may have left it in production.
+        # The state this test reads is put there first, not assumed.
+        async with Plant(peer.endpoint) as plant:
+            await plant.set_state("stopped")
         await driver.connect()
         try:
             return (await driver.read_status()).mode
