@@ -334,7 +334,9 @@ def test_peer_killed_mid_capture_then_reconnects_with_backoff(
     finally:
         for p in [peer, *replacement]:
             p.stop()
-    assert "lost" in reason or "stalled" in reason
+    # Whichever notices the dead peer first: the chunk stream (lost, stalled) or the watchdog
+    # writer, whose next write finds the connection closed (seen on an idle fresh-clone run).
+    assert "lost" in reason or "stalled" in reason or "watchdog write failed" in reason, reason
     assert "not connected" in gone
     assert reconnects >= 1
     assert samples == expected_samples(backlash_cycle(ctrl, ctrl.joints[0]))
