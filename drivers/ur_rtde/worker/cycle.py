@@ -284,8 +284,15 @@ class CycleOps:
                 moving = bool(rows) or abs(row[5][j]) > _MOVING_RAD_S
                 self._check_sample(row[8], row[9], row[10])
                 if moving and missed:
-                    if prev is None:
-                        raise Fault(f"{missed} RTDE package(s) missed at t = {row[0]:.3f} s")
+                    if prev is None or not rows:
+                        # Lost right where the motion starts: whether the first of them was
+                        # already moving cannot be told, so neither can where the capture
+                        # window begins (bridged, it began a tick early and every sample
+                        # after was off by one against the truth).
+                        raise Fault(
+                            f"{missed} RTDE package(s) missed at t = {row[0]:.3f} s, where the "
+                            "motion starts"
+                        )
                     try:
                         rows.extend(gaps.fill(prev, row, missed))
                     except StreamError as exc:
