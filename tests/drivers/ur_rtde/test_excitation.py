@@ -41,11 +41,12 @@ from tests.peers.ur_controller.harness import BRIDGE_LOSSES, run, wait_until
 from tests.peers.ur_controller.rigid_arm import ScalarNewtonEuler
 
 # Stated tolerance of the recovered friction when the stream and the emulator kept time (LATE_S):
-# relative, or absolute for the small wrist values. Measured on this 2-core VM over 183
-# excitations (idle and beside busy loops, Dec 2026), 54 of them within LATE_S: worst error 1.13
-# times the 10 % this test first held (set from 7 runs; 3 of the 54 over it), none over 15 %;
-# Coulomb at most 0.3 of its 10 %. The identification's own 95 % intervals on these captures are
-# wider still (0.5-21 N·m·s/rad for the shoulder pan's viscous 6 N·m·s/rad, the worst-read one).
+# relative, or absolute for the small wrist values. Measured (bench/bench_ur_excitation_timing.py)
+# on this 2-core VM over 183 excitations (idle and beside busy loops, Dec 2026), 54 of them
+# within LATE_S: worst error 1.13 times the 10 % this test first held (set from 7 runs; 3 of
+# the 54 over it), none over 15 %; Coulomb at most 0.3 of its 10 %. The identification's own
+# 95 % intervals on these captures are wider still (0.5-21 N·m·s/rad for the shoulder pan's
+# viscous 6 N·m·s/rad, the worst-read one).
 COULOMB_TOL = (0.15, 0.45)  # 15 % or 0.45 N·m
 VISCOUS_TOL = (0.15, 0.45)  # 15 % or 0.45 N·m·s/rad
 
