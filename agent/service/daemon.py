@@ -370,17 +370,13 @@ class Agent:
         source = self.config.source
         try:
             new = await asyncio.to_thread(load_config, source)
-        except ConfigError as exc:
-            log.error(kv("reload_rejected", config=source, issues=str(exc)))
-            self.notifier.ready()
-            return False
-        except OSError as exc:
-            log.error(kv("reload_rejected", config=source, issues=str(exc)))
-            self.notifier.ready()
-            return False
-        errors, _ = await asyncio.to_thread(file_findings, new, source)
-        if errors:  # a password file others may read: the running config stays
-            log.error(kv("reload_rejected", config=source, issues="; ".join(map(str, errors))))
+            # A password file others may read is refused as a broken file is.
+            errors, _ = await asyncio.to_thread(file_findings, new, source)
+            problem = "; ".join(map(str, errors))
+        except (ConfigError, OSError) as exc:
+            problem = str(exc)
+        if problem:  # the running config stays
+            log.error(kv("reload_rejected", config=source, issues=problem))
             self.notifier.ready()
             return False
         old = {c.name: c for c in self.config.controllers}
@@ -395,11 +391,7 @@ class Agent:
         self.config = dataclasses.replace(new, agent=self.config.agent, publish=self.config.publish)
         changed = [n for n in old if n not in fresh or old[n] != fresh[n]]
         added = [n for n in fresh if n not in old]
-        if changed:
-            self._spawn(self._replace(changed, added, fresh), "reload")
-        else:
-            for name in added:
-                self._start_runner(fresh[name])
+        self._spawn(self._replace(changed, added, fresh), "reload")
         log.info(
             kv(
                 "reloaded",
