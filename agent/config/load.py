@@ -25,6 +25,7 @@ from agent.config.model import (
     ThresholdSettings,
 )
 from agent.errors import AgentError, ConfigError
+from agent.estimation.backlash.samples import FIT_MAX_SAMPLES, plan_fit_samples
 from agent.schema.validate import Check, validate
 from agent.schema.yaml_lines import ConfigIssue, Node, config_error, issues_of, join_path, load_yaml
 from drivers.machine import MachineAddressed
@@ -188,6 +189,19 @@ def _check_joint(j: JointSettings) -> list[tuple[str, str]]:
                 f"{_g(j.gear_ratio)} / {_g(c.motor_speed_rps)} motor rev/s = {_g(duration_s)} s "
                 f"at {_g(rate)} Hz); fewer load_turns, a faster motor_speed_rps or a lower "
                 "sample_rate_hz",
+            )
+        )
+    elif rate > 0 and top > 0 and (plan := plan_fit_samples(samples, rate, top)).cut:
+        out.append(
+            (
+                "backlash_cycle",
+                f"expected a capture the fit can use whole: the fit holds at most "
+                f"{FIT_MAX_SAMPLES:,} samples, {_g(plan.fitted_duration_s)} s at "
+                f"{_g(plan.fitted_rate_hz)} Hz (decimated as far as estimator.resonance_hz "
+                f"allows), but the cycle moves for {_g(duration_s)} s ({samples:,} samples at "
+                f"{_g(rate)} Hz); "
+                "fewer load_turns or a faster motor_speed_rps"
+                + (" or a lower sample_rate_hz" if plan.decimation == 1 else ""),
             )
         )
     return out
