@@ -17,6 +17,8 @@ Every verdict is read from the emulator (moving or not, the command log, watchdo
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +27,7 @@ from typing import Any
 import pytest
 
 from agent.config.load import load_config
+from agent.errors import CycleAborted
 from agent.kinds.backlash.kind import backlash_cycle
 from agent.service.interlocks import run_guarded_cycle
 from agent.service.pose_recovery import return_to_start_pose
@@ -45,6 +48,7 @@ WORKER_STOP_BOUND_S = 1.0
 # The watchdog runs at 1 / (stop ramp + 0.25 s) = 2 Hz: it trips 0.5 s after the last kick,
 # then the controller's own stop (20 rad/s^2) takes 0.125 s.
 WATCHDOG_STOP_BOUND_S = 1.5
+MISSED = "package(s) missed"  # the driver's words for a run of lost packages it aborts on
 
 
 @pytest.fixture
@@ -135,16 +139,21 @@ def test_cancelling_the_guarded_cycle_mid_capture_stops_the_arm(
     ctrl = load_config(config).controllers[0]
     joint = ctrl.joints[0]
 
-    async def scenario() -> tuple[float, dict[str, Any], ControllerMode]:
+    async def scenario(rules: Any) -> tuple[float, dict[str, Any], ControllerMode] | str:
+        """The cancellation's outcome, or the abort that ended the cycle before it."""
         driver = UrRtdeDriver(ctrl.name, ctrl.settings, ctrl.joints)
         await driver.connect()
         try:
             cycle = backlash_cycle(ctrl, joint)
-            task = asyncio.create_task(run_guarded_cycle(driver, cycle, ctrl.interlocks, joint))
+            task = asyncio.create_task(run_guarded_cycle(driver, cycle, rules, joint))
             try:
                 await asyncio.to_thread(moving_into_capture, emu)
             except AssertionError as exc:  # the cycle ended early: say why
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(asyncio.shield(task), 10.0)
                 why = task.exception() if task.done() else "the cycle still runs"
+                if isinstance(why, CycleAborted) and MISSED in str(why):
+                    return str(why)
                 raise AssertionError(f"{exc}; the cycle: {why!r}") from None
             t_cancel = time.monotonic()
             task.cancel()
@@ -158,8 +167,21 @@ def test_cancelling_the_guarded_cycle_mid_capture_stops_the_arm(
             await driver.close()
         return returned_s, state, mode
 
-    returned_s, state, mode = run(scenario())
-    after = state["commands"][state["commands"].index("speedj") :]
+    # A cycle the machine's load ended before the cancellation (a run of lost packages longer
+    # than the driver bridges: 11 in a row in an idle fresh-clone run) is run again, at most
+    # twice, from where the abort left the joint: the cancellation is what the test judges.
+    rules = ctrl.interlocks
+    for attempt in range(3):
+        outcome = run(scenario(rules))
+        if not isinstance(outcome, str):
+            break
+        assert attempt < 2, outcome
+        print(f"attempt {attempt + 1}: ended by the load before the cancellation: {outcome}")
+        wait_until(emu, lambda s: not s["moving"] and not s["script_running"])
+        rules = dataclasses.replace(rules, pose_tolerance_rad=100.0)
+    returned_s, state, mode = outcome
+    commands = state["commands"]
+    after = commands[len(commands) - 1 - commands[::-1].index("speedj") :]  # this attempt's
     assert after[:3] == ["speedj", "speed_stop", "stopj"], state["events"]
     assert not state["moving"] and state["watchdog_trips"] == 0
     assert returned_s < WORKER_STOP_BOUND_S + 3.0  # stop + the worker's cleanup
