@@ -25,7 +25,7 @@ from agent.config.model import (
     ThresholdSettings,
 )
 from agent.errors import AgentError, ConfigError
-from agent.estimation.backlash.samples import FIT_MAX_SAMPLES, plan_fit_samples
+from agent.estimation.backlash.samples import FIT_MAX_SAMPLES
 from agent.schema.validate import Check, validate
 from agent.schema.yaml_lines import ConfigIssue, Node, config_error, issues_of, join_path, load_yaml
 from drivers.machine import MachineAddressed
@@ -191,17 +191,14 @@ def _check_joint(j: JointSettings) -> list[tuple[str, str]]:
                 "sample_rate_hz",
             )
         )
-    elif rate > 0 and top > 0 and (plan := plan_fit_samples(samples, rate, top)).cut:
+    elif samples > FIT_MAX_SAMPLES:
         out.append(
             (
                 "backlash_cycle",
-                f"expected a capture the fit can use whole: the fit holds at most "
-                f"{FIT_MAX_SAMPLES:,} samples, {_g(plan.fitted_duration_s)} s at "
-                f"{_g(plan.fitted_rate_hz)} Hz (decimated as far as estimator.resonance_hz "
-                f"allows), but the cycle moves for {_g(duration_s)} s ({samples:,} samples at "
-                f"{_g(rate)} Hz); "
-                "fewer load_turns or a faster motor_speed_rps"
-                + (" or a lower sample_rate_hz" if plan.decimation == 1 else ""),
+                f"expected a capture the fit can use whole, at most {FIT_MAX_SAMPLES:,} samples "
+                f"({_g((FIT_MAX_SAMPLES - 1) / rate)} s at {_g(rate)} Hz), found {samples:,} "
+                f"({_g(duration_s)} s): the rest would be motion for nothing; fewer "
+                "load_turns, a faster motor_speed_rps or a lower sample_rate_hz",
             )
         )
     return out

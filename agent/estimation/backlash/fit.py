@@ -20,8 +20,8 @@ What the implementation adds to the paper, and why:
 - The search starts from a deterministic scan (resonance from the spectrum, start time and decay
   on a grid), then CMA-ES refines and IPOP restarts from random points confirm the optimum.
 - A whole population is evaluated as one array operation.
-- A capture longer than the fit may hold in memory is decimated, then cut, and the result
-  says so (agent.estimation.backlash.samples).
+- A capture longer than the fit may hold in memory is cut to its first samples, and the
+  result says so (agent.estimation.backlash.samples).
 The search itself (the unit cube, the scan, CMA-ES and its restarts) is
 agent.estimation.backlash.search's.
 """
@@ -133,10 +133,9 @@ def fit_backlash_residual(
     if spread <= 1e-9 * max(1.0, float(np.max(np.abs(r)))):
         raise EstimationError(f"{source}: the speed signal is constant: there is nothing to fit")
     dt = float(np.median(np.diff(t)))
-    # A long capture is decimated, then cut, to what the fit may hold in memory.
-    plan = plan_fit_samples(t.size, 1.0 / dt, settings.resonance_hz[1])
+    # A long capture is cut to what the fit may hold in memory.
+    plan = plan_fit_samples(t.size, 1.0 / dt)
     t, r = reduce_to_plan(t, r, plan)
-    dt = float(np.median(np.diff(t)))
     duration = float(t[-1] - t[0])
 
     tf_center, tf_est, mismatch, tf_band = _load_turn_period(
