@@ -6,11 +6,11 @@ one count of noise) at the demo joint's 100 rev/s and gear 40 (a load turn is 0.
 analysis runs as its own process: its peak RSS (getrusage of that child) is what an edge PC
 must give it. The baseline, in the same run, is the default cycle's capture (12 load turns at
 500 Hz, 2,401 samples); the table gives each size's peak, its ratio to the baseline and what
-each sample above the baseline cost. Captures longer than the fit holds are decimated, then
-cut (agent.estimation.backlash.samples): the samples fitted are in the table too.
+each sample above the baseline cost. Captures longer than the fit holds are cut to their first
+FIT_MAX_SAMPLES (agent.estimation.backlash.samples): the samples fitted are in the table too.
 
-The largest captures: MAX_CAPTURE_SAMPLES at 500 Hz (no decimation possible below the 200 Hz
-band's 1 kHz: cut) and at 10 kHz (decimated by 8). Fails when either exceeds 512 MB.
+The largest: a file of MAX_CAPTURE_SAMPLES (what `jha analyze backlash` accepts), at 500 Hz and
+at 10 kHz. Fails when either exceeds 512 MB.
 """
 
 from __future__ import annotations
@@ -100,4 +100,4 @@ def main(quick: bool = False) -> None:
 def _fitted(samples: int, rate_hz: float) -> int:
     from agent.estimation.backlash.samples import plan_fit_samples
 
-    return plan_fit_samples(samples, rate_hz, 200.0).fitted
+    return plan_fit_samples(samples, rate_hz).fitted

@@ -450,12 +450,12 @@ def test_dnc_is_refused_to_a_controller_without_flow_control(
 
 
 def test_the_example_config_suggests_dnc_only_with_flow_control() -> None:
-    from agent.cli.feedrate.stream import _configured_target
+    from agent.cli.feedrate.stream import configured_target
     from agent.config.load import load_config
 
     example = Path(__file__).parents[2] / "config" / "cnc_example.yaml"
     for controller in load_config(example).controllers:
-        _, machine = _configured_target(example, controller.name)  # refuses dnc without it
+        _, machine = configured_target(example, controller.name)  # refuses dnc without it
         if controller.settings.protocol == "dnc":
             assert machine.emitter_dialect.flow_control == "xon_xoff"
     assert "GRBL" not in example.read_text().split("protocol: dnc")[1]
