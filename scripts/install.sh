@@ -122,6 +122,8 @@ install -D -m 0644 "$SRC/docs/service.md" "$D$PREFIX/share/doc/service.md"
 # The plant-wide service (README, "Fleet"): installed, never enabled here; it runs on the one
 # host that holds PostgreSQL, with its own settings in $SYSCONFDIR/jha-fleet.
 install -D -m 0644 "$SRC/systemd/jha-fleet.service" "$D$UNITDIR/jha-fleet.service"
+# A template for G-code streams to GRBL controllers (docs/feedrate.md); started per job.
+install -D -m 0644 "$SRC/systemd/jha-stream@.service" "$D$UNITDIR/jha-stream@.service"
 install -D -m 0644 "$SRC/config/fleet-example.yaml" "$D$SYSCONFDIR/jha-fleet/fleet.example.yaml"
 
 # --- configuration: root:jha, the service reads it and cannot change it ---------------------

@@ -29,6 +29,7 @@ rm -f "$D$UNITDIR/joint-health-agent.service"
 rm -rf "$D$UNITDIR/joint-health-agent.service.d"
 # The fleet's unit goes with the program; its settings and token in /etc/jha-fleet stay.
 rm -f "$D$UNITDIR/jha-fleet.service"
+rm -f "$D$UNITDIR/jha-stream@.service"
 rm -f "$D$SYSUSERSDIR/joint-health-agent.conf"
 rm -rf "$D$PREFIX/venv" "$D$PREFIX/share"
 rmdir "$D$PREFIX" 2>/dev/null || true

@@ -25,6 +25,7 @@ from agent.config.model import (
     ThresholdSettings,
 )
 from agent.errors import AgentError, ConfigError
+from agent.estimation.backlash.samples import FIT_MAX_SAMPLES
 from agent.schema.validate import Check, validate
 from agent.schema.yaml_lines import ConfigIssue, Node, config_error, issues_of, join_path, load_yaml
 from drivers.machine import MachineAddressed
@@ -188,6 +189,16 @@ def _check_joint(j: JointSettings) -> list[tuple[str, str]]:
                 f"{_g(j.gear_ratio)} / {_g(c.motor_speed_rps)} motor rev/s = {_g(duration_s)} s "
                 f"at {_g(rate)} Hz); fewer load_turns, a faster motor_speed_rps or a lower "
                 "sample_rate_hz",
+            )
+        )
+    elif samples > FIT_MAX_SAMPLES:
+        out.append(
+            (
+                "backlash_cycle",
+                f"expected a capture the fit can use whole, at most {FIT_MAX_SAMPLES:,} samples "
+                f"({_g((FIT_MAX_SAMPLES - 1) / rate)} s at {_g(rate)} Hz), found {samples:,} "
+                f"({_g(duration_s)} s): the rest would be motion for nothing; fewer "
+                "load_turns, a faster motor_speed_rps or a lower sample_rate_hz",
             )
         )
     return out

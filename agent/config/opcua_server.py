@@ -41,6 +41,19 @@ class OpcUaServerSettings:
     application_uri: str = field(default="urn:jha:health:server", metadata={"min_len": 1})
     namespace_uri: str = field(default=HEALTH_NAMESPACE_URI, metadata={"min_len": 1})
     server_name: str = field(default="joint-health-agent", metadata={"min_len": 1})
+    # An HMI or SCADA client needs one or two connections; the cap keeps a flood of idle ones
+    # from taking the descriptors a stop needs (agent.service.preflight's margin is 32).
+    max_connections: int = field(
+        default=16, metadata={"ge": 1, "le": 1024, "doc": "served at once; more are closed"}
+    )
+    activation_timeout_s: float = field(
+        default=10.0,
+        metadata={
+            "gt": 0.0,
+            "le": 300.0,
+            "doc": "a connection without an activated session is closed after this",
+        },
+    )
 
     @property
     def secure(self) -> bool:

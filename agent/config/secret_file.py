@@ -1,18 +1,23 @@
 """Secret files (the MQTT password, the fleet's token and passwords): a regular file only its
-owner may read or write, one line of UTF-8 (a trailing newline is not part of it), not empty,
-not longer than the protocol allows. Checked both where the secret is used and by the config
-checks; the value is never part of an error message.
+owner may read or write, owned by the user that reads it or by root, one line of UTF-8 (a
+trailing newline is not part of it), not empty, not longer than the protocol allows. Checked
+both where the secret is used and by the config checks; the value is never part of an error
+message.
 """
 
 from __future__ import annotations
 
 import os
+import pwd
 import stat
 from pathlib import Path
 
 from agent.errors import ConfigError
 
 MAX_SECRET_BYTES = 65535  # MQTT's length-prefixed binary field
+# Debian's UID_MIN (login.defs): below it are system accounts (the service user jha is one),
+# from it on the accounts of people.
+FIRST_LOGIN_UID = 1000
 
 
 class SecretFileError(ConfigError):
@@ -63,8 +68,8 @@ def read_secret_file(
 def check_owner_only(
     path: str | Path, what: str, *, error: type[SecretFileError] = SecretFileError
 ) -> None:
-    """`error` unless `path` is a regular file that only its owner may read or write (a secret
-    file, or a private key)."""
+    """`error` unless `path` is a regular file that only its owner may read or write, and that
+    owner is the user reading it or root (a secret file, or a private key)."""
     file = Path(path)
     try:
         info = os.stat(file)
@@ -79,6 +84,24 @@ def check_owner_only(
             f"permissions {mode:04o} are too open: the {what} must be readable only by the "
             f"service user (chmod 600 {file})",
         )
+    reader = os.geteuid()
+    # Its owner may read it whatever the mode says, and chmod it: the user that reads it or
+    # root, or (when root checks a service's config) a system account such as the service's.
+    if info.st_uid not in (reader, 0) and not (reader == 0 and info.st_uid < FIRST_LOGIN_UID):
+        raise error(
+            file,
+            f"owned by {_account(info.st_uid)}, who may read and change it: the {what} must "
+            f"belong to the user that reads it ({_account(reader)}) or to root "
+            f"(chown {_account(reader, bare=True)} {file})",
+        )
+
+
+def _account(uid: int, *, bare: bool = False) -> str:
+    try:
+        name = pwd.getpwuid(uid).pw_name
+    except KeyError:  # a uid without a passwd entry (a deleted user, a copied file)
+        return str(uid) if bare else f"uid {uid}"
+    return name if bare else f"{name} (uid {uid})"
 
 
 def _unreadable(

@@ -64,6 +64,8 @@ class JointJob:
     result: object = None  # the kind's own result (BacklashResult, IdentificationAnalysis)
     trigger: Trigger | None = None
     cycle_id: int | None = None  # its row in the history, once recorded
+    # Its motion's record until something else speaks for it (agent.service.motion_intents).
+    intent_path: Path | None = None
     # Not sent to the pool with the job (a future does not pickle): see for_pool().
     analysis: asyncio.Future[Any] | None = field(default=None, compare=False)
 

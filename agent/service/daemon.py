@@ -34,6 +34,7 @@ from agent.service.control_socket import ControlServer, socket_path
 from agent.service.exit_codes import EX_CANTCREAT
 from agent.service.instance_lock import hold_state_dir
 from agent.service.loop_errors import OncePerMinute
+from agent.service.motion_intents import record_interrupted
 from agent.service.pool import LazyPool
 from agent.service.publishers import Publishers, publishers_to_start
 from agent.service.recording import record_and_report
@@ -139,6 +140,7 @@ class Agent:
                 loop.add_signal_handler(signal.SIGHUP, self.request_reload)
             self._warn_interlocks()
             # Listed before any runner can save a capture of this run; analysed afterwards.
+            # Motions a crash cut off are recorded before any runner may move.
             orphans = await self._find_orphans()
             for ctrl in self.config.controllers:
                 self._start_runner(ctrl)
@@ -237,6 +239,10 @@ class Agent:
             return []
         if orphans:
             log.warning(kv("orphan_captures", count=len(orphans), note="recorded as 'recovered'"))
+        try:  # after find_orphans: a capture whose write was cut short has its name back
+            await asyncio.to_thread(record_interrupted, self.state_dir)
+        except Exception as exc:  # the intents stay for the next start; this one goes on
+            log.error(kv("interrupted_motions_not_recorded", error=f"{type(exc).__name__}: {exc}"))
         return orphans
 
     async def _recover(self, orphans: list[Orphan]) -> int:

@@ -23,6 +23,7 @@ from agent.history.records import Outcome
 from agent.kinds.base import AnalysisContext, AnalysisRefused, JointJob, KindHandler, stamp
 from agent.logfmt import kv
 from agent.service.interlocks import check_interlocks, run_guarded_cycle
+from agent.service.motion_intents import drop_intent, intent_path, write_intent
 from agent.service.pose_recovery import return_to_start_pose
 from drivers.base import Driver
 
@@ -56,10 +57,21 @@ async def run_job(
             measured()
             log.info(kv("cycle_dry_run", controller=ctrl.name, joint=name, kind=kind.name))
             return job
+        folder = kind.name if joint is None else joint.name
+        intent = intent_path(state_dir, job, folder)
+        try:
+            await asyncio.to_thread(write_intent, intent, job, folder)
+        except OSError as exc:  # no record of the motion, no motion
+            job.outcome, job.error = Outcome.ERROR, f"motion record not written: {exc}"
+            log.error(kv("intent_not_written", controller=ctrl.name, joint=name, error=str(exc)))
+            return job
+        job.intent_path = intent
         capture = await run_guarded_cycle(driver, cycle, ctrl.interlocks, joint)
     except InterlockError as exc:
         job.outcome, job.error = Outcome.REJECTED, f"interlock: {exc}"
         log.warning(kv("cycle_refused", controller=ctrl.name, joint=name, reason=job.error))
+        await asyncio.to_thread(drop_intent, job.intent_path)  # nothing moved
+        job.intent_path = None
         return job
     except CycleAborted as exc:
         job.outcome, job.error = Outcome.ABORTED, str(exc)
@@ -69,7 +81,6 @@ async def run_job(
             job.error = _joined(job.error, await return_to_start_pose(driver, ctrl, cycle))
         return job
     measured()
-    folder = kind.name if joint is None else joint.name
     job.capture_path = state_dir / "captures" / ctrl.name / folder / f"{stamp(job.started_at)}.npz"
     try:
         await asyncio.to_thread(kind.save, capture, job.capture_path)
@@ -80,6 +91,8 @@ async def run_job(
         lost()
         return job
     log.info(kv("captured", controller=ctrl.name, joint=name, path=job.capture_path))
+    await asyncio.to_thread(drop_intent, job.intent_path)  # the capture speaks for the motion
+    job.intent_path = None
     job.analysis = asyncio.ensure_future(kind.analyse(analysis, job, capture))
     if driver.returns_by_agent:
         # The capture is saved: a fault on the way back stops the arm and is logged, and the
@@ -134,6 +147,9 @@ async def finish_jobs(
         if on_progress is not None:
             on_progress(f"{done}/{total} fitted, recording and reporting")
         await on_jobs(ctrl, [job.for_pool() for job in jobs])
+        for job in jobs:  # recorded: the history speaks for these motions now
+            await asyncio.to_thread(drop_intent, job.intent_path)
+            job.intent_path = None
         return True
     except asyncio.CancelledError:
         raise

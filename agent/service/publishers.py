@@ -26,7 +26,8 @@ def publishers_to_start(
     given: list[HealthPublisher] | None, settings: PublishSettings, state_dir: Path
 ) -> list[HealthPublisher]:
     """`given` (tests pass their own), else the ones `settings` asks for: one that cannot be
-    made is logged and left out, the others start (the cycles run on without it)."""
+    made is logged and the others start (the cycles run on without it; MQTT's outbox stays
+    and keeps the reports for a later start, agent.publish.factory)."""
     if given is not None:
         return given
     if settings.mqtt is None and not settings.opcua_server and settings.prometheus is None:

@@ -28,6 +28,7 @@ from drivers.base import (
     backlash_only,
     within,
 )
+from drivers.sim import motion_log
 from drivers.sim.backlash import simulate_backlash_capture
 from drivers.sim.excitation import check_start_pose, simulate_excitation
 from drivers.sim.settings import SimJointSettings, SimRobotSettings, SimSettings
@@ -209,6 +210,7 @@ class SimDriver(Driver):
             abs(distance) / speed_rad_s,
             f"{self.controller}/{joint}",
             motion=(joint, start, math.copysign(speed_rad_s, distance)),
+            what="move",
         )
         self._poses[joint] = target_rad
 
@@ -267,6 +269,7 @@ class SimDriver(Driver):
         motion_s: float,
         where: str,
         motion: tuple[str, float, float] | None = None,
+        what: str = "cycle",
     ) -> T:
         """One motion: the physics computed in a thread (from this cycle's seed), then paced.
 
@@ -276,6 +279,7 @@ class SimDriver(Driver):
         """
         self._stop_requested.clear()
         self._moving = True
+        how = ""  # how the motion ended, for the motion log; "" before it started
         try:
             seed = self._seed_base * 1000 + self._cycles_run
             self._cycles_run += 1
@@ -284,21 +288,56 @@ class SimDriver(Driver):
             started = time.monotonic()
             if motion is not None:
                 self._motion = (*motion, motion_s, started)
+            self._log_motion("start", where, motion, motion_s, what)
+            how = "failed"  # until it is known to be otherwise
             result = await asyncio.to_thread(compute, seed)
             deadline = started + motion_s * self._settings.time_scale
             while True:
                 if self._stop_requested.is_set():
+                    how = "stopped"
                     raise CycleAborted(f"{where}: motion stopped on request")
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
                 with contextlib.suppress(TimeoutError):
                     await within(self._stop_requested.wait(), min(left, 0.05))
+            how = "done"
             return result
+        except asyncio.CancelledError:
+            how = how and "cancelled"
+            raise
         finally:
             if not self._runaway:
                 self._motion = None
                 self._moving = False
+                if how:
+                    self._log_motion("end", where, motion, motion_s, what, how=how)
+
+    def _log_motion(
+        self,
+        event: str,
+        where: str,
+        motion: tuple[str, float, float] | None,
+        motion_s: float,
+        what: str,
+        **more: str,
+    ) -> None:
+        """A line of the machine's motion log (drivers.sim.motion_log), when it keeps one."""
+        if self._settings.motion_log is None:
+            return
+        fields: dict[str, Any] = {
+            "event": event,
+            "machine": self.controller,
+            "joint": where.rsplit("/", 1)[-1],
+            "what": what,
+        }
+        if event == "start":
+            # The whole travel commanded; an excitation (motion None) states none.
+            fields["from_rad"] = fields["to_rad"] = None
+            if motion is not None:
+                _, start, speed = motion
+                fields["from_rad"], fields["to_rad"] = start, start + speed * motion_s
+        motion_log.append(self._settings.motion_log, **fields, **more)
 
     # The plant's side, for tests and demos.
     def inject_stop_ignored(self, times: int = 1) -> None:

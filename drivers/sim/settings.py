@@ -89,3 +89,6 @@ class SimSettings:
     joints: dict[str, SimJointSettings] = field(default_factory=dict)
     # The robot's truth for identification cycles (which robot, wear per joint).
     robot: SimRobotSettings | None = None
+    # The machine's own record of its motions, kept outside the agent: one JSON line at each
+    # motion's start and end (drivers.sim.motion_log), for tests that count motions.
+    motion_log: str | None = field(default=None, metadata={"min_len": 1})

@@ -74,10 +74,13 @@ def test_a_10m_sample_backlash_cycle_is_refused_at_its_line(
 def test_a_backlash_cycle_within_the_bound_passes(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # 19 s at 100 kHz: 1,900,001 samples, under the bound.
-    code, err = check(tmp_path, backlash_config(19), capsys)
+    # 2 s at 100 kHz: 200,001 samples, under the bound and within what the fit holds.
+    code, err = check(tmp_path, backlash_config(2), capsys)
     assert code == EX_OK, err
     assert "samples per channel" not in err
+    # 19 s (1,900,001) is under the file bound, but the fit would use only its first 2.6 s.
+    code, err = check(tmp_path, backlash_config(19), capsys)
+    assert code == EX_CONFIG and "expected a capture the fit can use whole" in err
 
 
 def test_a_long_identification_is_refused_at_its_section(

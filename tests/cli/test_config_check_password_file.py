@@ -1,7 +1,8 @@
 """`jha config check` checks the MQTT password file as the publisher does when the daemon starts
 (agent.config.mqtt.read_password_text, docs/publish.md): a missing file or one that group or
-others may read or write fails with exit 78 at the line of `password_file`; a 0400 or 0600 file
-of the current user passes; the password itself is never printed."""
+others may read or write, or that a person's account owns, fails with exit 78 at the line of
+`password_file`; a 0400 or 0600 file of the current user passes; the password itself is never
+printed."""
 
 from __future__ import annotations
 
@@ -88,6 +89,34 @@ def test_a_password_file_only_its_owner_may_read_passes(
     code, err, _ = run_check(tmp_path, path, capsys)
     assert code == EX_OK, err
     assert "publish.mqtt.password_file" not in err
+
+
+# A person's account (from login.defs' UID_MIN on) and a system account such as the service's.
+PERSON_UID, SYSTEM_UID = 4242, 998
+
+
+def test_a_password_file_a_person_owns_fails_even_at_0600(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert os.geteuid() == 0, "make test runs as root (it installs Debian packages)"
+    path = password_file(tmp_path, 0o600)
+    os.chown(path, PERSON_UID, PERSON_UID)
+    code, err, config = run_check(tmp_path, path, capsys)
+    assert code == EX_CONFIG
+    assert f"{config}:{LINE}: publish.mqtt.password_file: " in err
+    assert f"owned by uid {PERSON_UID}, who may read and change it" in err
+    assert f"chown root {path}" in err
+
+
+def test_root_checking_a_file_of_the_service_user_passes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `sudo jha config check` on the installed config: the secret belongs to the system user jha.
+    assert os.geteuid() == 0, "make test runs as root (it installs Debian packages)"
+    path = password_file(tmp_path, 0o400)
+    os.chown(path, SYSTEM_UID, SYSTEM_UID)
+    code, err, _ = run_check(tmp_path, path, capsys)
+    assert code == EX_OK, err
 
 
 def test_an_empty_password_file_fails_as_the_daemon_would(

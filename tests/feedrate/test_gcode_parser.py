@@ -104,7 +104,8 @@ def test_reprap_checksum_verify_and_report() -> None:
         ("G1 X1 #2", "expected a letter and a number"),
         ("G1 X1 é", "non-ASCII character"),
         ("% G1", "text after the '%' tape mark"),
-        ("$H", "expected a letter and a number"),
+        ("$H", "'$H' is a GRBL system command or setting"),
+        ("$110=3000", "send settings to the controller from a terminal (e.g. `$110=3000`)"),
     ],
 )
 def test_errors_name_line_text_and_problem(text: str, problem: str) -> None:

@@ -126,6 +126,30 @@ def test_stall_is_detected_by_timeout(peer: Any) -> None:
     assert [e["code"] for e in stats["realtime"][1:]] == ["!", "0x18"]  # after the handshake
 
 
+def test_idle_with_lines_unanswered_is_a_stall(peer: Any) -> None:
+    # The field report of issue 28: GRBL sat Idle with moves still queued for 167 s, and the
+    # streamer took Idle for progress. The peer stops reading at line 300, runs its planner out
+    # and answers '?' Idle.
+    p = peer("--time-scale", "1000", "--deaf-at", "300")
+    options = GrblOptions(stall_timeout_s=0.5, hold_timeout_s=0.3, startup_timeout_s=1.0)
+    exc = failure(p, polygon(1000), options)
+    assert exc.kind == "stalled" and exc.line_no == 300 and exc.acked == 299
+    assert "it reports Idle at MPos" in str(exc) and "line(s) unanswered" in str(exc)
+    p.settle()
+    assert buffers(p)["runnable_lines"] == 0  # reset: the unread lines are gone
+    assert [e["code"] for e in p.stats()["realtime"][1:]] == ["!", "0x18"]
+
+
+def test_a_dwell_is_quiet_time_the_program_asked_for(peer: Any) -> None:
+    # G4 P2 at 10x real time is 0.2 s of Idle with the next lines unanswered (the peer, like
+    # GRBL, reports Idle while it dwells); the stall timeout is shorter, the dwell owed extends it.
+    p = peer("--time-scale", "10")
+    lines = [*polygon(20), "G4 P2\n", *polygon(20)[1:]]
+    options = GrblOptions(stall_timeout_s=0.15, startup_timeout_s=1.0, wait_idle=True)
+    result = stream(p, lines, options)
+    assert result.lines_acked == len(lines)
+
+
 def test_a_line_with_a_realtime_character_is_refused_before_it_is_sent(peer: Any) -> None:
     p = peer("--time-scale", "1000")
     lines = [*polygon(20), "G1 X1 (what?)\n", "G1 X2 ~\n", *polygon(20)[1:]]

@@ -377,6 +377,25 @@ def test_a_program_file_is_checked_whole_before_the_first_byte(
     assert p.stats()["bytes_received"] == 0  # the port was not even opened
 
 
+@pytest.mark.parametrize("refused", ["G28.1", "G30.1", "G38.2 Z-5 F100", "G53 G0 X0"])
+def test_what_the_filter_refuses_is_refused_before_the_first_byte(
+    peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], refused: str
+) -> None:
+    # Issue 28: these passed the up-front check and were refused when the stream reached them
+    # ("program refused mid-stream"), the part left half cut.
+    lines = polygon(400)
+    lines[300] = refused + "\n"
+    src = tmp_path / "part.nc"
+    src.write_text("".join(lines))
+    p = peer("--time-scale", "100")
+    run = ("feedrate", "stream", str(src), "--port", p.path, "--machine", str(MACHINE))
+    assert jha(*run, "--quiet") == EX_DATAERR
+    err = capsys.readouterr().err
+    assert "refused before streaming, nothing was sent: the filter refuses the program" in err
+    assert f"{src}:301" in err, err
+    assert p.stats()["bytes_received"] == 0  # the port was not even opened
+
+
 def test_an_error_names_the_program_line_that_caused_it(
     peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -431,12 +450,12 @@ def test_dnc_is_refused_to_a_controller_without_flow_control(
 
 
 def test_the_example_config_suggests_dnc_only_with_flow_control() -> None:
-    from agent.cli.feedrate.stream import _configured_target
+    from agent.cli.feedrate.stream import configured_target
     from agent.config.load import load_config
 
     example = Path(__file__).parents[2] / "config" / "cnc_example.yaml"
     for controller in load_config(example).controllers:
-        _, machine = _configured_target(example, controller.name)  # refuses dnc without it
+        _, machine = configured_target(example, controller.name)  # refuses dnc without it
         if controller.settings.protocol == "dnc":
             assert machine.emitter_dialect.flow_control == "xon_xoff"
     assert "GRBL" not in example.read_text().split("protocol: dnc")[1]

@@ -217,7 +217,7 @@ def test_bad_limits_give_file_line_errors(tmp_path: Path) -> None:
                 "name": "cell1", "driver": "sim",
                 "identification": {"robot": PLANAR, "limits": limits},
                 "joints": [{"name": "joint_1", "index": 1, "gear_ratio": 100,
-                            "backlash_cycle": {"motor_speed_rps": 1.0}}],
+                            "backlash_cycle": {"motor_speed_rps": 100.0}}],
             }],
         }  # fmt: skip
         path = tmp_path / "agent.yaml"

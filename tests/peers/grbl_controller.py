@@ -3,7 +3,8 @@
     python -P tests/peers/grbl_controller.py [--time-scale S] [--accel MM_S2] [--max-rate MM_MIN]
         [--planner-blocks 15] [--rx-buffer 128] [--soft-limits X,Y,Z] [--dnc]
         [--error-at K[:CODE]] [--alarm-at K[:CODE]] [--disconnect-at K] [--stall-at K]
-        [--extra-ok-at K] [--stuck-at K] [--boot-alarm] [--door-open] [--stats FILE]
+        [--extra-ok-at K] [--stuck-at K] [--deaf-at K] [--boot-alarm] [--door-open]
+        [--stats FILE]
 
 It opens a pty pair (os.openpty), prints `READY <slave path>` and speaks GRBL 1.1 on the master:
 
@@ -50,7 +51,10 @@ It opens a pty pair (os.openpty), prints `READY <slave path>` and speaks GRBL 1.
   act on the machine, as GRBL's do from its serial ISR and realtime loop; --extra-ok-at K
   sends the K-th `ok` twice (an answer nobody asked for, as with a second sender on the port);
   --stuck-at K freezes the motion at line K while the state stays Run and '?' is answered (a
-  drive fault the firmware does not see), until a soft reset.
+  drive fault the firmware does not see), until a soft reset; --deaf-at K stops taking lines
+  from the receive ring at line K (unanswered, the ring fills) while the planner runs out and
+  '?' is answered, Idle: the real firmware's state in the field report of issue 28, until a
+  soft reset.
 * Machine inputs: --boot-alarm starts locked in Alarm as GRBL with homing enabled ($22=1) does
   at power-up ([MSG:'$H'|'$X' to unlock]; a soft reset keeps the lock); --door-open starts with
   the safety door open. On stdin, one command a line: `door open` (feed hold, state Door:1),
@@ -102,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stall-at", type=int, default=None)
     p.add_argument("--extra-ok-at", type=int, default=None)
     p.add_argument("--stuck-at", type=int, default=None)
+    p.add_argument("--deaf-at", type=int, default=None)
     p.add_argument("--boot-alarm", action="store_true")
     p.add_argument("--door-open", action="store_true")
     p.add_argument("--stats", default=None)

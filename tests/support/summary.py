@@ -39,6 +39,7 @@ HEADERS: dict[str, tuple[str, ...]] = {
         "overlapping",
         "after a failed save",
     ),
+    "listening sockets": ("scenario", "measured"),
 }
 # Print order; sections not listed here follow in the order they were first recorded.
 ORDER = ("fuzzing", "faults", "aborts", "one machine, one runner", "security", "known bugs")

@@ -134,7 +134,7 @@ def _stream_target(args: argparse.Namespace) -> tuple[Any, Any]:
                 f"feedrate stream: {', '.join(direct)} cannot be combined with "
                 "--config (the controller's settings say it)"
             )
-        return _configured_target(args.config, args.controller)
+        return configured_target(args.config, args.controller)
     if args.port is None or args.machine is None:
         raise ConfigError(
             "feedrate stream: give --config FILE --controller NAME, or --port PATH --machine FILE"
@@ -151,7 +151,7 @@ def _stream_target(args: argparse.Namespace) -> tuple[Any, Any]:
     return GrblDriver("cli", settings), machine
 
 
-def _configured_target(path: Path, name: str) -> tuple[Any, Any]:
+def configured_target(path: Path, name: str) -> tuple[Any, Any]:
     from dataclasses import replace
 
     from agent.config.load import load_config
@@ -246,6 +246,33 @@ def _refuse_bad_lines(path: str, dialect: Any, max_chars: int | None) -> None:
         )
 
 
+def _refuse_what_the_filter_refuses(path: str, machine: Any) -> None:
+    """The whole program through a filter of its own, its output only checked: a line the
+    filter refuses (G28.1, G30.1, G38.x, G53 where the path is unknown...) or an output line
+    the controller cannot take is refused before the first byte, never mid-stream with the
+    part half cut. The filter runs twice (it streams: memory stays constant)."""
+    from agent.feedrate.filter.program import filtered_lines_with_origin
+    from agent.feedrate.filter.toolpath_filter import FeedrateFilter
+    from agent.feedrate.streaming.grbl_protocol import line_problem, prepare_line
+
+    limit = machine.emitter_dialect.max_line_chars
+    dry = FeedrateFilter(machine, source=path)
+    try:
+        for line, origin in filtered_lines_with_origin(input_lines(path), machine, filt=dry):
+            problem = line_problem(prepare_line(line), limit)
+            if problem is not None:
+                raise ProgramRefused(
+                    f"{path}:{origin}: refused before streaming, nothing was sent: the filter "
+                    f"makes {line.strip()[:60]!r} of it: {problem}"
+                )
+    except (AgentError, ValueError) as exc:
+        if isinstance(exc, ProgramRefused):
+            raise
+        raise ProgramRefused(
+            f"refused before streaming, nothing was sent: the filter refuses the program: {exc}"
+        ) from None
+
+
 def _with_lookahead(machine: Any, settings: Any) -> Any:
     from dataclasses import replace
 
@@ -323,6 +350,8 @@ def _stream(args: argparse.Namespace) -> int:
         from agent.feedrate.filter.program import filtered_lines_with_origin
         from agent.feedrate.filter.toolpath_filter import FeedrateFilter
 
+        if args.input != "-" and Path(args.input).is_file():
+            _refuse_what_the_filter_refuses(args.input, machine)
         filt = FeedrateFilter(machine, source=source)
     # Output line -> program line, for the lines a failure can concern (those in flight): a
     # bounded window, so a program of any length streams in constant memory.

@@ -20,6 +20,8 @@ What the implementation adds to the paper, and why:
 - The search starts from a deterministic scan (resonance from the spectrum, start time and decay
   on a grid), then CMA-ES refines and IPOP restarts from random points confirm the optimum.
 - A whole population is evaluated as one array operation.
+- A capture longer than the fit may hold in memory is cut to its first samples, and the
+  result says so (agent.estimation.backlash.samples).
 The search itself (the unit cube, the scan, CMA-ES and its restarts) is
 agent.estimation.backlash.search's.
 """
@@ -39,6 +41,7 @@ from agent.errors import EstimationError
 from agent.estimation.backlash.calibration import BacklashCalibration
 from agent.estimation.backlash.period import estimate_period
 from agent.estimation.backlash.result import BacklashResult
+from agent.estimation.backlash.samples import FIT_MAX_SAMPLES, plan_fit_samples, reduce_to_plan
 from agent.estimation.backlash.search import DIMENSIONS, TD, TF, SignatureProblem, search
 from agent.estimation.backlash.signature import peak_amplitude, to_paper_params
 from agent.estimation.backlash.uncertainty import amplitude_uncertainty
@@ -130,18 +133,24 @@ def fit_backlash_residual(
     if spread <= 1e-9 * max(1.0, float(np.max(np.abs(r)))):
         raise EstimationError(f"{source}: the speed signal is constant: there is nothing to fit")
     dt = float(np.median(np.diff(t)))
+    # A long capture is cut to what the fit may hold in memory.
+    plan = plan_fit_samples(t.size, 1.0 / dt)
+    t, r = reduce_to_plan(t, r, plan)
     duration = float(t[-1] - t[0])
 
     tf_center, tf_est, mismatch, tf_band = _load_turn_period(
         r, dt, duration, period_metadata_s, settings, source, notes
     )
+    notes.extend(plan.notes(period_metadata_s or tf_center))
     # The commanded motion defines how many turns were captured; the signal only when it is all
     # there is. The tolerance absorbs rounding of a capture of exactly two turns.
     turns = duration / (period_metadata_s or tf_center)
     if turns < 2.0 - 1e-6:
+        covered = "the fitted part of the capture" if plan.cut else "the capture"
         raise EstimationError(
-            f"{source}: the capture covers {turns:.2f} load turns "
+            f"{source}: {covered} covers {turns:.2f} load turns "
             f"(T_f = {tf_center:.4g} s); at least 2 are needed"
+            + (f" (the fit holds at most {FIT_MAX_SAMPLES:,} samples)" if plan.cut else "")
         )
     nyquist = 0.5 / dt
     f_lo, f_hi = settings.resonance_hz
@@ -160,6 +169,7 @@ def fit_backlash_residual(
     # Aliased harmonics can coincide: an orthonormal basis of what the columns span.
     u_svd, sv, _ = np.linalg.svd(nuisance_basis, full_matrices=False)
     q = u_svd[:, sv > 1e-9 * sv[0]]
+    del u_svd  # the mask copied what q needs; on a long fit this is tens of MB
     r_proj = r - q @ (q.T @ r)
     problem = SignatureProblem(
         t=t,

@@ -32,6 +32,15 @@ DIMENSIONS = ("ts", "log_tau", "freq", "duration", "td_ratio", "tf")
 TS, TAU, FREQ, DUR, TD, TF = range(6)
 
 
+# The working arrays of one candidate row: signature_basis's two float64 sums and its float64
+# and float32 temporaries, and the projection's (about 10 float64-sized arrays per sample).
+_BYTES_PER_ROW_SAMPLE = 80
+# Rows of a population evaluated at once: a population of 64 candidates on a 2,401-sample
+# capture is one block (12 MB); on the longest fit (agent.estimation.backlash.samples) a block
+# is 3 rows.
+SOLVE_BLOCK_BYTES = 64 << 20
+
+
 @dataclass(frozen=True)
 class SignatureProblem:
     """Everything fixed during one fit: data, nuisance basis, bounds of the unit cube."""
@@ -64,7 +73,17 @@ class SignatureProblem:
         return ts, tau, 2.0 * math.pi * freq, dur, td, tf
 
     def solve(self, x: Array) -> tuple[Array, Array, Array]:
-        """RMSE and the closed-form sine/cosine amplitudes of each candidate row of x."""
+        """RMSE and the closed-form sine/cosine amplitudes of each candidate row of x, in
+        blocks of rows whose working arrays stay within SOLVE_BLOCK_BYTES."""
+        x = np.atleast_2d(x)
+        rows = max(1, SOLVE_BLOCK_BYTES // (_BYTES_PER_ROW_SAMPLE * max(self.t.size, 1)))
+        if x.shape[0] <= rows:
+            return self._solve_block(x)
+        parts = [self._solve_block(x[k : k + rows]) for k in range(0, x.shape[0], rows)]
+        rmse, a_sin, b_cos = (np.concatenate(p) for p in zip(*parts, strict=True))
+        return rmse, a_sin, b_cos
+
+    def _solve_block(self, x: Array) -> tuple[Array, Array, Array]:
         ts, tau, omega, dur, td, tf = self.decode(x)
         s, c = signature_basis(self.t, ts, tau, omega, dur, td, tf)
         s -= (s @ self.q) @ self.q.T

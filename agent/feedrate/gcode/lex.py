@@ -193,6 +193,13 @@ def _describe_bad_code(code: str) -> str:
             break
         pos = match.end()
     rest = code[pos:]
+    if rest[:1] == "$":
+        # GRBL's own console commands: people paste `$110=3000` or `$H` into a program.
+        return (
+            f"'{rest[:12]}' is a GRBL system command or setting ($$, $H, $X, $<n>=<value>), not "
+            "G-code: send settings to the controller from a terminal (e.g. `$110=3000`) before "
+            "streaming, never inside the program"
+        )
     if rest[:1].isalpha():
         return f"expected a number after '{rest[0]}'"
     if rest[:1] == "/":

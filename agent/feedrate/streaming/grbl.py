@@ -39,11 +39,13 @@ planner and receive buffer through a hold and cycle start would run them. A Stre
 another thread or a signal handler hold ('!') and resume ('~') the running stream.
 Lost ports (EIO, end of file) end it the same way, without the stop (nothing can be sent).
 A stall is no progress for stall_timeout_s while an answer is owed: no line acknowledged and
-the machine not moving ('?' replies in Run at one position are not progress).
+the machine not moving ('?' replies in Run at one position are not progress, nor Idle with
+lines unanswered: GRBL has stopped reading them). A G4 dwell owed adds its time.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -281,21 +283,28 @@ class _Grbl(Session):
             if poll and now >= next_poll:
                 self.write(b"?", opt.write_timeout_s)
                 next_poll = now + poll
-            wake = min(next_poll, quiet_since + opt.stall_timeout_s)
+            # A dwell owed is quiet time the program asked for (GRBL reports Idle meanwhile).
+            allowed_s = opt.stall_timeout_s + sum(_dwell_s(t) for _, t, _ in self.pending)
+            wake = min(next_poll, quiet_since + allowed_s)
             answers = self.read(max(min(wake - now, 0.05) if self.held else wake - now, 0.0))
             now = time.monotonic()
             before, acked = self.status, self.acked
             for line in answers:
                 self.answer(line)
-            if self.held or self.acked != acked or self.progressed(before):
-                quiet_since = now  # acknowledged, moving, held, or not running: no stall
-            elif now - quiet_since >= opt.stall_timeout_s:
+            # Idle while lines wait for their answer is no progress: GRBL has stopped reading
+            # them (a hold at the machine or a door is a person's pause, not a stall).
+            idle = self.status is not None and self.status.state == "Idle"
+            if self.held or self.acked != acked or (self.progressed(before) and not idle):
+                quiet_since = now  # acknowledged, moving, held, or paused: no stall
+            elif now - quiet_since >= allowed_s:
                 seen = self.status
                 where = (
                     f"; it reports {seen.state} at MPos {seen.machine_mm}"
                     if seen is not None
                     else ("" if poll else " (status polls off)")
                 )
+                if idle:
+                    where += f" with {len(self.pending)} line(s) unanswered"
                 raise self.fail(
                     f"controller stalled: no line acknowledged and no motion for "
                     f"{opt.stall_timeout_s:g} s{where}",
@@ -306,6 +315,18 @@ class _Grbl(Session):
             self.wait_idle(
                 opt.status_interval_s or 0.05, opt.stall_timeout_s, opt.write_timeout_s, self.answer
             )
+
+
+_G4 = re.compile(r"G0*4(?![0-9.])", re.IGNORECASE)
+_P_WORD = re.compile(r"P([0-9]*\.?[0-9]+)", re.IGNORECASE)
+
+
+def _dwell_s(line: str) -> float:
+    """The dwell a G4 line asks for (GRBL's P is seconds); 0 for any other line."""
+    if _G4.search(line) is None:
+        return 0.0
+    p = _P_WORD.search(line)
+    return float(p.group(1)) if p is not None else 0.0
 
 
 def stream_grbl(

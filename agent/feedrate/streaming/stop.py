@@ -77,10 +77,17 @@ def wait_banner(session: Session, timeout_s: float) -> tuple[str | None, list[st
 
 
 def stop_grbl(
-    session: Session, hold_timeout_s: float, poll_s: float, reset_timeout_s: float
+    session: Session,
+    hold_timeout_s: float,
+    poll_s: float,
+    reset_timeout_s: float,
+    *,
+    whatever_was_sent: bool = False,
 ) -> str:
-    """Feed hold, wait for standstill, soft reset; what was done, for the error message."""
-    if session.sent == 0:
+    """Feed hold, wait for standstill, soft reset; what was done, for the error message.
+    `whatever_was_sent`: also when this session sent nothing (`jha feedrate stop`, after a
+    streamer that died)."""
+    if session.sent == 0 and not whatever_was_sent:
         return "nothing was sent, so nothing was held or reset"
     hold, reset = code_name(FEED_HOLD), code_name(SOFT_RESET)
     started = time.monotonic()

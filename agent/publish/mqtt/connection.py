@@ -16,14 +16,13 @@ import logging
 import random
 import ssl
 import threading
-from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion, MQTTErrorCode
 
 from agent.config.mqtt import MqttSettings
-from agent.publish.mqtt.payloads import status_payload
+from agent.publish.mqtt.payloads import now_iso, status_payload
 from agent.publish.mqtt.security import Secret
 
 log = logging.getLogger(__name__)
@@ -225,10 +224,6 @@ class BrokerConnection:
             # Jitter: a fleet of agents must not reconnect in step after a broker restart.
             self._stop.wait(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2.0, s.reconnect_max_s)
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def quote(text: str) -> str:

@@ -41,6 +41,7 @@ from agent.publish.mqtt.message import MessageKind, OutMessage
 log = logging.getLogger(__name__)
 
 OUTBOX_VERSION = 1
+OUTBOX_FILE = "mqtt_outbox.sqlite3"  # in the state directory
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS outbox (
         seq        INTEGER PRIMARY KEY AUTOINCREMENT,

@@ -31,9 +31,11 @@ from __future__ import annotations
 
 import json
 import math
+import socket
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -75,6 +77,14 @@ class AgentState(StrEnum):
 
 # Namespace of the derived message ids (fixed: the ids must not change between versions).
 _ID_NAMESPACE = uuid.UUID("f55d2b00-ab8d-475e-bd9f-b0100cdaec85")
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def default_client_id() -> str:
+    return f"jha-{socket.gethostname()}"
 
 
 def derived_id(*parts: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,21 +18,15 @@ from typing import Any
 
 from agent.config.mqtt import MqttSettings
 from agent.publish.base import HealthPublisher
-from agent.publish.mqtt.connection import BrokerConnection, now_iso
-from agent.publish.mqtt.message import MessageKind, OutMessage
-from agent.publish.mqtt.outbox import Outbox, OutboxStats, PutResult
-from agent.publish.mqtt.payloads import report_messages, status_topic
+from agent.publish.mqtt.connection import BrokerConnection
+from agent.publish.mqtt.outbox import OUTBOX_FILE, Outbox, OutboxStats
+from agent.publish.mqtt.payloads import default_client_id, status_topic
+from agent.publish.mqtt.queueing import queue_report
 from agent.publish.mqtt.security import read_password_file, tls_context
 from agent.publish.mqtt.sender import OutboxSender
 from agent.report.model import Report
 
 log = logging.getLogger(__name__)
-
-OUTBOX_FILE = "mqtt_outbox.sqlite3"
-
-
-def default_client_id() -> str:
-    return f"jha-{socket.gethostname()}"
 
 
 @dataclass(frozen=True)
@@ -120,44 +113,15 @@ class MqttPublisher(HealthPublisher):
         """Queue the report's messages durably (raises OutboxError if the disk refuses)."""
         if self._outbox is None or self._closed:
             raise RuntimeError("MqttPublisher.publish() outside start() ... close()")
-        outbox = self._outbox
-
-        def queue_report() -> tuple[tuple[OutMessage, ...], PutResult]:
-            # JSON of a long history takes a while too: off the event loop with the write.
-            messages = self._fitting(
-                report_messages(report, self.settings.topic_prefix, now_iso(), self.client_id)
-            )
-            return messages, outbox.put(messages)
-
-        messages, result = await asyncio.to_thread(queue_report)
-        self._sender.queued()
-        log.info(
-            "event=mqtt_queued messages=%d report_message_ids=%s dropped=%d superseded=%d",
-            len(messages),
-            ",".join(m.message_id for m in messages if m.kind == MessageKind.REPORT),
-            len(result.dropped),
-            result.superseded,
+        queued = await asyncio.to_thread(
+            queue_report, self._outbox, report, self.settings, self.client_id
         )
+        self._too_large += queued.too_large
+        self._sender.queued()
+        queued.log()
 
     async def close(self) -> None:
         await asyncio.to_thread(self.close_blocking)
-
-    def _fitting(self, messages: tuple[OutMessage, ...]) -> tuple[OutMessage, ...]:
-        """The messages the broker will take: one over max_payload_bytes is refused here,
-        logged and counted, rather than queued to be refused at every reconnect."""
-        limit = self.settings.max_payload_bytes
-        for m in messages:
-            if len(m.payload) > limit:
-                self._too_large += 1
-                log.error(
-                    "event=mqtt_message_too_large message_id=%s topic=%s payload_bytes=%d "
-                    "max_payload_bytes=%d",
-                    m.message_id,
-                    m.topic,
-                    len(m.payload),
-                    limit,
-                )
-        return tuple(m for m in messages if len(m.payload) <= limit)
 
     # -- for the daemon's status, tests and benchmarks -----------------------------------------
 

@@ -45,6 +45,7 @@ from agent.opcua.trust import (
 )
 from agent.publish.base import HealthPublisher
 from agent.publish.opcua_server.identification import IdentificationAddressSpace
+from agent.publish.opcua_server.refusals import quiet_refusals
 from agent.publish.opcua_server.users import UserEntry, check_private, load_users
 from agent.report.model import Report
 
@@ -337,6 +338,11 @@ class OpcUaHealthServer(HealthPublisher):
         gate = _Gate(users, prepared["guard"], secure_only=not s.allow_none_security)
         server = await self._init_server(gate)
         server.allow_remote_admin(False)
+        # asyncua's own caps (2.1): connections beyond max_connections are closed at accept,
+        # and one that has not activated a session in time is closed by its watchdog.
+        server.iserver.max_connections = s.max_connections
+        server.iserver.max_pending_activation_seconds = s.activation_timeout_s
+        quiet_refusals()
         server.set_endpoint(s.endpoint)
         server.set_server_name(s.server_name)
         await server.set_application_uri(s.application_uri)

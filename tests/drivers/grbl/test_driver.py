@@ -458,7 +458,7 @@ def test_cli_dnc_stream_from_the_config_holds_the_machine_on_an_error(
 
 
 def test_the_example_config_validates() -> None:
-    from agent.cli.feedrate.stream import _configured_target
+    from agent.cli.feedrate.stream import configured_target
 
     path = ROOT / "config" / "cnc_example.yaml"
     assert config_issues(path) == []
@@ -466,8 +466,8 @@ def test_the_example_config_validates() -> None:
         ("mill1", "farouki2022", "grbl"),
         ("mill2", "mill2", "dnc"),
     ):
-        driver, machine = _configured_target(path, name)
+        driver, machine = configured_target(path, name)
         assert isinstance(driver, GrblDriver) and driver.controller == name
         assert machine.name == machine_name and driver.settings.protocol == protocol
-    _, inline = _configured_target(path, "mill2")
+    _, inline = configured_target(path, "mill2")
     assert inline.source.startswith(f"{path}:")  # an inline machine says where it is written

@@ -48,6 +48,7 @@ class Grbl:
         self.door, self.door_closed_held = args.door_open, False
         self.check_mode = self.jogging = False
         self.stuck = False  # --stuck-at: the machine stopped moving, the state still Run
+        self.deaf = False  # --deaf-at: no line is taken from the receive ring, '?' still answered
         if args.boot_alarm:
             self.alarm = "locked"
         self.stats: dict[str, Any] = dict.fromkeys(
@@ -119,7 +120,7 @@ class Grbl:
         self.machine.resume()
         self.port.clear()
         self.pending, self.waiting = None, False
-        self.check_mode = self.jogging = self.stuck = False
+        self.check_mode = self.jogging = self.stuck = self.deaf = False
         self.apply({"spindle": "off", "rpm": 0.0, "coolant": False})
         self.parser.defaults()
         self.parser.position = list(self.machine.pos)
@@ -158,7 +159,7 @@ class Grbl:
         self.alarm = "critical" if critical else "locked"
 
     def service(self) -> None:
-        while self.alarm != "critical" and not self.stalled:
+        while self.alarm != "critical" and not self.stalled and not self.deaf:
             if self.pending is not None and not self.drain():
                 return
             line = self.port.take_line()
@@ -228,6 +229,10 @@ class Grbl:
             if k == a.disconnect_at:
                 self.port.drained()
                 raise SystemExit(0)
+            return
+        if k == a.deaf_at:  # this line and the ones after it stay in the ring, unanswered
+            self.port.rx[:0] = raw + b"\n"
+            self.deaf = True
             return
         if k == a.stuck_at:  # a drive fault the firmware does not see: Run, but no motion
             self.machine.frozen, self.stuck = self.machine.now(), True
@@ -315,7 +320,9 @@ class Grbl:
         # empty, and GRBL then reports Idle.
         steps = self.pending[0] if self.pending else None
         dwelling = bool(steps) and steps[0][0] in ("dwell", "until")  # type: ignore[index]
-        busy = not m.idle or (not dwelling and (self.pending is not None or not self.port.empty()))
+        # Deaf (--deaf-at), the lines in the ring wait for a parser that does not come: Idle.
+        waiting = self.pending is not None or (not self.port.empty() and not self.deaf)
+        busy = not m.idle or (not dwelling and waiting)
         if self.jogging and not busy:
             self.jogging = False
         if self.alarm:

@@ -56,6 +56,9 @@ def test_tree_has_venv_unit_config_and_sysusers(staged: tuple[Path, str]) -> Non
     fleet_example = dest / "etc/jha-fleet/fleet.example.yaml"
     assert fleet_example.read_text() == (ROOT / "config/fleet-example.yaml").read_text()
     assert not (dest / "etc/systemd/system/multi-user.target.wants/jha-fleet.service").exists()
+    # The template of G-code streams (ExecStopPost= stops a GRBL whose streamer died).
+    stream_unit = dest / "etc/systemd/system/jha-stream@.service"
+    assert stream_unit.read_text() == (ROOT / "systemd/jha-stream@.service").read_text()
 
 
 def test_modes_keep_config_from_other_users(staged: tuple[Path, str]) -> None:
@@ -215,6 +218,7 @@ def test_uninstall_removes_the_program_and_keeps_config(
     assert not (dest / PREFIX).exists()
     assert not (dest / UNIT).exists()
     assert not (dest / "etc/systemd/system/jha-fleet.service").exists()
+    assert not (dest / "etc/systemd/system/jha-stream@.service").exists()
     assert (dest / "etc/jha-fleet/fleet.example.yaml").is_file()  # settings stay, as config
     assert not (dest / "etc/sysusers.d/joint-health-agent.conf").exists()
     assert (dest / CONFDIR / "config.yaml").is_file()  # the plant's config stays

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import resource
 import signal
 import sqlite3
 import subprocess
@@ -38,10 +39,12 @@ def config(
     joints: int = 2,
     publish: dict[str, Any] | None = None,
     disk_reserve_mb: float = 0.0,
+    motion_log: Path | None = None,
 ) -> Path:
     """A config of one paced sim controller with `joints` joints, no calibration; `publish`
     is the config's publish section (none by default). No disk reserve by default: the fault
-    tests put the state directory on tiny file systems."""
+    tests put the state directory on tiny file systems. `motion_log`: the sim's record of its
+    motions (drivers.sim.motion_log)."""
     doc: dict[str, Any] = {
         "agent": {
             "state_dir": str(state_dir),
@@ -53,7 +56,12 @@ def config(
             {
                 "name": "robot",
                 "driver": "sim",
-                "settings": {"seed": 1, "time_scale": 1.0, "stops": stops},
+                "settings": {
+                    "seed": 1,
+                    "time_scale": 1.0,
+                    "stops": stops,
+                    **({} if motion_log is None else {"motion_log": str(motion_log)}),
+                },
                 "triggers": {"cycle_margin_s": 0.1},
                 # An aborted cycle leaves the bench joint up to ~15 rad off its test pose (it
                 # runs at 31 rad/s): back at 30 rad/s it is ready again within one stop.
@@ -78,10 +86,20 @@ def config(
 
 
 def start(
-    config_path: Path, log_path: Path, *args: str, env: dict[str, str] | None = None
+    config_path: Path,
+    log_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    nofile: int | None = None,
 ) -> subprocess.Popen[bytes]:
     """`jha run --config` in its own process group (so its pool workers can be reaped too);
-    `env` is added to the environment."""
+    `env` is added to the environment; `nofile` is its descriptor limit (soft and hard), as
+    systemd's LimitNOFILE= sets it."""
+
+    def limit() -> None:
+        if nofile is not None:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
     log = log_path.open("ab")
     try:
         return subprocess.Popen(
@@ -91,6 +109,7 @@ def start(
             start_new_session=True,
             cwd=ROOT,
             env=None if env is None else {**os.environ, **env},
+            preexec_fn=None if nofile is None else limit,
         )
     finally:
         log.close()  # the child holds its own copy
