@@ -38,6 +38,7 @@ import numpy.typing as npt
 
 from agent.capture.model import Capture, motor_speed_rad_s
 from agent.errors import EstimationError
+from agent.estimation.backlash import samples as fit_samples
 from agent.estimation.backlash.calibration import BacklashCalibration
 from agent.estimation.backlash.period import estimate_period
 from agent.estimation.backlash.result import BacklashResult
@@ -93,6 +94,17 @@ def fit_backlash(
 ) -> BacklashResult:
     """Fit the backlash signature to a constant-speed capture; raises EstimationError."""
     settings = settings or BacklashFitSettings()
+    captured = len(capture)
+    if captured > fit_samples.FIT_MAX_SAMPLES:
+        # Only what is fitted becomes a speed: the full-length temporaries of a long capture's
+        # speed were most of its peak memory.
+        n = fit_samples.FIT_MAX_SAMPLES
+        capture = Capture(
+            capture.time_s[:n],
+            {name: values[:n] for name, values in capture.channels.items()},
+            capture.meta,
+            capture.source,
+        )
     residual, speed_rad_s, warnings = residual_from_capture(capture)
     return fit_backlash_residual(
         capture.time_s,
@@ -105,6 +117,7 @@ def fit_backlash(
         # Eccentricity and cogging follow the motor's actual turning: the commanded speed, or
         # the measured one standing in for it.
         motor_turn_period_s=2.0 * math.pi / abs(speed_rad_s) if speed_rad_s else None,
+        captured_samples=captured,
     )
 
 
@@ -118,7 +131,10 @@ def fit_backlash_residual(
     source: str = "<capture>",
     warnings: list[str] | None = None,
     motor_turn_period_s: float | None = None,
+    captured_samples: int | None = None,
 ) -> BacklashResult:
+    """`captured_samples`: how long the capture was, when the caller passes only its first
+    samples (fit_backlash does, past the fit's budget)."""
     started = time.perf_counter()
     notes = list(warnings or [])
     t = np.asarray(time_s, dtype=np.float64)
@@ -134,7 +150,7 @@ def fit_backlash_residual(
         raise EstimationError(f"{source}: the speed signal is constant: there is nothing to fit")
     dt = float(np.median(np.diff(t)))
     # A long capture is cut to what the fit may hold in memory.
-    plan = plan_fit_samples(t.size, 1.0 / dt)
+    plan = plan_fit_samples(max(t.size, captured_samples or 0), 1.0 / dt)
     t, r = reduce_to_plan(t, r, plan)
     duration = float(t[-1] - t[0])
 

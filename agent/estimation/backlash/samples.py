@@ -60,7 +60,8 @@ def plan_fit_samples(captured: int, sample_rate_hz: float) -> FitSamples:
 
 
 def reduce_to_plan(t: Array, r: Array, plan: FitSamples) -> tuple[Array, Array]:
-    """`t` and `r` cut as `plan` says (unchanged when it says nothing)."""
-    if not plan.cut:
+    """`t` and `r` cut as `plan` says (unchanged when it says nothing, or when they are cut
+    already)."""
+    if not plan.cut or t.size <= plan.fitted:
         return t, r
     return np.ascontiguousarray(t[: plan.fitted]), np.ascontiguousarray(r[: plan.fitted])
