@@ -70,8 +70,7 @@ async def run_job(
     except InterlockError as exc:
         job.outcome, job.error = Outcome.REJECTED, f"interlock: {exc}"
         log.warning(kv("cycle_refused", controller=ctrl.name, joint=name, reason=job.error))
-        await asyncio.to_thread(drop_intent, job.intent_path)  # nothing moved
-        job.intent_path = None
+        await _release_intent(job)  # nothing moved
         return job
     except CycleAborted as exc:
         job.outcome, job.error = Outcome.ABORTED, str(exc)
@@ -91,8 +90,7 @@ async def run_job(
         lost()
         return job
     log.info(kv("captured", controller=ctrl.name, joint=name, path=job.capture_path))
-    await asyncio.to_thread(drop_intent, job.intent_path)  # the capture speaks for the motion
-    job.intent_path = None
+    await _release_intent(job)  # the capture speaks for the motion
     job.analysis = asyncio.ensure_future(kind.analyse(analysis, job, capture))
     if driver.returns_by_agent:
         # The capture is saved: a fault on the way back stops the arm and is logged, and the
@@ -101,6 +99,12 @@ async def run_job(
         if back is not None and not back.startswith("moved"):
             log.warning(kv("not_returned", controller=ctrl.name, joint=name, reason=back))
     return job
+
+
+async def _release_intent(job: JointJob) -> None:
+    """The job's motion is accounted for elsewhere: its intent goes."""
+    await asyncio.to_thread(drop_intent, job.intent_path)
+    job.intent_path = None
 
 
 def _joined(message: str, more: str | None) -> str:
@@ -148,8 +152,7 @@ async def finish_jobs(
             on_progress(f"{done}/{total} fitted, recording and reporting")
         await on_jobs(ctrl, [job.for_pool() for job in jobs])
         for job in jobs:  # recorded: the history speaks for these motions now
-            await asyncio.to_thread(drop_intent, job.intent_path)
-            job.intent_path = None
+            await _release_intent(job)
         return True
     except asyncio.CancelledError:
         raise

@@ -15,6 +15,7 @@ Blocking throughout (small files, fsync, SQLite): the daemon calls it in threads
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -112,15 +113,18 @@ def record_interrupted(state_dir: Path) -> int:
     for tmp in root.glob("*/*/.*.json.*.tmp"):
         drop_intent(tmp)
     recorded = 0
-    for path in sorted(root.glob("*/*/*.json")):
-        found = _read(path) if path.is_file() else "not a regular file"
-        if isinstance(found, str):
-            quarantine(state_dir, path, found)
-            continue
-        # The capture's path mirrors the intent's (the folder is the joint, or the kind).
-        capture = state_dir / "captures" / path.relative_to(root).with_suffix(".npz")
-        if not capture.exists():
-            with HistoryStore(state_dir / "history.sqlite") as store:
+    with contextlib.ExitStack() as opened:
+        store: HistoryStore | None = None  # opened at the first intent to record, once
+        for path in sorted(root.glob("*/*/*.json")):
+            found = _read(path) if path.is_file() else "not a regular file"
+            if isinstance(found, str):
+                quarantine(state_dir, path, found)
+                continue
+            # The capture's path mirrors the intent's (the folder is the joint, or the kind).
+            capture = state_dir / "captures" / path.relative_to(root).with_suffix(".npz")
+            if not capture.exists():
+                if store is None:
+                    store = opened.enter_context(HistoryStore(state_dir / "history.sqlite"))
                 store.record_rejected(
                     controller=found.controller,
                     joint=found.joint,
@@ -131,16 +135,16 @@ def record_interrupted(state_dir: Path) -> int:
                     outcome=Outcome.ABORTED,
                     trigger=found.trigger,
                 )
-            recorded += 1
-            log.warning(
-                kv(
-                    "motion_interrupted",
-                    controller=found.controller,
-                    joint=found.joint,
-                    kind=found.kind,
-                    started_at=found.started_at.isoformat(),
-                    recorded="aborted",
+                recorded += 1
+                log.warning(
+                    kv(
+                        "motion_interrupted",
+                        controller=found.controller,
+                        joint=found.joint,
+                        kind=found.kind,
+                        started_at=found.started_at.isoformat(),
+                        recorded="aborted",
+                    )
                 )
-            )
-        drop_intent(path)
+            drop_intent(path)
     return recorded
