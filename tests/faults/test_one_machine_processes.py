@@ -270,11 +270,18 @@ def test_every_motion_a_kill_9_cut_off_is_in_the_history(tmp_path: Path) -> None
 
 
 def _outcomes(state: Path) -> list[str]:
+    """Outcomes recorded so far, read while the daemon runs (it may be creating the schema)."""
     db = state / "history.sqlite"
     if not db.exists():
         return []
-    with sqlite3.connect(db) as conn:
-        return [o for (o,) in conn.execute("SELECT outcome FROM cycles")]
+    try:
+        conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)
+        try:
+            return [o for (o,) in conn.execute("SELECT outcome FROM cycles")]
+        finally:
+            conn.close()
+    except sqlite3.OperationalError:
+        return []  # the file exists, the schema not yet
 
 
 def _rows(state: Path) -> list[tuple[str, dt.datetime, str, str]]:
