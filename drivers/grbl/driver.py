@@ -278,6 +278,9 @@ class GrblDriver(Driver):
                 line_rate_bytes_s=s.baudrate / 10.0,
                 hold_code=_code(s.dnc_feed_hold),
                 resume_code=_code(s.dnc_resume),
+                reset_code=_code(s.dnc_reset),
+                hold_timeout_s=s.hold_timeout_s,
+                reset_timeout_s=s.startup_timeout_s,
             )
         return GrblOptions(
             rx_buffer_bytes=s.rx_buffer_bytes,

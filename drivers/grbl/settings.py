@@ -7,7 +7,7 @@ A CNC the agent streams to is a controller entry in the agent's config:
         driver: grbl
         settings:
           port: /dev/ttyUSB0
-          protocol: grbl            # or dnc (XON/XOFF drip feed)
+          protocol: grbl            # or dnc (XON/XOFF drip feed; needs xon_xoff: true)
           machine: machines/farouki2022.yaml   # relative to this config file, or inline
         joints: []
 
@@ -28,6 +28,15 @@ from agent.schema.yaml_lines import issues_of
 from drivers.machine import canonical_device
 
 Protocol = Literal["grbl", "dnc"]
+
+# Whether a controller paces a drip feed is a property of the controller, not of the G-code
+# dialect its machine file names: GRBL 1.1 (serial.c) has no XON/XOFF, drops what overflows its
+# 128-byte buffer and runs the corrupted lines (issue 28: X = 134 mm on a 0-16 mm program).
+DNC_NEEDS_XON_XOFF = (
+    "expected xon_xoff: true for protocol dnc (a drip feed is paced only by the controller's "
+    "XON/XOFF; without it the controller's receive buffer overruns and the lines it runs are "
+    "corrupted). GRBL 1.1 has no XON/XOFF: use protocol grbl (character counting)"
+)
 Handshake = Literal["reset", "banner", "none"]
 
 
@@ -60,6 +69,13 @@ class GrblSettings:
     protocol: Protocol = field(
         default="grbl",
         metadata={"doc": "grbl: character counting with ok/error:N; dnc: drip feed with XON/XOFF"},
+    )
+    xon_xoff: bool = field(
+        default=False,
+        metadata={
+            "doc": "the controller paces the line with XON/XOFF (GRBL 1.1: no; a DNC control: "
+            "yes); protocol dnc needs it"
+        },
     )
     rx_buffer_bytes: int = field(
         default=128,
@@ -118,6 +134,14 @@ class GrblSettings:
         default=None,
         metadata={"min_len": 1, "doc": 'DNC: its cycle-start code after such a hold (GRBL: "~")'},
     )
+    dnc_reset: str | None = field(
+        default=None,
+        metadata={
+            "min_len": 1,
+            "doc": "DNC: its reset code, sent after the hold when a stream ends early so that "
+            'nothing queued is left for a cycle start (GRBL: "\\x18"); null: it takes none',
+        },
+    )
 
     def machine_address(self) -> str:
         return f"serial port {canonical_device(self.port)}"
@@ -133,7 +157,9 @@ class GrblSettings:
                     f"{self.max_line_chars} characters",
                 )
             )
-        for name in ("dnc_feed_hold", "dnc_resume"):
+        if self.protocol == "dnc" and not self.xon_xoff:
+            found.append(("protocol", DNC_NEEDS_XON_XOFF))
+        for name in ("dnc_feed_hold", "dnc_resume", "dnc_reset"):
             code = getattr(self, name)
             if code is None:
                 continue
@@ -141,8 +167,8 @@ class GrblSettings:
                 found.append(
                     (
                         name,
-                        "expected only with protocol: dnc (GRBL's feed hold and "
-                        f"cycle start are '!' and '~'), found {code!r}",
+                        "expected only with protocol: dnc (GRBL's feed hold, cycle "
+                        f"start and reset are '!', '~' and 0x18), found {code!r}",
                     )
                 )
             elif problem := realtime_code_problem(code):
@@ -154,36 +180,22 @@ class GrblSettings:
                 for path, message in inline_machine_issues(self.machine)
             ]
             found += inline
-            if not inline and (problem := self.flow_control_problem(self.machine_settings())):
-                found.append(("protocol", problem))
         return found
 
     def check_files(self, base_dir: str | Path) -> list[tuple[str, str]]:
         """(field, message) for what only the files this setting names can tell: a machine
-        file that cannot be read or has mistakes, or whose dialect a DNC drip feed would
-        overrun. `jha config check` calls it, so the mistake shows before any stream."""
+        file that cannot be read or has mistakes. `jha config check` calls it, so the mistake
+        shows before any stream."""
         if not isinstance(self.machine, str):
             return []
         try:
-            machine = self.machine_settings(base_dir)
+            self.machine_settings(base_dir)
         except ConfigError as exc:
             listed = issues_of(exc)
             details = "; ".join(str(i) for i in listed[:5]) if listed else str(exc)
             more = f" (and {len(listed) - 5} more)" if len(listed) > 5 else ""
             return [("machine", f"expected a valid machine file, found: {details}{more}")]
-        problem = self.flow_control_problem(machine)
-        return [("protocol", problem)] if problem else []
-
-    def flow_control_problem(self, machine: MachineSettings) -> str | None:
-        """Why a DNC drip feed to this machine is refused (its dialect paces none), else None."""
-        dialect = machine.emitter_dialect
-        if self.protocol != "dnc" or dialect.flow_control is not None:
-            return None
-        return (
-            "expected a controller with XON/XOFF flow control for protocol dnc, found dialect "
-            f"{dialect.name}, which has none: a drip feed would overrun its receive buffer "
-            "and corrupt lines. Use protocol grbl (character counting) for GRBL"
-        )
+        return []
 
     def machine_settings(self, base_dir: str | Path = ".") -> MachineSettings:
         """The machine description: its file (relative paths from `base_dir`, the directory

@@ -1,7 +1,8 @@
 """`jha config check` reads the machine file a `driver: grbl` controller names, as
 `jha feedrate stream` will: a file that is missing or has mistakes, and a DNC drip feed to a
-dialect without XON/XOFF (GRBL: its 128-byte buffer overruns, issue 14 item 14), fail with
-exit 78 at the line of the setting, before anything is streamed."""
+controller not said to pace it with XON/XOFF (GRBL: its 128-byte buffer overruns, issue 14 item
+14, issue 28 item 1), whatever dialect the machine file names, fail with exit 78 at the line of
+the setting, before anything is streamed."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.support.drivers.grbl import GRBL_MACHINE
 EXAMPLE = Path(__file__).parents[2] / "config" / "cnc_example.yaml"
 
 
-def cnc_config(protocol: str, machine: str) -> str:
+def cnc_config(protocol: str, machine: str, *, xon_xoff: bool = False) -> str:
     return (
         "controllers:\n"
         "  - name: mill\n"
@@ -26,7 +27,8 @@ def cnc_config(protocol: str, machine: str) -> str:
         "      port: /dev/ttyUSB0\n"
         f"      protocol: {protocol}\n"
         f"      machine: {machine}\n"
-        "    joints: []\n"
+        + ("      xon_xoff: true\n" if xon_xoff else "")
+        + "    joints: []\n"
     )
 
 
@@ -46,20 +48,24 @@ def machines(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_dnc_to_a_grbl_machine_file_is_refused_at_the_protocol_line(
-    machines: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("machine", ["grbl.yaml", "generic.yaml", "SHIPPED"])
+def test_dnc_without_xon_xoff_is_refused_whatever_the_machine_file_says(
+    machines: Path, capsys: pytest.CaptureFixture[str], machine: str
 ) -> None:
-    code, err = check(machines, cnc_config("dnc", "grbl.yaml"), capsys)
+    # The field report of issue 28: the shipped machine file (dialect generic) let a drip feed
+    # to GRBL through. The controller's pacing is its own setting, xon_xoff.
+    shipped = str(EXAMPLE.parent / "machines" / "farouki2022.yaml")
+    code, err = check(machines, cnc_config("dnc", machine.replace("SHIPPED", shipped)), capsys)
     assert code == EX_CONFIG
-    assert "cnc.yaml:6: controllers[0].settings.protocol: expected a controller with XON" in err
-    assert "dialect grbl" in err and "Use protocol grbl" in err
+    assert "cnc.yaml:6: controllers[0].settings.protocol: expected xon_xoff: true" in err
+    assert "GRBL 1.1 has no XON/XOFF: use protocol grbl" in err
 
 
 def test_character_counting_to_grbl_and_dnc_to_a_paced_controller_pass(
     machines: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert check(machines, cnc_config("grbl", "grbl.yaml"), capsys)[0] == EX_OK
-    assert check(machines, cnc_config("dnc", "generic.yaml"), capsys)[0] == EX_OK
+    assert check(machines, cnc_config("dnc", "generic.yaml", xon_xoff=True), capsys)[0] == EX_OK
 
 
 def test_an_inline_grbl_machine_with_dnc_is_refused(
@@ -70,7 +76,7 @@ def test_an_inline_grbl_machine_with_dnc_is_refused(
     text = cnc_config("dnc", "MACHINE").replace(" MACHINE", inline)
     code, err = check(tmp_path, text, capsys)
     assert code == EX_CONFIG
-    assert "controllers[0].settings.protocol: expected a controller with XON/XOFF" in err
+    assert "controllers[0].settings.protocol: expected xon_xoff: true" in err
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,6 @@ program touches nothing, a controller stuck in Run without progress is a stall.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -34,14 +33,6 @@ from tests.support.paths import MACHINES
 from tests.support.summary import fault
 
 MACHINE = MACHINES / "farouki2022.yaml"
-
-
-def buffers(p: Peer) -> dict[str, Any]:
-    """What the peer's machine holds now (read on its stdin, not the port)."""
-    assert p.proc.stdin is not None and p.proc.stdout is not None
-    p.proc.stdin.write("buffers\n")
-    p.proc.stdin.flush()
-    return dict(json.loads(p.proc.stdout.readline()))
 
 
 def has_open(pid: int, path: str) -> bool:
@@ -64,16 +55,16 @@ def program(n: int, bad_at: int | None = None) -> str:
 
 def cycle_start_runs(p: Peer) -> tuple[int, dict[str, Any]]:
     """Send cycle start '~' and poll; the blocks it ran and the machine afterwards."""
-    before = buffers(p)
+    before = p.buffers()
     channel = open_serial(p.path)
     try:
         channel.write(b"~", 1.0)
     finally:
         channel.close()
-    after = buffers(p)
+    after = p.buffers()
     for _ in range(10):  # ten status round trips: anything started would show
         p.settle()
-        after = buffers(p)
+        after = p.buffers()
     moved = after["position_mm"] != before["position_mm"] or after["state"] != "Idle"
     return int(moved) + after["runnable_lines"], after
 
@@ -140,7 +131,7 @@ def test_a_stream_that_ends_early_leaves_nothing_runnable(
         assert "<stdin>:900" in err and "past the lookahead" in err
     assert not pid_path.exists()  # removed on every end, SIGHUP included
 
-    left = buffers(p)
+    left = p.buffers()
     runnable = left["runnable_lines"]
     assert (left["planner_blocks"], left["rx_bytes"], left["spindle"]) == (0, 0, "off")
     assert left["state"] == "Idle" and left["alarm"] is None  # no ALARM:3: reset at standstill
@@ -196,6 +187,6 @@ def test_a_controller_stuck_in_run_without_progress_is_a_stall(peer: Any) -> Non
     exc = failure(p, polygon(400), options)
     assert exc.kind == "stalled" and "no line acknowledged and no motion for 0.5 s" in str(exc)
     assert "it reports Run" in str(exc)
-    assert buffers(p)["runnable_lines"] == 0  # reset after the hold timed out
+    assert p.buffers()["runnable_lines"] == 0  # reset after the hold timed out
     stats = p.stats()
     assert stats["status_reports"] > 2  # it kept answering '?' all along

@@ -31,21 +31,11 @@ from tests.support.drivers.grbl import failure, polygon, stream
 # ------------------------------------------------------------------------------ failures
 
 
-def buffers(p: Any) -> dict[str, Any]:
-    """What the peer's machine holds now (its stdin, not the port)."""
-    import json
-
-    assert p.proc.stdin is not None and p.proc.stdout is not None
-    p.proc.stdin.write("buffers\n")
-    p.proc.stdin.flush()
-    return dict(json.loads(p.proc.stdout.readline()))
-
-
 def test_injected_error_names_its_line_and_leaves_nothing_to_run(peer: Any) -> None:
     p = peer("--time-scale", "1000", "--error-at", "500:20")
     exc = failure(p, polygon(2000))
     assert p.settle().state == "Idle"  # held, then reset once it stood
-    assert buffers(p)["runnable_lines"] == 0
+    assert p.buffers()["runnable_lines"] == 0
     assert "feed hold (!) sent" in str(exc) and "soft reset (0x18) sent" in str(exc)
     stats = p.stats()
     assert exc.kind == "error" and exc.code == 20 and exc.line_no == 500
@@ -120,7 +110,7 @@ def test_stall_is_detected_by_timeout(peer: Any) -> None:
     assert exc.kind == "stalled" and exc.line_no == 300 and exc.acked == 299
     assert "feed hold (!) sent; no standstill reported within 0.3 s" in str(exc)
     # The silent controller's receive interrupt took the hold and the reset: nothing is left.
-    assert p.state().state == "Idle" and buffers(p)["runnable_lines"] == 0
+    assert p.state().state == "Idle" and p.buffers()["runnable_lines"] == 0
     stats = p.stats()
     assert stats["stalled"] and not stats["held"]
     assert [e["code"] for e in stats["realtime"][1:]] == ["!", "0x18"]  # after the handshake
@@ -136,7 +126,7 @@ def test_idle_with_lines_unanswered_is_a_stall(peer: Any) -> None:
     assert exc.kind == "stalled" and exc.line_no == 300 and exc.acked == 299
     assert "it reports Idle at MPos" in str(exc) and "line(s) unanswered" in str(exc)
     p.settle()
-    assert buffers(p)["runnable_lines"] == 0  # reset: the unread lines are gone
+    assert p.buffers()["runnable_lines"] == 0  # reset: the unread lines are gone
     assert [e["code"] for e in p.stats()["realtime"][1:]] == ["!", "0x18"]
 
 
@@ -158,7 +148,7 @@ def test_a_line_with_a_realtime_character_is_refused_before_it_is_sent(peer: Any
     assert exc.exit_code == EX_DATAERR
     assert exc.sent == 21  # the lines before the refused one went ('?' of the comment stripped)
     p.settle()
-    assert buffers(p)["runnable_lines"] == 0  # held, then reset: the 21 lines are gone
+    assert p.buffers()["runnable_lines"] == 0  # held, then reset: the 21 lines are gone
     stats = p.stats()
     assert [e["code"] for e in stats["realtime"][1:]] == ["!", "0x18"]  # after the handshake
     assert stats["lines_received"] <= 21 and stats["rx_overflow_bytes"] == 0
@@ -232,7 +222,7 @@ def test_an_answer_nobody_asked_for_holds_the_peer(peer: Any) -> None:
     exc = failure(p, polygon(400), GrblOptions(max_lines_in_flight=1))
     assert exc.kind == "protocol" and "'ok' with no line awaiting" in str(exc)
     assert exc.exit_code == EX_IOERR and exc.acked == exc.sent
-    assert p.settle().state == "Idle" and buffers(p)["runnable_lines"] == 0
+    assert p.settle().state == "Idle" and p.buffers()["runnable_lines"] == 0
     stats = p.stats()
     assert not stats["held"] and stats["lines_received"] == exc.sent < 400
 

@@ -3,21 +3,22 @@ controller.
 
   jha feedrate stream IN.gcode --config FILE --controller NAME
   jha feedrate stream IN.gcode --port PATH --machine FILE [--protocol grbl|dnc]
-      [--confirm-ready] [--pid-file FILE]
+      [--xon-xoff] [--confirm-ready] [--pid-file FILE]
 
 `--config` takes the CNC from the agent's config: a controller with `driver: grbl`
 (drivers/grbl/settings.py: port, protocol, machine file or inline machine, filter, timeouts).
 `--port --machine` names port and machine directly, for a bench without a config file.
 A GRBL stream starts only on an Idle controller (asked with '?'); a DNC stream only with
 --confirm-ready, the operator's word that the machine is ready (drivers/grbl/driver.py
-DNC_CHECKLIST); DNC only where the machine's dialect has XON/XOFF flow control (GRBL has
-none: a drip feed would overrun its 128-byte receive buffer). A program file (not a pipe) is
-checked whole before the first byte: every line the controller cannot take (too long, a word
-its dialect lacks; for GRBL its own g-code list) is refused with its line number, and an empty
-or comment-only program is refused. While it runs, SIGUSR1 holds it and SIGUSR2 resumes it
-(`jha feedrate hold/resume`, agent.cli.feedrate.control); Ctrl-C, SIGTERM and SIGHUP end it
-(exit 128 + signal, one line on stderr) with nothing left runnable in a GRBL controller: feed
-hold, standstill, soft reset (agent.feedrate.streaming.stop).
+DNC_CHECKLIST); DNC only to a controller said to have XON/XOFF flow control (`xon_xoff: true`,
+`--xon-xoff`; GRBL has none: a drip feed would overrun its 128-byte receive buffer). A program
+file (not a pipe) is checked whole before the first byte: every line the controller cannot take
+(too long, a word its dialect lacks; for GRBL its own g-code list) is refused with its line
+number, and an empty or comment-only program is refused. While it runs, SIGUSR1 holds it and
+SIGUSR2 resumes it (`jha feedrate hold/resume`, agent.cli.feedrate.control); Ctrl-C, SIGTERM
+and SIGHUP end it (exit 128 + signal, one line on stderr) with nothing left runnable in the
+controller: feed hold, standstill, soft reset (agent.feedrate.streaming.stop; for DNC the
+control's own codes, dnc_feed_hold and dnc_reset).
 """
 
 from __future__ import annotations
@@ -55,6 +56,13 @@ def register(group: Any) -> None:
     stm.add_argument("--machine", type=Path, help="machine description YAML (without --config)")
     stm.add_argument(
         "--protocol", choices=["grbl", "dnc"], default=None, help="without --config (default grbl)"
+    )
+    stm.add_argument(
+        "--xon-xoff",
+        action="store_true",
+        default=None,
+        help="without --config: the controller paces the line with XON/XOFF (needed for dnc; "
+        "GRBL has none)",
     )
     stm.add_argument("--baudrate", type=int, default=None, help="without --config")
     stm.add_argument("--no-filter", action="store_true", help="stream the program unchanged")
@@ -119,11 +127,11 @@ class ProgramRefused(AgentError):
 def _stream_target(args: argparse.Namespace) -> tuple[Any, Any]:
     """(GrblDriver, MachineSettings) from --config/--controller or from --port/--machine."""
     from drivers.grbl.driver import GrblDriver
-    from drivers.grbl.settings import GrblSettings, StreamFilterSettings
+    from drivers.grbl.settings import DNC_NEEDS_XON_XOFF, GrblSettings, StreamFilterSettings
 
     direct = [
         f"--{n}"
-        for n in ("port", "machine", "protocol", "baudrate")
+        for n in ("port", "machine", "protocol", "xon_xoff", "baudrate")
         if getattr(args, n) is not None
     ]
     if args.config is not None or args.controller is not None:
@@ -143,12 +151,15 @@ def _stream_target(args: argparse.Namespace) -> tuple[Any, Any]:
         port=args.port,
         machine=str(args.machine),
         protocol=args.protocol or "grbl",
+        xon_xoff=bool(args.xon_xoff),
         baudrate=args.baudrate or 115_200,
         filter=StreamFilterSettings(enabled=not args.no_filter),
     )
-    machine = settings.machine_settings()
-    _check_flow_control(settings.protocol, machine, "--protocol dnc", f"--machine {args.machine}")
-    return GrblDriver("cli", settings), machine
+    if settings.protocol == "dnc" and not settings.xon_xoff:
+        raise ConfigError(
+            "--protocol dnc: " + DNC_NEEDS_XON_XOFF.replace("xon_xoff: true", "--xon-xoff", 1)
+        )
+    return GrblDriver("cli", settings), settings.machine_settings()
 
 
 def configured_target(path: Path, name: str) -> tuple[Any, Any]:
@@ -187,25 +198,8 @@ def configured_target(path: Path, name: str) -> tuple[Any, Any]:
             build(MachineSettings, node, str(path), path=f"controllers[{index}].settings.machine"),
             source=f"{path}:{node.line}",
         )
-    _check_flow_control(
-        settings.protocol,
-        machine,
-        f"{path}: controllers[{index}].settings.protocol: dnc",
-        f"controller {name!r}'s machine",
-    )
     driver = cls(entry.name, settings, entry.joints)
     return driver, machine
-
-
-def _check_flow_control(protocol: str, machine: Any, setting: str, whose: str) -> None:
-    """Refuse a DNC drip feed to a controller whose dialect paces none (no XON/XOFF)."""
-    dialect = machine.emitter_dialect
-    if protocol == "dnc" and dialect.flow_control is None:
-        raise ConfigError(
-            f"{setting}: expected a controller with XON/XOFF flow control, found dialect "
-            f"{dialect.name} ({whose}), which has none: a drip feed would overrun its receive "
-            "buffer and corrupt lines. Use protocol grbl (character counting) for GRBL"
-        )
 
 
 def _refuse_bad_lines(path: str, dialect: Any, max_chars: int | None) -> None:

@@ -3,10 +3,11 @@ for it.
 
 A `Dialect` fixes the decimals of coordinates and feeds, whether G93 inverse time exists, the
 longest line, whether every line is renumbered (with '*NN' checksums), which G and M codes and
-word letters the controller takes, and whether it paces a drip feed with XON/XOFF; DIALECTS
-names the built-in ones. `validate_program_line` checks a program line's words and length
-against the dialect (what `jha feedrate stream` checks before the first byte),
-`validate_output_line` a written line (also its number and checksum where regenerated).
+word letters the controller takes; DIALECTS names the built-in ones (whether the controller
+paces a drip feed with XON/XOFF is the controller's setting, drivers/grbl/settings.py).
+`validate_program_line` checks a program line's words and length against the dialect (what
+`jha feedrate stream` checks before the first byte), `validate_output_line` a written line
+(also its number and checksum where regenerated).
 
 GRBL 1.1's sets are those of its parser (gnea/grbl grbl/gcode.c, the wiki's "G-code support"
 list) in the default build: M7 (ENABLE_M7) and M56 (parking override) are off in config.h;
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
 
 from agent.feedrate.gcode.blocks import PASSIVE_GCODES, Units
 from agent.feedrate.gcode.lex import GcodeError, lex_line
@@ -46,9 +46,6 @@ class Dialect:
     line_number_step: int = 1
     max_line_chars: int | None = None
     eol: str = "\n"
-    # The controller's pacing of a DNC drip feed; None: it has none, so a drip feed overruns
-    # its receive buffer (GRBL 1.1: character counting with ok/error:N is its only protocol).
-    flow_control: Literal["xon_xoff"] | None = "xon_xoff"
     gcodes: frozenset[int] | None = None  # tenths (G91.1 is 911); None: _GENERIC_G
     mcodes: frozenset[int] | None = None  # tenths; None: any
     letters: frozenset[str] | None = None  # word letters besides G and M; None: any
@@ -70,13 +67,12 @@ GRBL_LETTERS = frozenset("FIJKLNPRSTXYZ")
 
 DIALECTS: dict[str, Dialect] = {
     "generic": Dialect("generic"),
-    # GRBL 1.1: LINE_BUFFER_SIZE 80 (protocol.h) holds 79 characters; G93 supported; no
-    # XON/XOFF (serial.c has none); T up to 255 (MAX_TOOL_NUMBER).
+    # GRBL 1.1: LINE_BUFFER_SIZE 80 (protocol.h) holds 79 characters; G93 supported; T up to
+    # 255 (MAX_TOOL_NUMBER). Its pacing (no XON/XOFF) is the controller's: drivers/grbl.
     "grbl": Dialect(
         "grbl",
         decimals=3,
         max_line_chars=79,
-        flow_control=None,
         gcodes=GRBL_GCODES,
         mcodes=GRBL_MCODES,
         letters=GRBL_LETTERS,
@@ -92,7 +88,6 @@ DIALECTS: dict[str, Dialect] = {
         renumber=True,
         checksums=True,
         max_line_chars=95,
-        flow_control=None,  # hosts wait for each 'ok'
     ),
 }
 

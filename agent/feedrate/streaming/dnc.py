@@ -9,8 +9,10 @@ A DNC controller answers no status query, so nothing here can tell whether the m
 before the first byte: `jha feedrate stream` asks the operator to confirm it
 (drivers/grbl/driver.py, docs/feedrate.md). On an `error:`, a stall (XOFF held too long) or a
 refused line the stream stops and, when the controller has one, its feed-hold code (`hold_code`, a
-real-time code the controller takes out of the byte stream, e.g. GRBL's '!') is sent; many DNC
-controls have none, and then the error says so: the machine runs out what it has buffered.
+real-time code the controller takes out of the byte stream, e.g. GRBL's '!') is sent, then, once
+'?' shows standstill (or after `hold_timeout_s`), its reset code (`reset_code`, GRBL's 0x18), so
+that nothing queued is left for a cycle start; many DNC controls have neither, and then the
+error says so: the machine runs out what it has buffered.
 After the last byte the stream listens `end_listen_s` (2 s) for a late error from the lines the
 controller still holds, or, with `wait_idle`, asks '?' until the controller is Idle.
 """
@@ -32,6 +34,7 @@ from agent.feedrate.streaming.session import (
     StreamInterrupt,
     StreamResult,
 )
+from agent.feedrate.streaming.stop import hold_then_reset
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,14 @@ class DncOptions:
     progress_interval_s: float = 0.1
     hold_code: bytes | None = None  # the controller's real-time feed hold; None: it has none
     resume_code: bytes | None = None  # its cycle start after a hold; None: none
+    # Its reset after a hold (GRBL with XON/XOFF: 0x18), so that nothing stays queued that a
+    # cycle start would run; None: it takes none from the line.
+    reset_code: bytes | None = None
+    hold_timeout_s: float = 5.0  # hold to standstill (asked with '?') before the reset
+    reset_timeout_s: float = 2.0  # listening for the controller's restart after it
 
     def __post_init__(self) -> None:
-        for name in ("hold_code", "resume_code"):
+        for name in ("hold_code", "resume_code", "reset_code"):
             code = getattr(self, name)
             if code is not None and (not code or any(b in code for b in b"\x11\x13\n")):
                 raise ValueError(
@@ -138,6 +146,21 @@ class _Dnc(Session):
             if pace:  # the wire's time for the chunk
                 self.next_write = max(now, self.next_write) + len(chunk) / pace
 
+    def stop_note(self) -> str:
+        """The controller's hold, and its reset where it has one; what was done, for the error."""
+        opt = self.opt
+        if opt.hold_code is None or opt.reset_code is None:
+            return self.hold_note()
+        return hold_then_reset(
+            self,
+            opt.hold_code,
+            opt.reset_code,
+            opt.hold_timeout_s,
+            min(opt.status_interval_s, 0.05),
+            opt.reset_timeout_s,
+            confirms_reset=False,
+        )
+
     def run(self, lines: Iterable[str]) -> StreamResult:
         opt = self.opt
         self.t0 = time.monotonic()
@@ -160,12 +183,12 @@ class _Dnc(Session):
                     self.report(time.monotonic())
         except StreamError as exc:
             if exc.kind in HOLD_ON:
-                raise exc.noting(self.hold_note()) from exc
+                raise exc.noting(self.stop_note()) from exc
             raise
         except (KeyboardInterrupt, SystemExit, StreamInterrupt) as exc:
-            # Ctrl-C, SIGTERM, SIGHUP: the hold code where the control has one (a DNC control
-            # takes no reset from the line: what it has buffered is cleared at the machine).
-            raise self.interrupted(exc).noting(self.hold_note()) from None
+            # Ctrl-C, SIGTERM, SIGHUP: the hold code where the control has one, then its reset
+            # (without one, what it has buffered is cleared at the machine).
+            raise self.interrupted(exc).noting(self.stop_note()) from None
         finally:
             self.detach()
         return self.result()

@@ -1,4 +1,4 @@
-"""Ending a GRBL stream early with nothing left to run: feed hold, standstill, soft reset.
+"""Ending a stream early with nothing left to run: feed hold, standstill, soft reset.
 
 GRBL 1.1 keeps its planner queue and its serial receive buffer through a feed hold ('!'):
 cycle start ('~', at the machine or from any sender) runs them on, spindle first. Only a soft
@@ -6,7 +6,8 @@ reset (0x18) empties them, and a reset while the axes move loses the position (A
 until $X or $H; gnea/grbl doc/markdown/commands.md, realtime commands). So a stream that ends
 before its last line (an `error:N`, a signal, a stall, a refused line, a filter error) holds the
 feed, polls '?' until the machine stands (Hold:0, Idle, Door:0/1 or Alarm), and then resets:
-the controller is left with nothing that cycle start could run.
+the controller is left with nothing that cycle start could run. A DNC drip feed ends the same
+way with its controller's own hold and reset codes (settings dnc_feed_hold, dnc_reset).
 """
 
 from __future__ import annotations
@@ -87,11 +88,36 @@ def stop_grbl(
     """Feed hold, wait for standstill, soft reset; what was done, for the error message.
     `whatever_was_sent`: also when this session sent nothing (`jha feedrate stop`, after a
     streamer that died)."""
+    return hold_then_reset(
+        session,
+        FEED_HOLD,
+        SOFT_RESET,
+        hold_timeout_s,
+        poll_s,
+        reset_timeout_s,
+        whatever_was_sent=whatever_was_sent,
+    )
+
+
+def hold_then_reset(
+    session: Session,
+    hold_code: bytes,
+    reset_code: bytes,
+    hold_timeout_s: float,
+    poll_s: float,
+    reset_timeout_s: float,
+    *,
+    whatever_was_sent: bool = False,
+    confirms_reset: bool = True,
+) -> str:
+    """`hold_code`, standstill (asked with '?'), `reset_code`; what was done, for the error.
+    `confirms_reset`: the controller prints GRBL's banner after a reset; a DNC control need
+    not, and then a silent controller is reported as unconfirmed, not as failed."""
     if session.sent == 0 and not whatever_was_sent:
         return "nothing was sent, so nothing was held or reset"
-    hold, reset = code_name(FEED_HOLD), code_name(SOFT_RESET)
+    hold, reset = code_name(hold_code, "feed hold"), code_name(reset_code, "reset")
     started = time.monotonic()
-    if not session.send_realtime(FEED_HOLD):
+    if not session.send_realtime(hold_code):
         return f"the {hold} could not be written: stop the machine at the controller"
     stood = wait_standstill(session, hold_timeout_s, poll_s)
     if stood is not None:
@@ -102,21 +128,26 @@ def stop_grbl(
             f"{hold} sent; no standstill reported within {hold_timeout_s:g} s, so the "
             "reset may cost the position"
         )
-    if not session.send_realtime(SOFT_RESET):
+    if not session.send_realtime(reset_code):
         return (
             f"{note}; the {reset} could not be written: the controller still holds queued "
             "lines that cycle start would run: reset it at the machine"
         )
     banner, heard = wait_banner(session, reset_timeout_s)
-    if banner is None:
+    if banner is not None:
+        note += (
+            f"; {reset} sent: the controller restarted ({banner}) with its planner and receive "
+            "buffer empty, so cycle start runs nothing"
+        )
+    elif confirms_reset:
         note += (
             f"; {reset} sent, but the controller did not restart within {reset_timeout_s:g} s: "
             "check at the machine that it holds no queued line"
         )
     else:
         note += (
-            f"; {reset} sent: the controller restarted ({banner}) with its planner and receive "
-            "buffer empty, so cycle start runs nothing"
+            f"; {reset} sent (the controller confirms no reset: check at the machine that it "
+            "holds no queued line)"
         )
     alarms = [h for h in heard if h.startswith("ALARM:")]
     if alarms:

@@ -123,7 +123,7 @@ def test_config_with_a_grbl_controller_validates_into_grbl_settings(tmp_path: Pa
     path = write_config(
         tmp_path,
         "port: /dev/ttyUSB0\nmachine: machines/mill.yaml\n"
-        "protocol: dnc\nfilter: {lookahead_lines: 50}\n",
+        "protocol: dnc\nxon_xoff: true\nfilter: {lookahead_lines: 50}\n",
     )
     entry = load_config(path).controllers[0]
     s = entry.settings
@@ -393,16 +393,16 @@ def test_dnc_hold_codes_are_checked_with_the_config(tmp_path: Path) -> None:
         (
             "protocol: grbl\ndnc_feed_hold: '!'\n",
             "dnc_feed_hold",
-            "expected only with protocol: dnc (GRBL's feed hold and cycle start are '!' "
-            "and '~'), found '!'",
+            "expected only with protocol: dnc (GRBL's feed hold, cycle start and reset are "
+            "'!', '~' and 0x18), found '!'",
         ),
         (
-            'protocol: dnc\ndnc_feed_hold: "!\\x13"\n',
+            'protocol: dnc\nxon_xoff: true\ndnc_feed_hold: "!\\x13"\n',
             "dnc_feed_hold",
             "no line end (CR, LF) and no XON/XOFF (0x11, 0x13) byte",
         ),
         (
-            "protocol: dnc\ndnc_resume: 'cycle start'\n",
+            "protocol: dnc\nxon_xoff: true\ndnc_resume: 'cycle start'\n",
             "dnc_resume",
             "expected 1 to 8 ASCII characters, found 'cycle start'",
         ),
@@ -415,10 +415,14 @@ def test_dnc_hold_codes_are_checked_with_the_config(tmp_path: Path) -> None:
         assert issue.line == 1 + next(
             k for k, line in enumerate(path.read_text().splitlines()) if f"{key}:" in line
         )
-    path = write_config(tmp_path, base + "protocol: dnc\ndnc_feed_hold: '!'\ndnc_resume: '~'\n")
+    path = write_config(
+        tmp_path,
+        base + "protocol: dnc\nxon_xoff: true\ndnc_feed_hold: '!'\ndnc_resume: '~'\n"
+        'dnc_reset: "\\x18"\n',
+    )
     options = GrblDriver("mill1", load_config(path).controllers[0].settings).stream_options()
     assert isinstance(options, DncOptions)
-    assert (options.hold_code, options.resume_code) == (b"!", b"~")
+    assert (options.hold_code, options.resume_code, options.reset_code) == (b"!", b"~", b"\x18")
 
 
 def test_cli_dnc_stream_from_the_config_holds_the_machine_on_an_error(
@@ -431,9 +435,9 @@ def test_cli_dnc_stream_from_the_config_holds_the_machine_on_an_error(
     p = peer("--dnc", "--time-scale", "20", "--error-at", "30:33")
     config = write_config(
         tmp_path,
-        f"port: {p.path}\nprotocol: dnc\ndnc_feed_hold: '!'\n"
-        # A DNC control with XON/XOFF: not GRBL's dialect, which has no flow control and is
-        # refused DNC (tests/feedrate/test_gcode_stream_safety.py).
+        f"port: {p.path}\nprotocol: dnc\nxon_xoff: true\ndnc_feed_hold: '!'\n"
+        # A DNC control with XON/XOFF (the peer in --dnc mode), its hold code and no reset
+        # code: the hold stays (tests/feedrate/test_gcode_stream_dnc_stop.py: with one).
         "filter: {enabled: false}\nmachine:\n"
         + indented(GRBL_MACHINE.replace("dialect: grbl", "dialect: generic"), 2),
     )

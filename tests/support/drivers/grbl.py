@@ -113,6 +113,14 @@ class Peer:
         self.proc.stdin.flush()
         return parse_status(self.proc.stdout.readline().strip())
 
+    def buffers(self) -> dict[str, Any]:
+        """What the machine holds and does now (runnable_lines: what a cycle start would run),
+        read from the peer's stdin, not the port."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write("buffers\n")
+        self.proc.stdin.flush()
+        return dict(json.loads(self.proc.stdout.readline()))
+
     def settle(self) -> Any:
         """A '?' round trip: the peer has read all earlier bytes once it answers."""
         channel = open_serial(self.path)
