@@ -26,6 +26,7 @@ fleet-demo: $(STAMP) sysdeps
 # Debian packages the protocol peers need (socat, iproute2, ...), installed only when missing.
 sysdeps:
 	scripts/system-deps.sh
+	scripts/linuxcnc-rs274.sh var/linuxcnc
 
 # The UR emulator tests judge timing at the 2 ms RTDE period: they run first and alone; the rest
 # on 4 processes (most of their time is spent waiting on peers and subprocesses). One summary

@@ -264,8 +264,10 @@ class Driver(abc.ABC):
         DriverError (backlash_only)."""
 
     @abc.abstractmethod
-    async def stop_motion(self) -> None:
-        """Stop any motion now. Must be safe to call at any time, repeatedly."""
+    async def stop_motion(self) -> str | None:
+        """Stop any motion now. Must be safe to call at any time, repeatedly. Returns what the
+        stop took beyond the plain stop (the protective stop a driver had to escalate to), for
+        the abort's message, or None."""
 
     async def protective_stop(self) -> str | None:
         """The escalation when a stop did not bring the machine to rest: the protocol's

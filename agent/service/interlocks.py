@@ -226,7 +226,9 @@ async def guarded_motion(
         await _at_rest(driver, what, limits)
         raise
     if reason is not None:
-        await _stop_and_cancel(driver, task, reason)
+        took = await _stop_and_cancel(driver, task, reason)
+        if took is not None:  # the driver had to do more than stop (a protective stop)
+            reason = f"{reason}; {took}"
         raise await _aborted(driver, what, reason, limits)
     try:
         return task.result()
@@ -269,11 +271,13 @@ async def _read_status(driver: Driver, timeout_s: float) -> ControllerStatus:
 STOP_TIMEOUT_S = 2.0
 
 
-async def _stop_and_cancel(driver: Driver, task: asyncio.Task[Any], reason: str) -> None:
+async def _stop_and_cancel(driver: Driver, task: asyncio.Task[Any], reason: str) -> str | None:
+    """Stop, then cancel the motion; what the stop took beyond a plain stop (stop_motion)."""
     log.warning("event=cycle_abort reason=%r", reason)
+    took: str | None = None
     try:
         async with asyncio.timeout(STOP_TIMEOUT_S):
-            await driver.stop_motion()
+            took = await driver.stop_motion()
     except Exception as exc:  # the stop must be attempted; a failure is logged loudly
         error = str(exc) or f"{type(exc).__name__}: no answer within {STOP_TIMEOUT_S:g} s"
         log.error("event=stop_motion_failed error=%r action=cancel_cycle", error)
@@ -281,3 +285,4 @@ async def _stop_and_cancel(driver: Driver, task: asyncio.Task[Any], reason: str)
     # The cycle's own outcome (cancelled, or the error that made us stop) no longer matters.
     with contextlib.suppress(BaseException):
         await task
+    return took

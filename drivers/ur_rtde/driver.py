@@ -58,6 +58,7 @@ from drivers.ur_rtde.link import WorkerLink
 from drivers.ur_rtde.settings import UR_JOINT_VELOCITY_MAX_RAD_S, UrRtdeSettings
 from drivers.ur_rtde.status import UR_JOINTS, StreamStats, capture_from_rows, controller_status
 from drivers.ur_rtde.wire import Op
+from drivers.ur_rtde.worker.escalation import CONFIRM_S, PROTECTIVE_S
 
 log = logging.getLogger(__name__)
 
@@ -358,13 +359,13 @@ class UrRtdeDriver(Driver):
             log.error("event=stop_not_confirmed controller=%s error=%r", self.controller, str(exc))
             self._drop_link(f"stop not confirmed: {exc}")
 
-    async def stop_motion(self) -> None:
+    async def stop_motion(self) -> str | None:
         link = self._link
         if link is None or not link.alive:
             # Nothing of ours moves: a dead worker's control script is ended by its watchdog.
-            return
+            return None
         try:
-            await link.request(
+            out = await link.request(
                 Op.STOP, self._s.stop_timeout_s + 0.5, timeout_s=self._s.stop_timeout_s
             )
         except (DriverError, CycleAborted) as exc:
@@ -373,6 +374,22 @@ class UrRtdeDriver(Driver):
                 f"{self.controller}: stop not confirmed ({exc}); worker killed, the controller's "
                 "RTDE watchdog stops the arm"
             ) from exc
+        # "stopped", "nothing moving", or what the worker's escalation did (a protective stop)
+        return None if out in ("stopped", "nothing moving") else str(out)
+
+    async def protective_stop(self) -> str | None:
+        """triggerProtectiveStop through the worker's control script, confirmed at rest from
+        the packages; the paused script is then stopped from the dashboard
+        (drivers.ur_rtde.worker.escalation). None when no worker runs: nothing of ours moves."""
+        link = self._link
+        if link is None or not link.alive:
+            return None
+        out = await link.request(
+            Op.PROTECTIVE_STOP,
+            self._s.stop_timeout_s + PROTECTIVE_S + CONFIRM_S + 3.0,
+            timeout_s=self._s.stop_timeout_s,
+        )
+        return str(out)
 
     async def stream_stats(self, duration_s: float) -> StreamStats:
         """Count RTDE packages for `duration_s` without moving (commissioning, benchmark)."""

@@ -31,6 +31,8 @@ class Op(enum.StrEnum):
     STREAM = "stream"  # count RTDE packages without moving, on the cycle thread
     MOVE = "move"  # moveJ of one joint (the return to the test pose), on the cycle thread
     STOP = "stop"  # served at once by the worker's main thread
+    # triggerProtectiveStop, the agent's last step when its stop left the arm moving; at once
+    PROTECTIVE_STOP = "protective_stop"
     CLOSE = "close"
     BEAT = "beat"  # the driver's heartbeat: no id, no reply
 

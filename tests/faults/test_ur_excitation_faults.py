@@ -17,6 +17,7 @@ of 2 s): every fault lands INTO_MOTION_S into the motion, well before its end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import signal
@@ -60,6 +61,8 @@ INTO_MOTION_S = 0.8
 # servoj is logged, and the arm counts as moving, from the first (still q0) target on.
 INTO_STREAM_S = SETTLE_S + HOLD_S + INTO_MOTION_S
 HANG_S = 1.8  # beyond the bound (about 1.1 s): the arm must be still while the loop still hangs
+BOUND_FOR_HANG_S = 5.0  # how long seconds_until_still watches; the test judges its own bound
+MISSED = "package(s) missed"  # the driver's words for a run of lost packages it aborts on
 DROPPED = 3
 
 
@@ -143,11 +146,11 @@ def test_agent_killed_mid_excitation_the_worker_sees_eof_and_stops_the_arm(
     )
 
 
-def test_a_hung_event_loop_mid_excitation_the_worker_stops_the_arm(
-    ur: tuple[UrEmulator, Path, ExcitationCycle],
-) -> None:
-    emu, config, cycle = ur
-    bound_s, bound_rad = bounds(cycle, AGENT_TIMEOUT_S)
+def _hang_once(
+    emu: UrEmulator, config: Path
+) -> tuple[dict[str, Any], float, dict[str, Any], float, float, dict[str, Any], dict[str, Any]]:
+    """One excitation hung mid-motion: (state at the hang, seconds to still, state then, still
+    at, woke at, the agent's outcome, the end state)."""
     agent = Agent(config, "--excitation", "--hang-s", str(HANG_S))
     try:
         agent.wait("connected")
@@ -155,13 +158,31 @@ def test_a_hung_event_loop_mid_excitation_the_worker_stops_the_arm(
         at_hang = emu.state()
         os.kill(agent.proc.pid, signal.SIGUSR1)
         hung_at = agent.wait("hang_start", 5.0)["t"]
-        took_s, state = seconds_until_still(emu, hung_at, bound_s)
-        still_at = hung_at + took_s
+        took_s, state = seconds_until_still(emu, hung_at, BOUND_FOR_HANG_S)
         woke_at = agent.wait("hang_end", HANG_S + 5.0)["t"]
         outcome = agent.wait("outcome", 20.0)
         end = emu.state()
     finally:
         agent.kill_group()
+    return at_hang, took_s, state, hung_at + took_s, woke_at, outcome, end
+
+
+def test_a_hung_event_loop_mid_excitation_the_worker_stops_the_arm(tmp_path: Path) -> None:
+    # A run of lost packages longer than the bridging (8 in a row, in an idle fresh-clone run)
+    # can end the excitation before the hang is noticed: its abort names the lost packages and
+    # the stop cannot be told from the hang's. Such an attempt is run again on a new emulator,
+    # at most twice: the hang is what the test judges.
+    for attempt in range(3):
+        folder = tmp_path / f"attempt{attempt + 1}"
+        folder.mkdir()
+        with contextlib.contextmanager(_ur)(folder, **BRIDGE_LOSSES) as ur:
+            emu, config, cycle = ur
+            at_hang, took_s, state, still_at, woke_at, outcome, end = _hang_once(emu, config)
+        if MISSED not in outcome.get("error", ""):
+            break
+        assert attempt < 2, outcome
+        print(f"attempt {attempt + 1}: ended by the load before the hang: {outcome['error']}")
+    bound_s, bound_rad = bounds(cycle, AGENT_TIMEOUT_S)
     moved_rad = travel_rad(at_hang, state)
     print(f"hang: still after {took_s:.3f} s, {moved_rad:.3f} rad")
     assert float(np.abs(at_hang["qd"]).max()) > 0.05, "the hang must land mid-motion"

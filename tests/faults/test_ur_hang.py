@@ -14,13 +14,13 @@ the emulator; the cycle's outcome from what the agent prints once its loop runs 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
+from typing import Any
 
 from drivers.ur_rtde.settings import UrRtdeSettings
 from tests.peers.ur_controller import UrEmulator
@@ -43,19 +43,22 @@ HANG_S = 2.5  # far beyond the bound: the arm must be still while the loop still
 SHORT_HANG_S = 0.1
 
 
-@pytest.fixture
-def ur(tmp_path: Path) -> Iterator[tuple[UrEmulator, Path]]:
+MISSED = "package(s) missed"  # the driver's words for a run of lost packages it aborts on
+
+
+@contextlib.contextmanager
+def _ur(folder: Path) -> Iterator[tuple[UrEmulator, Path]]:
     # Lost packages are test_driver.py's subject, not this one's: the longest run the driver may
     # bridge, so a package or two the loaded machine loses does not end the cycle before the hang.
-    host, path, _, _ = setup(tmp_path, **FAST)
+    folder.mkdir()
+    host, path, _, _ = setup(folder, **FAST)
     with UrEmulator(host, *emulator_args(path)) as emu:
         yield emu, path
 
 
-def test_a_hung_event_loop_mid_capture_the_worker_stops_the_arm(
-    ur: tuple[UrEmulator, Path],
-) -> None:
-    emu, config = ur
+def _hang_once(emu: UrEmulator, config: Path) -> tuple[Any, ...]:
+    """A short stall, then a long hang mid-capture: (state after the stall, seconds to still,
+    state then, still at, woke at, the agent's outcome, the end state, the agent's events)."""
     agent = Agent(config, "--hang-s", f"{SHORT_HANG_S},{HANG_S}")
     try:
         agent.wait("connected")
@@ -67,17 +70,27 @@ def test_a_hung_event_loop_mid_capture_the_worker_stops_the_arm(
         os.kill(agent.proc.pid, signal.SIGUSR1)
         hung_at = agent.wait("hang_start", 5.0, nth=1)["t"]
         took_s, state = seconds_until_still(emu, hung_at, BOUND_S)
-        still_at = hung_at + took_s
         woke_at = agent.wait("hang_end", HANG_S + 5.0, nth=1)["t"]
         outcome = agent.wait("outcome", 20.0)
         end = emu.state()
     finally:
         agent.kill_group()
+    return short, took_s, state, hung_at + took_s, woke_at, outcome, end, agent.events
+
+
+def test_a_hung_event_loop_mid_capture_the_worker_stops_the_arm(tmp_path: Path) -> None:
+    # A run of lost packages longer than the bridging can end the cycle before (or during) the
+    # hang: its abort names the lost packages and the stop cannot be told from the hang's. Such
+    # an attempt is run again on a new emulator, at most twice: the hang is what is judged.
+    for attempt in range(3):
+        with _ur(tmp_path / f"attempt{attempt + 1}") as (emu, config):
+            short, took_s, state, still_at, woke_at, outcome, end, events = _hang_once(emu, config)
+        if MISSED not in outcome.get("error", ""):
+            break
+        assert attempt < 2, outcome
+        print(f"attempt {attempt + 1}: ended by the load before the hang: {outcome['error']}")
     # A stall shorter than the timeout leaves the cycle running.
-    assert short["moving"] and "speed_stop" not in short["commands"], (
-        short["events"],
-        agent.events,
-    )
+    assert short["moving"] and "speed_stop" not in short["commands"], (short["events"], events)
     assert not state["moving"] and not state["script_running"], state["events"]
     # Not sooner than the timeout allows (the last beat left at most one interval before the
     # hang), not later than the timeout plus the stop ramp, and while the loop still hung.

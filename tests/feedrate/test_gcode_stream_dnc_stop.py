@@ -54,7 +54,7 @@ ENDS: dict[str, tuple[tuple[str, ...], dict[str, Any], list[str]]] = {
 
 
 @pytest.mark.parametrize("end", list(ENDS))
-def test_an_early_end_leaves_the_controller_held_then_reset(peer: Any, end: str) -> None:
+def test_an_early_dnc_end_leaves_the_controller_held_then_reset(peer: Any, end: str) -> None:
     args, extra, program = ENDS[end]
     p = peer("--dnc", *args)
     progress = _interrupt_after(60) if end == "Ctrl-C" else None
@@ -77,7 +77,7 @@ def test_an_early_end_leaves_the_controller_held_then_reset(peer: Any, end: str)
     assert not stats["held"]
 
 
-def test_the_cli_stream_from_a_config_ends_held_and_reset(
+def test_the_cli_dnc_stream_from_a_config_ends_held_and_reset(
     peer: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     machine = tmp_path / "generic.yaml"

@@ -200,6 +200,19 @@ def _describe_bad_code(code: str) -> str:
             "G-code: send settings to the controller from a terminal (e.g. `$110=3000`) before "
             "streaming, never inside the program"
         )
+    if rest[:1] == "O" or code[:1] == "O":
+        # O200 SUB, O<NAME> CALL, O100 REPEAT [8]: the interpreter's own program logic.
+        return (
+            "O-word program logic (o<name> sub, call, if, while, repeat) is the controller "
+            "interpreter's, which jha does not run: post the program from the CAM without "
+            "subroutines or loops"
+        )
+    if rest[:1] in ("#", "[") or "#" in rest or "[" in rest:
+        return (
+            f"parameters and expressions ({rest[:12]!r}: #1=..., #<name>, [...]) are the "
+            "controller interpreter's, which jha does not evaluate: post the program with "
+            "plain numbers"
+        )
     if rest[:1].isalpha():
         return f"expected a number after '{rest[0]}'"
     if rest[:1] == "/":

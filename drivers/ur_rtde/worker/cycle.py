@@ -24,6 +24,7 @@ from typing import Any
 
 from drivers.ur_rtde.safety_bits import STOP_BITS, stop_names
 from drivers.ur_rtde.wire import ABORTING, Fault, FaultKind, tell
+from drivers.ur_rtde.worker.escalation import CONFIRM_S, motion_after, protective_stop
 from drivers.ur_rtde.worker.stream import GapFiller, Row, StreamError, StreamReader
 
 ROBOT_MODE_RUNNING = 7
@@ -44,6 +45,7 @@ class CycleOps:
     cpus: list[int | None]
     ctrl: Any
     host: str
+    dashboard_port: int
     frequency_hz: float
     rt_priority: int
     version: tuple[int, ...]
@@ -56,6 +58,8 @@ class CycleOps:
     servoing: bool = False  # servoJ streamed in this cycle: the stop is servoStop, not speedStop
     gaps: GapFiller | None = None  # the lost packages the last capture bridged
     servo_late_max_s: float = 0.0  # how late the latest servoJ target of the cycle went out
+    # What the escalation to a protective stop did (speedStop/stopJ did not stop the arm).
+    stop_note: str | None = None
 
     # Checks --------------------------------------------------------------------------------
     def _check_sample(self, robot_mode: int, safety_bits: int, runtime: int | None) -> None:
@@ -152,6 +156,7 @@ class CycleOps:
         ctrl = None
         self.servoing = False
         self.gaps = None
+        self.stop_note = None
         try:
             self._check_sample(r.getRobotMode(), r.getSafetyStatusBits(), None)
             if r.getRuntimeState() == RUNTIME_PLAYING:
@@ -172,6 +177,8 @@ class CycleOps:
                 rows = body(ctrl, p)
             finally:
                 gc.enable()
+            if self.stop_note is not None:  # the capture is whole, but the arm is not as left
+                raise Fault(self.stop_note, FaultKind.ABORT)
             gaps = self.gaps
             return {
                 "rows": rows,
@@ -194,6 +201,9 @@ class CycleOps:
                     self._send_stop(ctrl, p["decel_rad_s2"])
                 except Exception as stop_exc:
                     raise Fault(f"{fault}; then the stop failed: {stop_exc}", fault.kind) from exc
+                note = self.stop_note
+                if note is not None and note not in str(fault):
+                    fault = Fault(f"{fault}; {note}", fault.kind)
             raise fault from None if fault is exc else exc
         finally:
             self.stopped.set()
@@ -208,11 +218,24 @@ class CycleOps:
         # speedStop ends the script's speedj thread (stopJ alone leaves it running), servoStop
         # its servoj thread; stopJ also ends a moveJ. Each returns at once when the program is
         # no longer running.
-        if self.servoing:
-            ctrl.servoStop(decel)
-        else:
-            ctrl.speedStop(decel)
-        ctrl.stopJ(decel, False)
+        failed: Exception | None = None
+        try:
+            if self.servoing:
+                ctrl.servoStop(decel)
+            else:
+                ctrl.speedStop(decel)
+            ctrl.stopJ(decel, False)
+        except Exception as exc:  # a lost connection: whether the arm stands is seen below
+            failed = exc
+        # Confirmed from the packages, not from the commands' answers (drivers.ur_rtde.worker.
+        # escalation): an arm seen moving on is stopped by the controller's protective stop.
+        speed = motion_after(self.recv, CONFIRM_S) if self.recv is not None else None
+        if not speed:  # at rest, or cannot be seen: the driver's timeout, then the watchdog
+            if failed is not None:
+                raise failed
+            self.stopped.set()
+            return
+        self.stop_note = protective_stop(ctrl, self.recv, self.host, self.dashboard_port, speed)
         self.stopped.set()
 
     def _commanding(self, p: dict[str, Any]) -> None:

@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from drivers.ur_rtde.wire import Fault, FaultKind, Op, recv_msg, tell
+from drivers.ur_rtde.worker.escalation import CONFIRM_S, motion_after, protective_stop
 from drivers.ur_rtde.worker.servo import ExcitationOps
 from drivers.ur_rtde.worker.stream import path_cpus, realtime, threads
 
@@ -85,6 +86,7 @@ class Worker(ExcitationOps):
         self.dash: Any = None
         self.ctrl: Any = None
         self.host = ""
+        self.dashboard_port = 29999
         self.frequency_hz = 500.0
         self.rt_priority = 0
         self.version: tuple[int, ...] = ()
@@ -119,7 +121,7 @@ class Worker(ExcitationOps):
                 self.beat_at = now
             elif op in (Op.CYCLE, Op.EXCITE, Op.STREAM, Op.MOVE):
                 self.start_thread(msg)
-            elif op in (Op.STOP, Op.CLOSE):
+            elif op in (Op.STOP, Op.CLOSE, Op.PROTECTIVE_STOP):
                 self.reply(msg["id"], getattr(self, "op_" + str(op)), msg)
                 if op == Op.CLOSE:
                     break
@@ -149,6 +151,7 @@ class Worker(ExcitationOps):
         # tens of ms on a slow machine, long enough for the pollers to lose a package.
         importlib.import_module("rtde_control")
         self.host, self.frequency_hz, self.rt_priority = host, frequency_hz, rt_priority
+        self.dashboard_port = dashboard_port
         if rt_priority > 0:
             # Every thread of the worker real-time (threads started later inherit it): a thread
             # holding the GIL must not wait behind the machine's other work while the pollers
@@ -233,10 +236,38 @@ class Worker(ExcitationOps):
                 return "nothing moving"
             if not self.stopped.wait(timeout_s):
                 raise Fault("stop not confirmed by the controller in time")
-            return "stopped"
+            return self.stop_note or "stopped"
         if self.ctrl is not None:
+            self.stop_note = None
             self._send_stop(self.ctrl, 10.0)
+            return self.stop_note or "stopped"
         return "stopped"
+
+    def op_protective_stop(self, timeout_s: float) -> str:
+        """The agent's last step when the arm still moved after its stop (agent.service.
+        standstill): the cycle thread's stop first (it escalates itself when it sees the arm
+        run on), then triggerProtectiveStop here if the packages still show motion."""
+        cycle = self.cycle
+        running = cycle is not None and cycle.is_alive()
+        if running:
+            # One thread at a time on the control interface: the cycle thread stops first.
+            self.stop_requested.set()
+            self.stopped.wait(timeout_s)
+        recv = self.recv
+        if recv is None:
+            raise Fault("not connected")
+        speed = motion_after(recv, CONFIRM_S)
+        if not speed:
+            if running and self.stop_note is not None:  # that stop escalated by itself
+                return self.stop_note
+            return "the arm stands: no protective stop needed"
+        ctrl = self.ctrl
+        if ctrl is None:
+            raise Fault(
+                f"the arm moves at {speed:.3f} rad/s and no control script runs to carry "
+                "triggerProtectiveStop; the controller's RTDE watchdog ends whatever it left"
+            )
+        return protective_stop(ctrl, recv, self.host, self.dashboard_port, speed)
 
     def op_close(self) -> str:
         self.op_stop(1.0)

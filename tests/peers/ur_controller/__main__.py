@@ -6,7 +6,9 @@ Control requests (one JSON object per line, answered with one JSON line):
   {"op": "state"}                          snapshot of modes, joints, command log, counters
   {"op": "set", "robot_mode": "POWER_OFF"} also safety_mode, program_state, remote_control,
                                            speed_fraction, digital_inputs, dashboard_fault
-                                           ("stall" | "garbage" | null), rtde_stall (bool)
+                                           ("stall" | "garbage" | null), rtde_stall (bool),
+                                           stops_ignored (bool: the script's stops do not
+                                           stop the arm)
   {"op": "drop_packets", "n": 3}           skip the next n data packages (a gap in timestamps)
   {"op": "stream_fault", "kind": K, "n": N} spoil the next N data packages: K is
                                            repeat_timestamp (the clock stalls, data moves on),
@@ -138,6 +140,7 @@ class Emulator:
                         "digital_inputs",
                         "dashboard_fault",
                         "rtde_stall",
+                        "stops_ignored",
                     ):
                         setattr(c, key, value)
                     else:

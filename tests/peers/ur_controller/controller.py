@@ -120,6 +120,10 @@ class Controller:
         self.rtde: RtdeServer | None = None
         # Faults the tests switch on.
         self.rtde_stall = False
+        self.stops_ignored = False  # the script's stop commands do not stop the arm
+        # When the latest protective stop happened (time.monotonic()): the dashboard unlocks it
+        # only 5 s later, as a real controller does.
+        self.protective_stop_at: float | None = None
         self.drop_packets = 0
         self.dropped_packets = 0
         # Sample faults of the RTDE stream (stream_fault): counts of packages still to spoil.
@@ -179,12 +183,21 @@ class Controller:
         with self.lock:
             self.safety_mode = mode
             if mode in ("PROTECTIVE_STOP", "SAFEGUARD_STOP"):
+                if mode == "PROTECTIVE_STOP":
+                    self.protective_stop_at = time.monotonic()
                 self.arm.stopj(_STOP_DECEL_RAD_S2)
                 if self.program_state == "PLAYING":
                     self.program_state = "PAUSED"
             elif mode not in ("NORMAL", "REDUCED"):
                 self.arm.halt()
                 self.stop_program(f"safety {mode}")
+
+    def protective_stop(self, why: str) -> None:
+        """A protective stop (category 2: the arm brakes on its path, power stays on): safety
+        mode PROTECTIVE_STOP, the program paused, unlocked from the dashboard after 5 s."""
+        with self.lock:
+            self.event(f"protective stop: {why}")
+            self.set_safety_mode("PROTECTIVE_STOP")
 
     def set_watchdog(self, name: str, min_hz: float) -> None:
         self._watchdogs[name] = min_hz

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -95,11 +96,24 @@ class DashboardServer:
             if line == "play":
                 if not c.remote_control:
                     return "Command is not allowed due to safety reasons."
+                if c.safety_mode not in ("NORMAL", "REDUCED"):
+                    return "Failed to execute: play"
+                if c.program_state == "PAUSED" and c.script is not None:
+                    # Play resumes a paused program where it stood: a control script that
+                    # was paused mid-motion runs its motion on (why the agent stops it).
+                    c.program_state = "PLAYING"
+                    c.event("paused control script resumed by play")
+                    return "Starting program"
                 c.play_production()
                 return "Starting program"
             if line == "unlock protective stop":
-                if c.safety_mode != "PROTECTIVE_STOP":
-                    return "Cannot unlock protective stop until 5s after occurrence."
+                # Polyscope's answers: refused within 5 s of the stop (and when none is active).
+                at = c.protective_stop_at
+                if c.safety_mode != "PROTECTIVE_STOP" or at is None or time.monotonic() - at < 5.0:
+                    return (
+                        "Cannot unlock protective stop until 5s after occurrence. "
+                        "Always inspect cause of protective stop before unlocking"
+                    )
                 c.safety_mode = "NORMAL"
                 return "Protective stop releasing"
             if line == "close safety popup":

@@ -14,6 +14,13 @@ plays that program's main loop, once per controller cycle (one `sync()`), on the
   doubles 0-5, 8, 9, 10), speed_stop (15), servo_stop (16), stopl/stopj (33/34, sync or async),
   set_watchdog (35) and stop script (255) act on the arm; other commands are acknowledged and
   logged as unsupported, so a test can see they were never used.
+- protective_stop (31, ur_rtde's triggerProtectiveStop): the script calls URScript's
+  `protective_stop()` (the line is in the script for controllers 3.8 and newer only, `$3.8`):
+  the controller's own protective stop (Controller.protective_stop), after which the program is
+  paused and the command never answered "done" (ur_rtde then finds the script not running).
+- The injected fault `stops_ignored` (Controller attribute, set by the tests): speed_stop,
+  servo_stop and stopl/stopj are answered "done" at once and the arm runs on, as with a script
+  whose stop does not take; only the agent's escalation can stop it then.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ CMD_NAMES = {
     11: "servoj",
     15: "speed_stop",
     16: "servo_stop",
+    31: "protective_stop",
     33: "stopl",
     34: "stopj",
     35: "set_watchdog",
@@ -164,6 +172,13 @@ class ControlScript:
         elif cmd == 11:
             arm.servoj(self._q(), self._in_dbl(10))
             self.servoing = True
+        elif cmd in (15, 16, 33, 34) and c.stops_ignored:
+            c.event(f"{CMD_NAMES[cmd]} ignored (injected fault stops_ignored)")
+        elif cmd == 31:
+            if c.version[:2] >= (3, 8):
+                c.protective_stop("protective_stop() called by the control script")
+            else:
+                c.event("protective_stop: not in the script for controllers before 3.8")
         elif cmd == 16:
             # the script kills its servo thread, then the arm decelerates to rest
             self.servoing = False
