@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from tests.drivers.grbl.test_driver import write_config
-from tests.feedrate.test_gcode_stream_failures import buffers
 from tests.support.drivers.grbl import GRBL_MACHINE, zigzag
 from tests.support.paths import ROOT
 from tests.support.summary import record
@@ -66,18 +65,18 @@ def test_a_killed_streamer_leaves_the_machine_with_nothing_to_run(
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        while buffers(p)["planner_blocks"] < 5 and time.monotonic() < deadline:
+        while p.buffers()["planner_blocks"] < 5 and time.monotonic() < deadline:
             time.sleep(0.05)
         streamer.send_signal(signal.SIGKILL)
         streamer.wait(10)
     finally:
         if streamer.poll() is None:
             streamer.kill()
-    left = buffers(p)
+    left = p.buffers()
     assert left["runnable_lines"] > 0 and left["spindle"] != "off", left  # what GRBL runs on
     done = _stop_post(config, "signal")
     assert done.returncode == 0, done.stdout + done.stderr
-    after = buffers(p)
+    after = p.buffers()
     record("listening sockets", "GRBL streamer SIGKILLed, then jha-stream@'s ExecStopPost",
            f"{left['runnable_lines']} line(s) and spindle {left['spindle']} before; "
            f"{after['runnable_lines']} and spindle {after['spindle']} after")  # fmt: skip
