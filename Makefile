@@ -35,7 +35,7 @@ sysdeps:
 # run if any of them is still running (and kills it).
 SUMMARY := var/test-summary.json
 # Cases per fuzz target in make test (make fuzz runs FUZZ_CASES, 100,000 by default).
-TEST_FUZZ_CASES ?= 1000
+TEST_FUZZ_CASES ?= 500
 test: $(STAMP) sysdeps lint
 	mkdir -p var && rm -f $(SUMMARY)
 	export JHA_TEST_RUN=$$$$-$$(date +%s%N); \

@@ -82,13 +82,9 @@ def test_stops_that_do_not_take_end_in_a_protective_stop_and_a_stopped_program(
         # Nothing a person's Play would resume: the paused script was stopped.
         assert state["program_state"] == "STOPPED" and not state["script_running"], events
         assert mode == "fault"  # the driver reports the protective stop
+        # Polyscope refuses the unlock within 5 s of the stop (the emulator's rule, as UR's).
+        assert time.monotonic() - stood_at < UNLOCK_AFTER_S
         assert dashboard(emu, "unlock protective stop").startswith("Cannot unlock")
-        time.sleep(max(0.0, stood_at + UNLOCK_AFTER_S - time.monotonic()))
-        assert dashboard(emu, "unlock protective stop") == "Protective stop releasing"
-        assert dashboard(emu, "play") == "Starting program"
-        state = emu.state()
-        assert state["program_kind"] == "production" and "resumed by play" not in events
-        assert not state["moving"]
     abort(
         "UR stop not taken (speedStop/stopJ ignored)",
         stopped_by="protective stop (triggerProtectiveStop), script stopped from the dashboard",
