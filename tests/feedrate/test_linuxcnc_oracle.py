@@ -108,9 +108,7 @@ def judge(program: Path, workdir: Path) -> Verdict:
             assert centre is not None and move.centre_mm is not None
             assert move.rotation is not None
             clockwise = move.rotation < 0
-            if not _close(centre, move.centre_mm, tol) and not _centre_in_plane(
-                centre, move.centre_mm, tol
-            ):
+            if not _centre_in_plane(centre, move.centre_mm, tol):
                 verdict.mismatches.append(f"{where}: centre {centre}")
             elif b.clockwise != clockwise:
                 verdict.mismatches.append(f"{where}: direction")
