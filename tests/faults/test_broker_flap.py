@@ -19,12 +19,15 @@ from tests.support.service.faults import audit, config, start, terminate, wait_f
 from tests.support.summary import fault, record
 
 # One joint, a 0.5 s cycle in each 0.9 s stop, one stop every 1.2 s: a report about every 1.2 s
-# once the first analysis is done; the last stop begins at 11.0 s, so the reports end and the
-# outbox can drain before the test ends.
-STOPS = [{"at_s": 0.2 + 1.2 * k, "length_s": 0.9} for k in range(10)]
-DOWN_S = 1.5  # each outage spans at least one stop's report
-UP_S = 0.8
+# once the first analysis is done. The flaps need 7 reports (the first, one made in each outage,
+# one delivered after each restart); 16 stops leave room for a loaded machine's slower analyses,
+# and the last begins at 18.2 s, so the reports end and the outbox can drain before the test ends.
+STOPS = [{"at_s": 0.2 + 1.2 * k, "length_s": 0.9} for k in range(16)]
 FLAPS = 3  # the last outage is a SIGKILL
+# Each outage lasts until the history has gained a report (made with the broker away), and each
+# up phase until the subscriber has received one more: waits on those states, not on a time, as
+# an analysis under load can take longer than a stop's spacing.
+STATE_WAIT_S = 30.0
 
 
 def _report_ids(state: Path) -> list[str]:
@@ -71,13 +74,22 @@ def test_a_flapping_broker_under_the_daemon_loses_no_report(tmp_path: Path) -> N
         for flap in range(FLAPS):
             before = len(_report_ids(state))
             broker.stop(signal.SIGKILL if flap == FLAPS - 1 else signal.SIGTERM)
-            with contextlib.suppress(Exception):
-                proc.wait(DOWN_S)
+            wait_for(
+                lambda before=before: len(_report_ids(state)) > before,
+                STATE_WAIT_S,
+                f"a report made with the broker away (outage {flap + 1})",
+                proc,
+            )
             assert proc.poll() is None, f"the daemon exited with the broker away ({flap})"
             outages.append(len(_report_ids(state)) - before)
+            received = len(set(sub.ids()))
             broker.start()
-            with contextlib.suppress(Exception):
-                proc.wait(UP_S)
+            wait_for(
+                lambda received=received: len(set(sub.ids())) > received,
+                STATE_WAIT_S,
+                f"a report delivered after the broker's restart {flap + 1}",
+                proc,
+            )
         # Until the stops are over (no new report for 2 s) and the outbox has drained.
         settled: list[tuple[int, float]] = [(-1, time.monotonic())]
 
