@@ -272,7 +272,7 @@ def _newmark(
                 continue
             w_new = wt + e * b
             f_new, slope_new = fric(w_new, tht + c * b, k * (dlt + c * (b - a)))
-            if np.max(np.abs(f_new - f_lin - slope * (w_new - w_lin))) < FRICTION_TOL_NM:
+            if np.abs(f_new - f_lin - slope * (w_new - w_lin)).max() < FRICTION_TOL_NM:
                 break
             w_lin, f_lin, slope = w_new, f_new, slope_new
         q = qt + c * a

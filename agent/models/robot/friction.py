@@ -8,7 +8,7 @@ which identification also uses as a prior model for the rotor-side compensation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -89,6 +89,16 @@ class FrictionArrays:
     cogging_phase: float
     cable: Array
     cable_neutral: Array
+    # Which optional terms are present, decided once: the simulators call this at every step of
+    # a 20,000-step integration, where testing each array again cost a tenth of the run.
+    has_load: bool = field(init=False)
+    has_cogging: bool = field(init=False)
+    has_cable: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "has_load", self.load != 0.0)
+        object.__setattr__(self, "has_cogging", bool(self.cogging.any()))
+        object.__setattr__(self, "has_cable", bool(self.cable.any()))
 
     @classmethod
     def of(cls, robot: RobotDescription, nl: FrictionNonlinearity, linear: bool) -> FrictionArrays:
@@ -120,12 +130,14 @@ class FrictionArrays:
 
     def __call__(self, speed: Array, theta: Array, transmitted: Array) -> tuple[Array, Array]:
         strib = self.stribeck * np.exp(-(speed * speed) * self.inv_vs2)
-        level = self.fc + strib + self.load * np.abs(transmitted)
+        level = self.fc + strib
+        if self.has_load:
+            level = level + self.load * np.abs(transmitted)
         th = np.tanh(speed / self.eps)
         f = level * th + self.fv * speed + self.ripple * np.sin(self.ripple_freq * theta)
-        if self.cogging.any():
+        if self.has_cogging:
             f = f + self.cogging * np.sin(self.cogging_freq * theta + self.cogging_phase)
-        if self.cable.any():
+        if self.has_cable:
             f = f + self.cable * (theta - self.cable_neutral)
         slope = level * (1.0 - th * th) / self.eps - 2.0 * self.inv_vs2 * speed * strib * th
         return f, slope + self.fv
