@@ -28,7 +28,10 @@ from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller import UrEmulator
 from tests.peers.ur_controller.harness import (
     FAST,
+    LOAD_ATTEMPTS,
+    MISSED,
     emulator_args,
+    ended_by_load,
     run,
     setup,
     wait_until,
@@ -71,32 +74,42 @@ def test_where_the_joint_ends_and_what_the_agent_does_next(tmp_path: Path, cause
     # test_driver.py's subject: the longest run the driver may bridge.
     host, path, ctrl, joint = setup(tmp_path, **FAST, stale_after_s=1.0)
     cycle = backlash_cycle(ctrl, joint)
-    with UrEmulator(host, *emulator_args(path)) as emu:
-        emu.call("on_motion", delay_s=0.5, action=fault_action)
+    for attempt in range(1, LOAD_ATTEMPTS + 1):
+        with UrEmulator(host, *emulator_args(path)) as emu:
+            emu.call("on_motion", delay_s=0.5, action=fault_action)
 
-        async def abort_then_recover() -> tuple[str, dict[str, Any], str | None, str | None]:
-            driver = UrRtdeDriver(ctrl.name, ctrl.settings, ctrl.joints)
-            await driver.connect()
-            try:
-                with pytest.raises((CycleAborted, DriverError)) as info:
-                    await run_guarded_cycle(driver, cycle, ctrl.interlocks, joint)
-                # Where the stop left the arm, before the agent does anything more.
-                stopped: dict[str, Any] = {}
-                if emu.alive:
-                    stopped = await asyncio.to_thread(wait_until, emu, lambda s: not s["moving"])
-                await asyncio.sleep(0.3)  # the worker restarts after a link failure
-                first = await return_to_start_pose(driver, ctrl, cycle)
-                second = None
-                if clear is not None and first is not None and first.startswith("not moved"):
-                    emu.call(**clear)
-                    await asyncio.sleep(0.5)
-                    second = await return_to_start_pose(driver, ctrl, cycle)
-                return str(info.value), stopped, first, second
-            finally:
-                await driver.close()
+            async def abort_then_recover(
+                emu: UrEmulator,
+            ) -> tuple[str, dict[str, Any], str | None, str | None]:
+                driver = UrRtdeDriver(ctrl.name, ctrl.settings, ctrl.joints)
+                await driver.connect()
+                try:
+                    with pytest.raises((CycleAborted, DriverError)) as info:
+                        await run_guarded_cycle(driver, cycle, ctrl.interlocks, joint)
+                    # Where the stop left the arm, before the agent does anything more.
+                    stopped: dict[str, Any] = {}
+                    if emu.alive:
+                        stopped = await asyncio.to_thread(
+                            wait_until, emu, lambda s: not s["moving"]
+                        )
+                    await asyncio.sleep(0.3)  # the worker restarts after a link failure
+                    first = await return_to_start_pose(driver, ctrl, cycle)
+                    second = None
+                    if clear is not None and first is not None and first.startswith("not moved"):
+                        emu.call(**clear)
+                        await asyncio.sleep(0.5)
+                        second = await return_to_start_pose(driver, ctrl, cycle)
+                    return str(info.value), stopped, first, second
+                finally:
+                    await driver.close()
 
-        message, stopped, first, second = run(abort_then_recover(), 120.0)
-        final_state = wait_until(emu, lambda s: not s["moving"]) if emu.alive else {}
+            message, stopped, first, second = run(abort_then_recover(emu), 120.0)
+            final_state = wait_until(emu, lambda s: not s["moving"]) if emu.alive else {}
+        # None of the faults played loses packages: a run of them lost ended the cycle before
+        # the fault (the machine's load), and the attempt says nothing about the fault.
+        if attempt == LOAD_ATTEMPTS or MISSED not in message:
+            break
+        print(f"attempt {attempt}: ended by the load before the fault: {message}")
     print(cause, "|", message, "|", first, "|", second)
     steps = [_short(first)] + ([f"after clearing: {_short(second)}"] if second else [])
     if stopped:
@@ -134,30 +147,41 @@ def test_a_fault_in_the_move_back_keeps_the_complete_capture(tmp_path: Path) -> 
     # subjects (tests/drivers/ur_rtde/test_driver.py): here they are given room.
     host, path, ctrl, joint = setup(tmp_path, stale_after_s=1.0)
     cycle = backlash_cycle(ctrl, joint)
-    with UrEmulator(host, *emulator_args(path)) as emu:
-        # Armed during the capture: a protective stop 0.2 s into the next movej, the move back.
-        stop = {"op": "set", "safety_mode": "PROTECTIVE_STOP"}
-        arm = {"op": "on_motion", "when": "movej", "delay_s": 0.2, "action": stop}
-        emu.call("on_motion", delay_s=0.5, action=arm)
 
-        async def go() -> tuple[Any, str | None]:
-            driver = UrRtdeDriver(ctrl.name, ctrl.settings, ctrl.joints)
-            await driver.connect()
+    async def go() -> tuple[Any, str | None]:
+        driver = UrRtdeDriver(ctrl.name, ctrl.settings, ctrl.joints)
+        await driver.connect()
+        try:
+            # As agent.service.jobs.run_job: the cycle, its capture, then the move back.
+            # The status watcher's 2 s timeout is not this test's subject: on a loaded
+            # machine a slow dashboard answer aborted the cycle before its move back.
+            capture = await run_guarded_cycle(
+                driver, cycle, ctrl.interlocks, joint, CycleLimits(status_timeout_s=15.0)
+            )
+            assert driver.returns_by_agent
+            back = await return_to_start_pose(driver, ctrl, cycle, speed_rad_s=math.inf)
+            return capture, back
+        finally:
+            await driver.close()
+
+    for attempt in range(1, LOAD_ATTEMPTS + 1):
+        with UrEmulator(host, *emulator_args(path)) as emu:
+            # Armed during the capture: a protective stop 0.2 s into the next movej, the move
+            # back.
+            stop = {"op": "set", "safety_mode": "PROTECTIVE_STOP"}
+            arm = {"op": "on_motion", "when": "movej", "delay_s": 0.2, "action": stop}
+            emu.call("on_motion", delay_s=0.5, action=arm)
             try:
-                # As agent.service.jobs.run_job: the cycle, its capture, then the move back.
-                # The status watcher's 2 s timeout is not this test's subject: on a loaded
-                # machine a slow dashboard answer aborted the cycle before its move back.
-                capture = await run_guarded_cycle(
-                    driver, cycle, ctrl.interlocks, joint, CycleLimits(status_timeout_s=15.0)
-                )
-                assert driver.returns_by_agent
-                back = await return_to_start_pose(driver, ctrl, cycle, speed_rad_s=math.inf)
-                return capture, back
-            finally:
-                await driver.close()
-
-        capture, back = run(go(), 120.0)
-        state = wait_until(emu, lambda s: not s["moving"])
+                capture, back = run(go(), 120.0)
+            except CycleAborted as exc:
+                # Packages the machine lost during the capture (an idle 2-core run lost 6 in a
+                # row once): the driver rightly refused it, the move back was never reached.
+                if attempt == LOAD_ATTEMPTS or not ended_by_load(str(exc)):
+                    raise
+                print(f"attempt {attempt}: ended by the load before the move back: {exc}")
+                continue
+            state = wait_until(emu, lambda s: not s["moving"])
+            break
     assert len(capture) == round(cycle.duration_s * cycle.sample_rate_hz) + 1
     assert back is not None and back.startswith("the move back was aborted (")
     # Named by whichever detector saw it first: the worker's RTDE safety bits ("protective

@@ -48,7 +48,13 @@ from tests.peers.ur_controller.excitation import (
     excitation_cycle,
     write_config,
 )
-from tests.peers.ur_controller.harness import BRIDGE_LOSSES, DRIVER_LOSSES, run, wait_until
+from tests.peers.ur_controller.harness import (
+    BRIDGE_LOSSES,
+    DRIVER_LOSSES,
+    MISSED,
+    run,
+    wait_until,
+)
 from tests.peers.ur_controller.joint_model import _SpeedRamp
 from tests.support.processes import exited
 from tests.support.summary import record
@@ -62,7 +68,6 @@ INTO_MOTION_S = 0.8
 INTO_STREAM_S = SETTLE_S + HOLD_S + INTO_MOTION_S
 HANG_S = 1.8  # beyond the bound (about 1.1 s): the arm must be still while the loop still hangs
 BOUND_FOR_HANG_S = 5.0  # how long seconds_until_still watches; the test judges its own bound
-MISSED = "package(s) missed"  # the driver's words for a run of lost packages it aborts on
 DROPPED = 3
 
 

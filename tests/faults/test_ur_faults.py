@@ -32,6 +32,7 @@ from tests.peers.ur_controller.harness import (
     BACKLASH_RAD,
     DRIVER_LOSSES,
     FAST,
+    MISSED,
     SEED,
     emulator_args,
     run,
@@ -39,8 +40,6 @@ from tests.peers.ur_controller.harness import (
     wait_until,
 )
 from tests.support.summary import fault
-
-MISSED = "package(s) missed"
 
 
 async def _cycle(

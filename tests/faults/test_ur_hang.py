@@ -25,7 +25,7 @@ from typing import Any
 from drivers.ur_rtde.settings import UrRtdeSettings
 from tests.peers.ur_controller import UrEmulator
 from tests.peers.ur_controller.agent_process import Agent, moving_into_capture, seconds_until_still
-from tests.peers.ur_controller.harness import FAST, emulator_args, setup
+from tests.peers.ur_controller.harness import FAST, MISSED, emulator_args, setup
 from tests.support.summary import record
 
 DEFAULTS = UrRtdeSettings(host="x")
@@ -41,9 +41,6 @@ HANG_S = 2.5  # far beyond the bound: the arm must be still while the loop still
 # scheduled. 0.25 s left 0.15 s of that, and a loaded 2-core run spent it (the worker stopped the
 # arm during the short stall); 0.1 s leaves 0.3 s.
 SHORT_HANG_S = 0.1
-
-
-MISSED = "package(s) missed"  # the driver's words for a run of lost packages it aborts on
 
 
 @contextlib.contextmanager

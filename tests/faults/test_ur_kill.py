@@ -39,7 +39,14 @@ from tests.peers.ur_controller.agent_process import (
     moving_into_capture,
     seconds_until_still,
 )
-from tests.peers.ur_controller.harness import FAST, emulator_args, run, setup, wait_until
+from tests.peers.ur_controller.harness import (
+    FAST,
+    MISSED,
+    emulator_args,
+    run,
+    setup,
+    wait_until,
+)
 from tests.support.processes import exited
 from tests.support.summary import abort, record
 
@@ -48,7 +55,6 @@ WORKER_STOP_BOUND_S = 1.0
 # The watchdog runs at 1 / (stop ramp + 0.25 s) = 2 Hz: it trips 0.5 s after the last kick,
 # then the controller's own stop (20 rad/s^2) takes 0.125 s.
 WATCHDOG_STOP_BOUND_S = 1.5
-MISSED = "package(s) missed"  # the driver's words for a run of lost packages it aborts on
 
 
 @pytest.fixture
