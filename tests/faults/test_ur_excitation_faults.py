@@ -51,6 +51,7 @@ from tests.peers.ur_controller.excitation import (
 from tests.peers.ur_controller.harness import (
     BRIDGE_LOSSES,
     DRIVER_LOSSES,
+    LOAD_ATTEMPTS,
     MISSED,
     run,
     wait_until,
@@ -104,12 +105,6 @@ def ur(tmp_path: Path) -> Iterator[tuple[UrEmulator, Path, ExcitationCycle]]:
     """Lost packages bridged: a run of 3 the machine loses must not end the cycle before the
     kill or the hang the test plays."""
     yield from _ur(tmp_path, **BRIDGE_LOSSES)
-
-
-@pytest.fixture
-def ur_driver_losses(tmp_path: Path) -> Iterator[tuple[UrEmulator, Path, ExcitationCycle]]:
-    """The driver's own handling of lost packages (a run of 3 aborts)."""
-    yield from _ur(tmp_path, **DRIVER_LOSSES)
 
 
 def test_agent_killed_mid_excitation_the_worker_sees_eof_and_stops_the_arm(
@@ -212,15 +207,11 @@ def test_a_hung_event_loop_mid_excitation_the_worker_stops_the_arm(tmp_path: Pat
     )
 
 
-def test_missed_packages_mid_excitation_abort_with_the_count_and_stop(
-    ur_driver_losses: tuple[UrEmulator, Path, ExcitationCycle],
-) -> None:
-    emu, config, cycle = ur_driver_losses
-    ctrl = controller(config)
-    emu.call("on_motion", when="servo", delay_s=INTO_STREAM_S, action={
-        "op": "drop_packets", "n": DROPPED})  # fmt: skip
+def test_missed_packages_mid_excitation_abort_with_the_count_and_stop(tmp_path: Path) -> None:
+    """The driver's own handling of lost packages (its defaults: a run of 3 aborts)."""
 
-    async def go() -> tuple[str, float, dict[str, Any]]:
+    async def go(emu: UrEmulator, config: Path, cycle: ExcitationCycle) -> tuple[str, float, Any]:
+        ctrl = controller(config)
         driver = UrRtdeDriver(ctrl.name, ctrl.settings, ctrl.joints)
         await driver.connect()
         try:
@@ -235,8 +226,19 @@ def test_missed_packages_mid_excitation_abort_with_the_count_and_stop(
         finally:
             await driver.close()
 
-    message, still_s, state = run(go())
-    print(f"drop: {message!r}; still {still_s:.3f} s after the abort")
+    # A run the machine lost before the emulator dropped its 3 (4 in a row once, idle) ends the
+    # cycle first, rightly, but says nothing about the drop played here: such an attempt, told by
+    # the emulator's count of dropped packages still 0, is run again on a new emulator.
+    for attempt in range(1, LOAD_ATTEMPTS + 1):
+        folder = tmp_path / f"attempt{attempt}"
+        folder.mkdir()
+        with contextlib.contextmanager(_ur)(folder, **DRIVER_LOSSES) as (emu, config, cycle):
+            emu.call("on_motion", when="servo", delay_s=INTO_STREAM_S, action={
+                "op": "drop_packets", "n": DROPPED})  # fmt: skip
+            message, still_s, state = run(go(emu, config, cycle))
+        print(f"attempt {attempt}, drop: {message!r}; still {still_s:.3f} s after the abort")
+        if state["dropped_packets"] > 0 or attempt == LOAD_ATTEMPTS:
+            break
     # The ones the emulator dropped, and any the receiving side lost next to them on a busy
     # machine: all are missed, the count names them all.
     missed = re.search(r"(\d+) RTDE package\(s\) missed", message)
