@@ -134,9 +134,9 @@ def register(subparsers: Any) -> None:
         "--html",
         type=Path,
         metavar="FILE",
-        help="also write a report page: per joint its verdict (against the robot file's "
-        "nominal values, or with --record against the history), the fit's warnings and "
-        "measured vs predicted motor torque",
+        help="also write a report page: per joint its verdict (with --record against the "
+        "history; without, 'no baseline yet', the robot file's values shown for reference "
+        "only), the fit's warnings and measured vs predicted motor torque",
     )
     from agent.cli.common import add_record_options
 
@@ -305,8 +305,9 @@ def identification_report(
 ) -> None:
     """A self-contained report page of one identification: every joint's indicators judged as
     the daemon judges them (against the history when `recorded` names where this one was
-    recorded, else against the robot file's nominal values), the measured vs predicted torque
-    and the fit's warnings (agent.report.identification)."""
+    recorded; else not at all: no baseline yet, the robot file's values beside them for
+    reference), the measured vs predicted torque and the fit's warnings
+    (agent.report.identification)."""
     from agent.atomic import atomic_write_text
     from agent.history.store import HistoryStore
     from agent.kinds.identification.analysis import torque_evidence

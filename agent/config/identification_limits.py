@@ -27,6 +27,8 @@ Why the defaults (fractions of the baseline; where a number is a judgement, it s
 - noise_sigmas 2: a change smaller than twice its standard deviation (from the WLS relative
   standard deviations and the scatter of the baseline identifications) is within the noise and
   never raises a status, whatever limit it crosses (about 2.3 % false warnings on one side).
+  The same width is the smallest change an identification resolves: when it is wider than the
+  step to the watch limit the indicator is "cannot judge" (NE 107 check function), never OK.
 """
 
 from __future__ import annotations

@@ -5,17 +5,18 @@ warnings of the fit.
 What each indicator is judged against:
 - with the history (`--record`): every identification of the joint recorded there, with the
   controller's limits, exactly as the daemon's report of that history (agent.report.indicators);
-- without it: the robot file's nominal values (Coulomb and viscous friction, stiffness) as the
-  commissioning baseline of agent.health.identification. The torque-prediction NMSE has no
-  nominal value; its baseline is the median of the first recorded identifications, so a single
-  one cannot judge it: it is shown, but kept out of the joint's verdict (which would otherwise
-  be UNKNOWN for every joint of every one-off identification), and the page says so.
+- without it: nothing. A robot file's friction and stiffness are design values, often guesses
+  (the UR5e file says so): judged against them a healthy joint read +95 % friction, an alert.
+  Each indicator is shown with its ratio to the robot file's value, for reference (the
+  torque-prediction NMSE has none), and the status "no baseline yet" (UNKNOWN, NE 107 check
+  function). The page says how to get a baseline.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from agent.config.identification_limits import IdentificationLimitSettings
@@ -24,19 +25,23 @@ from agent.health.identification.baseline import IDENTIFICATION_INDICATORS
 from agent.health.identification.indicator import assess_indicator
 from agent.health.identification.joint import joint_verdict
 from agent.health.status import Status, TrendPoint
+from agent.health.verdicts import indicator_info
 from agent.history.records import Estimate, Outcome
 from agent.history.store import HistoryStore
 from agent.report.evidence import EvidencePlot
 from agent.report.indicators import indicator_summaries
 from agent.report.model import IndicatorSummary, JointReport, Report
+from agent.report.words import verdict_words
 
 # What a one-off identification is judged against, in words (the page's note).
 NOMINAL_BASIS = (
-    "Judged against the robot file's nominal values (Coulomb and viscous friction, stiffness) "
-    "as their commissioning baseline. The torque-prediction NMSE has no nominal value: it is "
-    "judged once the history holds the identifications its baseline is the median of (record "
-    "them with jha identify --record, or let the daemon's identification cycle run)."
+    "Not judged: this joint has no baseline yet. The robot file's nominal values (friction, "
+    "stiffness) are design values, not this joint's, and never raise a watch or an alert; each "
+    "indicator shows its ratio to them for reference only. A baseline is the median of the "
+    "joint's first recorded identifications (record them with jha identify --record, or let "
+    "the daemon's identification cycle run) or the commissioning values set in the config."
 )
+RECORD_HINT = "record identifications (jha identify --record) to set one"
 HISTORY_BASIS = (
     "Judged against the joint's baseline in the history (the median of its first "
     "identifications, or the config's commissioning values) with the controller's limits, as "
@@ -68,13 +73,26 @@ def one_off_report(
                     e.indicator,
                     [(TrendPoint(when, e.value), known)],
                     IdentificationLimitSettings(),
-                    given if given is not None and math.isfinite(given) and given > 0 else None,
                 )
+                verdict = replace(verdict, no_baseline=_no_baseline(e.indicator, e.value, given))
+                verdict = replace(verdict, reason=verdict_words(verdict))
             summaries.append(
                 IndicatorSummary(e.indicator, e.unit, (TrendPoint(when, e.value),), None, verdict)
             )
         joints.append(_joint(machine, joint, summaries, evidence.get(joint, ()), baselined=True))
     return _report(machine, joints, warnings, when, NOMINAL_BASIS)
+
+
+def _no_baseline(indicator: str, value: float, nominal: float | None) -> str:
+    """Why a one-off identification's value is not judged, with the robot file's for reference."""
+    if nominal is None or not (math.isfinite(nominal) and nominal > 0.0):
+        return f"no baseline yet (the robot file gives no value); {RECORD_HINT}"
+    info = indicator_info(indicator)
+    ratio = f"x{value / nominal:.3g}" if math.isfinite(value) else "no ratio"
+    return (
+        f"no baseline yet; {ratio} of the robot file's {info.format(nominal)}, a design value "
+        f"that is never judged against; {RECORD_HINT}"
+    )
 
 
 def recorded_report(

@@ -49,9 +49,13 @@ def verdict_words(w: IndicatorVerdict) -> str:
     if w.value is None:
         return said
     if w.baseline is None:
+        if w.no_baseline is not None:
+            return f"{said}: {w.no_baseline}"
         return f"{said}: baseline being set ({w.n_points} of {w.needed} identifications)"
     if w.change is None:  # a baseline that is not positive: no relative limit applies
         return f"{said}: baseline {w.baseline.describe()} is not positive, so not judged"
+    if w.cannot_judge is not None:
+        return f"{said}: {w.cannot_judge}"
     base = f"against the {w.baseline.describe()}"
     if w.status is Status.ALERT:
         return f"{said}, past the alert limit {w.limits.text(w.limits.alert)} {base}"

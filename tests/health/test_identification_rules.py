@@ -50,24 +50,33 @@ def estimates(**values: tuple[float, float | None]) -> tuple[Estimate, ...]:
 # --- noise, forecasts, baselines ------------------------------------------------------------------
 
 
-def test_a_change_within_the_noise_is_not_a_warning() -> None:
-    """Tight limits (+5 % / +50 %) on estimates the WLS gives 4 % standard deviation: a
-    +6 % point crosses the watch limit inside the noise and stays OK; +20 % is a warning."""
+def test_an_indicator_whose_resolution_exceeds_the_watch_step_cannot_be_judged() -> None:
+    """Estimates the WLS gives 4 % standard deviation, baseline the median of 3: a change of
+    about 10 % (2 sd of the ratio) is the smallest this resolves. Against a +5 % watch limit
+    every value is "cannot judge" (NE 107 check function), whatever it reads, never OK or WATCH;
+    against the default +30 % a +20 % point is OK and +45 % is a significant watch."""
     rng = np.random.default_rng(7)
     tight = IdentificationLimitSettings(coulomb_rise_watch=0.05, coulomb_rise_alert=0.5)
     base = [2.0 * (1 + 0.04 * float(rng.standard_normal())) for _ in range(3)]
     stamps = [(T0 + i * WEEK).isoformat() for i in range(4)]
 
-    def judged(last: float) -> Any:
+    def judged(last: float, limits: IdentificationLimitSettings | None = None) -> Any:
         points = [(TrendPoint(t, v), 4.0) for t, v in zip(stamps, [*base, last], strict=True)]
-        return assess_indicator("coulomb_friction_nm", points, tight)
+        return assess_indicator("coulomb_friction_nm", points, limits)
 
     mid = float(np.median(base))
-    noisy = judged(1.06 * mid)
-    assert noisy.status is Status.OK and noisy.ne107 is Ne107.NORMAL and not noisy.significant
-    assert "within the noise" in noisy.reason and "watch limit +5 %" in noisy.reason
-    worn = judged(1.2 * mid)
-    assert worn.status is Status.WATCH and worn.significant
+    for last in (1.0 * mid, 1.06 * mid, 1.2 * mid, 1.6 * mid):
+        v = judged(last, tight)
+        assert v.status is Status.UNKNOWN and v.ne107 is Ne107.CHECK_FUNCTION, v.reason
+        assert v.resolution is not None and 0.08 < v.resolution < 0.2, v.resolution
+        assert v.cannot_judge is not None and v.reason.endswith(v.cannot_judge)
+        assert "cannot judge" in v.reason and "watch limit +5 %" in v.reason
+        assert "longer or richer excitation" in v.reason
+    fine = judged(1.2 * mid)
+    assert fine.status is Status.OK and fine.cannot_judge is None
+    assert fine.resolution is not None and fine.resolution < 0.3
+    worn = judged(1.45 * mid)
+    assert worn.status is Status.WATCH and worn.significant and worn.cannot_judge is None
     # Pure noise around a constant friction, 40 identifications with the default limits.
     values = 2.0 * (1 + 0.04 * rng.standard_normal(40))
     points = [
@@ -77,6 +86,31 @@ def test_a_change_within_the_noise_is_not_a_warning() -> None:
         assess_indicator("coulomb_friction_nm", points[: n + 1]).status for n in range(3, 40)
     }
     assert statuses == {Status.OK}
+
+
+def test_a_wide_interval_makes_the_joint_say_cannot_judge_in_words() -> None:
+    """A friction estimate with 25 % standard deviation against a +30 % watch: the joint's
+    verdict says which indicator cannot be judged and why, not OK."""
+    from agent.report.words import joint_words
+
+    stamps = [(T0 + i * WEEK).isoformat() for i in range(2)]
+    limits = IdentificationLimitSettings(baseline_identifications=1)
+    wide = assess_indicator(
+        "coulomb_friction_nm",
+        [(TrendPoint(stamps[0], 2.0), 25.0), (TrendPoint(stamps[1], 2.1), 25.0)],
+        limits,
+    )
+    tight = assess_indicator(
+        "viscous_friction_nm_s_rad",
+        [(TrendPoint(stamps[0], 1.5), 2.0), (TrendPoint(stamps[1], 1.5), 2.0)],
+        limits,
+    )
+    assert wide.status is Status.UNKNOWN and tight.status is Status.OK
+    joint = joint_verdict([wide, tight])
+    assert joint.status is Status.UNKNOWN
+    said = joint_words(joint)
+    assert said.startswith("Coulomb friction") and "cannot judge" in said, said
+    assert "viscous" not in said
 
 
 def test_the_forecast_says_when_the_limit_is_crossed_rising_or_falling() -> None:

@@ -1,10 +1,11 @@
 """`jha identify --html` in headless Chromium: the identification page of issue 16 point 8,
 checked in the rendered DOM, and a screenshot kept in var/screenshots/identification.png.
 
-The capture is simulated from planar2 with joint_1's friction 1.4 times the robot file's (past
-the +30 % watch limit of both friction indicators) and joint_2 a thousand times stiffer (its
-gear twist too small to see well, so the fit warns). Judged against the robot file's nominal
-values, as agent.report.identification says.
+Two identifications of planar2 are recorded (`--record`, baseline_identifications 1): a healthy
+one, the joint's baseline, then one with joint_1's friction 1.4 times (past the +30 % watch limit
+of both friction indicators); joint_2 is a thousand times stiffer in both (its gear twist too
+small to see well, so the fit warns). The page is the second's, judged against the history as
+agent.report.identification says (never against the robot file's design values).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from tests.support.report.chromium import (
 )
 
 ROBOT = ROBOTS / "planar2.yaml"
-HEIGHT = 2400
+HEIGHT = 6000
 MEASURED, PREDICTED = (0x9C, 0xC3, 0xE6), (0xB3, 0x47, 0x00)  # agent.report.html.plots
 FIELD_NAMES = (*IDENTIFICATION_INDICATORS, "rotor_inertia_kg_m2")
 
@@ -76,17 +77,38 @@ def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Browser]:
 
 @pytest.fixture(scope="module")
 def identified(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[str]]:
-    """The page, and the warnings `jha identify` printed."""
+    """The page of the worn identification, and the warnings `jha identify` printed for it."""
     root = tmp_path_factory.mktemp("identify")
-    capture, page = root / "worn.npz", root / "out" / "identification.html"
+    config = root / "agent.yaml"
+    config.write_text(
+        f"agent: {{state_dir: {root / 'state'}}}\n"
+        "controllers:\n"
+        "  - name: cell1\n"
+        "    driver: sim\n"
+        f"    robot: {ROBOT}\n"
+        "    identification:\n"
+        f"      robot: {ROBOT}\n"
+        "      every_s: null\n"
+        # The NMSE rises x9 with this wear (the simulator's friction shape the model lacks
+        # grows with it): past 4x, an alert; this page's test is about friction and words.
+        "      limits: {baseline_identifications: 1, nmse_ratio_watch: 20, nmse_ratio_alert: 40}\n"
+        "    joints:\n"
+        "      - {name: joint_1, index: 1, gear_ratio: 100, backlash_cycle: {motor_speed_rps: 9}}\n"
+        "      - {name: joint_2, index: 2, gear_ratio: 100, backlash_cycle: {motor_speed_rps: 9}}\n"
+    )
+    record = ("--record", "--config", str(config), "--controller", "cell1")
+    page = root / "out" / "identification.html"
     page.parent.mkdir()
-    made = _jha(
-        "simulate", "identification", "--robot", str(ROBOT), "-o", str(capture),
-        "--friction-scale", "joint_1=1.4", "--stiffness-scale", "joint_2=1000",
-    )  # fmt: skip
-    assert made.returncode == 0, made.stderr
-    done = _jha("identify", str(capture), "--robot", str(ROBOT), "--html", str(page))
-    assert done.returncode == 0, done.stderr
+    for name, friction in (("healthy", "joint_1=1.0"), ("worn", "joint_1=1.4")):
+        capture = root / f"{name}.npz"
+        made = _jha(
+            "simulate", "identification", "--robot", str(ROBOT), "-o", str(capture),
+            "--friction-scale", friction, "--stiffness-scale", "joint_2=1000",
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr
+        html = ("--html", str(page)) if name == "worn" else ()
+        done = _jha("identify", str(capture), "--robot", str(ROBOT), *html, *record)
+        assert done.returncode == 0, done.stderr
     assert f"report: {page}" in done.stderr
     printed = [
         line.removeprefix("warning").strip()
@@ -112,21 +134,23 @@ def test_every_joint_has_a_status_and_ne107(look: Look) -> None:
     assert dom["heads"] == ["machine", "joint", "value", "status", "NE 107", "action", "reason"]
     rows = {r[1]: r for r in dom["rows"]}
     assert set(rows) == {"joint_1", "joint_2"}
-    # friction 1.4 times nominal: past the +30 % watch limit; the stiff joint is fine
+    # friction 1.4 times its baseline: past the +30 % watch limit; the stiff joint's friction
+    # is identified too poorly (relative sd 60-70 %) to judge a +30 % step: "cannot judge"
     assert rows["joint_1"][3] == "WATCH" and rows["joint_1"][4].startswith("NE 107 M")
-    assert rows["joint_2"][3] == "OK" and rows["joint_2"][4].startswith("NE 107 N")
+    assert rows["joint_2"][3] == "UNKNOWN" and rows["joint_2"][4].startswith("NE 107 C")
+    assert "cannot judge" in rows["joint_2"][6] and "richer excitation" in rows["joint_2"][6]
     assert rows["joint_1"][5].startswith("plan service")
     assert "-" not in (rows["joint_1"][2], rows["joint_1"][3], rows["joint_1"][4])
     assert "Worst identification status: WATCH" in dom["meta"]
     assert "UNKNOWN" not in dom["meta"]
-    assert dom["basis"] and "robot file's nominal values" in dom["basis"]
+    assert dom["basis"] and "baseline in the history" in dom["basis"]
 
 
 def test_reasons_are_words_not_field_names(look: Look) -> None:
     reasons = look.dom["reasons"]
     said = " ".join(reasons)
-    assert re.search(r"Coulomb friction rose 4\d % \(2 -> 2\.\d+ N·m\)", said), said
-    assert re.search(r"viscous friction rose \d\d % \(1\.5 -> 2\.\d+ N·m·s/rad\)", said), said
+    assert re.search(r"Coulomb friction rose (3[5-9]|4\d) % \([\d.]+ -> 2\.\d+ N·m\)", said), said
+    assert re.search(r"viscous friction rose \d\d % \([\d.]+ -> 2\.\d+ N·m·s/rad\)", said), said
     assert "past the watch limit +30 %" in said
     for text in [*reasons, *look.dom["cells"], *(r[6] for r in look.dom["rows"])]:
         assert not any(name in text for name in FIELD_NAMES), text

@@ -61,6 +61,14 @@ class IndicatorVerdict:
     trend: Trend | None = None  # of the value in SI; forecasts to the absolute limits
     failure: str | None = None  # the last identification's error, when it failed
     needed: int = DEFAULT_LIMITS.baseline_identifications  # for the baseline median
+    # Why nothing judges the value yet, when it is more than a count of identifications still
+    # to come (a one-off identification: nothing recorded, a robot file's design values only).
+    no_baseline: str | None = None
+    # The smallest change of the value against its baseline this identification resolves
+    # (noise_sigmas standard deviations of `change`), and, when that is wider than the step to
+    # the watch limit, why the indicator cannot be judged and what would fix it.
+    resolution: float | None = None
+    cannot_judge: str | None = None
 
     @property
     def forecast(self) -> Forecast | None:
@@ -94,6 +102,9 @@ class IndicatorVerdict:
             "trend": None if self.trend is None else self.trend.to_dict(),
             "failure": self.failure,
             "baseline_needed": self.needed,
+            "no_baseline": self.no_baseline,
+            "resolution": self.resolution,
+            "cannot_judge": self.cannot_judge,
         }
 
 
@@ -183,6 +194,27 @@ def _judge(
         f", {moved} on its baseline {info.format(base.value)} ({base.describe()}; "
         f"1 sd {100 * sigma:.2g} %)"
     )
+    resolution = s.noise_sigmas * sigma
+    step = lim.watch - 1.0 if lim.kind == LimitKind.RATIO else lim.watch
+    judged: dict[str, Any] = {
+        "watch": watch,
+        "alert": alert,
+        "change": change,
+        "sigma": sigma,
+        "significant": significant,
+        "resolution": resolution,
+        "trend": _trend(history, watch, alert, indicator, lim.direction),
+    }
+    if resolution > step:
+        # An interval wider than the change it must judge: OK would claim what the data cannot
+        # show, and a watch or an alert could be noise (NE 107 check function, as UNKNOWN).
+        why = (
+            f"cannot judge: this identification resolves changes of {100 * resolution:.2g} % "
+            f"and more ({s.noise_sigmas:g} sd), wider than the step to the watch limit "
+            f"{lim.text(lim.watch)}; a longer or richer excitation (more samples, more speed "
+            "reversals, a wider speed range) narrows it"
+        )
+        return made(Status.UNKNOWN, f"{shown}: {why}", cannot_judge=why, **judged)
     status, limit_name, limit_rel, limit_abs = Status.OK, LimitName.WATCH, lim.watch, watch
     if lim.crossed(last.value, alert):
         status, limit_name, limit_rel, limit_abs = Status.ALERT, LimitName.ALERT, lim.alert, alert
@@ -201,16 +233,7 @@ def _judge(
         status = Status.OK
     else:
         reason = f"{shown}: {past} the {limit_text}"
-    return made(
-        status,
-        reason,
-        watch=watch,
-        alert=alert,
-        change=change,
-        sigma=sigma,
-        significant=significant,
-        trend=_trend(history, watch, alert, indicator, lim.direction),
-    )
+    return made(status, reason, **judged)
 
 
 def _trend(
