@@ -41,6 +41,7 @@ from tests.peers.ur_controller.agent_process import (
 )
 from tests.peers.ur_controller.harness import (
     FAST,
+    LOAD_ATTEMPTS,
     MISSED,
     emulator_args,
     run,
@@ -64,76 +65,101 @@ def ur(tmp_path: Path) -> Iterator[tuple[UrEmulator, Path]]:
         yield emu, path
 
 
-def test_agent_killed_mid_capture_the_worker_sees_eof_and_stops_the_arm(
-    ur: tuple[UrEmulator, Path],
-) -> None:
-    emu, config = ur
-    agent = Agent(config)
-    try:
-        worker = agent.wait("connected")["worker_pid"]
-        moving_into_capture(emu)
-        agent.proc.kill()  # the daemon alone dies: no stop request, no reply ever read
-        t_kill = time.monotonic()
-        took_s, state = seconds_until_still(emu, t_kill, WORKER_STOP_BOUND_S)
-        deadline = time.monotonic() + 5.0
-        while not exited(worker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        worker_exited = exited(worker)
-    finally:
-        agent.kill_group()
-    after = state["commands"][state["commands"].index("speedj") :]
-    assert not state["moving"] and took_s < WORKER_STOP_BOUND_S, (took_s, state["events"])
-    # The worker's own stop, not the watchdog: speedStop, stopJ, then the script ended.
-    assert after == ["speedj", "speed_stop", "stopj", "stop_script"], state["events"]
-    assert state["watchdog_trips"] == 0
-    assert worker_exited, "the orphaned worker must exit once the arm is stopped"
-    record("UR arm still after", "agent SIGKILLed mid-capture (worker stops it)", f"{took_s:.2f} s")
-    # What the agent does next: restarted, at the next stop it moves the joint back first
-    # (agent.service.runner, agent.service.pose_recovery), as here.
-    ctrl = load_config(config).controllers[0]
-    joint = ctrl.joints[0]
-    off = abs(state["q"][3] - joint.test_pose_rad)
+@contextlib.contextmanager
+def _moving_into_capture(tmp_path: Path) -> Iterator[tuple[UrEmulator, Path, Agent, int]]:
+    """A fresh emulator and agent_client process, the tested joint INTO_CAPTURE_S into its
+    capture: (emulator, config, agent, worker pid).
 
-    async def restarted() -> str | None:
-        driver = UrRtdeDriver(ctrl.name, ctrl.settings, ctrl.joints)
-        await driver.connect()
+    A cycle the machine's load ended before the kill (its outcome names lost packages: seen
+    idle in a fresh-clone run) is run again on a fresh emulator, at most LOAD_ATTEMPTS times:
+    the kill is what the tests judge.
+    """
+    for attempt in range(1, LOAD_ATTEMPTS + 1):
+        folder = tmp_path / f"attempt{attempt}"
+        folder.mkdir()
+        host, config, _, _ = setup(folder, **FAST)
+        with UrEmulator(host, *emulator_args(config)) as emu:
+            agent = Agent(config)
+            try:
+                worker = agent.wait("connected")["worker_pid"]
+                try:
+                    moving_into_capture(emu)
+                except AssertionError:
+                    error = agent.wait("outcome", 10.0).get("error", "")
+                    if attempt == LOAD_ATTEMPTS or MISSED not in error:
+                        raise
+                    print(f"attempt {attempt}: ended by the load before the kill: {error}")
+                    continue
+                yield emu, config, agent, worker
+                return
+            finally:
+                agent.kill_group()
+
+
+def test_agent_killed_mid_capture_the_worker_sees_eof_and_stops_the_arm(tmp_path: Path) -> None:
+    with _moving_into_capture(tmp_path) as (emu, config, agent, worker):
         try:
-            return await return_to_start_pose(driver, ctrl, backlash_cycle(ctrl, joint))
+            agent.proc.kill()  # the daemon alone dies: no stop request, no reply ever read
+            t_kill = time.monotonic()
+            took_s, state = seconds_until_still(emu, t_kill, WORKER_STOP_BOUND_S)
+            deadline = time.monotonic() + 5.0
+            while not exited(worker) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            worker_exited = exited(worker)
         finally:
-            await driver.close()
+            agent.kill_group()
+        after = state["commands"][state["commands"].index("speedj") :]
+        assert not state["moving"] and took_s < WORKER_STOP_BOUND_S, (took_s, state["events"])
+        # The worker's own stop, not the watchdog: speedStop, stopJ, then the script ended.
+        assert after == ["speedj", "speed_stop", "stopj", "stop_script"], state["events"]
+        assert state["watchdog_trips"] == 0
+        assert worker_exited, "the orphaned worker must exit once the arm is stopped"
+        record(
+            "UR arm still after", "agent SIGKILLed mid-capture (worker stops it)", f"{took_s:.2f} s"
+        )
+        # What the agent does next: restarted, at the next stop it moves the joint back first
+        # (agent.service.runner, agent.service.pose_recovery), as here.
+        ctrl = load_config(config).controllers[0]
+        joint = ctrl.joints[0]
+        off = abs(state["q"][3] - joint.test_pose_rad)
 
-    note = run(restarted(), 60.0)
-    back = wait_until(emu, lambda s: not s["moving"])
-    assert note is not None and note.startswith("moved wrist1 back"), note
-    assert abs(back["q"][3] - joint.test_pose_rad) < ctrl.interlocks.pose_tolerance_rad
-    abort(
-        "agent killed (SIGKILL) mid-capture",
-        stopped_by="worker on EOF (speedStop, stopJ)",
-        at_rest=not state["moving"],
-        off_pose_rad=off,
-        next_step=f"restarted: {note.split(' from ')[0]} before the next cycle",
-    )
+        async def restarted() -> str | None:
+            driver = UrRtdeDriver(ctrl.name, ctrl.settings, ctrl.joints)
+            await driver.connect()
+            try:
+                return await return_to_start_pose(driver, ctrl, backlash_cycle(ctrl, joint))
+            finally:
+                await driver.close()
+
+        note = run(restarted(), 60.0)
+        back = wait_until(emu, lambda s: not s["moving"])
+        assert note is not None and note.startswith("moved wrist1 back"), note
+        assert abs(back["q"][3] - joint.test_pose_rad) < ctrl.interlocks.pose_tolerance_rad
+        abort(
+            "agent killed (SIGKILL) mid-capture",
+            stopped_by="worker on EOF (speedStop, stopJ)",
+            at_rest=not state["moving"],
+            off_pose_rad=off,
+            next_step=f"restarted: {note.split(' from ')[0]} before the next cycle",
+        )
 
 
 def test_agent_and_worker_killed_mid_capture_the_rtde_watchdog_stops_the_arm(
-    ur: tuple[UrEmulator, Path],
+    tmp_path: Path,
 ) -> None:
-    emu, config = ur
-    agent = Agent(config)
-    try:
-        agent.wait("connected")
-        moving_into_capture(emu)
-        agent.kill_group()  # nothing of the agent is left to send a stop or kick the watchdog
-        t_kill = time.monotonic()
-        took_s, state = seconds_until_still(emu, t_kill, WATCHDOG_STOP_BOUND_S)
-    finally:
-        agent.kill_group()
-    after = state["commands"][state["commands"].index("speedj") :]
-    assert not state["moving"] and took_s < WATCHDOG_STOP_BOUND_S, (took_s, state["events"])
-    assert after == ["speedj"], after  # no stop came from the agent's side
-    assert state["watchdog_trips"] == 1 and not state["script_running"]
-    assert any("RTDE watchdog" in e for e in state["events"])
-    record("UR arm still after", "agent + worker SIGKILLed (RTDE watchdog)", f"{took_s:.2f} s")
+    with _moving_into_capture(tmp_path) as (emu, _config, agent, _worker):
+        try:
+            agent.kill_group()  # nothing of the agent is left to send a stop or kick the watchdog
+            t_kill = time.monotonic()
+            took_s, state = seconds_until_still(emu, t_kill, WATCHDOG_STOP_BOUND_S)
+        finally:
+            agent.kill_group()
+        after = state["commands"][state["commands"].index("speedj") :]
+        assert not state["moving"] and took_s < WATCHDOG_STOP_BOUND_S, (took_s, state["events"])
+        assert after == ["speedj"], after  # no stop came from the agent's side
+        assert state["watchdog_trips"] == 1 and not state["script_running"]
+        assert any("RTDE watchdog" in e for e in state["events"])
+        record("UR arm still after", "agent + worker SIGKILLed (RTDE watchdog)", f"{took_s:.2f} s")
 
 
 def test_cancelling_the_guarded_cycle_mid_capture_stops_the_arm(
