@@ -429,14 +429,51 @@ def test_two_missed_packages_are_bridged_counted_and_close_to_the_truth(tmp_path
 
 def _bridged_like(reference: Any, bridged: list[int]) -> Capture:
     """`reference` with the samples at `bridged` replaced by straight lines between their
-    measured neighbours, as the driver's gap filler bridges a lost package."""
+    measured neighbours, as the driver's gap filler bridges a lost package.
+
+    A bridged first or last sample had its neighbour outside the window, in the stream the
+    driver read; the reference ends there, so the line through its two nearest kept samples
+    goes on. (np.interp alone held the last value: a flat final sample, a speed spike, and the
+    truth's fit read A = 109 rad/s against 0.83, failing an idle run whose capture was right.)
+    """
     if not bridged:
         return reference
     t = reference.time_s
     keep = np.ones(len(t), dtype=bool)
     keep[bridged] = False
-    channels = {k: np.interp(t, t[keep], v[keep]) for k, v in reference.channels.items()}
+    tk = t[keep]
+
+    def bridge(v: np.ndarray) -> np.ndarray:
+        vk = v[keep]
+        out = np.interp(t, tk, vk)
+        before, after = t < tk[0], t > tk[-1]
+        out[before] = vk[0] + (t[before] - tk[0]) * (vk[1] - vk[0]) / (tk[1] - tk[0])
+        out[after] = vk[-1] + (t[after] - tk[-1]) * (vk[-1] - vk[-2]) / (tk[-1] - tk[-2])
+        return out
+
+    channels = {k: bridge(v) for k, v in reference.channels.items()}
     return Capture(time_s=t, channels=channels, meta=reference.meta, source=reference.source)
+
+
+def test_the_bridged_truth_keeps_its_fit_when_an_end_sample_is_bridged(tmp_path: Path) -> None:
+    """What failed an idle run: the driver bridged the window's last package (its neighbour came
+    after the window) and the truth, bridged here, got a flat last sample and a wrong fit."""
+    _, _, ctrl, joint = setup(tmp_path)
+    sim = SimDriver(
+        ctrl.name,
+        SimSettings(seed=SEED, joints={joint.name: SimJointSettings(BACKLASH_RAD)}),
+        ctrl.joints,
+    )
+
+    async def truth() -> Capture:
+        await sim.connect()
+        return await sim.run_cycle(backlash_cycle(ctrl, joint))
+
+    reference = asyncio.run(truth())
+    whole = fit_backlash(reference, fit_settings(joint), None).amplitude_rad_s
+    for bridged in ([0], [len(reference) - 1], [1, 1200]):
+        fit = fit_backlash(_bridged_like(reference, bridged), fit_settings(joint), None)
+        assert fit.amplitude_rad_s == pytest.approx(whole, rel=1e-3), bridged
 
 
 def _bridged_indices(capture: Any) -> list[int]:
