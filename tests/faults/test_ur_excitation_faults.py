@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import re
 import signal
@@ -37,6 +38,8 @@ from drivers.ur_rtde.settings import UrRtdeSettings
 from tests.peers.ur_controller import UrEmulator, free_host
 from tests.peers.ur_controller.agent_process import (
     Agent,
+    agent_moving,
+    kill_agent_alone,
     moving_into_excitation,
     seconds_until_still,
 )
@@ -57,7 +60,6 @@ from tests.peers.ur_controller.harness import (
     wait_until,
 )
 from tests.peers.ur_controller.joint_model import _SpeedRamp
-from tests.support.processes import exited
 from tests.support.summary import record
 
 DEFAULTS = UrRtdeSettings(host="x")
@@ -101,56 +103,32 @@ def _ur(tmp_path: Path, **settings: Any) -> Iterator[tuple[UrEmulator, Path, Exc
 
 
 def test_agent_killed_mid_excitation_the_worker_sees_eof_and_stops_the_arm(tmp_path: Path) -> None:
-    # A run of lost packages longer than the bridging can end the excitation before the kill
-    # (its outcome names them): such an attempt is run again on a new emulator, at most
-    # LOAD_ATTEMPTS times: the kill is what the test judges.
-    for attempt in range(1, LOAD_ATTEMPTS + 1):
-        folder = tmp_path / f"attempt{attempt}"
-        folder.mkdir()
-        with contextlib.contextmanager(_ur)(folder, **BRIDGE_LOSSES) as (emu, config, cycle):
-            bound_s, bound_rad = bounds(cycle, 0.0)  # EOF is seen at once
-            agent = Agent(config, "--excitation")
-            try:
-                worker = agent.wait("connected")["worker_pid"]
-                try:
-                    moving_into_excitation(emu, INTO_STREAM_S)
-                except AssertionError:
-                    error = agent.wait("outcome", 10.0).get("error", "")
-                    if attempt == LOAD_ATTEMPTS or MISSED not in error:
-                        raise
-                    print(f"attempt {attempt}: ended by the load before the kill: {error}")
-                    continue
-                at_kill = emu.state()
-                agent.proc.kill()  # the daemon alone dies: no stop request, no reply ever read
-                t_kill = time.monotonic()
-                took_s, state = seconds_until_still(emu, t_kill, bound_s)
-                deadline = time.monotonic() + 5.0
-                while not exited(worker) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                worker_exited = exited(worker)
-            finally:
-                agent.kill_group()
-            moved_rad = travel_rad(at_kill, state)
-            speed_rad_s = float(np.abs(at_kill["qd"]).max())
-            print(
-                f"kill at {speed_rad_s:.2f} rad/s: still after {took_s:.3f} s, {moved_rad:.3f} rad"
-            )
-            assert speed_rad_s > 0.05, "the fault must land while the arm really moves"
-            assert not state["moving"] and took_s < bound_s, (took_s, state["events"])
-            assert moved_rad < bound_rad, (moved_rad, bound_rad)
-            # The worker's own stop, not the watchdog: servoStop, stopJ, then the script ended.
-            after = state["commands"][state["commands"].index("servoj") :]
-            assert after == ["servoj", "servo_stop", "stopj", "stop_script"], state["events"]
-            assert state["watchdog_trips"] == 0
-            assert worker_exited, "the orphaned worker must exit once the arm is stopped"
-            # Nothing came back to the dead agent: no capture of the aborted run exists.
-            assert [e for e in agent.events if e["event"] == "outcome"] == []
-            record(
-                "UR arm still after",
-                "agent SIGKILLed mid-excitation (worker stops it)",
-                f"{took_s:.2f} s, {moved_rad:.3f} rad",
-            )
-            break
+    # A run of lost packages longer than the bridging can end the excitation before the kill:
+    # agent_moving runs such an attempt again on a new emulator.
+    start = functools.partial(contextlib.contextmanager(_ur), **BRIDGE_LOSSES)
+    into = functools.partial(moving_into_excitation, into_s=INTO_STREAM_S)
+    with agent_moving(tmp_path, start, into, "--excitation") as (emu, _, cycle, agent, worker):
+        bound_s, bound_rad = bounds(cycle, 0.0)  # EOF is seen at once
+        at_kill = emu.state()
+        took_s, state, worker_exited = kill_agent_alone(agent, emu, worker, bound_s)
+        moved_rad = travel_rad(at_kill, state)
+        speed_rad_s = float(np.abs(at_kill["qd"]).max())
+        print(f"kill at {speed_rad_s:.2f} rad/s: still after {took_s:.3f} s, {moved_rad:.3f} rad")
+        assert speed_rad_s > 0.05, "the fault must land while the arm really moves"
+        assert not state["moving"] and took_s < bound_s, (took_s, state["events"])
+        assert moved_rad < bound_rad, (moved_rad, bound_rad)
+        # The worker's own stop, not the watchdog: servoStop, stopJ, then the script ended.
+        after = state["commands"][state["commands"].index("servoj") :]
+        assert after == ["servoj", "servo_stop", "stopj", "stop_script"], state["events"]
+        assert state["watchdog_trips"] == 0
+        assert worker_exited, "the orphaned worker must exit once the arm is stopped"
+        # Nothing came back to the dead agent: no capture of the aborted run exists.
+        assert [e for e in agent.events if e["event"] == "outcome"] == []
+        record(
+            "UR arm still after",
+            "agent SIGKILLed mid-excitation (worker stops it)",
+            f"{took_s:.2f} s, {moved_rad:.3f} rad",
+        )
 
 
 def _hang_once(

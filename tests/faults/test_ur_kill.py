@@ -35,20 +35,19 @@ from drivers.base import ControllerMode
 from drivers.ur_rtde.driver import UrRtdeDriver
 from tests.peers.ur_controller import UrEmulator
 from tests.peers.ur_controller.agent_process import (
-    Agent,
+    agent_moving,
+    kill_agent_alone,
     moving_into_capture,
     seconds_until_still,
 )
 from tests.peers.ur_controller.harness import (
     FAST,
-    LOAD_ATTEMPTS,
     MISSED,
     emulator_args,
     run,
     setup,
     wait_until,
 )
-from tests.support.processes import exited
 from tests.support.summary import abort, record
 
 # Stop ramp: 2.5 rad/s at stop_deceleration_rad_s2 10 is 0.25 s; the worker notices EOF at once.
@@ -66,48 +65,20 @@ def ur(tmp_path: Path) -> Iterator[tuple[UrEmulator, Path]]:
 
 
 @contextlib.contextmanager
-def _moving_into_capture(tmp_path: Path) -> Iterator[tuple[UrEmulator, Path, Agent, int]]:
-    """A fresh emulator and agent_client process, the tested joint INTO_CAPTURE_S into its
-    capture: (emulator, config, agent, worker pid).
+def _emulator(folder: Path) -> Iterator[tuple[UrEmulator, Path, None]]:
+    host, path, _, _ = setup(folder, **FAST)
+    with UrEmulator(host, *emulator_args(path)) as emu:
+        yield emu, path, None
 
-    A cycle the machine's load ended before the kill (its outcome names lost packages: seen
-    idle in a fresh-clone run) is run again on a fresh emulator, at most LOAD_ATTEMPTS times:
-    the kill is what the tests judge.
-    """
-    for attempt in range(1, LOAD_ATTEMPTS + 1):
-        folder = tmp_path / f"attempt{attempt}"
-        folder.mkdir()
-        host, config, _, _ = setup(folder, **FAST)
-        with UrEmulator(host, *emulator_args(config)) as emu:
-            agent = Agent(config)
-            try:
-                worker = agent.wait("connected")["worker_pid"]
-                try:
-                    moving_into_capture(emu)
-                except AssertionError:
-                    error = agent.wait("outcome", 10.0).get("error", "")
-                    if attempt == LOAD_ATTEMPTS or MISSED not in error:
-                        raise
-                    print(f"attempt {attempt}: ended by the load before the kill: {error}")
-                    continue
-                yield emu, config, agent, worker
-                return
-            finally:
-                agent.kill_group()
+
+def _moving_into_capture(tmp_path: Path) -> Any:
+    """agent_moving: the tested joint INTO_CAPTURE_S into its capture."""
+    return agent_moving(tmp_path, _emulator, moving_into_capture)
 
 
 def test_agent_killed_mid_capture_the_worker_sees_eof_and_stops_the_arm(tmp_path: Path) -> None:
-    with _moving_into_capture(tmp_path) as (emu, config, agent, worker):
-        try:
-            agent.proc.kill()  # the daemon alone dies: no stop request, no reply ever read
-            t_kill = time.monotonic()
-            took_s, state = seconds_until_still(emu, t_kill, WORKER_STOP_BOUND_S)
-            deadline = time.monotonic() + 5.0
-            while not exited(worker) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            worker_exited = exited(worker)
-        finally:
-            agent.kill_group()
+    with _moving_into_capture(tmp_path) as (emu, config, _, agent, worker):
+        took_s, state, worker_exited = kill_agent_alone(agent, emu, worker, WORKER_STOP_BOUND_S)
         after = state["commands"][state["commands"].index("speedj") :]
         assert not state["moving"] and took_s < WORKER_STOP_BOUND_S, (took_s, state["events"])
         # The worker's own stop, not the watchdog: speedStop, stopJ, then the script ended.
@@ -147,7 +118,7 @@ def test_agent_killed_mid_capture_the_worker_sees_eof_and_stops_the_arm(tmp_path
 def test_agent_and_worker_killed_mid_capture_the_rtde_watchdog_stops_the_arm(
     tmp_path: Path,
 ) -> None:
-    with _moving_into_capture(tmp_path) as (emu, _config, agent, _worker):
+    with _moving_into_capture(tmp_path) as (emu, _config, _, agent, _worker):
         try:
             agent.kill_group()  # nothing of the agent is left to send a stop or kick the watchdog
             t_kill = time.monotonic()

@@ -16,12 +16,16 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from tests.peers.ur_controller import REPO_ROOT, UrEmulator
-from tests.peers.ur_controller.harness import wait_until
+from tests.peers.ur_controller.harness import LOAD_ATTEMPTS, MISSED, wait_until
+from tests.support.processes import exited
 
+T = TypeVar("T")
 INTO_CAPTURE_S = 0.6  # run-up 0.06 s + settle 0.3 s, then well inside the 5 s capture
 
 
@@ -95,3 +99,54 @@ def seconds_until_still(emu: UrEmulator, since: float, bound_s: float) -> tuple[
     """Seconds from `since` (time.monotonic()) until the arm stands and the script has ended."""
     state = wait_until(emu, lambda s: not s["moving"] and not s["script_running"], bound_s + 2.0)
     return time.monotonic() - since, state
+
+
+@contextlib.contextmanager
+def agent_moving(
+    tmp_path: Path,
+    start: Callable[[Path], AbstractContextManager[tuple[UrEmulator, Path, T]]],
+    into: Callable[[UrEmulator], None],
+    *agent_args: str,
+) -> Iterator[tuple[UrEmulator, Path, T, Agent, int]]:
+    """A fresh emulator (`start(folder)`: emulator, config, what else it gives) and an
+    agent_client process, the motion `into` its run: (emulator, config, extra, agent, worker pid).
+
+    A cycle the machine's load ended first (its outcome names lost packages: seen idle in
+    fresh-clone runs) is run again on a fresh emulator, at most LOAD_ATTEMPTS times: the kill
+    that follows is what the tests judge.
+    """
+    for attempt in range(1, LOAD_ATTEMPTS + 1):
+        folder = tmp_path / f"attempt{attempt}"
+        folder.mkdir()
+        with start(folder) as (emu, config, extra):
+            agent = Agent(config, *agent_args)
+            try:
+                worker = agent.wait("connected")["worker_pid"]
+                try:
+                    into(emu)
+                except AssertionError:
+                    error = agent.wait("outcome", 10.0).get("error", "")
+                    if attempt == LOAD_ATTEMPTS or MISSED not in error:
+                        raise
+                    print(f"attempt {attempt}: ended by the load before the kill: {error}")
+                    continue
+                yield emu, config, extra, agent, worker
+                return
+            finally:
+                agent.kill_group()
+
+
+def kill_agent_alone(
+    agent: Agent, emu: UrEmulator, worker: int, bound_s: float
+) -> tuple[float, Any, bool]:
+    """SIGKILL the agent alone (no stop request, no reply ever read), then (seconds until the
+    arm stood, the emulator's state then, whether the orphaned worker exited within 5 s)."""
+    try:
+        agent.proc.kill()
+        took_s, state = seconds_until_still(emu, time.monotonic(), bound_s)
+        deadline = time.monotonic() + 5.0
+        while not exited(worker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return took_s, state, exited(worker)
+    finally:
+        agent.kill_group()
