@@ -23,10 +23,18 @@ demo: $(STAMP)
 fleet-demo: $(STAMP) sysdeps
 	$(PY) -m tests.fleet.demo
 
-# Debian packages the protocol peers need (socat, iproute2, ...), installed only when missing.
-sysdeps:
+# Debian packages the protocol peers need (socat, iproute2, ...), installed only when missing;
+# then node-opcua, the second OPC UA server peer, from the npm registry at the locked versions.
+NODE_PEER := tests/peers/opcua_node
+NODE_STAMP := $(NODE_PEER)/node_modules/.installed
+sysdeps: $(NODE_STAMP)
 	scripts/system-deps.sh
 	scripts/linuxcnc-rs274.sh var/linuxcnc
+
+$(NODE_STAMP): $(NODE_PEER)/package-lock.json
+	scripts/system-deps.sh
+	cd $(NODE_PEER) && npm ci --no-audit --no-fund --loglevel=error
+	touch $(NODE_STAMP)
 
 # The UR emulator tests judge timing at the 2 ms RTDE period: they run first and alone; the rest
 # on 4 processes (most of their time is spent waiting on peers and subprocesses). One summary
@@ -68,7 +76,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 clean:
-	rm -rf $(VENV) var build *.egg-info
+	rm -rf $(VENV) var build *.egg-info $(NODE_PEER)/node_modules
 
 # Install as a systemd service (docs/service.md); as root, or into DESTDIR= for a staged tree.
 # PREFIX, SYSCONFDIR, UNITDIR, SYSUSERSDIR, PYTHON, EXTRAS, JHA_DEPS_SITE: see scripts/install.sh.

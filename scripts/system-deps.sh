@@ -9,6 +9,10 @@ NEEDED=(
   "systemd-analyze:systemd"  # verify and security-score the unit
   "faketime:faketime"    # libfaketime: the wall clock stepped under the daemon (tests/faults)
   "prometheus:prometheus"  # a real Prometheus scrapes the metrics endpoint (tests/publish)
+  # node-opcua, the second OPC UA server peer (tests/peers/opcua_node), runs on Node.js;
+  # make installs it from the npm registry (npm ci, package-lock.json).
+  "node:nodejs"
+  "npm:npm"
   # Throwaway clusters of the fleet tests (tests/peers/postgres.py). Debian keeps initdb in
   # /usr/lib/postgresql/<version>/bin, off PATH: checked there too (below).
   "initdb:postgresql"

@@ -21,7 +21,12 @@ from asyncua import Client, ua
 from asyncua.common.node import Node
 
 from agent.errors import DriverError
-from agent.opcua.trust import private_file_problem
+from agent.opcua.trust import (
+    TrustListError,
+    certificate_facts,
+    load_certificate_file,
+    private_file_problem,
+)
 from drivers.base import within
 from drivers.opcua.security import (
     RejectedError,
@@ -193,6 +198,14 @@ class OpcUaSession:
             await _disconnect_quietly(client)
             if not isinstance(exc, Exception):  # cancellation, interrupt: not a failed connect
                 raise
+            if s.security.policy == "Basic256Sha256" and _failed_opening_the_channel(exc):
+                raise RejectedError(
+                    f"cannot connect to {s.endpoint}: the server refused the secure channel "
+                    f"(its answer to OpenSecureChannel was not a response: "
+                    f"{describe_error(exc) or type(exc).__name__}). Most often it does not trust "
+                    f"this agent's certificate ({_own_certificate(s)}) or the application URI in "
+                    "it: add the certificate to the server's trusted list"
+                ) from None
             kind = RejectedError if _is_rejection(exc) else DriverError
             raise kind(f"cannot connect to {s.endpoint}: {describe_error(exc)}") from None
         session = cls(client, s, [])
@@ -365,6 +378,30 @@ async def _disconnect_quietly(client: Client) -> None:
         log.debug("event=opcua_disconnect_failed error=%r", exc)
         with contextlib.suppress(Exception):
             client.disconnect_socket()
+
+
+def _failed_opening_the_channel(exc: BaseException) -> bool:
+    """Whether the connect failed while opening the secure channel without a status code.
+
+    node-opcua answers a client certificate it does not trust with a fault asyncua cannot read
+    (it raises AssertionError there, measured with asyncua 2.1 against node-opcua 2.182); the
+    server refused, so retrying cannot help until a person changes a trust list.
+    """
+    if isinstance(exc, ua.UaStatusCodeError):
+        return False
+    tb = exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_name == "open_secure_channel":
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _own_certificate(s: OpcUaSettings) -> str:
+    try:
+        return certificate_facts(load_certificate_file(s.security.certificate or "")).describe()
+    except TrustListError as exc:  # the config check reads it first; named here anyway
+        return str(exc)
 
 
 def _is_rejection(exc: BaseException) -> bool:

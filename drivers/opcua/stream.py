@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 from asyncua import ua
@@ -21,6 +23,7 @@ from asyncua.common.node import Node
 
 from agent.capture.model import Capture
 from agent.errors import CycleAborted, DriverError
+from agent.logfmt import kv
 from drivers.base import BacklashCycle, ControllerMode, within
 from drivers.opcua.capture import (
     CaptureAssembler,
@@ -36,6 +39,31 @@ from drivers.opcua.status import RawValue, decode_cycle_status, decode_mode
 # Modes in which a running cycle may go on (the interlock watcher applies the same rule).
 _RUN_MODES = {ControllerMode.STOPPED, ControllerMode.TEST_CYCLE}
 _OVERFLOW_BITS = 0x480  # StatusCode info bits: InfoType DataValue + Overflow
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Granted:
+    """What the server granted the buffer items: the revised sampling interval (the longest of
+    them; 0 = every change is reported) and queue size (the smallest), None when the server
+    would not say."""
+
+    sampling_interval_ms: float | None
+    queue_size: int | None
+
+    def folding_hint(self) -> str:
+        """Why chunks can go missing although nothing was lost on the wire: a server folds the
+        value changes of an item that come faster than its sampling interval (OPC 10000-4
+        5.12.1.2), and the k-th value of each buffer is then no longer chunk k."""
+        ms = self.sampling_interval_ms
+        if not ms:
+            return ""
+        return (
+            f"; the server samples the buffer nodes every {ms:g} ms (its revised sampling "
+            "interval) and folds changes that come faster: the controller must publish at most "
+            f"one chunk per {ms:g} ms, or the server must grant these nodes a sampling interval "
+            "of 0 (every change reported)"
+        )
 
 
 class _Watch:
@@ -43,6 +71,7 @@ class _Watch:
 
     def __init__(self, roles: dict[int, str], buffer_roles: tuple[str, ...]) -> None:
         self.roles = roles
+        self.buffer_roles = buffer_roles
         self.pairer = ChunkPairer(buffer_roles)
         self.cycle_status: deque[RawValue] = deque()
         self.state: deque[RawValue] = deque()
@@ -92,6 +121,7 @@ class CaptureStream:
         self.handles = {i + 1: role for i, role in enumerate(self.nodes)}
         self.watch = _Watch(self.handles, tuple(role for role, _ in buffers))
         self.assembler: CaptureAssembler | None = None
+        self.granted = Granted(None, None)
         self._sub: Any = None
 
     async def open(self) -> None:
@@ -143,6 +173,53 @@ class CaptureStream:
         if bad:
             role, code = bad[0]
             raise DriverError(f"cannot monitor the {role} node: {code.name}")
+        self.granted = await self._granted([r for r in results if isinstance(r, int)], requests)
+
+    async def _granted(
+        self, server_handles: list[int], requests: list[ua.MonitoredItemCreateRequest]
+    ) -> Granted:
+        """The sampling interval and queue size the server granted the buffer items.
+
+        The create response carries them, but asyncua keeps neither; a ModifyMonitoredItems with
+        the parameters just requested changes nothing and returns them again. A server that
+        refuses the request leaves them unknown: the capture's own checks still hold.
+        """
+        s = self.settings
+        buffer_handles = {h for h, role in self.handles.items() if role in self.watch.buffer_roles}
+        params = ua.ModifyMonitoredItemsParameters()
+        params.SubscriptionId = self._sub.subscription_id
+        params.TimestampsToReturn = ua.TimestampsToReturn.Both
+        for server_handle, request in zip(server_handles, requests, strict=True):
+            if request.RequestedParameters.ClientHandle in buffer_handles:
+                item = ua.MonitoredItemModifyRequest()
+                item.MonitoredItemId = server_handle
+                item.RequestedParameters = request.RequestedParameters
+                params.ItemsToModify.append(item)
+        try:
+            results = await self.session.request(
+                self.session.client.uaclient.modify_monitored_items(params),
+                "read back the sampling interval granted to the buffers",
+            )
+        except (DriverError, ua.UaError) as exc:
+            log.info(kv("opcua_granted_unknown", endpoint=s.endpoint, why=str(exc)))
+            return Granted(None, None)
+        good = [r for r in results if r.StatusCode.is_good()]
+        if not good:
+            return Granted(None, None)
+        granted = Granted(
+            max(float(r.RevisedSamplingInterval) for r in good),
+            min(int(r.RevisedQueueSize) for r in good),
+        )
+        log.info(
+            kv(
+                "opcua_buffers_granted",
+                endpoint=s.endpoint,
+                sampling_interval_ms=granted.sampling_interval_ms,
+                queue_size=granted.queue_size,
+                requested_queue_size=s.queue_size,
+            )
+        )
+        return granted
 
     def fail(self, error: DriverError) -> None:
         """End collect() with this error (from outside: the watchdog heartbeat failed)."""
@@ -206,15 +283,17 @@ class CaptureStream:
             if watch.error is not None:
                 raise watch.error
             while (raw := watch.pairer.pop()) is not None:
-                assembler.add(
-                    decode_chunk(
-                        raw,
-                        encoder_bits=cycle.encoder_bits,
-                        time_unit_s=s.buffers.time_unit_s,
-                        current_unit_a=s.buffers.current_unit_a,
-                        sequence_modulus=s.buffers.sequence_modulus,
-                    )
+                chunk = decode_chunk(
+                    raw,
+                    encoder_bits=cycle.encoder_bits,
+                    time_unit_s=s.buffers.time_unit_s,
+                    current_unit_a=s.buffers.current_unit_a,
+                    sequence_modulus=s.buffers.sequence_modulus,
                 )
+                try:
+                    assembler.add(chunk)
+                except ChunkError as exc:
+                    raise ChunkError(f"{exc}{self.granted.folding_hint()}") from exc
                 deadline = loop.time() + s.stall_timeout_s
             while watch.state:
                 mode = decode_mode(watch.state.popleft(), s.status.state_values)
@@ -247,6 +326,7 @@ class CaptureStream:
                         f"capture incomplete: {assembler.samples} of "
                         f"{assembler.expected_samples} samples arrived before the "
                         "controller reported done (the last chunk(s) were lost)"
+                        f"{self.granted.folding_hint()}"
                     )
                 raise DriverError(
                     f"the controller stalled: no chunk for {s.stall_timeout_s:g} s "

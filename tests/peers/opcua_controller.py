@@ -56,7 +56,7 @@ from asyncua import Server, ua
 from agent.config.load import load_config
 from agent.config.model import JointSettings
 from drivers.base import BacklashCycle
-from tests.peers.opcua.physics import Samples, cycle_samples
+from tests.peers.opcua.physics import Samples, cycle_samples, peer_cycle
 from tests.peers.opcua.server import (
     add_variables,
     advertise,
@@ -252,18 +252,7 @@ class Peer:
         joint = self.joints.get(joint_index)
         if joint is None or not (speed != 0 and duration > 0 and rate > 0 and settle >= 0):
             return ua.StatusCode(ua.StatusCodes.BadInvalidArgument)
-        cycle = BacklashCycle(
-            controller="peer",
-            joint=joint.name,
-            joint_index=joint_index,
-            motor_speed_rad_s=speed,
-            gear_ratio=joint.gear_ratio,
-            duration_s=duration,
-            settle_s=settle,
-            sample_rate_hz=rate,
-            encoder_bits=joint.encoder_bits,
-            test_pose_rad=joint.test_pose_rad,
-        )
+        cycle = peer_cycle(joint, speed, settle, duration, rate)
         seed = self.args.seed * 1000 + self.cycles_run
         self.cycles_run += 1
         await self.write("Plant.CyclesStarted", self.cycles_run, ua.VariantType.UInt32)

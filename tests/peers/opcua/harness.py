@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import queue
+import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +17,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from asyncua import Client, ua
+
+from tests.peers.opcua.certs import CertPair, make_certificate
+from tests.peers.opcua.server import APPLICATION_URI
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -160,9 +165,8 @@ class PeerProcess:
         self.proc: subprocess.Popen[str] | None = None
         self._log_file: IO[str] | None = None
 
-    def start(self, timeout_s: float = 30.0) -> str:
-        env = dict(os.environ, PYTHONPATH=str(REPO))
-        cmd = [
+    def command(self) -> list[str]:
+        return [
             sys.executable,
             "-m",
             "tests.peers.opcua_controller",
@@ -172,6 +176,10 @@ class PeerProcess:
             str(self.port),
             *self.args,
         ]
+
+    def start(self, timeout_s: float = 30.0) -> str:
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        cmd = self.command()
         self._log_file = open(self.log, "a") if self.log else None  # noqa: SIM115
         self.proc = subprocess.Popen(
             cmd,
@@ -227,6 +235,67 @@ class PeerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+NODE_PEER = REPO / "tests" / "peers" / "opcua_node"
+
+
+def free_port() -> int:
+    """A port nothing listens on now: node-opcua advertises the port it is given, so the
+    node peer cannot be bound to port 0 and told its port afterwards as the asyncua one is."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class NodePeerProcess(PeerProcess):
+    """The same controller on node-opcua (tests/peers/opcua_node/server.js), an OPC UA stack
+    written apart from asyncua. `workdir` holds its certificate (one is made when none is
+    given: node-opcua needs one even without security) and its PKI folder (the client
+    certificates it trusts, given with --trust). A restart keeps port, certificate and PKI."""
+
+    def __init__(
+        self,
+        config: Path,
+        args: Sequence[str] = (),
+        *,
+        workdir: Path,
+        port: int = 0,
+        log: Path | None = None,
+        certificate: CertPair | None = None,
+    ) -> None:
+        super().__init__(config, args, port=port, log=log)
+        self.workdir = workdir
+        self.certificate = certificate
+
+    def command(self) -> list[str]:
+        node = shutil.which("node")
+        if node is None:
+            raise RuntimeError("node is not installed: run make sysdeps (Debian package nodejs)")
+        if not (NODE_PEER / "node_modules" / "node-opcua").is_dir():
+            raise RuntimeError(f"node-opcua is not installed: run npm ci in {NODE_PEER}")
+        if self.port == 0:
+            self.port = free_port()
+        if self.certificate is None:
+            keys = self.workdir / "node_peer_keys"
+            self.certificate = make_certificate(keys, "controller", APPLICATION_URI, server=True)
+        return [
+            node,
+            str(NODE_PEER / "server.js"),
+            "--config",
+            str(self.config),
+            "--python",
+            sys.executable,
+            "--port",
+            str(self.port),
+            "--cert",
+            str(self.certificate.certificate),
+            "--key",
+            str(self.certificate.private_key),
+            "--pki",
+            str(self.workdir / "node_peer_pki"),
+            *self.args,
+        ]
 
 
 class Plant:

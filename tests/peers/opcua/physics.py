@@ -32,6 +32,24 @@ class Samples:
         return int(self.time_s.size)
 
 
+def peer_cycle(
+    joint: JointSettings, speed: float, settle: float, duration: float, rate: float
+) -> BacklashCycle:
+    """The cycle a peer runs for StartBacklashCycle(joint, speed, settle, duration, rate)."""
+    return BacklashCycle(
+        controller="peer",
+        joint=joint.name,
+        joint_index=joint.index,
+        motor_speed_rad_s=speed,
+        gear_ratio=joint.gear_ratio,
+        duration_s=duration,
+        settle_s=settle,
+        sample_rate_hz=rate,
+        encoder_bits=joint.encoder_bits,
+        test_pose_rad=joint.test_pose_rad,
+    )
+
+
 def cycle_samples(
     joint: JointSettings,
     cycle: BacklashCycle,
