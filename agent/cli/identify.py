@@ -95,9 +95,11 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--load-friction",
-        action="store_true",
+        action=argparse.BooleanOptionalAction,
+        default=True,
         help="fit a friction share growing with the transmitted torque (strain-wave gears), "
-        "mu * sgn(speed) * |torque| per joint",
+        "mu * sgn(speed) * |link-side torque|, on each joint where the capture pins it "
+        "(default: on; --no-load-friction reads it into the Coulomb friction)",
     )
     p.add_argument(
         "--joint-spring",

@@ -477,7 +477,7 @@ def test_cli_validates_on_held_out_captures_against_the_nominal_model(
     assert ident["nmse_nm"] < 0.5 * nominal["nmse_nm"]  # the friction was fitted
     assert all(a < b for a, b in zip(ident["rms_nm"], nominal["rms_nm"], strict=True))
     wrong = load_robot(off)
-    s = IdentificationSettings(model="rigid")
+    s = IdentificationSettings(model="rigid", load_friction=True)  # the command's default
     expected = validate(identify(caps, wrong, s).dynamic_model, wrong, held_caps, s)
     assert ident["nmse_nm"] == pytest.approx(expected.nmse_nm, rel=1e-9)
     code, out = jha_identify(args, capsys)

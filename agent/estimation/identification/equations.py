@@ -100,6 +100,12 @@ def fit_elastic(
             blocks.append(rotor[moving])
             rhs.append(dec["tau"][moving, j])
             groups.append(np.full(int(moving.sum()), n + j))
+    for i, j in _dropped(extras):
+        pin = np.zeros((1, p))
+        pin[0, x0 + i * n + j] = 1.0
+        blocks.append(pin)
+        rhs.append(np.zeros(1))
+        groups.append(np.full(1, n + j))
     problem = LsqProblem(np.vstack(blocks), np.concatenate(rhs), np.concatenate(groups))
     sol = least_squares(problem.a, problem.y, problem.groups, method)
     names = [f"base{i + 1}" for i in range(b)] + names_of(DRIVE[:3], n)
@@ -130,11 +136,32 @@ def fit_rigid(
     keep = ~slow
     rows = a[keep]
     groups = np.nonzero(keep)[1]
-    problem = LsqProblem(rows, dec["tau_j"][keep], groups)
+    y = dec["tau_j"][keep]
+    dropped = _dropped(extras)
+    if dropped:
+        pins = np.zeros((len(dropped), rows.shape[1]))
+        for r, (i, jj) in enumerate(dropped):
+            pins[r, b + (2 + i) * n + jj] = 1.0
+        rows = np.vstack([rows, pins])
+        y = np.concatenate([y, np.zeros(len(dropped))])
+        groups = np.concatenate([groups, np.array([jj for _, jj in dropped], dtype=np.intp)])
+    problem = LsqProblem(rows, y, groups)
     sol = least_squares(rows, problem.y, groups, method)
     names = [f"base{i + 1}" for i in range(b)] + names_of(("fc", "fv"), n)
     names += names_of(tuple(k for k, _ in extras), n)
     return sol, names, tuple(names_of(("joint",), n)), problem
+
+
+def _dropped(extras: list[tuple[str, Array]]) -> list[tuple[int, int]]:
+    """(extra, joint) of every extra column left all zero for a joint: a term the caller found
+    not identifiable there. One row pins it to 0 (in the joint's group, with no residual), so
+    the problem keeps its shape and rank and the term is exactly absent."""
+    return [
+        (i, j)
+        for i, (_, values) in enumerate(extras)
+        for j in range(values.shape[1])
+        if not np.any(values[:, j])
+    ]
 
 
 def _ordered(extra: dict[str, Array] | None) -> list[tuple[str, Array]]:

@@ -59,7 +59,7 @@ class LsqSolution:
     @property
     def relative_std_pct(self) -> Array:
         """100 sigma_i / |theta_i| (Madsen et al. 2020, Table 4); inf where the estimate is 0."""
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):  # a pinned term: 0 / 0
             return np.where(self.theta != 0.0, 100.0 * self.std / np.abs(self.theta), np.inf)
 
 

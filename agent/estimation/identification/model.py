@@ -170,19 +170,31 @@ class DynamicModel:
     ) -> Array:
         """The model's motor torque through the parallel filter, at the samples `keep`."""
         y = link_base(robot).reduce(regressor(robot, kin.q[sub], kin.qd[sub], kin.qdd[sub]))
-        rigid = parallel_decimate(np.einsum("njp,p->nj", y, self.link_base), kin.flt, keep, sub)
+        rigid_sub = np.einsum("njp,p->nj", y, self.link_base)
+        rigid = parallel_decimate(rigid_sub, kin.flt, keep, sub)
         drive = self.rotor_inertia_kg_m2 * kin.thdd + self.coulomb_nm * np.sign(kin.thd)
         drive += self.viscous_nm_s_rad * kin.thd
-        # the load-dependent shares need the transmitted torque: the measured one stands in
+        # the prior's load-dependent share needs the transmitted torque: the measured one
+        # stands in (the prior is a fixed compensation, not fitted)
         tau_j = kin.tau - self.rotor_inertia_kg_m2 * kin.thdd
         if self.prior is not None:
             drive += friction_torque(robot, self.prior, kin.thd, kin.th, tau_j, linear=False)[0]
         if self.load_friction is not None:
-            drive += self.load_friction * np.sign(kin.thd) * np.abs(tau_j)
+            # the transmitted torque as the fit has it: the rigid body's, at the full rate
+            transmitted = full_rate(rigid_sub, sub, kin.q.shape[0])
+            drive += self.load_friction * np.sign(kin.thd) * np.abs(transmitted)
         if self.spring_nm_rad is not None:
             drive += self.spring_nm_rad * kin.q
         out = rigid + parallel_decimate(drive, kin.flt, keep)
         return out if self.offset_nm is None else out + self.offset_nm
+
+
+def full_rate(rigid_sub: Array, sub: npt.NDArray[np.intp], n_samples: int) -> Array:
+    """A smooth column known on the subgrid (filters.subgrid), interpolated to every sample."""
+    at = np.arange(n_samples, dtype=np.float64)
+    return np.stack(
+        [np.interp(at, sub, rigid_sub[:, j]) for j in range(rigid_sub.shape[1])], axis=1
+    )
 
 
 def nominal_model(

@@ -284,6 +284,7 @@ def identification_settings(s: IdentificationCycleSettings) -> IdentificationSet
         max_condition_number=s.max_condition_number,
         min_friction_speed_rad_s=s.min_friction_speed_rad_s,
         saturation_fraction=s.saturation_fraction,
+        load_friction=s.load_friction,
     )
 
 
