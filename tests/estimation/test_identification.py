@@ -495,3 +495,24 @@ def test_cli_refusals_exit_65_with_the_reason(planar, tmp_path, capsys) -> None:
     assert code == EX_DATAERR and "exceeds the limit 2" in out
     code, out = jha_identify([str(tmp_path / "nothing"), "--robot", robot_file], capsys)
     assert code == EX_NOINPUT and "no such file" in out
+
+
+def test_two_runs_of_one_joint_are_refused_not_one_kept_silently(planar, tmp_path, capsys) -> None:
+    """`jha identify DIR_A DIR_B` used to fit DIR_B alone (issue 30, point 3): a second capture
+    of a joint is refused, naming both files, until runs are stacked as segments."""
+    r, _, caps = planar
+    for run in ("run_a", "run_b"):
+        (tmp_path / run).mkdir()
+        for cap, spec in zip(caps, r.joints, strict=True):
+            save_capture(replace(cap, meta=replace(cap.meta, joint=spec.name)),
+                         tmp_path / run / f"{spec.name}.npz")  # fmt: skip
+    args = [
+        str(tmp_path / "run_a"),
+        str(tmp_path / "run_b"),
+        "--robot",
+        str(ROBOTS / "planar2.yaml"),
+    ]
+    code, out = jha_identify([*args, "--model", "rigid"], capsys)
+    assert code == EX_DATAERR
+    assert "two captures of joint 'joint_1'" in out
+    assert "run_a/joint_1.npz" in out and "run_b/joint_1.npz" in out

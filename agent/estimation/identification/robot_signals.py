@@ -58,7 +58,18 @@ def _joint_captures(
     names = robot.joint_names
     if not captures:
         raise CaptureError(where, "no capture given")
-    tagged = {c.meta.joint: c for c in captures if c.meta.joint}
+    tagged: dict[str, Capture] = {}
+    for c in captures:
+        if c.meta.joint and c.meta.joint in tagged:
+            # Never keep one of them silently: the fit would use one run and drop the other.
+            raise CaptureError(
+                where,
+                f"two captures of joint {c.meta.joint!r} ({tagged[c.meta.joint].source} and "
+                f"{c.source}): give one run of the robot at a time; several runs are not "
+                "stacked into one identification yet",
+            )
+        if c.meta.joint:
+            tagged[c.meta.joint] = c
     if tagged:
         unknown = sorted(set(tagged) - set(names))
         if unknown:
