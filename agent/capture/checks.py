@@ -72,9 +72,13 @@ def check_content(
     channels: Mapping[str, np.ndarray],
     meta: CaptureMeta,
     locate: Locate,
+    *,
+    require_motor: bool = True,
 ) -> dict[str, np.ndarray]:
-    """The rules beyond Capture's own: counts need a bit width, a motor channel is required."""
-    if not any(name in channels for name in MOTOR_CHANNELS):
+    """The rules beyond Capture's own: counts need a bit width, a motor channel is required
+    (unless `require_motor` is False: a rigid identification takes link position and torque
+    alone; backlash analysis always needs the motor side)."""
+    if require_motor and not any(name in channels for name in MOTOR_CHANNELS):
         raise CaptureError(source, f"no motor channel: need one of {', '.join(MOTOR_CHANNELS)}")
     _check_time(time_s, locate)
     out = dict(channels)

@@ -186,7 +186,9 @@ def _read_bounded(path: StrPath, source: str) -> bytes:
     return data
 
 
-def read_csv(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
+def read_csv(
+    path: StrPath, meta: CaptureMeta | None = None, *, require_motor: bool = True
+) -> Capture:
     """Read a CSV capture; metadata from the sidecar, then each field `meta` sets on top."""
     source = os.fspath(path)
     side = sidecar_path(path)
@@ -224,7 +226,14 @@ def read_csv(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
         )
     time_s = table[:, names.index("time_s")]
     channels = {name: table[:, j] for j, name in enumerate(names) if name != "time_s"}
-    channels = check_content(header_src, time_s, channels, merged, at_line(source, line_nos))
+    channels = check_content(
+        header_src,
+        time_s,
+        channels,
+        merged,
+        at_line(source, line_nos),
+        require_motor=require_motor,
+    )
     return Capture(time_s, channels, merged, source)
 
 
@@ -299,7 +308,9 @@ def _npz_meta(entry: np.ndarray, source: str) -> CaptureMeta:
     return meta_from_mapping(doc["meta"], where)
 
 
-def read_npz(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
+def read_npz(
+    path: StrPath, meta: CaptureMeta | None = None, *, require_motor: bool = True
+) -> Capture:
     """Read an `.npz` capture written by write_npz; each field `meta` sets overrides the file's."""
     source = os.fspath(path)
     entries = _npz_entries(path, source)
@@ -314,7 +325,14 @@ def read_npz(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
         raise CaptureError(source, f"time_s must hold real numbers, not {time_s.dtype} values")
     # Capture checks names, shapes, number types and finiteness; the rest is checked after.
     first = Capture(time_s, entries, merged, source)
-    channels = check_content(source, first.time_s, first.channels, merged, at_sample(source))
+    channels = check_content(
+        source,
+        first.time_s,
+        first.channels,
+        merged,
+        at_sample(source),
+        require_motor=require_motor,
+    )
     for name, values in channels.items():
         if name not in COUNT_CHANNELS:
             channels[name] = values.astype(np.float64)
@@ -337,13 +355,17 @@ def _suffix(path: StrPath) -> str:
     return suffix
 
 
-def load_capture(path: StrPath, meta: CaptureMeta | None = None) -> Capture:
-    """Read a `.csv` or `.npz` capture; fields `meta` sets override the file's metadata."""
+def load_capture(
+    path: StrPath, meta: CaptureMeta | None = None, *, require_motor: bool = True
+) -> Capture:
+    """Read a `.csv` or `.npz` capture; fields `meta` sets override the file's metadata.
+    `require_motor=False` accepts a capture without a motor channel (link position and torque:
+    what a rigid identification needs)."""
     suffix = _suffix(path)
     _check_regular(path)
     if suffix == ".csv":
-        return read_csv(path, meta)
-    return read_npz(path, meta)
+        return read_csv(path, meta, require_motor=require_motor)
+    return read_npz(path, meta, require_motor=require_motor)
 
 
 def _check_regular(path: StrPath) -> None:

@@ -147,7 +147,9 @@ def register(subparsers: Any) -> None:
 
 
 def load_captures(files: Sequence[Path]) -> list[Capture]:
-    """Per-joint captures from the files; a multi-joint .npz gives one per joint."""
+    """Per-joint captures from the files; a multi-joint .npz gives one per joint. A file
+    without a motor channel is read too (link position and torque: a rigid fit's input);
+    the identification itself says when its model needs the motor encoder."""
     from agent.capture.files import load_capture
     from agent.capture.multi import is_multi_capture, load_multi_capture
 
@@ -156,7 +158,7 @@ def load_captures(files: Sequence[Path]) -> list[Capture]:
         if f.suffix.lower() == ".npz" and is_multi_capture(f):
             captures += load_multi_capture(f).joint_captures()
         else:
-            captures.append(load_capture(f))
+            captures.append(load_capture(f, require_motor=False))
     return captures
 
 

@@ -67,7 +67,7 @@ def test_identify_json_when_both_encoders_agree_has_no_nan(tmp_path: Path) -> No
         assert joint["stiffness_nm_rad"] is None
         assert "k" not in joint["rel_std_pct"]
         assert joint["coulomb_nm"] is not None
-    assert sum("stiffness not seen (the link and motor encoders agree" in w
+    assert sum("stiffness not seen (the gear twist between the encoders" in w
                for w in out["warnings"]) == 2  # fmt: skip
     # The model check's second fit is on by default (its shifts are in the JSON and widen the
     # intervals); --no-model-check leaves the noise intervals alone.

@@ -20,7 +20,7 @@ from agent.estimation.identification.excitation import (
     design_excitation,
     random_excitation,
 )
-from agent.estimation.identification.fit import identify, identify_kinematics
+from agent.estimation.identification.fit import identify, identify_kinematics, impossible_values
 from agent.estimation.identification.model import (
     IdentificationSettings,
     elastic_base,
@@ -495,6 +495,68 @@ def test_cli_refusals_exit_65_with_the_reason(planar, tmp_path, capsys) -> None:
     assert code == EX_DATAERR and "exceeds the limit 2" in out
     code, out = jha_identify([str(tmp_path / "nothing"), "--robot", robot_file], capsys)
     assert code == EX_NOINPUT and "no such file" in out
+
+
+def test_link_position_and_torque_files_alone_identify_rigid_not_elastic(
+    planar, tmp_path, capsys
+) -> None:
+    """A CSV with time_s, link_pos_rad, motor_torque_nm (a torque-sensing arm, no motor
+    encoder) was refused at reading (issue 30, point 1): the rigid model takes it; the elastic
+    one says it needs the motor encoder."""
+    r, _, caps = planar
+    for cap, spec in zip(caps, r.joints, strict=True):  # written as another tool would
+        table = np.column_stack(
+            [cap.time_s, cap.channels["link_pos_rad"], cap.channels["motor_torque_nm"]]
+        )
+        np.savetxt(tmp_path / f"{spec.name}.csv", table, delimiter=",", fmt="%.10g",
+                   header="time_s,link_pos_rad,motor_torque_nm", comments="")  # fmt: skip
+    robot = str(ROBOTS / "planar2.yaml")
+    code, out = jha_identify(
+        [str(tmp_path), "--robot", robot, "--model", "rigid", "--json"], capsys
+    )
+    assert code == EX_OK, out
+    found = json.loads(out)
+    assert any("no motor encoder in the capture" in w for w in found["warnings"])
+    fc = {p["name"]: p["value"] for p in found["parameters"] if p["name"].startswith("fc")}
+    assert fc["fc1"] == pytest.approx(r.joints[0].coulomb_nm, rel=0.1)
+    code, out = jha_identify([str(tmp_path), "--robot", robot, "--model", "elastic"], capsys)
+    assert code == EX_DATAERR and "motor-side encoder" in out
+
+
+def test_a_motor_position_computed_from_the_link_shows_no_stiffness_and_no_elastic_fit(
+    planar,
+) -> None:
+    """A single-encoder arm's log (motor position = link position x gear, as the UR driver
+    records it) has no twist: the rigid fit printed stiffness from -2e14 to 7e13 N·m/rad with no
+    word, the elastic one rotor inertias of -135 and -515 kg·m² (issue 30, point 2)."""
+    r, _, caps = planar
+    single = [
+        replace(cap, channels={**cap.channels,
+                               "motor_pos_rad": cap.channels["link_pos_rad"] * spec.gear_ratio})
+        for cap, spec in zip(caps, r.joints, strict=True)
+    ]  # fmt: skip
+    rigid = identify(single, r, IdentificationSettings(model="rigid"))
+    assert all(j.stiffness_nm_rad is None for j in rigid.joints)
+    for spec in r.joints:
+        assert any(
+            w.startswith(f"joint {spec.name}: stiffness not seen (the gear twist")
+            for w in rigid.warnings
+        ), rigid.warnings
+    with pytest.raises(EstimationError, match="no joint shows one"):
+        identify(single, r, IdentificationSettings(model="elastic"))
+    # the real dual-encoder capture keeps its stiffness
+    both = identify(caps, r, IdentificationSettings(model="rigid"))
+    assert all(j.stiffness_nm_rad is not None and j.stiffness_nm_rad > 0 for j in both.joints)
+
+
+def test_physically_impossible_values_are_named(planar) -> None:
+    r, _, caps = planar
+    res = identify(caps, r, IdentificationSettings(model="rigid"))
+    negative = replace(res.dynamic_model, coulomb_nm=-res.dynamic_model.coulomb_nm)
+    found = impossible_values(r, negative, fitted_inertia=False)
+    assert [w.split(":")[0] for w in found] == ["joint joint_1", "joint joint_2"]
+    assert "friction (Coulomb)" in found[0] and "physically impossible" in found[0]
+    assert impossible_values(r, res.dynamic_model, fitted_inertia=True) == []
 
 
 def test_two_runs_of_one_joint_are_refused_not_one_kept_silently(planar, tmp_path, capsys) -> None:

@@ -257,6 +257,16 @@ def _identify(
     k: Array | None
     rel_k: dict[str, float] = {}
     if settings.model == "elastic":
+        twist = np.sqrt(np.mean(dec["delta"] ** 2, axis=0))
+        steps = twist / twist_quantum_rad(robot)
+        if not np.any(steps >= TWIST_MIN_QUANTA):
+            # Without a twist the rotor and link equations are one, and the rotor inertia trades
+            # freely with the link's (a UR5e log gave -135 and -515 kg·m²): refuse, say why.
+            raise EstimationError(
+                "the elastic model needs the gear's twist between motor and link encoders, and "
+                f"no joint shows one (rms at most {float(np.max(steps)):.2g} encoder steps): the "
+                "motor position was probably computed from the link's; use --model rigid"
+            )
         sol, names, groups, twist_rel, problem = fit_elastic(y_b, dec, slow, settings.method, extra)
         est = dict(zip(names, sol.theta, strict=True))
         k = np.array([est.get(f"k{j + 1}", math.nan) for j in range(n)])
@@ -275,13 +285,18 @@ def _identify(
         k = None
         if settings.use_link_encoder:  # one encoder sees no deflection
             k, k_std = stiffness_from_link_torque(y_b, sol.theta[: base.count], dec["delta"])
+            twist = np.sqrt(np.mean(dec["delta"] ** 2, axis=0))
+            quantum = twist_quantum_rad(robot)
+            for j in range(n):
+                if math.isnan(k[j]) or twist[j] < TWIST_MIN_QUANTA * quantum[j]:
+                    k[j], k_std[j] = math.nan, math.nan
+                    warnings.append(
+                        f"joint {robot.joints[j].name}: stiffness not seen (the gear twist "
+                        f"between the encoders, rms {twist[j]:.3g} rad, is below "
+                        f"{TWIST_MIN_QUANTA:g} encoder steps of {quantum[j]:.3g} rad: no twist "
+                        "to measure it by; a motor position computed from the link's shows none)"
+                    )
             rel_k = {f"k{j + 1}": float(k_std[j]) for j in range(n) if math.isfinite(k_std[j])}
-            warnings += [
-                f"joint {robot.joints[j].name}: stiffness not seen (the link and motor encoders "
-                "agree throughout the capture: no gear twist to measure it by)"
-                for j in range(n)
-                if math.isnan(k[j])
-            ]
     model = DynamicModel(
         sol.theta[: base.count],
         ia,
@@ -333,6 +348,7 @@ def _identify(
         )
         for j, spec in enumerate(robot.joints)
     )
+    warnings += impossible_values(robot, model, fitted_inertia=settings.model == "elastic")
     # A load share is judged by its absolute standard deviation (MU_STD_MAX), never relative
     # to a share that may truly be 0.
     warnings += [
@@ -431,6 +447,41 @@ class LoadColumn:
         std = np.array([sol.std[names.index(f"mu{j + 1}")] for j in range(n)])
         # Left all zero, a joint's column is pinned to 0 by the equations (equations._dropped).
         return np.where(std <= MU_STD_MAX, 1.0, 0.0) * column, std
+
+
+def impossible_values(
+    robot: RobotDescription, model: DynamicModel, *, fitted_inertia: bool
+) -> list[str]:
+    """A warning for every drive parameter the unconstrained estimate gives a physically
+    impossible value (a negative rotor inertia, friction or stiffness): such a value is the
+    least-squares' answer to data that cannot show it, never a property of the joint."""
+    named = [
+        ("friction (Coulomb)", model.coulomb_nm, "N·m"),
+        ("friction (viscous)", model.viscous_nm_s_rad, "N·m·s/rad"),
+    ]
+    if fitted_inertia:
+        named.append(("rotor inertia", model.rotor_inertia_kg_m2, "kg·m²"))
+    if model.stiffness_nm_rad is not None:
+        named.append(("stiffness", model.stiffness_nm_rad, "N·m/rad"))
+    return [
+        f"joint {robot.joints[j].name}: {what} {values[j]:.3g} {unit} is physically impossible "
+        "(negative): the capture cannot show it; see --feasible for a consistent estimate"
+        for what, values, unit in named
+        for j in range(robot.n_joints)
+        if math.isfinite(values[j]) and values[j] < 0.0
+    ]
+
+
+# A stiffness is read from the gear's twist only when the twist's rms is this many encoder steps
+# (link step plus motor step seen from the link): below, it is the encoders' quantisation.
+TWIST_MIN_QUANTA = 2.0
+
+
+def twist_quantum_rad(robot: RobotDescription) -> Array:
+    """Per joint, the smallest twist the two encoders resolve (link step + motor step / gear)."""
+    cpt = robot.encoder_counts_per_turn or 2**19
+    gear = np.array([j.gear_ratio or 1.0 for j in robot.joints])
+    return 2.0 * math.pi / cpt * (1.0 + 1.0 / gear)
 
 
 def _per_joint(est: dict[str, float], prefix: str, n: int) -> Array | None:
