@@ -24,11 +24,12 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 
-from agent.fleet.messages import Message, PayloadError, parse_message
+from agent.fleet.messages import Message, PayloadError, ahead_of_clock, parse_message
 from agent.fleet.mqtt_session import Delivery, SubscriberSession
 from agent.fleet.settings import FleetSettings
 from agent.fleet.store import BatchResult, Store
@@ -47,6 +48,8 @@ PARTITIONS_RETRY_S = 60.0  # after the database refused them (a lock wait, a los
 # at max_payload_bytes with room for its topic and properties. The broker drops a larger one
 # (and logs it) instead of sending it: this process never buffers an unbounded packet.
 _PACKET_HEADROOM = 128 * 1024
+# The rejection counter's name for an id stored before with another time (agent.fleet.store).
+REPLAYED = "id stored before with another time"
 # A fault point for the tests' kill -9 at the worst moment: committed, not acknowledged.
 FAILPOINT_ENV = "JHA_FLEET_FAILPOINT"
 
@@ -144,6 +147,7 @@ class Ingest:
 
     def _on_messages(self, deliveries: list[Delivery]) -> None:
         limit = self.settings.max_payload_bytes
+        now = datetime.now(UTC)
         incoming = []
         for d in deliveries:
             try:
@@ -151,6 +155,11 @@ class Ingest:
             except PayloadError as exc:
                 self._reject(d.topic, len(d.payload), str(exc))
                 message = None
+            if message is not None:
+                ahead = ahead_of_clock(message, now, self.settings.max_clock_skew_s)
+                if ahead is not None:
+                    self._reject(d.topic, len(d.payload), ahead)
+                    message = None
             incoming.append(_Incoming(d.generation, d.packet_id, d.qos, message))
         with self._lock:
             self._received += len(deliveries)
@@ -205,9 +214,13 @@ class Ingest:
             return  # stopping: nothing acknowledged, the broker redelivers at the next start
         with self._lock:
             self._stored += result.stored
-            self._duplicates += result.duplicates
-        if result.duplicates:
-            log.info(kv("fleet_duplicates", count=result.duplicates))
+            self._duplicates += result.duplicates - result.replayed
+            if result.replayed:
+                self._rejected[REPLAYED] += result.replayed
+        if result.duplicates > result.replayed:
+            log.info(kv("fleet_duplicates", count=result.duplicates - result.replayed))
+        if result.replayed:
+            log.warning(kv("fleet_message_rejected", reason=REPLAYED, count=result.replayed))
         if self._failpoint == "after_commit":
             os._exit(137)  # what kill -9 right after the commit leaves: nothing acknowledged
         by_connection: dict[int, list[int]] = {}
@@ -237,17 +250,18 @@ class Ingest:
         return True
 
     def _one_by_one(self, parsed: list[Message]) -> BatchResult:
-        stored = duplicates = 0
+        stored = duplicates = replayed = 0
         for m in parsed:
             try:
                 r = self.store.store_batch([m])
                 stored, duplicates = stored + r.stored, duplicates + r.duplicates
+                replayed += r.replayed
             except psycopg.OperationalError:
                 raise
             except psycopg.Error as exc:
                 self._rejected["database refused"] += 1
                 log.warning(kv("fleet_message_rejected", reason=f"database: {type(exc).__name__}"))
-        return BatchResult(stored, duplicates)
+        return BatchResult(stored, duplicates, replayed)
 
     def _database_lost(self, exc: Exception) -> None:
         with self._lock:

@@ -110,6 +110,29 @@ class StatusMessage:
 Message = ReportMessage | HealthMessage | StatusMessage
 
 
+def time_stamps(m: Message) -> tuple[tuple[str, datetime], ...]:
+    """The message's time stamps, by field name (a status may carry none)."""
+    if isinstance(m, ReportMessage):
+        return (("created_at", m.created_at),)
+    if isinstance(m, HealthMessage):
+        return (("estimated_at", m.estimated_at), ("report_created_at", m.report_created_at))
+    return () if m.at is None else (("at", m.at),)
+
+
+def ahead_of_clock(m: Message, now: datetime, max_skew_s: float) -> str | None:
+    """Why the message is refused when one of its time stamps is more than `max_skew_s` ahead
+    of the fleet's clock, else None. A stamp from the future would hold its machine "fresh" and
+    its joint's newest health for as long as it stays ahead (a forged year 8999 for good)."""
+    for name, at in time_stamps(m):
+        ahead_s = (at - now).total_seconds()
+        if ahead_s > max_skew_s:
+            return (
+                f"time stamp ahead of the fleet's clock: {name} {at.isoformat()} is "
+                f"{ahead_s:.0f} s ahead, more than max_clock_skew_s {max_skew_s:g}"
+            )
+    return None
+
+
 def parse_topic(topic: str, prefixes: tuple[str, ...]) -> Topic:
     """The kind and names of a topic under one of `prefixes` (the longest that fits)."""
     for prefix in sorted(prefixes, key=len, reverse=True):

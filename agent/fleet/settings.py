@@ -139,6 +139,10 @@ class FleetSettings:
     stale_after_s: float = field(default=36 * 3600.0, metadata={"gt": 0.0, "le": 3.2e7})
     # Bigger messages are refused unparsed (logged, counted): the agents' own cap is 1 MiB.
     max_payload_bytes: int = field(default=1024 * 1024, metadata={"ge": 1024, "le": 268_435_455})
+    # A message stamped further ahead of the fleet's clock is refused (logged, counted): the
+    # newest-health pointer and a machine's last report time only move forward, so one stamp
+    # from the future would hide every genuine report after it. Agents keep NTP time.
+    max_clock_skew_s: float = field(default=300.0, metadata={"gt": 0.0, "le": 86400.0})
 
     def check(self) -> list[tuple[str, str]]:
         out = []

@@ -29,12 +29,30 @@ from agent.fleet.migrate import migrate
 # ORDINALITY, ORDER BY), the lock order store_batch chooses. Ids travel as text and become uuid
 # in the statement; PostgreSQL validates the json columns as before. (Arrays in text format were
 # six times slower: every quote in a document escaped, then parsed back.)
+#
+# Each id is claimed first (report_ids, message_ids: 0005), with its time: only the rows whose
+# claim this statement made are stored, so an id replayed with another time (the partitioned
+# keys would let it in as a second row) is not; the first of a batch's copies of an id wins.
 _REPORT = (
-    "INSERT INTO reports (report_id, prefix, machine, host, created_at, document)"
-    " SELECT report_id::uuid, prefix, machine, host, created_at, document::json"
+    "WITH r AS (SELECT DISTINCT ON (report_id) report_id::uuid AS report_id, prefix, machine,"
+    " host, created_at, document, n"
     " FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::timestamptz[], %b::text[])"
     " WITH ORDINALITY AS r(report_id, prefix, machine, host, created_at, document, n)"
-    " ORDER BY n ON CONFLICT DO NOTHING"
+    " ORDER BY report_id, n),"
+    " claimed AS (INSERT INTO report_ids (report_id, created_at)"
+    " SELECT report_id, created_at FROM r ORDER BY n ON CONFLICT DO NOTHING RETURNING report_id)"
+    " INSERT INTO reports (report_id, prefix, machine, host, created_at, document)"
+    " SELECT report_id, prefix, machine, host, created_at, document::json FROM r"
+    " WHERE report_id IN (SELECT report_id FROM claimed) ORDER BY n ON CONFLICT DO NOTHING"
+)
+# Rows of a batch whose id was claimed with another time (after the batch's own claims).
+_REPORT_REPLAYS = (
+    "SELECT count(*) FROM unnest(%b::text[], %b::timestamptz[]) AS r(id, at)"
+    " JOIN report_ids i ON i.report_id = r.id::uuid AND i.created_at <> r.at"
+)
+_HEALTH_REPLAYS = (
+    "SELECT count(*) FROM unnest(%b::text[], %b::timestamptz[]) AS r(id, at)"
+    " JOIN message_ids i ON i.message_id = r.id::uuid AND i.report_created_at <> r.at"
 )
 _HEALTH_COLUMNS = (
     "message_id, report_id, prefix, machine, joint, status, ne107, indicator, value, unit,"
@@ -42,17 +60,23 @@ _HEALTH_COLUMNS = (
     " reason, recommendation, spark, document, indicators"
 )
 _HEALTH = (
-    f"INSERT INTO joint_health ({_HEALTH_COLUMNS})"
-    " SELECT message_id::uuid, report_id::uuid, prefix, machine, joint, status, ne107,"
-    " indicator, value, unit, estimated_at, report_created_at, next_limit, forecast_at,"
-    " forecast_low, forecast_high, reason, recommendation::jsonb, spark, document::json,"
-    # A list of names per row (arrays of arrays must be rectangular): a JSON array each.
-    " ARRAY(SELECT json_array_elements_text(indicators::json))"
+    "WITH r AS (SELECT DISTINCT ON (message_id::uuid) *"
     " FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::text[], %b::text[],"
     " %b::text[], %b::text[], %b::float8[], %b::text[], %b::timestamptz[], %b::timestamptz[],"
     " %b::text[], %b::timestamptz[], %b::timestamptz[], %b::timestamptz[], %b::text[],"
     " %b::text[], %b::text[], %b::text[], %b::text[])"
-    f" WITH ORDINALITY AS r({_HEALTH_COLUMNS}, n) ORDER BY n ON CONFLICT DO NOTHING"
+    f" WITH ORDINALITY AS r({_HEALTH_COLUMNS}, n) ORDER BY message_id::uuid, n),"
+    " claimed AS (INSERT INTO message_ids (message_id, report_created_at)"
+    " SELECT message_id::uuid, report_created_at FROM r"
+    " ORDER BY n ON CONFLICT DO NOTHING RETURNING message_id)"
+    f" INSERT INTO joint_health ({_HEALTH_COLUMNS})"
+    " SELECT message_id::uuid, report_id::uuid, prefix, machine, joint, status,"
+    " ne107, indicator, value, unit, estimated_at, report_created_at, next_limit, forecast_at,"
+    " forecast_low, forecast_high, reason, recommendation::jsonb, spark, document::json,"
+    # A list of names per row (arrays of arrays must be rectangular): a JSON array each.
+    " ARRAY(SELECT json_array_elements_text(indicators::json))"
+    " FROM r WHERE message_id::uuid IN (SELECT message_id FROM claimed)"
+    " ORDER BY n ON CONFLICT DO NOTHING"
 )
 _MACHINE = (
     "INSERT INTO machines (prefix, machine, site, line, last_report_at, client_id)"
@@ -103,7 +127,8 @@ class Placement:
 @dataclass(frozen=True)
 class BatchResult:
     stored: int  # new rows (an agent status, an upsert, counts as stored)
-    duplicates: int  # messages the database already held
+    duplicates: int  # messages the database already held (replays included)
+    replayed: int = 0  # of the duplicates: an id stored before with another time, refused
 
 
 def connect(conninfo: str, password: str | None = None) -> psycopg.Connection[Any]:
@@ -159,12 +184,33 @@ class Store:
                 stored += (report_cur.rowcount if reports else 0) + (
                     health_cur.rowcount if healths else 0
                 )
+                replayed = 0
+                if stored < len(messages):  # only then can a row be a replay: no cost otherwise
+                    replayed = self._replays(other_cur, reports, healths)
             self.conn.commit()
         except BaseException:
             if not self.conn.closed:
                 self.conn.rollback()
             raise
-        return BatchResult(stored, len(messages) - stored)
+        return BatchResult(stored, len(messages) - stored, replayed)
+
+    @staticmethod
+    def _replays(
+        cur: psycopg.Cursor[Any], reports: list[ReportMessage], healths: list[HealthMessage]
+    ) -> int:
+        found = 0
+        for sql, ids, times in (
+            (_REPORT_REPLAYS, [m.report_id for m in reports], [m.created_at for m in reports]),
+            (
+                _HEALTH_REPLAYS,
+                [m.message_id for m in healths],
+                [m.report_created_at for m in healths],
+            ),
+        ):
+            if ids:
+                row = cur.execute(sql, [ids, times]).fetchone()
+                found += 0 if row is None else int(row[0])
+        return found
 
     def _machine_rows(
         self, reports: list[ReportMessage], healths: list[HealthMessage]

@@ -67,8 +67,15 @@ def messages_of(report: Report, prefix: str = "jha") -> tuple[OutMessage, ...]:
 class RawPublisher:
     """A bare QoS 1 client, for exact messages (the agent's, repeated, or hostile ones)."""
 
-    def __init__(self, port: int, client_id: str = "raw-publisher") -> None:
+    def __init__(
+        self,
+        port: int,
+        client_id: str = "raw-publisher",
+        credentials: tuple[str, str] | None = None,
+    ) -> None:
         self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id)
+        if credentials is not None:
+            self.client.username_pw_set(*credentials)
         self.client.max_inflight_messages_set(1000)  # for send_pipelined; send waits for each
         connected = threading.Event()
         self.client.on_connect = lambda *a: connected.set()

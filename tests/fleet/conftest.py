@@ -74,6 +74,7 @@ def write_fleet_config(
     client_id: str = "jha-fleet-test",
     sources: str = "",
     read_conninfo: str | None = None,
+    credentials: tuple[str, str] | None = None,
 ) -> FleetFiles:
     directory.mkdir(parents=True, exist_ok=True)
     token = directory / "token"
@@ -101,6 +102,7 @@ def write_fleet_config(
           reconnect_min_s: 0.05
           reconnect_max_s: 0.5
         """)
+        + _broker_login(directory, credentials)
         + sources
         + textwrap.dedent(f"""\
         database:
@@ -116,6 +118,15 @@ def write_fleet_config(
         """)
     )
     return FleetFiles(config, token)
+
+
+def _broker_login(directory: Path, credentials: tuple[str, str] | None) -> str:
+    if credentials is None:
+        return ""
+    secret = directory / "broker-password"
+    secret.write_text(credentials[1] + "\n")
+    secret.chmod(0o600)
+    return f"  username: {credentials[0]}\n  password_file: {secret}\n"
 
 
 @pytest.fixture

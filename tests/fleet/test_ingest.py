@@ -3,10 +3,14 @@ PostgreSQL): what is stored, idempotency, and what a plan built from it says."""
 
 from __future__ import annotations
 
+import json
+import uuid
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import psycopg
 
+from agent.fleet.ingest import REPLAYED
 from agent.fleet.settings import load_fleet_settings
 from tests.fleet.agents import RawPublisher, machine_report, messages_of, publish_reports
 from tests.fleet.conftest import FleetFiles
@@ -86,3 +90,52 @@ def test_the_same_messages_twice_change_nothing(
     assert (stats.stored, stats.duplicates, stats.rejected) == (3, 6, 0)
     assert rows(conninfo, "SELECT count(*) FROM reports") == [(1,)]
     assert rows(conninfo, "SELECT * FROM joint_health ORDER BY message_id") == before
+
+
+def _with(payload: bytes, **fields: str) -> bytes:
+    doc = json.loads(payload)
+    doc.update(fields)
+    return json.dumps(doc).encode()
+
+
+def test_a_time_stamp_from_the_future_and_an_id_replayed_with_another_time_are_refused(
+    broker: MosquittoBroker, fleet_files: FleetFiles
+) -> None:
+    """Issue 31, points 1 and 3, in the fleet itself (whatever the broker lets through): a
+    health stamped in the year 8999 used to be stored and hide the genuine agent's later alert
+    for good (the newest pointer only moves forward), and hold the machine fresh; a report id
+    replayed with another time added a second row. Both are refused and counted, by reason."""
+    conninfo = load_fleet_settings(fleet_files.config).database.conninfo
+    genuine = messages_of(machine_report("robot2", {"J1": [2.2e-3, 2.4e-3, 2.6e-3]}))
+    health = next(m for m in genuine if m.topic.endswith("/health"))
+    report = next(m for m in genuine if m.topic.endswith("/report"))
+    forged = _with(
+        health.payload,
+        message_id=str(uuid.uuid4()),
+        estimated_at="8999-01-01T00:00:00+00:00",
+        report_created_at="8999-01-01T00:00:00+00:00",
+    )
+    created = datetime.fromisoformat(json.loads(report.payload)["created_at"])
+    replay = _with(report.payload, created_at=(created - timedelta(seconds=1)).isoformat())
+    sender = RawPublisher(broker.port, client_id="hostile")
+    try:
+        with running_fleet(fleet_files.config) as fleet:
+            sender.send(health.topic, forged, False)
+            wait_until(lambda: fleet.ingest.stats().rejected >= 1, 30, "the forged health")
+            sender.send_messages(genuine)
+            wait_until(lambda: fleet.ingest.stats().stored == len(genuine), 30, "the genuine")
+            sender.send(report.topic, replay, False)
+            wait_until(lambda: fleet.ingest.stats().rejected >= 2, 30, "the replay")
+            stats = fleet.ingest.stats()
+            plan = get(base_url(fleet), "/api/plan").json()["joints"]
+    finally:
+        sender.close()
+    assert stats.rejected_by_reason == {
+        "time stamp ahead of the fleet's clock": 1,
+        REPLAYED: 1,
+    }
+    assert rows(conninfo, "SELECT count(*) FROM reports") == [(1,)]
+    assert rows(conninfo, "SELECT count(*) FROM joint_health") == [(1,)]
+    assert [(p["machine"], p["status"]) for p in plan] == [("robot2", "alert")]
+    (last,) = rows(conninfo, "SELECT last_report_at FROM machines WHERE machine = 'robot2'")
+    assert last[0] == created

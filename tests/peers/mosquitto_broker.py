@@ -166,12 +166,14 @@ class MosquittoBroker:
         *,
         tls: ServerCert | None = None,
         users: dict[str, str] | None = None,
+        acl: str | None = None,
         persistence: bool = False,
         port: int | None = None,
     ) -> None:
         self.directory = directory
         self.tls = tls
         self.users = users
+        self.acl = acl  # mosquitto acl_file text (with users: who may read and write what)
         self.persistence = persistence
         self.port = port or free_port()
         self.host = "127.0.0.1"
@@ -207,6 +209,11 @@ class MosquittoBroker:
                 )
             passwd.chmod(0o600)
             lines += ["allow_anonymous false", f"password_file {passwd}"]
+            if self.acl is not None:
+                acl_file = self.directory / "acl"
+                acl_file.write_text(self.acl)
+                acl_file.chmod(0o600)
+                lines.append(f"acl_file {acl_file}")
         else:
             lines.append("allow_anonymous true")
         if self.tls is not None:
