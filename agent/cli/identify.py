@@ -261,6 +261,13 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         f"-> {result.n_rows} rows, condition number {result.condition_number:.1f}",
         file=out,
     )
+    if len(result.segment_samples) > 1:
+        counts = ", ".join(f"{n:,}" for n in result.segment_samples)
+        print(
+            f"runs       {len(result.segment_samples)} stacked as separate segments (no filter "
+            f"or derivative across a boundary), samples per run: {counts}",
+            file=out,
+        )
     f = result.filter
     print(
         f"filters    position {f.order}th order at {f.cutoff_hz:.3g} Hz (bandwidth "

@@ -559,22 +559,37 @@ def test_physically_impossible_values_are_named(planar) -> None:
     assert impossible_values(r, res.dynamic_model, fitted_inertia=True) == []
 
 
-def test_two_runs_of_one_joint_are_refused_not_one_kept_silently(planar, tmp_path, capsys) -> None:
-    """`jha identify DIR_A DIR_B` used to fit DIR_B alone (issue 30, point 3): a second capture
-    of a joint is refused, naming both files, until runs are stacked as segments."""
+def test_two_runs_are_both_used_as_separate_segments(planar, tmp_path, capsys) -> None:
+    """`jha identify DIR_A DIR_B` used to fit DIR_B alone, silently (issue 30, point 3): both
+    runs are now stacked as segments (each filtered and differentiated on its own) and the
+    samples per run are reported; --validate takes several held-out runs the same way."""
     r, _, caps = planar
-    for run in ("run_a", "run_b"):
+    other = measure(run_of(r, random_excitation(r, ExcitationSettings(period_s=2.0, harmonics=3),
+                                                seed=4), hold_s=0.2), r)  # fmt: skip
+    for run, captures in (("run_a", caps), ("run_b", other)):
         (tmp_path / run).mkdir()
-        for cap, spec in zip(caps, r.joints, strict=True):
+        for cap, spec in zip(captures, r.joints, strict=True):
             save_capture(replace(cap, meta=replace(cap.meta, joint=spec.name)),
                          tmp_path / run / f"{spec.name}.npz")  # fmt: skip
-    args = [
-        str(tmp_path / "run_a"),
-        str(tmp_path / "run_b"),
-        "--robot",
-        str(ROBOTS / "planar2.yaml"),
-    ]
-    code, out = jha_identify([*args, "--model", "rigid"], capsys)
-    assert code == EX_DATAERR
-    assert "two captures of joint 'joint_1'" in out
-    assert "run_a/joint_1.npz" in out and "run_b/joint_1.npz" in out
+    robot = str(ROBOTS / "planar2.yaml")
+    a, b = str(tmp_path / "run_a"), str(tmp_path / "run_b")
+    fits = {}
+    for name, dirs in (("a", [a]), ("b", [b]), ("both", [a, b])):
+        code, out = jha_identify([*dirs, "--robot", robot, "--model", "rigid", "--json"], capsys)
+        assert code == EX_OK, out
+        fits[name] = json.loads(out)
+    n_a, n_b = fits["a"]["n_samples"], fits["b"]["n_samples"]
+    assert fits["both"]["segment_samples"] == [n_a, n_b]
+    assert fits["both"]["n_samples"] == n_a + n_b
+
+    def fc(name: str) -> float:
+        return next(p["value"] for p in fits[name]["parameters"] if p["name"] == "fc1")
+
+    assert fc("both") not in (fc("a"), fc("b"))  # both runs count, neither alone
+    assert min(fc("a"), fc("b")) - 0.05 <= fc("both") <= max(fc("a"), fc("b")) + 0.05
+    code, out = jha_identify([a, b, "--robot", robot, "--model", "rigid"], capsys)
+    assert code == EX_OK and "runs       2 stacked as separate segments" in out
+    code, out = jha_identify([a, "--robot", robot, "--model", "rigid", "--validate", a, b,
+                              "--json"], capsys)  # fmt: skip
+    assert code == EX_OK
+    assert json.loads(out)["validation"]["identified"]["samples"] == n_a + n_b

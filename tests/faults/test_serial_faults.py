@@ -20,7 +20,13 @@ import pytest
 
 from agent.capture.model import Capture
 from agent.errors import CycleAborted
-from tests.support.drivers.serial_board import Bench, connected, run, sim_capture
+from tests.support.drivers.serial_board import (
+    LATE_ATTEMPTS,
+    Bench,
+    connected,
+    run,
+    sim_capture,
+)
 from tests.support.summary import fault
 
 # Twice real time: the fault lands at frame 100 or later of 401, 0.35 s into the cycle with
@@ -96,13 +102,19 @@ ABORTS = [
 def test_sample_fault_aborts_names_the_sample_and_stops(
     bench: Bench, scenario: str, inject: dict[str, Any], message: str
 ) -> None:
-    peer = bench.peer(time_scale=TIME_SCALE, faults=[inject])
-    capture, reason = guarded(bench)
-    lost = samples_not_in_truth(capture, sim_capture(bench.ctrl))
+    truth = sim_capture(bench.ctrl)
+    for attempt in range(1, LATE_ATTEMPTS + 1):
+        peer = bench.peer(time_scale=TIME_SCALE, faults=[inject])
+        capture, reason = guarded(bench)
+        lost = samples_not_in_truth(capture, truth)
+        assert lost == 0 and capture is None  # judged on every attempt, late or not
+        assert message in reason
+        if not peer.stop_came_after_the_motion() or attempt == LATE_ATTEMPTS:
+            break
+        print(f"attempt {attempt}: the STOP reached the board after its last frame; again")
+        peer.close()
     fault(f"serial: {scenario}", records_lost=lost)
-    assert lost == 0 and capture is None
-    assert message in reason
-    assert peer.stops_while_moving() >= 1  # the STOP reached the board mid-motion
+    assert peer.stops_while_moving() >= 1, peer.events()  # the STOP reached it mid-motion
     done = [e for e in peer.events() if e["event"] == "cycle_done"]
     assert done and done[0]["result"] == "STOPPED" and done[0]["frames_sent"] < 401
 

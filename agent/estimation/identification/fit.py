@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -108,30 +109,40 @@ def identify(
     *,
     where: str = "<captures>",
 ) -> IdentificationResult:
-    """Identify from one capture per joint; refuses (exit code 65) what it cannot use."""
+    """Identify from one capture per joint, or from several runs of the robot (each joint
+    captured once per run: the k-th capture of every joint makes run k); refuses (exit code 65)
+    what it cannot use."""
     s = settings or IdentificationSettings()
-    signals = robot_signals(
-        captures,
-        robot,
-        saturation_fraction=s.saturation_fraction,
-        where=where,
-        # Only the elastic model and the motor-encoder ablation need the motor side.
-        require_motor=s.model == "elastic" or not s.use_link_encoder,
-        max_gap_ticks=s.max_gap_ticks,
-    )
+    signals = [
+        robot_signals(
+            run,
+            robot,
+            saturation_fraction=s.saturation_fraction,
+            where=where,
+            # Only the elastic model and the motor-encoder ablation need the motor side.
+            require_motor=s.model == "elastic" or not s.use_link_encoder,
+            max_gap_ticks=s.max_gap_ticks,
+        )
+        for run in split_runs(captures, robot, where)
+    ]
     return identify_signals(signals, robot, s)
 
 
 def identify_signals(
-    signals: RobotSignals, robot: RobotDescription, settings: IdentificationSettings
+    signals: RobotSignals | Sequence[RobotSignals],
+    robot: RobotDescription,
+    settings: IdentificationSettings,
 ) -> IdentificationResult:
+    """From one run's signals, or several runs' stacked as separate segments: each is filtered
+    and differentiated on its own (nothing across a boundary), with the first run's filter."""
     started = time.perf_counter()
-    kin = kinematics(signals, settings.filter)
-    if not settings.use_link_encoder:
-        kin = replace(kin, q=kin.th, qd=kin.thd, qdd=kin.thdd)
-    result = identify_kinematics(kin, robot, settings, started)
-    if signals.resampled is not None:
-        result = replace(result, warnings=(*result.warnings, signals.resampled.describe()))
+    runs = [signals] if isinstance(signals, RobotSignals) else list(signals)
+    kins = segment_kinematics(runs, settings)
+    result = identify_kinematics(kins, robot, settings, started)
+    for run in runs:
+        if run.resampled is not None:
+            result = replace(result, warnings=(*result.warnings, run.resampled.describe()))
+    signals = runs[0]
     missing = [
         spec.name
         for spec, measured in zip(robot.joints, signals.motor_measured, strict=False)
@@ -163,25 +174,69 @@ def identify_signals(
     return replace(result, joints=joints, warnings=warnings)
 
 
+def split_runs(
+    captures: Sequence[Capture], robot: RobotDescription, where: str
+) -> list[list[Capture]]:
+    """The captures as runs of the robot: the k-th capture of each joint (by the joint its
+    metadata names) belongs to run k; captures that name no joint are taken in order, one run
+    per len(joints). A run that misses a joint is refused by robot_signals, naming it."""
+    n = robot.n_joints
+    if any(not c.meta.joint for c in captures):
+        if len(captures) % n or any(c.meta.joint for c in captures):
+            return [list(captures)]  # robot_signals says what is wrong with them
+        return [list(captures[i : i + n]) for i in range(0, len(captures), n)]
+    seen: dict[str, int] = {}
+    runs: list[list[Capture]] = []
+    for c in captures:
+        k = seen.get(c.meta.joint or "", 0)
+        seen[c.meta.joint or ""] = k + 1
+        if k == len(runs):
+            runs.append([])
+        runs[k].append(c)
+    return runs
+
+
+def segment_kinematics(
+    runs: Sequence[RobotSignals], settings: IdentificationSettings
+) -> list[Kinematics]:
+    """Each run band-passed on its own, all with the first run's resolved filter (one model of
+    the signals for the whole fit); runs of different sample rates are refused."""
+    first = kinematics(runs[0], settings.filter)
+    kins = [first]
+    same = replace(settings.filter, bandwidth_hz=first.flt.bandwidth_hz)
+    for i, run in enumerate(runs[1:], start=2):
+        if not math.isclose(run.sample_rate_hz, first.flt.sample_rate_hz, rel_tol=1e-6):
+            raise EstimationError(
+                f"run {i} is sampled at {run.sample_rate_hz:.6g} Hz, run 1 at "
+                f"{first.flt.sample_rate_hz:.6g} Hz: runs stacked in one identification must "
+                "share their rate"
+            )
+        kins.append(kinematics(run, same))
+    if not settings.use_link_encoder:
+        kins = [replace(k, q=k.th, qd=k.thd, qdd=k.thdd) for k in kins]
+    return kins
+
+
 def identify_kinematics(
-    kin: Kinematics,
+    kin: Kinematics | Sequence[Kinematics],
     robot: RobotDescription,
     settings: IdentificationSettings,
     started: float | None = None,
 ) -> IdentificationResult:
     """The least-squares part, from band-passed motion (the paper-002 noise protocol adds its
-    noise to these kinematics and enters here)."""
+    noise to these kinematics and enters here); several segments are stacked row-wise."""
     t0 = time.perf_counter() if started is None else started
+    kins = [kin] if isinstance(kin, Kinematics) else list(kin)
     with single_thread_blas():
-        result = _identify(kin, robot, settings, t0)
+        result = _identify(kins, robot, settings, t0)
         if not settings.model_check or (settings.load_friction and settings.joint_spring):
             return result
-        check = _model_check(kin, robot, settings, result)
+        check = _model_check(kins, robot, settings, result)
     return replace(result, seconds=time.perf_counter() - t0).with_model_check(check)
 
 
 def _model_check(
-    kin: Kinematics,
+    kin: list[Kinematics],
     robot: RobotDescription,
     settings: IdentificationSettings,
     result: IdentificationResult,
@@ -203,24 +258,33 @@ def _model_check(
     )
 
 
-def _identify(
-    kin: Kinematics, robot: RobotDescription, settings: IdentificationSettings, t0: float
-) -> IdentificationResult:
-    n = robot.n_joints
+@dataclass(frozen=True)
+class _Segment:
+    """One run's decimated rows and what the load column needs of it at the full rate."""
+
+    kin: Kinematics
+    keep: npt.NDArray[np.intp]
+    sub: npt.NDArray[np.intp]
+    y_sub: Array
+    y_b: Array
+    dec: dict[str, Array]
+    slow: npt.NDArray[np.bool_]
+
+
+def _segment(
+    kin: Kinematics, robot: RobotDescription, settings: IdentificationSettings
+) -> _Segment:
     flt = kin.flt
-    base = link_base(robot)
     keep = decimation_index(kin.q.shape[0], flt)
     sub = subgrid(kin.q.shape[0], keep, flt)
-    y_sub = base.reduce(regressor(robot, kin.q[sub], kin.qd[sub], kin.qdd[sub]))
+    y_sub = link_base(robot).reduce(regressor(robot, kin.q[sub], kin.qd[sub], kin.qdd[sub]))
     y_b = parallel_decimate(y_sub, flt, keep, sub)
-    sgn = np.sign(kin.thd)
-    delta = kin.th - kin.q
     slow = slow_rows(kin.thd, flt, settings.min_friction_speed_rad_s)[keep]
     cols = {
         "thdd": kin.thdd,
-        "sgn": sgn,
+        "sgn": np.sign(kin.thd),
         "thd": kin.thd,
-        "delta": delta,
+        "delta": kin.th - kin.q,
         "tau": kin.tau,
     }
     if settings.model == "rigid":
@@ -233,6 +297,26 @@ def _identify(
     if settings.joint_spring:
         cols["q"] = kin.q
     dec = {k: parallel_decimate(v, flt, keep) for k, v in cols.items()}
+    return _Segment(kin, keep, sub, y_sub, y_b, dec, slow)
+
+
+def _identify(
+    kins: list[Kinematics], robot: RobotDescription, settings: IdentificationSettings, t0: float
+) -> IdentificationResult:
+    n = robot.n_joints
+    flt = kins[0].flt
+    base = link_base(robot)
+    segments = [_segment(k, robot, settings) for k in kins]
+    y_b = np.concatenate([g.y_b for g in segments])
+    slow = np.concatenate([g.slow for g in segments])
+    dec = {k: np.concatenate([g.dec[k] for g in segments]) for k in segments[0].dec}
+    # the evidence's time: each segment after the one before, one decimated step apart
+    times, offset = [], 0.0
+    for g in segments:
+        t = g.keep / flt.sample_rate_hz
+        times.append(t - t[0] + offset)
+        offset = times[-1][-1] + flt.decimation / flt.sample_rate_hz
+    time_s = np.concatenate(times) if len(segments) > 1 else segments[0].keep / flt.sample_rate_hz
     extra = {}
     if settings.torque_offset or settings.joint_spring:
         extra["off"] = np.ones_like(dec["tau"])
@@ -243,7 +327,7 @@ def _identify(
         raise PoorExcitation(cond, settings.max_condition_number)
     warnings: list[str] = []
     if settings.load_friction:
-        load = LoadColumn(y_b, y_sub, sub, keep, kin)
+        load = LoadColumn(y_b, tuple(segments))
         dec["load"], mu_std = load.fitted(dec, slow, settings, extra)
         extra["mu"] = dec["load"]
         warnings += [
@@ -373,7 +457,8 @@ def _identify(
         group_names=groups,
         group_sigma=sol.sigma,
         condition_number=cond,
-        n_samples=kin.q.shape[0],
+        n_samples=sum(k.q.shape[0] for k in kins),
+        segment_samples=tuple(k.q.shape[0] for k in kins),
         n_rows=int(sol.residual.size),
         filter=flt,
         joints=joints,
@@ -383,7 +468,7 @@ def _identify(
         warnings=tuple(warnings),
         feasible=feasible,
         robust=robust,
-        time_s=keep / flt.sample_rate_hz,
+        time_s=time_s,
         measured_torque_nm=np.where(slow, np.nan, dec["tau"]),
         predicted_torque_nm=np.where(slow, np.nan, predicted),
     )
@@ -411,16 +496,14 @@ class LoadColumn:
     """
 
     y_b: Array
-    y_sub: Array
-    sub: npt.NDArray[np.intp]
-    keep: npt.NDArray[np.intp]
-    kin: Kinematics
+    segments: tuple[_Segment, ...]
 
     def of(self, link_base: Array) -> Array:
-        rigid = full_rate(
-            np.einsum("njp,p->nj", self.y_sub, link_base), self.sub, self.kin.q.shape[0]
-        )
-        return parallel_decimate(np.sign(self.kin.thd) * np.abs(rigid), self.kin.flt, self.keep)
+        out = []
+        for g in self.segments:
+            rigid = full_rate(np.einsum("njp,p->nj", g.y_sub, link_base), g.sub, g.kin.q.shape[0])
+            out.append(parallel_decimate(np.sign(g.kin.thd) * np.abs(rigid), g.kin.flt, g.keep))
+        return np.concatenate(out)
 
     def fitted(
         self,
@@ -434,7 +517,7 @@ class LoadColumn:
         pin to MU_STD_MAX gets a zero column: the term is left out there. Returns the column and
         the share's standard deviation per joint."""
         fit = fit_elastic if settings.model == "elastic" else fit_rigid
-        n_base = self.y_sub.shape[2]
+        n_base = self.segments[0].y_sub.shape[2]
         column: Array | None = None
         for _ in range(LOAD_COLUMN_PASSES):
             with_load = extra if column is None else {**extra, "mu": column}

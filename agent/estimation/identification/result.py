@@ -78,7 +78,7 @@ class IdentificationResult:
     group_names: tuple[str, ...]
     group_sigma: Array  # residual std of each equation group (N·m)
     condition_number: float
-    n_samples: int
+    n_samples: int  # of every segment together
     n_rows: int
     filter: ResolvedFilter
     joints: tuple[JointHealth, ...]
@@ -92,6 +92,8 @@ class IdentificationResult:
     measured_torque_nm: Array = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     predicted_torque_nm: Array = field(default_factory=lambda: np.zeros((0, 0)), repr=False)
     feasible: FeasibleEstimate | None = None  # with IdentificationSettings.feasible
+    # Samples per run when several runs were stacked as separate segments (one run: one entry).
+    segment_samples: tuple[int, ...] = ()
     # HAC + torque-constant covariance (agent.estimation.identification.uncertainty);
     # rel_std_pct above is the textbook one, as Madsen et al. 2020's Table 4 gives it.
     robust: RobustCovariance | None = None
@@ -197,6 +199,7 @@ class IdentificationResult:
             "group_sigma": dict(zip(self.group_names, map(_finite, self.group_sigma), strict=True)),
             "condition_number": self.condition_number,
             "n_samples": self.n_samples,
+            "segment_samples": list(self.segment_samples or (self.n_samples,)),
             "n_rows": self.n_rows,
             "filter": self.filter.to_dict(),
             "joints": [j.to_dict() for j in self.joints],

@@ -65,8 +65,8 @@ def _joint_captures(
             raise CaptureError(
                 where,
                 f"two captures of joint {c.meta.joint!r} ({tagged[c.meta.joint].source} and "
-                f"{c.source}): give one run of the robot at a time; several runs are not "
-                "stacked into one identification yet",
+                f"{c.source}): one run of the robot here (fit.split_runs stacks several as "
+                "segments)",
             )
         if c.meta.joint:
             tagged[c.meta.joint] = c

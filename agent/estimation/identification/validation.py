@@ -17,12 +17,12 @@ import numpy as np
 from agent.capture.model import Capture
 from agent.errors import EstimationError
 from agent.estimation.identification.filters import decimation_index, parallel_decimate, subgrid
+from agent.estimation.identification.fit import segment_kinematics, split_runs
 from agent.estimation.identification.least_squares import single_thread_blas
 from agent.estimation.identification.model import (
     Array,
     DynamicModel,
     IdentificationSettings,
-    kinematics,
     nmse_nm,
     nominal_model,
     slow_rows,
@@ -70,16 +70,22 @@ def validate(
     that model's prediction instead of the measured one: the error of the parameters alone,
     without what neither model contains.
     """
-    kin, keep, sub, s = _validation_kinematics(robot, captures, settings)
-    with single_thread_blas():
-        if reference is not None:
-            measured = reference.decimated_torque(robot, kin, keep, sub)
-        elif filtered:
-            measured = parallel_decimate(kin.tau, kin.flt, keep)
-        else:
-            measured = kin.tau[keep]
-        predicted = model.decimated_torque(robot, kin, keep, sub)
-    moving = ~slow_rows(kin.thd, kin.flt, s.min_friction_speed_rad_s)[keep]
+    parts: list[tuple[Array, Array, Any]] = []
+    samples = 0
+    for kin, keep, sub, s in _validation_kinematics(robot, captures, settings):
+        with single_thread_blas():
+            if reference is not None:
+                measured = reference.decimated_torque(robot, kin, keep, sub)
+            elif filtered:
+                measured = parallel_decimate(kin.tau, kin.flt, keep)
+            else:
+                measured = kin.tau[keep]
+            predicted = model.decimated_torque(robot, kin, keep, sub)
+        moving = ~slow_rows(kin.thd, kin.flt, s.min_friction_speed_rad_s)[keep]
+        parts.append((measured, predicted, moving))
+        samples += int(kin.q.shape[0])
+    # several held-out runs: their rows together, each run filtered on its own
+    measured, predicted, moving = (np.concatenate([p[i] for p in parts]) for i in range(3))
     total, per_joint = nmse_nm(measured, predicted, moving)
     rms = np.array(
         [
@@ -87,7 +93,7 @@ def validate(
             for m, p, u in zip(measured.T, predicted.T, moving.T, strict=True)
         ]
     )
-    return Validation(total, per_joint, rms, int(kin.q.shape[0]))
+    return Validation(total, per_joint, rms, samples)
 
 
 def with_fitted_friction(
@@ -99,7 +105,7 @@ def with_fitted_friction(
     """`model` with its Coulomb and viscous coefficients fitted (per joint, least squares on
     the moving samples) to what its links and rotors leave of the measured torque: the fair
     baseline for a comparison with an identified model, whose friction was fitted too."""
-    kin, keep, sub, s = _validation_kinematics(robot, captures, settings)
+    ((kin, keep, sub, s),) = _validation_kinematics(robot, captures, settings)[:1]
     bare = replace(model, coulomb_nm=np.zeros_like(model.coulomb_nm),
                    viscous_nm_s_rad=np.zeros_like(model.viscous_nm_s_rad), prior=None)  # fmt: skip
     with single_thread_blas():
@@ -122,21 +128,24 @@ def _validation_kinematics(
     robot: RobotDescription,
     captures: tuple[Capture, ...] | list[Capture],
     settings: IdentificationSettings | None,
-) -> tuple[Any, Any, Any, IdentificationSettings]:
+) -> list[tuple[Any, Any, Any, IdentificationSettings]]:
+    """Per run of the captures (fit.split_runs): its kinematics, kept rows and subgrid."""
     s = settings or IdentificationSettings()
-    signals = robot_signals(
-        captures,
-        robot,
-        saturation_fraction=s.saturation_fraction,
-        require_motor=s.model == "elastic" or not s.use_link_encoder,
-        max_gap_ticks=s.max_gap_ticks,
-    )
-    kin = kinematics(signals, s.filter)
-    if not s.use_link_encoder:
-        kin = replace(kin, q=kin.th, qd=kin.thd, qdd=kin.thdd)
-    keep = decimation_index(kin.q.shape[0], kin.flt)
-    sub = subgrid(kin.q.shape[0], keep, kin.flt)
-    return kin, keep, sub, s
+    runs = [
+        robot_signals(
+            run,
+            robot,
+            saturation_fraction=s.saturation_fraction,
+            require_motor=s.model == "elastic" or not s.use_link_encoder,
+            max_gap_ticks=s.max_gap_ticks,
+        )
+        for run in split_runs(captures, robot, "<held-out captures>")
+    ]
+    out = []
+    for kin in segment_kinematics(runs, s):
+        keep = decimation_index(kin.q.shape[0], kin.flt)
+        out.append((kin, keep, subgrid(kin.q.shape[0], keep, kin.flt), s))
+    return out
 
 
 def true_parameters(

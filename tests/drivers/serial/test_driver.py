@@ -24,6 +24,7 @@ from agent.estimation.backlash.fit import fit_backlash
 from drivers.base import Capability, ControllerMode, load_driver_class
 from drivers.serial.driver import SerialEncoderDriver
 from tests.support.drivers.serial_board import (
+    LATE_ATTEMPTS,
     Bench,
     connected,
     run,
@@ -260,12 +261,18 @@ def test_peer_answering_garbage_cannot_connect(bench: Bench) -> None:
 
 
 def test_controller_leaves_the_stopped_state_mid_cycle(bench: Bench) -> None:
-    peer = bench.peer(
-        time_scale=0.5, faults=[{"kind": "leave_stopped", "at_frame": 100, "mode": "production"}]
-    )
-    err, _, _ = guarded_abort_keep_open(bench)
-    assert "production" in str(err)
-    assert peer.stops_while_moving() >= 1
+    for attempt in range(1, LATE_ATTEMPTS + 1):
+        peer = bench.peer(
+            time_scale=0.5,
+            faults=[{"kind": "leave_stopped", "at_frame": 100, "mode": "production"}],
+        )
+        err, _, _ = guarded_abort_keep_open(bench)
+        assert "production" in str(err)
+        if not peer.stop_came_after_the_motion() or attempt == LATE_ATTEMPTS:
+            break
+        print(f"attempt {attempt}: the STOP reached the board after its last frame; again")
+        peer.close()
+    assert peer.stops_while_moving() >= 1, peer.events()
     done = [e for e in peer.events() if e["event"] == "cycle_done"]
     assert done and done[0]["result"] == "STOPPED"
 
