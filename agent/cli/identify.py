@@ -295,7 +295,7 @@ def _cmd_identify(args: argparse.Namespace) -> int:
         fe = result.feasible
         print(
             f"feasible   physically consistent estimate: weighted residual +{fe.cost_pct:.3g} % "
-            f"({fe.evaluations} evaluations; {len(fe.violations)} violation(s) of the "
+            f"({fe.message}, {fe.evaluations} iterations; {len(fe.violations)} violation(s) of the "
             "unconstrained one, listed in the warnings)",
             file=out,
         )

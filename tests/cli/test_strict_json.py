@@ -86,3 +86,24 @@ def test_identify_json_when_both_encoders_agree_has_no_nan(tmp_path: Path) -> No
         assert hi - lo == pytest.approx(
             q["interval_95"][1] - q["interval_95"][0] + 2 * abs(check["bias"][p["name"]])
         )
+
+
+def test_identify_feasible_prints_no_python_warning(tmp_path: Path) -> None:
+    """Issue 30, point 5: `--feasible` leaked numpy overflow warnings (its local solver's
+    exponentials) and stopped after 400 evaluations; as a semidefinite program it runs under
+    `python -W error` (any warning an error) and reports the solver's status."""
+    sim = tmp_path / "id.npz"
+    made = subprocess.run(
+        [sys.executable, "-m", "agent.cli", "simulate", "identification", "--robot", str(ROBOT),
+         "-o", str(sim)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-m", "agent.cli", "identify", str(sim), "--robot",
+         str(ROBOT), "--model", "rigid", "--feasible"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Warning" not in done.stderr, done.stderr
+    assert "(solver Clarabel: optimal," in done.stdout, done.stdout
