@@ -243,3 +243,41 @@ def test_retention_months_is_checked_at_its_line(
     assert errors[0].startswith(f"{files.config}:{line}: database.retention_months: {expected}"), (
         errors
     )
+
+
+def test_every_mistake_in_one_pass(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A planner's file found 14 mistakes in 4 runs (7, 4, 1, 2): the secret files and the
+    cross-field rules waited for the schema to pass. Now one run names them all."""
+    files = write_fleet_config(tmp_path, 1883, "host=/run/postgresql dbname=jha")
+    files.token_file.chmod(0o644)  # a secret others may read
+    text = files.config.read_text()
+    text = text.replace("port: 1883", "port: eighty")  # schema
+    text = text.replace("topic_prefix: site-b/jha", "topic_prefix: jha")  # cross-field
+    text = text.replace("  token_file:", "  cert_file: /etc/jha/https.crt\n  token_file:")
+    files.config.write_text(text)
+    code, errors = check(files.config, capsys)
+    assert code == 78
+    fields = {e.split(": ")[1] for e in errors[:-1]}
+    assert fields == {
+        "broker.port",
+        "sources[1].topic_prefix",
+        "http.key_file",
+        "http.token_file",
+    }, errors
+    lines = [int(e.split(":")[1]) for e in errors[:-1]]
+    assert lines == sorted(lines)  # in the file's order
+
+
+def test_plain_http_beyond_this_host_is_warned(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    files = write_fleet_config(tmp_path, 1883, "host=/run/postgresql dbname=jha")
+    code, err = check(files.config, capsys)
+    assert code == 0 and not any("plain HTTP" in e for e in err)  # 127.0.0.1
+    text = files.config.read_text()
+    files.config.write_text(text.replace("host: 127.0.0.1\n  port: 0", "host: 0.0.0.0\n  port: 0"))
+    code, err = check(files.config, capsys)
+    line = line_of(files.config, "host: 0.0.0.0")
+    assert code == 0
+    assert any(e.startswith(f"{files.config}:{line}: http.host: warning: the plan is served "
+                            "over plain HTTP on 0.0.0.0") for e in err), err  # fmt: skip
