@@ -88,6 +88,31 @@ class RawPublisher:
         info.wait_for_publish(10)
         assert info.is_published(), f"broker did not acknowledge {topic}"
 
+    def offer(self, topic: str, payload: bytes, retain: bool = False, wait_s: float = 3.0) -> bool:
+        """Publish without insisting: whether the broker acknowledged within wait_s (a broker
+        may drop a message silently, or close the connection)."""
+        info = self.client.publish(topic, payload, qos=1, retain=retain)
+        try:
+            info.wait_for_publish(wait_s)
+        except (RuntimeError, ValueError):  # paho: the connection went away
+            return False
+        return info.is_published()
+
+    def retained(self, topic: str, wait_s: float = 1.0) -> bytes | None:
+        """The broker's retained message on `topic` (None when it keeps none)."""
+        got: list[bytes] = []
+        arrived = threading.Event()
+
+        def on_message(client: Any, userdata: Any, message: Any) -> None:
+            got.append(bytes(message.payload))
+            arrived.set()
+
+        self.client.on_message = on_message
+        self.client.subscribe(topic, qos=1)
+        arrived.wait(wait_s)
+        self.client.unsubscribe(topic)
+        return got[0] if got else None
+
     def send_messages(self, messages: Sequence[OutMessage]) -> None:
         for m in messages:
             self.send(m.topic, m.payload, m.retain)

@@ -81,3 +81,38 @@ def test_an_agent_cannot_write_another_agents_machine(tmp_path: Path, database: 
     with psycopg.connect(conninfo) as conn:
         # the forged retained status for edge-b never reached the fleet
         assert conn.execute("SELECT count(*) FROM agent_status").fetchone() == (0,)
+
+
+def test_the_broker_refuses_what_the_fleet_would_refuse(tmp_path: Path, database: str) -> None:
+    """Issue 31, point 4: 1.2 MB and 10 MB payloads were dropped by the broker on their way out
+    to the fleet (its maximum packet size) and counted nowhere, and a 10 MB retained message
+    stayed in the broker's store. The recipe's `max_packet_size` (the fleet's max_payload_bytes
+    plus 128 kB for topic and header, what the fleet itself accepts) makes the broker refuse
+    them on the way in: the sender is disconnected, nothing is stored or retained, and the
+    broker's log names the client ("disconnected due to oversize packet"). (mosquitto's older
+    `message_size_limit` acknowledged and dropped them without a word: measured, not used.)"""
+    limit = 1024 * 1024 + 128 * 1024  # the fleet's max_payload_bytes default + its headroom
+    with MosquittoBroker(tmp_path / "broker", max_packet_size=limit) as broker:
+        files = write_fleet_config(tmp_path / "fleet", broker.port, database, sources=SOURCES)
+        own = messages_of(machine_report("robot-a", {"J1": [1e-4, 1e-4, 1e-4]}))
+        big = RawPublisher(broker.port, "oversized")
+        sender = RawPublisher(broker.port, "edge-a")
+        try:
+            with running_fleet(files.config) as fleet:
+                acked = big.offer("jha/robot-b/J1/health", b"x" * (limit + 200_000), retain=True)
+                sender.send_messages(own)
+                wait_until(lambda: fleet.ingest.stats().stored >= len(own), 30, "the rest")
+                stats = fleet.ingest.stats()
+        finally:
+            big.close()
+            sender.close()
+        late = RawPublisher(broker.port, "late-subscriber")
+        try:
+            kept = late.retained("jha/robot-b/J1/health", wait_s=1.0)
+        finally:
+            late.close()
+        log = broker.log_file.read_text()
+    assert not acked
+    assert (stats.received, stats.stored, stats.rejected) == (len(own), len(own), 0)
+    assert kept is None  # not retained by the broker either
+    assert "Client oversized disconnected due to oversize packet" in log

@@ -169,11 +169,13 @@ class MosquittoBroker:
         acl: str | None = None,
         persistence: bool = False,
         port: int | None = None,
+        max_packet_size: int | None = None,
     ) -> None:
         self.directory = directory
         self.tls = tls
         self.users = users
         self.acl = acl  # mosquitto acl_file text (with users: who may read and write what)
+        self.max_packet_size = max_packet_size  # larger packets: the client is disconnected
         self.persistence = persistence
         self.port = port or free_port()
         self.host = "127.0.0.1"
@@ -196,6 +198,8 @@ class MosquittoBroker:
             "max_inflight_messages 100",
             "max_queued_messages 100000",
         ]
+        if self.max_packet_size is not None:
+            lines.append(f"max_packet_size {self.max_packet_size}")
         if self.users is not None:
             passwd = self.directory / "passwd"
             passwd.unlink(missing_ok=True)
