@@ -19,6 +19,8 @@ from urllib.parse import quote, urlencode
 from agent.fleet.page_script import CSP, DATA_ID, PLAN_SCRIPT, ROWS_ID
 from agent.fleet.plan import FILTERS, PlanFilter, PlanRow
 from agent.fleet.spark import HEIGHT, WIDTH, spark_points, spark_values
+from agent.health.display import indicator_info
+from agent.health.status import Status
 
 _STYLE = """
 body{font:14px system-ui,sans-serif;margin:1em;color:#222}
@@ -107,6 +109,13 @@ def plan_data(rows: Sequence[PlanRow], now: datetime) -> dict[str, Any]:
             since = r.last_report_at.isoformat() if r.stale else ""
             gone = _since(r.agent_since) if offline else ""
             machine_rows.append([s(r.site), s(r.line), s(r.machine), s(since), s(gone)])
+        # The value in the unit the reasons and the agents' reports use (mrad, kN·m/rad).
+        info = indicator_info(r.indicator)
+        shown, unit = r.value, r.unit
+        if shown is not None and unit == info.unit and info.display_unit:
+            shown, unit = shown * info.scale, info.display_unit
+        # An alert is to be served now: a date for its next limit beside it only confuses.
+        forecast = r.status is not Status.ALERT
         out.append(
             [
                 s(r.status.value),
@@ -114,13 +123,13 @@ def plan_data(rows: Sequence[PlanRow], now: datetime) -> dict[str, Any]:
                 m,
                 s(r.joint),
                 s(r.indicator),
-                "" if r.value is None else f"{r.value:.4g}",
-                s(r.unit),
+                "" if shown is None else f"{shown:.4g}",
+                s(unit),
                 _levels(r.spark),
-                s(r.next_limit),
-                _day(r.forecast_at, base),
-                _day(r.forecast_low, base),
-                _day(r.forecast_high, base),
+                s(r.next_limit if forecast else None),
+                _day(r.forecast_at if forecast else None, base),
+                _day(r.forecast_low if forecast else None, base),
+                _day(r.forecast_high if forecast else None, base),
                 s(_action(r)),
                 s(r.report_id) if r.report_stored else 0,
             ]
@@ -196,7 +205,13 @@ def report_page(report_id: str, doc: dict[str, Any]) -> str:
     for j in (*_list(doc.get("joints")), *_list(doc.get("indicator_joints"))):
         rec = j.get("recommendation") if isinstance(j.get("recommendation"), dict) else {}
         value = j.get("value")
-        shown = f"{value:.4g} {_e(j.get('unit') or '')}" if isinstance(value, int | float) else ""
+        shown = ""
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            info = indicator_info(str(j.get("indicator") or ""))
+            unit = str(j.get("unit") or "")
+            if unit == info.unit and info.display_unit:  # the reasons' unit (mrad, kN·m/rad)
+                value, unit = value * info.scale, info.display_unit
+            shown = f"{value:.4g} {_e(unit)}"
         points = spark_points(spark_values(j.get("history")))
         rows.append(
             f'<tr class="{_e(j.get("status"))}"><td class=st>{_e(j.get("status"))}</td>'

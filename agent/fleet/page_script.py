@@ -84,7 +84,10 @@ const row = (parent, r) => {
   if (ys.length > 1) trend.appendChild(spark(ys));
   add(tr, "td", t[limit]);
   add(tr, "td", day(at));
-  add(tr, "td", limit ? day(low) + " to " + (high === null ? "never" : day(high)) : "");
+  // An interval of zero width is one date, said as such (the trend leaves no spread).
+  const span = low !== null && low === high ? day(low) + " (zero width)"
+    : day(low) + " to " + (high === null ? "never" : day(high));
+  add(tr, "td", limit ? span : "");
   add(tr, "td", t[action]);
   const cell = add(tr, "td");
   if (report) {

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from agent.health.display import indicator_info
 from agent.health.regime import MIN_AFTER, find_break
 from agent.health.status import Status, TrendPoint
-from agent.health.verdicts import indicator_info
 
 SECONDS_PER_DAY = 86_400.0
 # Below these the line is shown but not extrapolated: five cycles two minutes apart say nothing

@@ -1,7 +1,7 @@
 """Health verdicts from thresholds: a value against its watch and alert limits.
 
 A value exactly at a limit takes the worse status. How each indicator is shown to people (label,
-display unit) is here too, so every page and payload names it the same way.
+display unit) is agent.health.display's, so every page and payload names it the same way.
 """
 
 from __future__ import annotations
@@ -13,44 +13,10 @@ from typing import Any
 from agent.config.model import ThresholdSettings
 from agent.errors import ConfigError
 from agent.estimation.backlash.result import BacklashResult
+from agent.health.display import INDICATORS, indicator_info
 from agent.health.status import Status
 
 SECONDS_PER_DAY = 86_400.0
-
-
-@dataclass(frozen=True)
-class Indicator:
-    """How an indicator is shown to people: SI value * scale, in `display_unit`."""
-
-    name: str
-    label: str
-    unit: str  # SI unit of the stored value
-    display_unit: str
-    scale: float
-
-    def format(self, value: float | None, digits: int = 3) -> str:
-        if value is None or not math.isfinite(value):
-            return "n/a"
-        return f"{value * self.scale:.{digits}g} {self.display_unit}"
-
-
-INDICATORS: dict[str, Indicator] = {
-    "backlash_rad": Indicator("backlash_rad", "backlash", "rad", "mrad", 1e3),
-    "amplitude_rad_s": Indicator("amplitude_rad_s", "amplitude A", "rad/s", "rad/s", 1.0),
-    # The identification's (agent.estimation.identification.fit.JointHealth.rows) and stiffness's.
-    "coulomb_friction_nm": Indicator("coulomb_friction_nm", "Coulomb friction", "N·m", "N·m", 1.0),
-    "viscous_friction_nm_s_rad": Indicator(
-        "viscous_friction_nm_s_rad", "viscous friction", "N·m·s/rad", "N·m·s/rad", 1.0
-    ),
-    "stiffness_nm_rad": Indicator("stiffness_nm_rad", "stiffness", "N·m/rad", "kN·m/rad", 1e-3),
-    "rotor_inertia_kg_m2": Indicator("rotor_inertia_kg_m2", "rotor inertia", "kg·m²", "kg·m²", 1.0),
-    "torque_nmse_nm": Indicator("torque_nmse_nm", "torque-prediction NMSE", "N·m", "N·m", 1.0),
-}
-
-
-def indicator_info(name: str) -> Indicator:
-    """Display facts of an indicator; unknown names are shown in SI as they are."""
-    return INDICATORS.get(name, Indicator(name, name, "", "", 1.0))
 
 
 @dataclass(frozen=True)

@@ -21,11 +21,11 @@ from datetime import datetime
 
 from agent.config.identification_limits import IdentificationLimitSettings
 from agent.config.model import ThresholdSettings
+from agent.health.display import indicator_info
 from agent.health.identification.baseline import IDENTIFICATION_INDICATORS
 from agent.health.identification.indicator import assess_indicator
 from agent.health.identification.joint import joint_verdict
 from agent.health.status import Status, TrendPoint
-from agent.health.verdicts import indicator_info
 from agent.history.records import Estimate, Outcome
 from agent.history.store import HistoryStore
 from agent.report.evidence import EvidencePlot

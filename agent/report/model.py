@@ -49,6 +49,7 @@ from agent import __version__
 from agent.config.model import ThresholdSettings
 from agent.errors import AgentError
 from agent.estimation.backlash.result import BacklashResult
+from agent.health.display import indicator_info
 from agent.health.identification.indicator import IndicatorVerdict
 from agent.health.identification.joint import (
     JointIdentificationVerdict,
@@ -57,7 +58,7 @@ from agent.health.identification.joint import (
 )
 from agent.health.status import Ne107, Status, TrendPoint, ne107_of, worst
 from agent.health.trend import Trend, forecast_sentence, passed_limit, trend
-from agent.health.verdicts import assess_backlash, indicator_info
+from agent.health.verdicts import assess_backlash
 from agent.history.records import Outcome
 from agent.report.action import Recommendation, recommend
 from agent.report.evidence import EvidencePlot

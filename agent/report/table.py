@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 import unicodedata
 
+from agent.health.display import indicator_info
 from agent.health.identification.joint import JointIdentificationVerdict
 from agent.health.status import Status
-from agent.health.verdicts import indicator_info
 from agent.report.action import by_severity
 from agent.report.model import JointReport, Report
 

@@ -7,11 +7,11 @@ says them. A planner reads what changed and by how much first, the limit it is h
 
 from __future__ import annotations
 
+from agent.health.display import indicator_info
 from agent.health.identification.baseline import LimitKind
 from agent.health.identification.indicator import IndicatorVerdict
 from agent.health.identification.joint import JointIdentificationVerdict
 from agent.health.status import Status
-from agent.health.verdicts import indicator_info
 
 
 def _number(indicator: str, value: float) -> str:

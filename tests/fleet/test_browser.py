@@ -65,16 +65,20 @@ def test_the_page_in_headless_chromium(plant: Plant, tmp_path: Path) -> None:
     assert all(w > 50 for w, _ in dom["sparks"]), dom["sparks"]
     # The rising trends (alert, watch, watch) climb; the two flat ones are a level line.
     assert [h > 5 for _, h in dom["sparks"]] == [True, True, True, False, False]
-    # The forecast's date and 95 % interval: the API's (UTC) dates, "never" for an open end.
-    expected = [_dates(j.get("forecast")) for j in joints]
+    # The forecast's date and 95 % interval: the API's (UTC) dates, "never" for an open end;
+    # none for the alert (issue 31: "service now" beside a date confused a planner).
+    expected = [_dates(j) for j in joints]
     assert list(zip(dom["forecasts"], dom["intervals"], strict=True)) == expected
     assert sum(bool(i) for i in dom["intervals"]) >= 2  # the watch joints have one
     assert dom["links"] == [f"/reports/{j['report_id']}" for j in joints]
 
 
-def _dates(forecast: dict[str, Any] | None) -> tuple[str, str]:
-    """A forecast as the page shows it: its date and its interval ("low to high")."""
-    if forecast is None:
+def _dates(joint: dict[str, Any]) -> tuple[str, str]:
+    """A forecast as the page shows it: its date and its interval ("low to high", one date
+    "(zero width)" when both ends are that date); none beside an alert (serve it now)."""
+    forecast = joint.get("forecast")
+    if forecast is None or joint["status"] == "alert":
         return "", ""
     low, high = (str(t or "")[:10] for t in forecast["interval"])
-    return str(forecast["at"] or "")[:10], f"{low} to {high or 'never'}"
+    span = f"{low} (zero width)" if low and low == high else f"{low} to {high or 'never'}"
+    return str(forecast["at"] or "")[:10], span

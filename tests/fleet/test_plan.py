@@ -305,3 +305,31 @@ def test_fuzzed_requests_never_fail_the_server(plant: Plant) -> None:
 
     request()
     assert get(plant.base, "/api/plan").status == 200  # still serving
+
+
+def _row(status: Status, indicator: str, value: float, unit: str, now: datetime) -> PlanRow:
+    return PlanRow(
+        site="s", line="l", prefix="jha", machine="m", joint="J1", status=status, ne107="M",
+        reason=None, indicator=indicator, value=value, unit=unit, estimated_at=now,
+        next_limit="alert", forecast_at=now + timedelta(days=9),
+        forecast_low=now + timedelta(days=5), forecast_high=now + timedelta(days=20),
+        recommendation={"action": "service now" if status is Status.ALERT else "plan"},
+        history=(), spark=None, report_id="r1", report_stored=True, last_report_at=now,
+        stale=False,
+    )  # fmt: skip
+
+
+def test_page_values_in_the_reasons_units_and_no_forecast_beside_service_now() -> None:
+    """Issue 31, point 5: values were shown in rad beside reasons in mrad, and an alert row
+    saying "service now" showed a forecast date too."""
+    now = datetime(2027, 6, 1, tzinfo=UTC)
+    rows = [
+        _row(Status.WATCH, "backlash_rad", 1.5e-3, "rad", now),
+        _row(Status.ALERT, "stiffness_nm_rad", 14500.0, "N·m/rad", now),
+    ]
+    strings, decoded = page_data(plan_page(rows, PlanFilter(), now))
+    watch, alert = decoded
+    assert watch["value"] == "1.5" and strings[watch["unit"]] == "mrad"
+    assert alert["value"] == "14.5" and strings[alert["unit"]] == "kN·m/rad"
+    assert watch["at"] is not None and strings[watch["limit"]] == "alert"
+    assert alert["at"] is None and alert["low"] is None and alert["limit"] == 0  # none shown

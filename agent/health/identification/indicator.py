@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from agent.config.identification_limits import IdentificationLimitSettings
+from agent.health.display import indicator_info
 from agent.health.identification.baseline import (
     DEFAULT_LIMITS,
     Baseline,
@@ -39,7 +40,6 @@ from agent.health.trend import (
     recent_break_sentence,
     trend,
 )
-from agent.health.verdicts import indicator_info
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent.health.display import indicator_info
 from agent.health.identification.indicator import IndicatorVerdict
 from agent.health.status import Ne107, Status, ne107_of, worst
 from agent.health.trend import LimitName
-from agent.health.verdicts import indicator_info
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,7 @@ from enum import StrEnum
 from typing import Any
 
 from agent import __version__
-from agent.health.verdicts import indicator_info
+from agent.health.display import indicator_info
 from agent.publish.mqtt.message import MessageKind, OutMessage
 from agent.report.model import INTERVAL_CONFIDENCE, JointReport, Report, report_to_dict
 

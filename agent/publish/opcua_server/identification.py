@@ -25,8 +25,8 @@ from typing import Any, cast
 
 from asyncua import ua
 
+from agent.health.display import indicator_info
 from agent.health.identification.joint import JointIdentificationVerdict
-from agent.health.verdicts import indicator_info
 from agent.publish.opcua_server.nodes import HealthAddressSpace
 from agent.report.model import Report
 

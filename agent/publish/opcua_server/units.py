@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from asyncua import ua
 
-from agent.health.verdicts import indicator_info
+from agent.health.display import indicator_info
 
 CEFACT_URI = "http://www.opcfoundation.org/UA/units/un/cefact"
 # SI unit text -> (UN/CEFACT common code, description); OPC UA Part 8 derives the UnitId.

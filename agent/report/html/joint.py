@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent.health.display import indicator_info
 from agent.health.identification.baseline import LimitKind
 from agent.health.identification.joint import JointIdentificationVerdict
 from agent.health.status import Status
 from agent.health.trend import LimitName, Trend, next_forecast, passed_limit
-from agent.health.verdicts import indicator_info
 from agent.report.html.markup import (
     badge,
     display_unit,

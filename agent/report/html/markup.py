@@ -10,8 +10,8 @@ from __future__ import annotations
 import html
 from datetime import UTC, datetime
 
+from agent.health.display import indicator_info
 from agent.health.status import Ne107, Status
-from agent.health.verdicts import indicator_info
 from agent.report.svg import clean_text
 
 NE107_TEXT = {

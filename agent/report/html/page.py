@@ -13,9 +13,9 @@ nothing that colour told.
 
 from __future__ import annotations
 
+from agent.health.display import indicator_info
 from agent.health.identification.baseline import LimitKind
 from agent.health.identification.joint import JointIdentificationVerdict
-from agent.health.verdicts import indicator_info
 from agent.report.action import by_severity, recommend
 from agent.report.html.joint import joint_section
 from agent.report.html.markup import badge, dry_run_badge, esc, ne107_badge

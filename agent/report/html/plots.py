@@ -8,9 +8,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from agent.estimation.backlash.result import BacklashResult
+from agent.health.display import indicator_info
 from agent.health.status import TrendPoint
 from agent.health.trend import LimitName, Trend, TrendBasis, days_since, next_forecast
-from agent.health.verdicts import indicator_info
 from agent.report.evidence import EvidencePlot
 from agent.report.html.markup import display_unit, esc, when
 from agent.report.svg import HLine, Series, line_plot
