@@ -128,6 +128,7 @@ def assess_backlash(result: BacklashResult | None, thresholds: ThresholdSettings
             thresholds.amplitude_alert_rad_s,
             "amplitude_rad_s",
         )
+    verdict = _resolution_check(verdict, result, thresholds)
     if not result.converged:
         verdict = Verdict(
             verdict.status,
@@ -137,3 +138,34 @@ def assess_backlash(result: BacklashResult | None, thresholds: ThresholdSettings
             f"{verdict.reason} (fit did not converge: {result.stop_reason})",
         )
     return verdict
+
+
+def _resolution_check(
+    verdict: Verdict, result: BacklashResult, thresholds: ThresholdSettings
+) -> Verdict:
+    """"Cannot judge" (UNKNOWN, NE 107 C) when the estimate's 95 % interval is wider than the
+    step from a new gear (0) to the watch limit: such a capture cannot tell a healthy joint from
+    a worn one, and its OK or WATCH would be a coin toss (issue 29: resolution before verdict)."""
+    if verdict.status is Status.UNKNOWN or verdict.value is None:
+        return verdict
+    watch = (
+        thresholds.backlash_watch_rad
+        if verdict.indicator == "backlash_rad"
+        else thresholds.amplitude_watch_rad_s
+    )
+    interval = result.interval_of(verdict.indicator)
+    if watch is None or interval is None:
+        return verdict
+    half = 0.5 * (interval[1] - interval[0])
+    if not half > watch:
+        return verdict
+    info = INDICATORS[verdict.indicator]
+    return Verdict(
+        Status.UNKNOWN,
+        verdict.indicator,
+        verdict.value,
+        verdict.limit,
+        f"cannot judge: {info.label} {info.format(verdict.value)} +- {info.format(half)} (95 %), "
+        f"wider than the step to the watch limit {info.format(watch)}; a longer capture, a "
+        "steadier speed or a calibration with less scatter narrows it",
+    )

@@ -60,14 +60,21 @@ def assess_history(
             continue
         given = None if commissioning is None else commissioning.value(name)
         found[name] = assess_indicator(
-            name, [(p, _rel_std(d)) for p, d in points], s, given, failure
+            name, [(p, _rel_std(d, p.value)) for p, d in points], s, given, failure
         )
     return found
 
 
-def _rel_std(detail: Mapping[str, Any]) -> float | None:
-    """The relative standard deviation (%) an identification gave a value, when it recorded one."""
+def _rel_std(detail: Mapping[str, Any], value: float) -> float | None:
+    """The relative standard deviation (%) an estimate gave a value, when it recorded one: its
+    rel_std_pct (identification), or its std against the value (`jha stiffness estimate`), so
+    the resolution rule judges a stiffness too wide to tell as "cannot judge"."""
     rel = detail.get("rel_std_pct")
     if isinstance(rel, int | float) and not isinstance(rel, bool) and math.isfinite(rel):
         return abs(float(rel))
+    std = detail.get("std")
+    if isinstance(std, bool) or not isinstance(std, int | float) or not math.isfinite(std):
+        return None
+    if math.isfinite(value) and value != 0.0:
+        return 100.0 * abs(float(std)) / abs(value)
     return None

@@ -314,3 +314,24 @@ def test_bad_limits_give_file_line_errors(tmp_path: Path) -> None:
     assert ident.limits.baseline["joint_2"].stiffness_nm_rad == 1.0e4
     assert ident.limits.baseline_identifications == 3 and ident.limits.stiffness_drop_alert == 0.3
     assert math.isclose(IdentificationLimitSettings().nmse_ratio_alert, 4.0)
+
+
+def test_a_stiffness_estimate_too_wide_to_tell_cannot_be_judged(tmp_path: Path) -> None:
+    """`jha stiffness estimate --record` stores a standard deviation, not a relative one: the
+    resolution rule reads it against the value (issue 29, point 3, the stiffness kind). A
+    stiffness known to +-20 % (1 sd) cannot judge a -15 % watch step; one to +-2 % can."""
+
+    def stiffness(k: float, std: float) -> dict[str, list[Estimate]]:
+        return {"joint_1": [Estimate("stiffness_nm_rad", k, "N·m/rad", {"std": std})]}
+
+    limits = IdentificationLimitSettings(
+        baseline={"joint_1": JointBaselineSettings(stiffness_nm_rad=2.0e4)}
+    )
+    found = {}
+    for name, std in (("wide", 0.38e4), ("narrow", 0.038e4)):
+        with HistoryStore(tmp_path / f"{name}.sqlite") as store:
+            record_identification(store, T0, stiffness(1.9e4, std), limits)
+            found[name] = assess_history(store, "cell1", "joint_1")["stiffness_nm_rad"]
+    wide, narrow = found["wide"], found["narrow"]
+    assert wide.status is Status.UNKNOWN and wide.cannot_judge, wide.reason
+    assert narrow.status is Status.OK and not narrow.cannot_judge, narrow.reason

@@ -354,3 +354,22 @@ def test_slope_interval_covers_the_true_slope_at_its_confidence() -> None:
 def test_ne107_mapping(status: Status, running: bool, failed: bool, signal: Ne107) -> None:
     assert ne107_of(status, running=running, failed=failed) is signal
     assert signal.letter in "NMSFC"
+
+
+def test_a_backlash_interval_wider_than_the_watch_step_cannot_judge() -> None:
+    """Issue 29, point 3, for the backlash kind: an estimate +-1.2 mrad against a 1 mrad watch
+    limit cannot tell a new gear from a worn one: "cannot judge" (UNKNOWN), never OK."""
+    wide = dataclasses.replace(
+        result(backlash=4e-4), backlash_low_rad=-0.8e-3, backlash_high_rad=1.6e-3
+    )
+    v = assess_backlash(wide, LIMITS)
+    assert v.status is Status.UNKNOWN and v.reason.startswith("cannot judge: backlash 0.4 mrad")
+    assert "+- 1.2 mrad (95 %), wider than the step to the watch limit 1 mrad" in v.reason
+    narrow = dataclasses.replace(
+        result(backlash=4e-4), backlash_low_rad=3e-4, backlash_high_rad=5e-4
+    )
+    assert assess_backlash(narrow, LIMITS).status is Status.OK
+    # uncalibrated: the amplitude's interval against the amplitude limits, the same rule
+    amp = dataclasses.replace(result(amplitude=0.05, backlash=None), amplitude_low_rad_s=-0.1,
+                  amplitude_high_rad_s=0.2)  # fmt: skip
+    assert assess_backlash(amp, LIMITS).status is Status.UNKNOWN
