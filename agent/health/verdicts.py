@@ -143,7 +143,7 @@ def assess_backlash(result: BacklashResult | None, thresholds: ThresholdSettings
 def _resolution_check(
     verdict: Verdict, result: BacklashResult, thresholds: ThresholdSettings
 ) -> Verdict:
-    """"Cannot judge" (UNKNOWN, NE 107 C) when the estimate's 95 % interval is wider than the
+    """ "Cannot judge" (UNKNOWN, NE 107 C) when the estimate's 95 % interval is wider than the
     step from a new gear (0) to the watch limit: such a capture cannot tell a healthy joint from
     a worn one, and its OK or WATCH would be a coin toss (issue 29: resolution before verdict)."""
     if verdict.status is Status.UNKNOWN or verdict.value is None:
