@@ -27,7 +27,8 @@ from agent.fleet.plan import PlanReader
 from agent.fleet.settings import FleetSettings
 from agent.fleet.store import Placement, Store, connect
 from agent.fleet.tls import server_context
-from agent.fleet.web import PlanServer
+from agent.fleet.web import HttpLimits, PlanServer
+from agent.fleet.web_app import PlanApp
 from agent.logfmt import kv, register_secret
 
 log = logging.getLogger(__name__)
@@ -89,14 +90,15 @@ class FleetService:
         tls = None
         if http.cert_file is not None and http.key_file is not None:
             tls = server_context(http.cert_file, http.key_file)
-        self.web = PlanServer(
-            http.host,
-            http.port,
-            self.secrets.token,
-            self.reader,
-            lambda: self.ingest.stats().to_dict(),
-            tls,
+        app = PlanApp(self.secrets.token, self.reader, self._stats)
+        limits = HttpLimits(
+            max_connections=http.max_connections, request_timeout_s=http.request_timeout_s
         )
+        self.web = PlanServer(http.host, http.port, app, tls, limits)
+
+    def _stats(self) -> dict[str, Any]:
+        """/api/stats: the ingest's counters and the web side's."""
+        return {**self.ingest.stats().to_dict(), "http": self.web.stats()}
 
     def _reader_connection(self) -> psycopg.Connection[Any]:
         """The plan's connection; an OperationalError (the web side's 503) when its database

@@ -121,6 +121,12 @@ class HttpSettings:
     # its owner may read it; systemd's LoadCredential= can hand the service a copy).
     cert_file: str | None = field(default=None, metadata={"min_len": 1})
     key_file: str | None = field(default=None, metadata={"min_len": 1})
+    # Open connections at most: beyond it a new one closes the oldest that is waiting for its
+    # request (agent.fleet.web). Below the unit's LimitNOFILE (4096), with room for the rest.
+    max_connections: int = field(default=256, metadata={"ge": 8, "le": 3072})
+    # A request's head (line and headers, and the TLS handshake) must be complete within this
+    # of the connection's start or the previous answer: a slow sender is not a connection kept.
+    request_timeout_s: float = field(default=10.0, metadata={"gt": 0.0, "le": 300.0})
 
     def check(self) -> list[tuple[str, str]]:
         if (self.cert_file is None) != (self.key_file is None):

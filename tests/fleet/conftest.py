@@ -75,6 +75,7 @@ def write_fleet_config(
     sources: str = "",
     read_conninfo: str | None = None,
     credentials: tuple[str, str] | None = None,
+    http_settings: str = "",
 ) -> FleetFiles:
     directory.mkdir(parents=True, exist_ok=True)
     token = directory / "token"
@@ -114,8 +115,9 @@ def write_fleet_config(
           host: 127.0.0.1
           port: {http_port}
           token_file: {token}
-        stale_after_s: {stale_after_s}
         """)
+        + "".join(f"  {line}\n" for line in http_settings.splitlines())
+        + f"stale_after_s: {stale_after_s}\n"
     )
     return FleetFiles(config, token)
 

@@ -7,6 +7,7 @@ import base64
 import contextlib
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -71,7 +72,15 @@ def base_url(service: FleetService) -> str:
 class FleetProcess:
     """`jha fleet --config FILE` as a child process; its log goes to a file."""
 
-    def __init__(self, config: Path, log_file: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: Path,
+        log_file: Path,
+        env: dict[str, str] | None = None,
+        fd_limit: int | None = None,
+    ) -> None:
+        """`fd_limit`: the soft RLIMIT_NOFILE the service runs under (systemd's default for a
+        service is 1024; jha-fleet.service sets 4096)."""
         self.log_file = log_file
         with open(log_file, "ab") as log:
             self.proc = subprocess.Popen(
@@ -80,6 +89,7 @@ class FleetProcess:
                 stderr=log,
                 stdin=subprocess.DEVNULL,
                 env={**os.environ, **(env or {})},
+                preexec_fn=None if fd_limit is None else lambda: _limit_files(fd_limit),
             )
 
     def log_text(self) -> str:
@@ -106,3 +116,8 @@ class FleetProcess:
             self.proc.send_signal(signal.SIGTERM)
             self.proc.wait(30)
         return self.proc.returncode
+
+
+def _limit_files(soft: int) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
