@@ -21,7 +21,22 @@ _PASSWORD_FIELD = ("publish", "mqtt", "password_file")
 def file_findings(config: Config, file: str | Path) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
     """(errors, warnings) about every file `config` names."""
     errors, warnings = password_file_findings(config, file)
-    return errors + settings_file_findings(config, file), warnings
+    return errors + settings_file_findings(config, file), warnings + credential_findings(
+        config, file
+    )
+
+
+def credential_findings(config: Config, file: str | Path) -> list[ConfigIssue]:
+    """A warning when the agent publishes to the broker without a credential of its own."""
+    from agent.config.mqtt import credential_warning
+    from agent.schema.yaml_lines import load_yaml
+
+    mqtt = config.publish.mqtt
+    note = None if mqtt is None else credential_warning(mqtt, "this agent")
+    if note is None:
+        return []
+    line = load_yaml(file).line_of(("publish", "mqtt"))
+    return [ConfigIssue(str(file), line, "publish.mqtt", note)]
 
 
 def password_file_findings(

@@ -56,6 +56,20 @@ def client_tls_problems(s: ClientTls) -> list[tuple[str, str]]:
     return out
 
 
+def credential_warning(s: ClientTls, who: str) -> str | None:
+    """A warning when `who` logs in to the broker with no credential of its own: then the
+    broker cannot bind it to its topics (config/mosquitto/jha.acl.example), and any client that
+    reaches the broker may publish as it."""
+    if s.cert_file is not None or (s.username is not None and s.password_file is not None):
+        return None
+    return (
+        f"warning: {who} has no credential of its own at the broker (username and "
+        "password_file, or a TLS client certificate: cert_file and key_file): the broker "
+        "cannot bind it to its own topics, and any client may publish in its name "
+        "(config/mosquitto/jha.acl.example, docs/publish.md)"
+    )
+
+
 @dataclass(frozen=True)
 class OutboxSettings:
     """Bounds of the store-and-forward outbox; past them the OLDEST full reports are dropped

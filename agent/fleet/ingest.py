@@ -29,6 +29,7 @@ from typing import Any
 
 import psycopg
 
+from agent.fleet.binding import Bindings
 from agent.fleet.messages import Message, PayloadError, ahead_of_clock, parse_message
 from agent.fleet.mqtt_session import Delivery, SubscriberSession
 from agent.fleet.settings import FleetSettings
@@ -88,6 +89,7 @@ class Ingest:
         self.store = store
         self._reconnect_store = reconnect_store  # () -> Store, after a lost database link
         self.prefixes = tuple(s.topic_prefix for s in settings.sources)
+        self.bindings = Bindings.of(settings.sources)
         self._queue: queue.Queue[list[_Incoming]] = queue.Queue()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -156,9 +158,10 @@ class Ingest:
                 self._reject(d.topic, len(d.payload), str(exc))
                 message = None
             if message is not None:
-                ahead = ahead_of_clock(message, now, self.settings.max_clock_skew_s)
-                if ahead is not None:
-                    self._reject(d.topic, len(d.payload), ahead)
+                refused = ahead_of_clock(message, now, self.settings.max_clock_skew_s)
+                refused = refused or self.bindings.problem(message)
+                if refused is not None:
+                    self._reject(d.topic, len(d.payload), refused)
                     message = None
             incoming.append(_Incoming(d.generation, d.packet_id, d.qos, message))
         with self._lock:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.config.mqtt import client_tls_problems, topic_prefix_problems
+from agent.config.mqtt import client_tls_problems, credential_warning, topic_prefix_problems
 from agent.config.secret_file import SecretFileError, read_secret_file
 from agent.errors import ConfigError
 from agent.fleet.tls import key_file_problem, server_context
@@ -62,15 +62,39 @@ class BrokerSettings:
 
 
 @dataclass(frozen=True)
+class AgentBinding:
+    """One agent (its publish.mqtt.client_id) and the machines (its controllers' names) it
+    alone speaks for: the broker's ACL entry for it says the same."""
+
+    client_id: str = field(metadata={"min_len": 1})
+    machines: tuple[str, ...] = field(metadata={"min_len": 1})
+
+
+@dataclass(frozen=True)
 class SourceSettings:
     """Agents publishing under `topic_prefix` (their publish.mqtt.topic_prefix)."""
 
     topic_prefix: str = field(metadata={"min_len": 1})
     site: str = field(metadata={"min_len": 1})
     line: str = field(metadata={"min_len": 1})
+    # Which agent speaks for which machines under this prefix (agent.fleet.binding): any other
+    # agent's report, health or status is refused and counted. Empty: any agent, any machine.
+    agents: tuple[AgentBinding, ...] = ()
 
     def check(self) -> list[tuple[str, str]]:
-        return [("topic_prefix", m) for m in topic_prefix_problems(self.topic_prefix)]
+        out = [("topic_prefix", m) for m in topic_prefix_problems(self.topic_prefix)]
+        owner: dict[str, int] = {}
+        for i, a in enumerate(self.agents):
+            for j, machine in enumerate(a.machines):
+                if machine in owner and owner[machine] != i:
+                    msg = f"expected each machine bound to one agent, found {machine!r} again "
+                    out.append((f"agents[{i}].machines[{j}]", msg + f"(agents[{owner[machine]}])"))
+                owner.setdefault(machine, i)
+        seen = [a.client_id for a in self.agents]
+        for i, client in enumerate(seen):
+            if client in seen[:i]:
+                out.append((f"agents[{i}].client_id", "expected each agent once, found it again"))
+        return out
 
 
 @dataclass(frozen=True)
@@ -250,8 +274,9 @@ def _https_issues(file: str, root: Node, http: HttpSettings) -> list[ConfigIssue
 
 
 def fleet_notes(path: str | Path, settings: FleetSettings) -> list[ConfigIssue]:
-    """Warnings of a valid file: secret files only the running service will see, and a plan
-    served over plain HTTP beyond this host (its token crosses the network in clear)."""
+    """Warnings of a valid file: a plan served over plain HTTP beyond this host (its token
+    crosses the network in clear), a fleet without a broker credential of its own, sources
+    binding no agent to its machines, secret files only the running service will see."""
     root = load_yaml(path)
     notes = []
     http = settings.http
@@ -262,6 +287,18 @@ def fleet_notes(path: str | Path, settings: FleetSettings) -> list[ConfigIssue]:
             "or bind to 127.0.0.1 behind a TLS proxy"
         )
         notes.append(ConfigIssue(str(path), root.line_of(("http", "host")), "http.host", note))
+    login = credential_warning(settings.broker, "the fleet")
+    if login is not None:
+        notes.append(ConfigIssue(str(path), root.line_of(("broker",)), "broker", login))
+    for i, source in enumerate(settings.sources):
+        if not source.agents:
+            note = (
+                f"warning: no agents bound to {source.topic_prefix}: any client the broker "
+                "lets publish there may report for any of its machines; list each agent's "
+                "client_id and machines under agents (as the broker's ACL does)"
+            )
+            where = ("sources", i, "topic_prefix")
+            notes.append(ConfigIssue(str(path), root.line_of(where), f"sources[{i}]", note))
     for parts, what in _SECRET_FILES:
         name = getattr(getattr(settings, parts[0]), parts[1])
         if name is not None and name.startswith(CREDENTIALS_DIR) and not Path(name).exists():
@@ -270,7 +307,7 @@ def fleet_notes(path: str | Path, settings: FleetSettings) -> list[ConfigIssue]:
                 "creates it when the service starts; its source file is not checked here"
             )
             notes.append(ConfigIssue(str(path), root.line_of(parts), ".".join(parts), note))
-    return notes
+    return sorted(notes, key=lambda n: n.line)
 
 
 def load_fleet_settings(path: str | Path) -> FleetSettings:

@@ -142,7 +142,8 @@ def test_a_systemd_credential_is_noted_not_refused(
     out = capsys.readouterr()
     assert code == 0
     line = line_of(files.config, "token_file:")
-    assert out.err.startswith(f"{files.config}:{line}: http.token_file: warning: the token file")
+    expected = f"{files.config}:{line}: http.token_file: warning: the token file"
+    assert any(w.startswith(expected) for w in out.err.splitlines())
     assert "LoadCredential=" in out.err
 
 
