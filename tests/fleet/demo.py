@@ -80,7 +80,11 @@ async def agents_report(broker: int, work: Path, days: int, seconds_per_day: flo
         first = datetime.now(UTC) - timedelta(days=days)
         day = 0
         while True:
-            end = first + timedelta(days=day)
+            # The history is published day by day up to now; after that each tick adds a day's
+            # wear but is stamped with the real time (points one day apart, ending now): a
+            # report dated ahead of the page's "as of" would be refused by the fleet anyway
+            # (max_clock_skew_s).
+            end = min(first + timedelta(days=day), datetime.now(UTC))
             for pub, (_, _, machine, wear) in zip(publishers, AGENTS, strict=True):
                 history = range(max(0, day - 30), day + 1)
                 joints = {
