@@ -1,31 +1,36 @@
 """`jha fleet` at plant scale, with real peers (mosquitto, a throwaway PostgreSQL cluster) and the
 service as its own process, fed the agent's own messages (agent.publish.mqtt.payloads):
 
-1. Burst: N agents' reports (6 joints each: 1 report + 6 health messages) queued at the broker
-   for the fleet's persistent session while it is stopped (an outage), then the time from its
-   start to every row stored: reports/s and messages/s.
+1. Bursts (5; 2 quick): N agents' reports (6 joints each: 1 report + 6 health messages) queued
+   at the broker for the fleet's persistent session while it is stopped (an outage), then the
+   time from its start to every row stored; after each, the same-run baseline
+   (bench.fleet_baseline: mosquitto_sub draining the same burst + PostgreSQL COPY of the same
+   messages) and the ingest's share of it; min / median / max over the bursts.
 2. Steady state: reports published one by one at a fixed rate; publish to queryable (a poller
    sees the row), median and p99.
-3. The plan for N x 6 joints: /api/plan and the page, time (median of 5) and size.
+3. The plan for N x 6 joints: /api/plan and the page, time (median of 5) and size; the page
+   again with two busy loops (`yes`) beside it.
 4. The service's peak RSS, and the database's size per year at one stop per machine per day.
 
-Full: 2,000 agents (issue 17's targets: >= 1,000 reports/s, p99 <= 2 s, page <= 1 s and
-<= 2 MB, RSS <= 200 MB). Quick: 200 agents.
+Full: 2,000 agents (targets: >= 1,000 reports/s and >= 0.5 of the baseline, p99 <= 2 s, page
+<= 1 s with two busy loops and <= 2 MB, RSS <= 200 MB). Quick: 200 agents.
 """
 
 from __future__ import annotations
 
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from bench import fleet_drain
+from bench import fleet_baseline
 from tests.fleet.agents import RawPublisher, machine_report, messages_of
 from tests.fleet.conftest import TOKEN, row_count, write_fleet_config
 from tests.fleet.running import FleetProcess
@@ -73,11 +78,45 @@ def _send_all(port: int, batches: list[list[Any]]) -> None:
         raise RuntimeError(f"an agent's publisher failed: {failures[0]!r}")
 
 
-def _drain_id(kind: str) -> str:
-    return "bench-drain-" + kind.replace(" ", "-")
+@dataclass(frozen=True)
+class _Burst:
+    messages: int
+    total_s: float  # from the service's start (process, imports, connections) to the last row
+    sustained_rps: float  # from the first committed batch to the last
+    drain_s: float  # mosquitto_sub, the same burst
+    copy_s: float  # PostgreSQL COPY of the same messages
+    agents: int
+    peak_rss_mb: float
+
+    @property
+    def baseline_rps(self) -> float:
+        return self.agents / (self.drain_s + self.copy_s)
+
+    @property
+    def share(self) -> float:
+        return self.sustained_rps / self.baseline_rps
 
 
-def _watch_burst(conninfo: str, agents: int, began: float) -> tuple[float, int, float]:
+def _print_bursts(runs: list[_Burst]) -> None:
+    def spread(values: list[float], fmt: str) -> str:
+        low, mid, high = min(values), statistics.median(values), max(values)
+        return f"{low:{fmt}} / {mid:{fmt}} / {high:{fmt}}"
+
+    print(f"bursts of {runs[0].agents} reports, {len(runs)} runs, min / median / max:")
+    print(f"  ingest, sustained:        {spread([r.sustained_rps for r in runs], '.0f')} reports/s")
+    total = [r.agents / r.total_s for r in runs]
+    print(f"  ingest, from its start:   {spread(total, '.0f')} reports/s")
+    drained = [r.messages / r.drain_s for r in runs]
+    print(f"  mosquitto_sub drain:      {spread(drained, '.0f')} messages/s")
+    copied = [r.messages / r.copy_s for r in runs]
+    print(f"  PostgreSQL COPY:          {spread(copied, '.0f')} rows/s")
+    print(f"  baseline (drain + COPY):  {spread([r.baseline_rps for r in runs], '.0f')} reports/s")
+    print(f"  ingest / baseline:        {spread([r.share for r in runs], '.2f')}")
+
+
+def _watch_burst(
+    conninfo: str, agents: int, began: float, before: tuple[int, int] = (0, 0)
+) -> tuple[float, int, float]:
     """When the first batch became visible and how many reports it held, and when every report
     and health row was stored. One connection: a new one per poll is a PostgreSQL fork that
     takes CPU from the ingest it measures."""
@@ -89,6 +128,7 @@ def _watch_burst(conninfo: str, agents: int, began: float) -> tuple[float, int, 
                 "SELECT (SELECT count(*) FROM reports), (SELECT count(*) FROM joint_health)"
             ).fetchone()
             reports, health = (0, 0) if row is None else (int(row[0]), int(row[1]))
+            reports, health = reports - before[0], health - before[1]
             now = time.perf_counter()
             if first is None and reports:
                 first = (now, reports)
@@ -102,6 +142,17 @@ def _db_size(conninfo: str) -> int:
     with psycopg.connect(conninfo) as conn:
         row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
         return 0 if row is None else int(row[0])
+
+
+def _plan_ms(url: str, encoding: str) -> tuple[float, int]:
+    """Median of 5 GETs in ms, and the bytes on the wire."""
+    times, size = [], 0
+    for _ in range(5):
+        t = time.perf_counter()
+        status, size = _fetch(url, encoding)
+        times.append(time.perf_counter() - t)
+        assert status == 200
+    return statistics.median(times) * 1000, size
 
 
 def _fetch(url: str, encoding: str) -> tuple[int, int]:
@@ -122,6 +173,7 @@ def _rss_kb(pid: int) -> tuple[int, int]:
 
 def main(quick: bool = False) -> None:
     agents = 200 if quick else 2000
+    bursts = 2 if quick else 5
     steady = 100 if quick else 400
     rate = 50.0  # reports/s at steady state
     with tempfile.TemporaryDirectory(prefix="bench-fleet-") as tmp:
@@ -132,7 +184,7 @@ def main(quick: bool = False) -> None:
         pg = PostgresCluster().start()
         started: list[FleetProcess] = []
         try:
-            _run(work, broker, pg, agents, steady, rate, started)
+            _run(work, broker, pg, agents, bursts, steady, rate, started)
         finally:
             for fleet in started:
                 fleet.stop()
@@ -145,6 +197,7 @@ def _run(
     broker: MosquittoBroker,
     pg: PostgresCluster,
     agents: int,
+    bursts: int,
     steady: int,
     rate: float,
     started: list[FleetProcess],
@@ -152,46 +205,50 @@ def _run(
     http = free_port()
     files = write_fleet_config(work / "fleet", broker.port, pg.conninfo, http_port=http)
     base = f"http://127.0.0.1:{http}"
-    print(f"building {agents} agents' reports ({JOINTS} joints each)...", flush=True)
-    built = time.perf_counter()
-    reports = _reports(agents, day=20)
-    messages = [m for r in reports for m in messages_of(r)]
-    print(
-        f"  {len(messages)} messages, {sum(len(m.payload) for m in messages) / 1e6:.1f} MB, "
-        f"built in {time.perf_counter() - built:.1f} s"
-    )
 
-    # 1. Burst after an outage: the session exists, the service is away while agents flush.
-    fleet = FleetProcess(files.config, work / "fleet1.log")
+    # 1. Bursts after an outage: the session exists, the service is away while agents flush.
+    fleet = FleetProcess(files.config, work / "fleet0.log")
     started.append(fleet)
     fleet.wait_subscribed()
     fleet.stop()
-    for kind in fleet_drain.KINDS:  # the baselines' sessions queue the same burst
-        fleet_drain.subscribe(broker.port, kind, _drain_id(kind))
+    fleet_baseline.subscribe(broker.port)  # the transport baseline's session queues it too
     empty = _db_size(pg.conninfo)  # migrated, no row yet
-    _send_all(broker.port, [messages[i::PUBLISHERS] for i in range(PUBLISHERS)])
-    fleet = FleetProcess(files.config, work / "fleet2.log")
-    started.append(fleet)
-    began = time.perf_counter()
-    first_s, first_n, ended = _watch_burst(pg.conninfo, agents, began)
-    burst_s = ended - began
-    sustained = (agents - first_n) / (ended - first_s)
-    print(
-        f"burst: {agents} reports ({len(messages)} messages) stored in {burst_s:.2f} s from the "
-        f"service's start (process start, imports, connections included): "
-        f"{agents / burst_s:.0f} reports/s, {len(messages) / burst_s:.0f} messages/s"
-    )
-    print(
-        f"burst, sustained (from the first committed batch, {first_n} reports, to the last): "
-        f"{sustained:.0f} reports/s, {sustained * (1 + JOINTS):.0f} messages/s"
-    )
-    for kind in fleet_drain.KINDS:
-        drained = fleet_drain.drain_rate(broker.port, kind, _drain_id(kind), len(messages))
-        print(
-            f"baseline, the same burst received and acknowledged only (no parsing, no "
-            f"database) by {kind}: {drained:.0f} messages/s; the ingest's sustained rate is "
-            f"{sustained * (1 + JOINTS) / drained:.2f} of it"
+    runs: list[_Burst] = []
+    for i in range(bursts):
+        print(f"burst {i + 1} of {bursts}: building {agents} agents' reports...", flush=True)
+        reports = _reports(agents, day=20 + i)
+        messages = [m for r in reports for m in messages_of(r)]
+        before = row_count(pg.conninfo, "reports"), row_count(pg.conninfo, "joint_health")
+        _send_all(broker.port, [messages[j::PUBLISHERS] for j in range(PUBLISHERS)])
+        fleet = FleetProcess(files.config, work / f"fleet{i + 1}.log")
+        started.append(fleet)
+        began = time.perf_counter()
+        first_s, first_n, ended = _watch_burst(pg.conninfo, agents, began, before)
+        peak_mb = _rss_kb(fleet.proc.pid)[1] / 1024
+        assert fleet.stop() == 0
+        burst = _Burst(
+            messages=len(messages),
+            total_s=ended - began,
+            sustained_rps=(agents - first_n) / (ended - first_s),
+            drain_s=fleet_baseline.drain_s(broker.port, len(messages)),
+            copy_s=fleet_baseline.copy_s(pg.conninfo, [m.payload for m in messages]),
+            agents=agents,
+            peak_rss_mb=peak_mb,
         )
+        runs.append(burst)
+        print(
+            f"  {len(messages)} messages, {sum(len(m.payload) for m in messages) / 1e6:.1f} MB: "
+            f"stored in {burst.total_s:.2f} s from the service's start "
+            f"({agents / burst.total_s:.0f} reports/s), sustained {burst.sustained_rps:.0f} "
+            f"reports/s; baseline mosquitto_sub {burst.drain_s:.2f} s + COPY "
+            f"{burst.copy_s:.2f} s = {burst.baseline_rps:.0f} reports/s; share "
+            f"{burst.share:.2f}",
+            flush=True,
+        )
+    _print_bursts(runs)
+    fleet = FleetProcess(files.config, work / "fleet-steady.log")
+    started.append(fleet)
+    fleet.wait_subscribed()
 
     # 2. Steady state: publish to queryable.
     seen: dict[str, float] = {}
@@ -227,24 +284,29 @@ def _run(
         f"p99 {p99 * 1000:.0f} ms ({len(latencies)} reports)"
     )
 
-    # 3. The plan, as a browser asks for it (gzip) and as it is.
+    # 3. The plan, as a browser asks for it (gzip) and as it is; then the page again with two
+    # busy loops beside it (a loaded plant server).
     for path in ("/api/plan", "/"):
         for encoding in ("gzip", "identity"):
-            times, size = [], 0
-            for _ in range(5):
-                t = time.perf_counter()
-                status, size = _fetch(base + path, encoding)
-                times.append(time.perf_counter() - t)
-                assert status == 200
-            ms = statistics.median(times) * 1000
+            ms, size = _plan_ms(base + path, encoding)
             print(
                 f"plan {path:9s} for {agents * JOINTS} joints ({encoding}): {ms:.0f} ms median "
                 f"of 5, {size / 1e6:.2f} MB"
             )
+    busy = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(2)]
+    try:
+        for path in ("/", "/api/plan"):
+            ms, _ = _plan_ms(base + path, "gzip")
+            print(f"plan {path:9s} (gzip) with two busy loops beside it: {ms:.0f} ms median of 5")
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
 
     # 4. Memory and disk.
-    rss, peak = _rss_kb(fleet.proc.pid)
-    print(f"fleet service RSS {rss / 1024:.0f} MB, peak {peak / 1024:.0f} MB")
+    rss, _ = _rss_kb(fleet.proc.pid)
+    peak = max(r.peak_rss_mb for r in runs)
+    print(f"fleet service RSS {rss / 1024:.0f} MB after the steady state; burst peak {peak:.0f} MB")
     size = _db_size(pg.conninfo) - empty
     with psycopg.connect(pg.conninfo) as conn:
         row = conn.execute("SELECT count(*) FROM reports").fetchone()

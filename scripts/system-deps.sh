@@ -5,6 +5,7 @@ set -euo pipefail
 NEEDED=(
   "ip:iproute2"          # network namespaces for the CAN udp_multicast test
   "mosquitto:mosquitto"  # the MQTT broker the publishing tests start
+  "mosquitto_sub:mosquitto-clients"  # the fleet benchmark's transport baseline (bench/)
   "chromium:chromium"    # headless screenshot test of the HTML report
   "systemd-analyze:systemd"  # verify and security-score the unit
   "faketime:faketime"    # libfaketime: the wall clock stepped under the daemon (tests/faults)
