@@ -52,11 +52,19 @@ def sidecar_path(path: StrPath) -> Path:
 # ---------------------------------------------------------------------------------- CSV
 
 
-def write_csv(capture: Capture, path: StrPath) -> None:
-    """Write `capture` as CSV (time_s first) and its metadata to the `.meta.yaml` sidecar."""
+def write_csv(capture: Capture, path: StrPath, *, require_motor: bool = True) -> None:
+    """Write `capture` as CSV (time_s first) and its metadata to the `.meta.yaml` sidecar
+    (`require_motor=False`: a link-only capture, read back the same way)."""
     source = os.fspath(path)
     meta = check_meta(capture.meta, source)
-    channels = check_content(source, capture.time_s, capture.channels, meta, at_sample(source))
+    channels = check_content(
+        source,
+        capture.time_s,
+        capture.channels,
+        meta,
+        at_sample(source),
+        require_motor=require_motor,
+    )
     names = ["time_s", *channels]
     columns: list[list[str]] = []
     for name in names:
