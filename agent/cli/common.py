@@ -12,13 +12,13 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from agent.config.load import load_config
-from agent.config.model import Config, ControllerSettings
 from agent.errors import EX_USAGE, AgentError, ConfigError
-from agent.history.records import Estimate, Trigger
-from agent.history.store import HistoryStore
+
+if TYPE_CHECKING:  # imported where used: every `jha` command loads this module at start
+    from agent.config.model import Config, ControllerSettings
+    from agent.history.records import Estimate
 
 # The installed service's config (systemd/joint-health-agent.service).
 DEFAULT_CONFIG = Path("/etc/joint-health-agent/config.yaml")
@@ -77,6 +77,8 @@ def recording_target(
         return None
     if args.config is None or args.controller is None:
         raise UsageError("--record needs --config FILE and --controller NAME")
+    from agent.config.load import load_config
+
     config = load_config(args.config)
     controller = controller_of(config, args.controller)
     problem = _foreign_joints(controller, joints)
@@ -122,6 +124,9 @@ def record_joint_estimates(
     (with the reason); all written at the same finish time. Returns the cycle ids."""
     finished = datetime.now(UTC)
     ids = []
+    from agent.history.records import Trigger
+    from agent.history.store import HistoryStore
+
     with HistoryStore(path) as store, store.transaction():
         for joint, estimates in by_joint.items():
             ids.append(

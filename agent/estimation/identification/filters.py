@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from scipy import signal
 
 from agent.errors import EstimationError
+from agent.estimation.identification import butterworth
 
 Array = npt.NDArray[np.float64]
 
@@ -103,9 +103,9 @@ def zero_phase_lowpass(
     capture that starts and ends at rest (the excitation cycles do) has no edge transient.
     """
     a = np.asarray(x, dtype=np.float64)
-    sos = signal.butter(order, cutoff_hz, fs=sample_rate_hz, output="sos")
     padlen = min(a.shape[0] - 1, math.ceil(3.0 * sample_rate_hz / cutoff_hz))
-    return np.asarray(signal.sosfiltfilt(sos, a, axis=0, padtype="odd", padlen=padlen))
+    # numpy's FFTs, not scipy.signal (agent.estimation.identification.butterworth says why)
+    return butterworth.zero_phase_lowpass(a, sample_rate_hz, cutoff_hz, order, padlen)
 
 
 def central_difference(x: npt.ArrayLike, sample_rate_hz: float) -> Array:
