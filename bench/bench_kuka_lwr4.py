@@ -159,18 +159,37 @@ def _repeatability(work: Path) -> None:
 
 
 def _wall_time(work: Path) -> None:
-    argv = [sys.executable, "-m", "agent.cli.main", "identify", str(work / "m2"), str(work / "m3"),
-            "--robot", str(work / "kuka_lwr4.urdf.yaml"), "--model", "rigid", "--max-condition",
-            MAX_CONDITION, "--json"]  # fmt: skip
-    walls, fits = [], []
-    for _ in range(3):
-        began = time.perf_counter()
-        out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
-        walls.append(time.perf_counter() - began)
-        fits.append(float(json.loads(out)["seconds"]))
-    wall, fit = statistics.median(walls), statistics.median(fits)
-    print(
-        f"jha identify of 2 x 7 joints x 5,027 samples: {wall:.2f} s wall (median of 3), of which "
-        f"the fit {fit:.2f} s ({wall / fit:.1f}x): the rest is Python's start, imports and the "
-        "CSV reading"
-    )
+    """The command's wall time against its fit's, on the measurements as they are, and on
+    measurement 2 interpolated to 1 kHz (25 s x 7 joints x 25,000 samples: the size of a
+    controller's own log)."""
+    import numpy as np
+
+    data = np.load(DATA / "measurements_2.npz")
+    t = data["times"] - data["times"][0]
+    fine = np.arange(0.0, t[-1], 1e-3)
+    dense = {
+        "times": fine,
+        "positions": np.column_stack([np.interp(fine, t, c) for c in data["positions"].T]),
+        "torques": np.column_stack([np.interp(fine, t, c) for c in data["torques"].T]),
+    }
+    np.savez(work / "m2_1khz.npz", **dense)
+    code, _ = _run(["import", "arrays", str(work / "m2_1khz.npz"), "--joints", JOINTS,
+                    "-o", str(work / "m2k")])  # fmt: skip
+    assert code == 0
+    for label, runs in (("2 x 7 joints x 5,027 samples (200 Hz)", ["m2", "m3"]),
+                        ("7 joints x 25,000 samples (1 kHz)", ["m2k"])):  # fmt: skip
+        argv = [sys.executable, "-m", "agent.cli.main", "identify", *(str(work / r) for r in runs),
+                "--robot", str(work / "kuka_lwr4.urdf.yaml"), "--model", "rigid",
+                "--max-condition", MAX_CONDITION, "--json"]  # fmt: skip
+        walls, fits = [], []
+        for _ in range(3):
+            began = time.perf_counter()
+            out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+            walls.append(time.perf_counter() - began)
+            fits.append(float(json.loads(out)["seconds"]))
+        wall, fit = statistics.median(walls), statistics.median(fits)
+        print(
+            f"jha identify, {label}: {wall:.2f} s wall (median of 3), of which the fit "
+            f"{fit:.2f} s; the rest ({wall - fit:.2f} s) is Python's start, imports, reading "
+            "the CSV files and printing"
+        )
