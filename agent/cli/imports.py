@@ -33,6 +33,11 @@ def register(subparsers: Any) -> None:
     a.add_argument("--time", default="times", help="array of time stamps, s (epoch or not)")
     a.add_argument("--link-pos", default="positions", help="array of link positions, rad")
     a.add_argument("--torque", default="torques", help="array of joint torques, N·m")
+    a.add_argument(
+        "--current",
+        help="array of motor currents, A, written as current_a (a drive-gain calibration's "
+        "input; the torque array is then optional)",
+    )
     a.add_argument("--joints", required=True, help="the joints' names, comma-separated")
     a.add_argument("--machine", default="", help="the machine's name in the metadata")
     a.add_argument("-o", "--output", type=Path, required=True, metavar="DIR")
@@ -59,6 +64,9 @@ def _cmd_urdf(args: argparse.Namespace) -> int:
     return EX_OK
 
 
+CHANNELS = {"--link-pos": "link_pos_rad", "--torque": "motor_torque_nm", "--current": "current_a"}
+
+
 def _cmd_arrays(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -67,8 +75,12 @@ def _cmd_arrays(args: argparse.Namespace) -> int:
 
     names = [n.strip() for n in args.joints.split(",") if n.strip()]
     keys = {"--time": args.time, "--link-pos": args.link_pos, "--torque": args.torque}
+    if args.current is not None:
+        keys["--current"] = args.current
     try:
         with np.load(args.npz, allow_pickle=False) as data:
+            if args.current is not None and args.torque not in data.files:
+                del keys["--torque"]  # current alone: a calibration's run
             for option, key in keys.items():
                 if key not in data.files:
                     found = ", ".join(data.files)
@@ -78,7 +90,7 @@ def _cmd_arrays(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as exc:
         raise CaptureError(str(args.npz), f"expected an .npz of arrays: {exc}") from None
     t = arrays[args.time]
-    for key in (args.link_pos, args.torque):
+    for key in list(keys.values())[1:]:
         shape = arrays[key].shape
         if arrays[key].ndim != 2 or shape != (t.size, len(names)):
             raise CaptureError(
@@ -94,8 +106,9 @@ def _cmd_arrays(args: argparse.Namespace) -> int:
         capture = Capture(
             t - t[0],
             {
-                "link_pos_rad": arrays[args.link_pos][:, j],
-                "motor_torque_nm": arrays[args.torque][:, j],
+                channel: arrays[keys[option]][:, j]
+                for option, channel in CHANNELS.items()
+                if option in keys
             },
             CaptureMeta(
                 machine=args.machine,

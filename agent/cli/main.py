@@ -25,6 +25,7 @@ _FAMILIES = (
     "feedrate",
     "stiffness",
     "identify",
+    "calibrate",
     "imports",
     "report",
     "control",

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from agent.capture.multi import MultiCapture
-from agent.errors import DriverError
+from agent.errors import ConfigError, DriverError
 from drivers.base import ExcitationCycle
 from drivers.ur_rtde.settings import UR_JOINT_VELOCITY_MAX_RAD_S, UrRtdeSettings
 from drivers.ur_rtde.status import UR_JOINTS, bridged_inside
@@ -49,10 +49,16 @@ def excitation_request(
 ) -> dict[str, Any]:
     """The worker's `excite` arguments (without the common safety parameters)."""
     where = f"{controller}/identification"
-    if settings.torque_constants_nm_a is None:
+    try:
+        kt = settings.torque_constants()
+    except ConfigError as exc:
+        raise DriverError(f"{where}: {exc}") from None
+    if kt is None:
         raise DriverError(
-            f"{where}: settings.torque_constants_nm_a is not set: the motor torque of an "
-            "excitation capture is actual_current times the torque constant of each joint"
+            f"{where}: settings.torque_constants_nm_a is not set (nor drive_gains_file): the "
+            "motor torque of an excitation capture is actual_current times the torque constant "
+            "of each joint, which Universal Robots does not publish: calibrate them from a "
+            "payload pair (jha calibrate drive-gains; docs/drivers/ur_rtde.md)"
         )
     if not math.isclose(cycle.sample_rate_hz, settings.frequency_hz):
         raise DriverError(
@@ -108,9 +114,13 @@ def multi_capture_from_rows(
     q = np.array([r[1] for r in rows], dtype=np.float64)[:, cols]
     cur = np.array([r[3] for r in rows], dtype=np.float64)[:, cols]
     tq = np.array([r[4] for r in rows], dtype=np.float64)[:, cols]
-    if settings.torque_constants_nm_a is None:  # excitation_request refused the cycle then
+    try:
+        constants = settings.torque_constants()
+    except ConfigError as exc:
+        raise DriverError(f"{cycle.controller}/identification: {exc}") from None
+    if constants is None:  # excitation_request refused the cycle then
         raise DriverError(f"{cycle.controller}/identification: no torque_constants_nm_a")
-    kt = np.array(settings.torque_constants_nm_a, dtype=np.float64)[cols]
+    kt = np.array(constants, dtype=np.float64)[cols]
     gear = np.array(cycle.gear_ratios, dtype=np.float64)
     extra = {
         "driver": "ur_rtde",
@@ -119,7 +129,8 @@ def multi_capture_from_rows(
         "controller_time_s": float(t[0]),
         "motor_position_from": "link_encoder",
         "motor_position_note": MOTOR_POSITION_NOTE,
-        "motor_torque_from": "actual_current * torque_constants_nm_a",
+        "motor_torque_from": "actual_current * torque_constants_nm_a"
+        + ("" if settings.drive_gains_file is None else f" ({settings.drive_gains_file})"),
         "torque_constants_nm_a": kt.tolist(),
         "servo_gain": settings.servo_gain,
         "servo_lookahead_s": settings.servo_lookahead_s,
@@ -134,7 +145,12 @@ def multi_capture_from_rows(
     return MultiCapture(
         t - t[0],
         cycle.joints,
-        {"link_pos_rad": q, "motor_pos_rad": q * gear, "motor_torque_nm": cur * kt},
+        {
+            "link_pos_rad": q,
+            "motor_pos_rad": q * gear,
+            "motor_torque_nm": cur * kt,
+            "current_a": cur,
+        },
         cycle.capture_meta(cycle.controller, extra),
         gear_ratios=cycle.gear_ratios,
         source=f"ur_rtde:{settings.host}/identification",

@@ -4,8 +4,10 @@ agent.schema.validate."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
+from agent.errors import ConfigError
 from drivers.machine import canonical_host
 
 # ur_rtde's own limits (rtde_control_interface.h): it refuses a moveJ/speedJ outside them.
@@ -106,6 +108,12 @@ class UrRtdeSettings:
     torque_constants_nm_a: tuple[float, ...] | None = field(
         default=None, metadata={"doc": "motor torque per A of actual_current, per joint"}
     )
+    # Or the calibration `jha calibrate drive-gains` wrote from a payload pair (absolute path;
+    # read at each excitation cycle, so a new calibration needs no restart). A joint it could
+    # not judge refuses the cycle: the gains are never guessed.
+    drive_gains_file: str | None = field(
+        default=None, metadata={"min_len": 1, "doc": "drive-gain calibration (absolute path)"}
+    )
     start_tolerance_rad: float = field(
         default=0.01,
         metadata={"gt": 0.0, "le": 0.1, "doc": "excitation refused unless every joint is at q0"},
@@ -115,10 +123,39 @@ class UrRtdeSettings:
         """The robot: RTDE, dashboard and script ports are fixed, so its host names it."""
         return f"UR controller {canonical_host(self.host)}"
 
+    def torque_constants(self) -> tuple[float, ...] | None:
+        """Motor-shaft torque per A of actual_current, per joint: the setting's, or the drive-gain
+        calibration file's (ConfigError when that file cannot give all six); None: neither."""
+        if self.drive_gains_file is not None:
+            from agent.estimation.identification.drive_gains_file import read_torque_constants
+
+            return read_torque_constants(self.drive_gains_file, 6)
+        return self.torque_constants_nm_a
+
+    def check_files(self, base_dir: str | Path) -> list[tuple[str, str]]:
+        """(field, message) of a drive-gain file that cannot give the six gains."""
+        if self.drive_gains_file is None:
+            return []
+        try:
+            self.torque_constants()
+        except ConfigError as exc:
+            return [("drive_gains_file", f"expected a complete calibration: {exc}")]
+        return []
+
     def check(self) -> list[tuple[str, str]]:
         kt = self.torque_constants_nm_a
         if kt is not None and (len(kt) != 6 or not all(k > 0 for k in kt)):
             return [("torque_constants_nm_a", f"expected 6 values > 0, found {list(kt)}")]
+        if self.drive_gains_file is not None:
+            if kt is not None:
+                return [("drive_gains_file", "give torque_constants_nm_a or drive_gains_file")]
+            if not Path(self.drive_gains_file).is_absolute():
+                return [
+                    (
+                        "drive_gains_file",
+                        f"expected an absolute path, found {self.drive_gains_file!r}",
+                    )
+                ]
         # Three beats per timeout: one late or lost beat must not stop a healthy cycle.
         if self.agent_timeout_s < 3.0 * self.heartbeat_interval_s:
             return [

@@ -179,6 +179,13 @@ def test_import_arrays_writes_link_only_captures_identify_reads(tmp_path: Path) 
     assert np.array_equal(capture.channels["link_pos_rad"], pos[:, 1])
     assert np.array_equal(capture.channels["motor_torque_nm"], torque[:, 1])
     assert capture.time_s[0] == 0.0
+    # A calibration run: current, no torque.
+    np.savez(src, times=t, positions=pos, currents=2 * torque)
+    argv = ["import", "arrays", str(src), "--joints", "a,b", "--current", "currents", "-o"]
+    assert main([*argv, str(tmp_path / "cal")]) == 0
+    run = load_capture(tmp_path / "cal" / "a.csv", require_motor=False)
+    assert set(run.channels) == {"link_pos_rad", "current_a"}
+    assert np.array_equal(run.channels["current_a"], 2 * torque[:, 0])
 
 
 def test_import_arrays_names_what_is_wrong(
