@@ -153,7 +153,11 @@ def test_excitation_follows_the_trajectory_and_identifies_the_friction(
     assert "movej" not in state["commands"] and "speedj" not in state["commands"]
     n = round(cycle.duration_s * cycle.sample_rate_hz) + 1
     assert len(capture) == n and set(capture.channels) == {
-        "link_pos_rad", "motor_pos_rad", "motor_torque_nm"}  # fmt: skip
+        "link_pos_rad", "motor_pos_rad", "motor_torque_nm", "current_a"}  # fmt: skip
+    # the drives' current is kept as read (a drive-gain calibration's input), the torque is it
+    # times the torque constants
+    kt = np.array(capture.meta.extra["torque_constants_nm_a"])
+    assert np.allclose(capture.channel("motor_torque_nm"), capture.channel("current_a") * kt)
     assert capture.meta.extra["motor_position_note"] == (
         "motor position from the link encoder; elastic model not identifiable"
     )
