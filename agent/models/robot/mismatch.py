@@ -130,7 +130,12 @@ def paper_like(robot: RobotDescription, seed: int, *, as_built: bool = True) -> 
 
 
 def realistic(
-    robot: RobotDescription, seed: int, *, as_built: bool = True, later_runs: int = 3
+    robot: RobotDescription,
+    seed: int,
+    *,
+    as_built: bool = True,
+    later_runs: int = 3,
+    torque_constant_tolerance: float = TORQUE_CONSTANT_TOLERANCE,
 ) -> Conditions:
     """The paper-like conditions and what real drives add (module docstring), drawn at random
     from `seed`: each call is another robot on another day."""
@@ -151,7 +156,7 @@ def realistic(
         cable_nm_rad=tuple(float(v) for v in cable),
         cable_neutral_rad=tuple(float(v) for v in rng.uniform(-0.5, 0.5, n)),
     )
-    kt = rng.uniform(-TORQUE_CONSTANT_TOLERANCE, TORQUE_CONSTANT_TOLERANCE, n)
+    kt = rng.uniform(-torque_constant_tolerance, torque_constant_tolerance, n)
     later = rng.uniform(-5.0, 5.0, later_runs)
     return Conditions(
         "realistic",
