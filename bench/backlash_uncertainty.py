@@ -210,16 +210,17 @@ def bench_mismatch(
 
 
 def _trial(
-    args: tuple[JointSettings, BacklashCycle, dict, int],
-) -> tuple[float, float, float, float, bool]:  # type: ignore[type-arg]
+    args: tuple[JointSettings, BacklashCycle, dict, int, float],  # type: ignore[type-arg]
+) -> tuple[float, float, float, float, bool]:
     """One joint drawn from the realistic mismatch: model parameters within their tolerances
-    as the calibration reads them (normal, the ends at the 5/95 % quantiles), any backlash,
-    more encoder noise than the calibration saw, an eccentric encoder and cogging."""
-    joint, cycle, cal_dict, k = args
+    as the calibration reads them (normal, the ends at the 5/95 % quantiles) times `spread`
+    (1: as told; 1.5, 2: the tolerances stated too small), any backlash, more encoder noise
+    than the calibration saw, an eccentric encoder and cogging."""
+    joint, cycle, cal_dict, k, spread = args
     cal = BacklashCalibration.from_dict(cal_dict)
     rng = np.random.default_rng(40_000 + k)
     m = joint.model
-    z = rng.standard_normal(3) / Z90  # in units of each tolerance's end
+    z = spread * rng.standard_normal(3) / Z90  # in units of each tolerance's end
     t = joint.calibration.model_tolerance
     model = replace(
         m,
@@ -242,27 +243,42 @@ def _trial(
 def bench_coverage(
     joint: JointSettings, cycle: BacklashCycle, cal: BacklashCalibration, trials: int, quick: bool
 ) -> None:
-    jobs = [(joint, cycle, cal.to_dict(), k) for k in range(trials)]
+    for spread in (1.0, 1.5, 2.0):
+        _coverage(joint, cycle, cal, trials, quick, spread)
+
+
+def _coverage(
+    joint: JointSettings,
+    cycle: BacklashCycle,
+    cal: BacklashCalibration,
+    trials: int,
+    quick: bool,
+    spread: float,
+) -> None:
+    jobs = [(joint, cycle, cal.to_dict(), k, spread) for k in range(trials)]
     with ProcessPoolExecutor(max_workers=2) as pool:
         out = list(pool.map(_trial, jobs))
     hits = [lo <= d <= hi for d, _, lo, hi, _ in out]
     share = 100 * sum(hits) / trials
-    verdict = "PASS" if abs(share - 95.0) <= 3.0 else "FAIL"
+    goal = (92.0, 98.0) if spread == 1.0 else (90.0, 100.0)
+    verdict = "PASS" if goal[0] <= share <= goal[1] else "FAIL"
     if quick:
         verdict += " (quick: too few trials to judge; the acceptance is the full run's 200+)"
+    told = "as the calibration states them" if spread == 1.0 else (
+        f"{spread:g}x WIDER than the calibration states (open world; goal >= 90 %)"
+    )  # fmt: skip
     print(
-        f"coverage of the 95 % backlash interval under realistic mismatch ({MISMATCH_TEXT} as "
+        f"coverage of the 95 % backlash interval, joints drawn {told} ({MISMATCH_TEXT} as "
         "90 % ranges, backlash 0.2-2.1 mrad, encoder noise 1-3 counts, eccentricity <= 0.2 "
-        f"mrad, cogging <= 0.05 N m): {sum(hits)}/{trials} = {share:.1f} % "
-        f"(target 95 +- 3 %): {verdict}"
+        f"mrad, cogging <= 0.05 N m): {sum(hits)}/{trials} = {share:.1f} %: {verdict}"
     )
     for lo_d, hi_d in ((2e-4, 6e-4), (6e-4, 1.2e-3), (1.2e-3, 2.1e-3)):
         part = [(h, o) for h, o in zip(hits, out, strict=True) if lo_d <= o[0] < hi_d]
         if part:
-            width = statistics.median(100 * (o[3] - o[2]) / o[0] for _, o in part)
+            width = statistics.median(100 * (o[3] - o[2]) / 2 / o[0] for _, o in part)
             print(
                 f"  true {lo_d * 1e3:.1f}-{hi_d * 1e3:.1f} mrad: {sum(h for h, _ in part)}/"
-                f"{len(part)} covered, median interval width {width:.0f} % of the truth"
+                f"{len(part)} covered, median half-width {width:.0f} % of the truth"
             )
     print(f"  ambiguous fits: {sum(1 for o in out if o[4])}/{trials}")
 
