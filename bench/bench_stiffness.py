@@ -140,9 +140,16 @@ def bench_coverage(trials: int) -> None:
         f"{1e3 * real.laser_rotation_sd_rad:g} mrad per axis, force scale sd "
         f"{100 * real.force_scale_sd:g} %"
     )
+
+    def wider(factor: float) -> TcpMismatch:
+        return TcpMismatch(**{k: factor * v for k, v in vars(real).items()})
+
     for label, mismatch, errors in (
         ("paper-like (model exact), paper's estimator", TcpMismatch(), None),
         ("realistic mismatch, estimator told the tolerances", real, told),
+        # Open world: every tolerance stated too small (goal >= 90 % at 1.5x).
+        ("realistic mismatch drawn 1.5x wider than told", wider(1.5), told),
+        ("realistic mismatch drawn 2x wider than told", wider(2.0), told),
     ):
         rng = np.random.default_rng(1)
         inside = inside_other = inside_scaled = 0
@@ -166,6 +173,8 @@ def bench_coverage(trials: int) -> None:
                 inside_scaled += other.mahalanobis2(k_true) / other.chi2_per_dof <= f95
         share = inside / trials
         verdict = "PASS" if abs(share - 0.95) <= 0.03 else "FAIL"
+        if "wider" in label:
+            verdict = "PASS" if share >= 0.90 else "FAIL (goal >= 90 %)"
         print(
             f"  {label}: {100 * share:.1f} % {verdict} (unmodelled deflection, median "
             f"{100 * float(np.median(shares)):.1f} % of the modelled one; "
