@@ -11,8 +11,10 @@ EX_DATAERR = 65
 EX_NOINPUT = 66  # an input file, or the history a command reads, does not exist
 EX_UNAVAILABLE = 69  # the daemon or the stream asked for cannot be reached
 EX_SOFTWARE = 70
+EX_CANTCREAT = 73  # a capture, record or report could not be saved
 EX_IOERR = 74
 EX_TEMPFAIL = 75  # try again later: another agent holds the state directory
+EX_NOPERM = 77  # refused before motion (interlock, travel limit)
 EX_CONFIG = 78
 
 

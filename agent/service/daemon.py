@@ -24,14 +24,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 from agent.config.file_findings import file_findings
 from agent.config.load import load_config
 from agent.config.model import Config, ControllerSettings
-from agent.errors import ConfigError
+from agent.errors import EX_CANTCREAT, ConfigError
 from agent.kinds.base import AnalysisContext, JointJob, KindHandler
 from agent.kinds.identification.kind import ALL_JOINTS
 from agent.kinds.registry import all_kinds
 from agent.logfmt import kv
 from agent.service.control_requests import answer_request
 from agent.service.control_socket import ControlServer, socket_path
-from agent.service.exit_codes import EX_CANTCREAT
 from agent.service.instance_lock import hold_state_dir
 from agent.service.loop_errors import OncePerMinute
 from agent.service.motion_intents import record_interrupted

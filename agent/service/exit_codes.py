@@ -15,15 +15,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from agent.errors import (
+    EX_CANTCREAT,
+    EX_DATAERR,
+    EX_NOPERM,
+    EX_OK,
+    EX_SOFTWARE,
+    EX_UNAVAILABLE,
+)
 from agent.history.records import Outcome
 from agent.kinds.base import JointJob
 
-EX_OK = 0
-EX_DATAERR = 65
-EX_UNAVAILABLE = 69
-EX_SOFTWARE = 70
-EX_CANTCREAT = 73
-EX_NOPERM = 77
+# One home for the codes (agent.errors); re-exported here for the --once table above.
+__all__ = ["EX_CANTCREAT", "EX_DATAERR", "EX_NOPERM", "EX_OK", "EX_SOFTWARE", "EX_UNAVAILABLE"]
 
 
 def once_exit_code(jobs: Iterable[JointJob], unrecorded: int) -> int:

@@ -22,6 +22,7 @@ from typing import Any
 
 from agent.config.model import ControllerSettings, JointSettings
 from agent.config.schedule import schedule_of
+from agent.errors import EX_CANTCREAT, EX_IOERR, EX_TEMPFAIL
 from agent.history.records import Outcome, Trigger
 from agent.kinds.base import (
     AnalysisContext,
@@ -31,7 +32,7 @@ from agent.kinds.base import (
 )
 from agent.kinds.identification.kind import KIND as IDENTIFICATION
 from agent.logfmt import kv
-from agent.service.exit_codes import EX_CANTCREAT, once_exit_code
+from agent.service.exit_codes import once_exit_code
 from agent.service.identification import RunnerIdentification
 from agent.service.jobs import Finishing, run_job
 from agent.service.pose_recovery import return_to_start_pose
@@ -42,8 +43,8 @@ from drivers.base import Capability, ControllerMode, ControllerStatus, Cycle, Cy
 
 log = logging.getLogger(__name__)
 
-EX_NO_STOP = 75  # EX_TEMPFAIL: --once saw no production stop in time
-EX_NO_CONTROLLER = 74  # EX_IOERR: --once could not connect to the controller in time
+EX_NO_STOP = EX_TEMPFAIL  # --once saw no production stop in time
+EX_NO_CONTROLLER = EX_IOERR  # --once could not connect to the controller in time
 
 
 _ANALYSING_IDLE = "analysing the last stop's captures"

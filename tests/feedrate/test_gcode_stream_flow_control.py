@@ -23,8 +23,10 @@ from agent.feedrate.streaming.dnc import DncOptions, stream_dnc
 from agent.feedrate.streaming.grbl import GrblOptions, stream_grbl
 from agent.feedrate.streaming.grbl_protocol import parse_status, prepare_line
 from agent.feedrate.streaming.serial_channel import FdChannel, open_serial
-from agent.feedrate.streaming.session import StreamProgress
+from agent.feedrate.streaming.session import StreamError, StreamProgress
 from tests.support.drivers.grbl import polygon, stream
+
+LATE_ATTEMPTS = 3
 
 # ------------------------------------------------------------------------------ the acceptance
 
@@ -116,14 +118,27 @@ def test_send_response_baseline_keeps_one_line_in_flight(peer: Any) -> None:
 
 def test_dnc_drip_feed_obeys_xon_xoff(peer: Any) -> None:
     # Clock 5x: ~320 blocks/s, slower than the 115200-baud line (~600 lines/s): XOFF must come.
-    p = peer("--dnc", "--time-scale", "5", "--rx-buffer", "256")
-    channel = open_serial(p.path)
+    # A run in which the peer itself was descheduled long enough for the paced line to fill
+    # its ring past the XOFF headroom (late_reads: no XOFF could have stopped those bytes; a real
+    # GRBL's interrupt never waits) is the host's, and run again, at most 3 times.
     options = DncOptions(wait_idle=True)
-    try:
-        result = stream_dnc(polygon(300), channel, options)
-    finally:
-        channel.close()
-    stats = p.stats()
+    for attempt in range(1, LATE_ATTEMPTS + 1):
+        p = peer("--dnc", "--time-scale", "5", "--rx-buffer", "256")
+        channel = open_serial(p.path)
+        try:
+            result = stream_dnc(polygon(300), channel, options)
+        except StreamError:
+            if not p.stats()["late_reads"] or attempt == LATE_ATTEMPTS:
+                raise
+            print(f"attempt {attempt}: the peer read late ({p.stats()['late_reads']}x): again")
+            continue
+        finally:
+            channel.close()
+        stats = p.stats()
+        if stats["rx_overflow_bytes"] and stats["late_reads"] and attempt < LATE_ATTEMPTS:
+            print(f"attempt {attempt}: the peer read late ({stats['late_reads']}x): again")
+            continue
+        break
     assert result.lines_sent == stats["lines_received"] == 300
     assert result.status is not None and result.status.state == "Idle"
     assert stats["xoff_sent"] >= 2 and result.xoff_count == stats["xoff_sent"]

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-from agent.errors import EX_DATAERR, EX_IOERR, AgentError
+from agent.errors import EX_DATAERR, EX_IOERR, EX_TEMPFAIL, AgentError
 from agent.feedrate.streaming.grbl_protocol import (
     GRBL_ALARMS,
     GRBL_BANNER_PREFIX,
@@ -37,8 +37,6 @@ from agent.feedrate.streaming.grbl_protocol import (
     reply_code,
 )
 from agent.feedrate.streaming.serial_channel import Channel, ChannelLost, ChannelTimeout
-
-EX_TEMPFAIL = 75  # sysexits: the controller is not ready; nothing was sent, try again later
 
 FailureKind = Literal[
     "error",

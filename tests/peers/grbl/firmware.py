@@ -67,6 +67,7 @@ class Grbl:
                 "max_bytes_after_xoff",
                 "bytes_received",
                 "max_read_bytes",
+                "late_reads",
             ),
             0,
         )

@@ -7,6 +7,12 @@ protocol violation, counted (rx_overflow_bytes), reported on stderr and the exce
 GRBL drops it. With --dnc it sends XOFF (0x13) when the ring holds >= 96 bytes and XON (0x11)
 once it holds < 64 (GRBL's ENABLE_XONXOFF watermarks); bytes arriving in reads that started
 after an XOFF was sent are counted (max_bytes_after_xoff): what the sender failed to hold back.
+
+A real GRBL's receive interrupt never waits; this process can (a loaded host deschedules it). A
+read in drip-feed mode that brings more than the ring's room above the XOFF mark is counted in
+late_reads: bytes that came while the peer was not reading, so no XOFF could have stopped them
+(at 115200 baud the 160 bytes above the mark take 14 ms). An overflow in such a run is the
+host's, not the sender's; tests judge the sender by max_bytes_after_xoff, or run again.
 """
 
 from __future__ import annotations
@@ -35,6 +41,8 @@ class SerialPort:
         """What one read brought, before the real-time commands are taken out."""
         self.stats["bytes_received"] += len(data)
         self.stats["max_read_bytes"] = max(self.stats["max_read_bytes"], len(data))
+        if self.dnc and len(data) > self.rx_buffer - 96:
+            self.stats["late_reads"] += 1
         if self.xoff_counting:
             self.after_xoff += len(data)
             self.stats["max_bytes_after_xoff"] = max(
