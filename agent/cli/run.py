@@ -43,8 +43,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from agent.config.file_findings import file_findings
     from agent.config.load import load_config
     from agent.logfmt import setup_logging
+    from agent.sd_notify import Notifier
     from agent.service.daemon import Agent
-    from agent.service.sd_notify import Notifier
 
     config = load_config(args.config)
     # The files the config names, checked as `jha config check` does: a password file others

@@ -10,9 +10,7 @@ next start), then the listener closes.
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import socket
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +28,7 @@ from agent.fleet.tls import server_context
 from agent.fleet.web import HttpLimits, PlanServer
 from agent.fleet.web_app import PlanApp
 from agent.logfmt import kv, register_secret
+from agent.sd_notify import Notifier
 
 log = logging.getLogger(__name__)
 
@@ -197,11 +196,12 @@ def run(settings: FleetSettings) -> int:
     except (psycopg.OperationalError, OSError) as exc:
         # The database or the listen address is not there (yet): exit 69, systemd retries.
         raise Unavailable(f"jha fleet cannot start: {' '.join(str(exc).split())}") from None
-    _notify("READY=1")
+    notify = Notifier()  # one sd_notify implementation for both services (agent.sd_notify)
+    notify.send("READY=1")
     last = service.ingest.stats()
     while not done.wait(timeout=15.0):
         s = service.ingest.stats()
-        _notify(f"STATUS=stored {s.stored}, duplicates {s.duplicates}, rejected {s.rejected}")
+        notify.send(f"STATUS=stored {s.stored}, duplicates {s.duplicates}, rejected {s.rejected}")
         if s != last:  # one line per 15 s of activity, none while idle
             log.info(
                 kv(
@@ -218,23 +218,9 @@ def run(settings: FleetSettings) -> int:
         # The watchdog is fed only while both halves live: a dead writer thread would leave
         # messages unacknowledged forever behind a listener that still answers.
         if service.alive():
-            _notify("WATCHDOG=1")
+            notify.send("WATCHDOG=1")
         else:
             log.error(kv("fleet_part_died", ingest=service.ingest.alive(), web=service.web.alive()))
-    _notify("STOPPING=1")
+    notify.send("STOPPING=1")
     service.stop()
     return 0
-
-
-def _notify(state: str) -> None:
-    """sd_notify(3) without a library: one datagram to $NOTIFY_SOCKET, if systemd set one."""
-    address: Any = os.environ.get("NOTIFY_SOCKET")
-    if not address:
-        return
-    if address.startswith("@"):
-        address = "\0" + address[1:]
-    try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.sendto(state.encode(), address)
-    except OSError as exc:
-        log.warning(kv("fleet_notify_failed", error=str(exc)))

@@ -15,7 +15,7 @@ from agent.report.model import Report
 
 class WatchdogProbe(Protocol):
     """The daemon's systemd watchdog as a publisher may report it
-    (agent.service.sd_notify.Notifier)."""
+    (agent.sd_notify.Notifier)."""
 
     watchdog_s: float | None  # the timeout systemd asked for; None: no watchdog
 

@@ -29,6 +29,7 @@ from agent.kinds.base import AnalysisContext, JointJob, KindHandler
 from agent.kinds.identification.kind import ALL_JOINTS
 from agent.kinds.registry import all_kinds
 from agent.logfmt import kv
+from agent.sd_notify import Notifier
 from agent.service.control_requests import answer_request
 from agent.service.control_socket import ControlServer, socket_path
 from agent.service.instance_lock import hold_state_dir
@@ -43,7 +44,6 @@ from agent.service.runner import (
     ControllerRunner,
     RunnerEnv,
 )
-from agent.service.sd_notify import Notifier
 from drivers.base import CycleKind, Driver, load_driver_class
 
 if TYPE_CHECKING:

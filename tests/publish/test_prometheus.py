@@ -146,7 +146,7 @@ def test_a_real_prometheus_sees_the_outbox_depth_the_watchdogs_lateness_and_ever
     from agent.publish.factory import publishers_for
     from agent.publish.mqtt.payloads import report_messages
     from agent.publish.mqtt.publisher import MqttPublisher
-    from agent.service.sd_notify import Notifier
+    from agent.sd_notify import Notifier
     from tests.support.service.config_files import MINIMAL
 
     # a broker port nothing listens on: every message stays in the outbox
@@ -231,8 +231,8 @@ def test_the_config_section_makes_the_exporter_and_checks_its_port(tmp_path: Pat
 
 def test_the_daemon_hands_its_watchdog_to_the_metrics_endpoint(tmp_path: Path) -> None:
     from agent.config.load import load_config
+    from agent.sd_notify import Notifier
     from agent.service.daemon import Agent
-    from agent.service.sd_notify import Notifier
     from tests.support.service.config_files import MINIMAL
 
     path = tmp_path / "agent.yaml"

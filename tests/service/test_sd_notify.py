@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agent.logfmt import kv, quote, redact, register_secret, setup_logging
-from agent.service.sd_notify import Notifier, watchdog_period_s
+from agent.sd_notify import Notifier, watchdog_period_s
 
 
 def receiver(address: str | bytes) -> socket.socket:
