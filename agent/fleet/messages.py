@@ -27,6 +27,7 @@ import orjson
 
 from agent.fleet.spark import spark_points, spark_values
 from agent.health.status import Ne107, Status
+from agent.wire import HEALTH_FAMILY, MAJOR, REPORT_FAMILY, STATUS_FAMILY
 
 MAX_DEPTH = 64  # JSON nesting; the agents' deepest is about 8
 MAX_NAME = 256  # characters of a machine or joint name
@@ -239,9 +240,9 @@ def _name(level: str) -> str:
 def _schema(doc: dict[str, Any], family: str) -> None:
     schema = doc.get("schema")
     if not isinstance(schema, str) or not schema.startswith(f"{family}/"):
-        raise PayloadError(f"schema: expected {family}/1")
-    if schema.split("/", 1)[1] != "1":  # a later major version changes meanings
-        raise PayloadError(f"schema: expected {family}/1, found another major version")
+        raise PayloadError(f"schema: expected {family}/{MAJOR}")
+    if schema.split("/", 1)[1] != MAJOR:  # a later major version changes meanings
+        raise PayloadError(f"schema: expected {family}/{MAJOR}, found another major version")
 
 
 def _str(doc: dict[str, Any], key: str, *, optional: bool = False) -> str | None:
@@ -298,7 +299,7 @@ def _number(v: Any, key: str) -> float | None:
 
 
 def _report(where: Topic, doc: dict[str, Any], text: str) -> ReportMessage:
-    _schema(doc, "jha.report")
+    _schema(doc, REPORT_FAMILY)
     machines = doc.get("machines")
     if not isinstance(machines, list) or where.machine not in machines:
         raise PayloadError("machines: expected a list naming the topic's controller")
@@ -322,7 +323,7 @@ def _report(where: Topic, doc: dict[str, Any], text: str) -> ReportMessage:
 
 
 def _health(where: Topic, doc: dict[str, Any], text: str) -> HealthMessage:
-    _schema(doc, "jha.health")
+    _schema(doc, HEALTH_FAMILY)
     if doc.get("controller") != where.machine or doc.get("joint") != where.joint:
         raise PayloadError("controller/joint: expected the names in the topic")
     try:
@@ -400,7 +401,7 @@ def _after(base: datetime, days: float | None) -> datetime | None:
 
 
 def _status(where: Topic, doc: dict[str, Any], text: str) -> StatusMessage:
-    _schema(doc, "jha.agent_status")
+    _schema(doc, STATUS_FAMILY)
     if doc.get("client_id") != where.machine:
         raise PayloadError("client_id: expected the name in the topic")
     state = doc.get("state")

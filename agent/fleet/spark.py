@@ -8,9 +8,11 @@ import functools
 from collections.abc import Sequence
 from typing import Any
 
+from agent.wire import HEALTH_HISTORY_POINTS
+
 WIDTH = 100
 HEIGHT = 20
-MAX_POINTS = 32  # the agents send at most this many (agent.publish.mqtt.payloads)
+MAX_POINTS = HEALTH_HISTORY_POINTS  # the agents send at most this many
 
 
 def spark_values(history: Any) -> list[float]:

@@ -62,8 +62,8 @@ from agent.health.verdicts import assess_backlash
 from agent.history.records import Outcome
 from agent.report.action import Recommendation, recommend
 from agent.report.evidence import EvidencePlot
+from agent.wire import REPORT_SCHEMA
 
-REPORT_SCHEMA = "jha.report/1"
 INTERVAL_CONFIDENCE = 0.95  # every interval the estimators give is a 95 % one
 
 

@@ -43,6 +43,7 @@ from agent import __version__
 from agent.health.display import indicator_info
 from agent.publish.mqtt.message import MessageKind, OutMessage
 from agent.report.model import INTERVAL_CONFIDENCE, JointReport, Report, report_to_dict
+from agent.wire import HEALTH_HISTORY_POINTS, HEALTH_SCHEMA, STATUS_SCHEMA
 
 __all__ = [
     "HEALTH_SCHEMA",
@@ -61,9 +62,6 @@ __all__ = [
     "topic_part",
 ]
 
-HEALTH_SCHEMA = "jha.health/1"
-HEALTH_HISTORY_POINTS = 32  # of the judged indicator's history in each health message
-STATUS_SCHEMA = "jha.agent_status/1"
 
 _ENCODE = frozenset("/+#%")
 
